@@ -1,0 +1,11 @@
+//! `flint._core`: the thin PyO3 layer over flint's Rust crates. No logic lives here;
+//! each submodule maps one crate's API and errors to Python.
+
+use pyo3::prelude::*;
+
+/// The private extension module. The public API is the `flint` Python package.
+#[pymodule]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

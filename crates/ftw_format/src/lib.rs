@@ -1,0 +1,1 @@
+//! The `.ftw` model file: layout constants, a streaming writer and a validating reader.

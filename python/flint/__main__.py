@@ -1,0 +1,3 @@
+from flint.cli import main
+
+main()
