@@ -3,9 +3,14 @@
 
 use pyo3::prelude::*;
 
+mod error;
+mod format;
+
 /// The private extension module. The public API is the `flint` Python package.
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    error::register(m)?;
+    format::register(m)?;
     Ok(())
 }

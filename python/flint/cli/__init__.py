@@ -42,6 +42,11 @@ def _root(
     """flint: MoE inference that streams experts from NVMe."""
 
 
+from flint.cli import model_file  # noqa: E402
+
+model_file.register(app, console)
+
+
 def main() -> None:
     """Entry point of the ``flint`` console script."""
     app()

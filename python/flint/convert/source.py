@@ -1,0 +1,132 @@
+"""Finding a Hugging Face checkpoint (local directory or offline HF cache) and reading
+its tensors lazily, shard by shard."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import safe_open
+
+
+def hf_cache_dirs() -> list[Path]:
+    """Where the Hugging Face hub cache may live, in the order transformers looks."""
+    dirs: list[Path] = []
+    if v := os.environ.get("HF_HUB_CACHE"):
+        dirs.append(Path(v))
+    if v := os.environ.get("HF_HOME"):
+        dirs.append(Path(v) / "hub")
+    dirs.append(Path.home() / ".cache" / "huggingface" / "hub")
+    return dirs
+
+
+def _snapshot(repo_dir: Path) -> Path | None:
+    ref = repo_dir / "refs" / "main"
+    if ref.is_file():
+        snap = repo_dir / "snapshots" / ref.read_text().strip()
+        if snap.is_dir():
+            return snap
+    snaps = sorted((repo_dir / "snapshots").glob("*"), key=lambda p: p.stat().st_mtime)
+    return snaps[-1] if snaps else None
+
+
+def resolve_source(source: str) -> Path:
+    """A local checkpoint directory, or the snapshot of repo id ``org/name`` in the local
+    HF cache (never downloads). Raises FileNotFoundError naming every place it looked."""
+    p = Path(source).expanduser()
+    if p.is_dir():
+        if not (p / "config.json").is_file():
+            raise FileNotFoundError(f"{p} has no config.json: not a Hugging Face checkpoint")
+        return p
+    looked = [str(p)]
+    if source.count("/") == 1 and not p.exists():
+        name = "models--" + source.replace("/", "--")
+        for cache in hf_cache_dirs():
+            looked.append(str(cache / name))
+            snap = _snapshot(cache / name) if (cache / name).is_dir() else None
+            if snap is not None and (snap / "config.json").is_file():
+                return snap
+    raise FileNotFoundError(
+        f"checkpoint {source!r} not found (offline); looked in: " + ", ".join(looked)
+    )
+
+
+@dataclass
+class Checkpoint:
+    """The files of one checkpoint and a name -> shard map of its tensors."""
+
+    root: Path
+    config: dict[str, Any]
+    shards: list[Path]
+    where: dict[str, Path] = field(default_factory=dict)
+    _stack: ExitStack = field(default_factory=ExitStack)
+    _open: dict[Path, Any] = field(default_factory=dict)
+
+    @classmethod
+    def open(cls, root: Path) -> Checkpoint:
+        config = json.loads((root / "config.json").read_text())
+        index = root / "model.safetensors.index.json"
+        if index.is_file():
+            weight_map: dict[str, str] = json.loads(index.read_text())["weight_map"]
+            shards = sorted({root / f for f in weight_map.values()})
+        else:
+            shards = sorted(root.glob("*.safetensors"))
+        if not shards:
+            raise FileNotFoundError(
+                f"{root} has no *.safetensors files (other formats unsupported)"
+            )
+        missing = [s for s in shards if not s.is_file()]
+        if missing:
+            raise FileNotFoundError(f"shard listed in the index is missing: {missing[0]}")
+        ck = cls(root, config, shards)
+        for s in shards:
+            for name in ck._handle(s):
+                ck.where[name] = s
+        return ck
+
+    def _handle(self, shard: Path) -> Any:
+        if shard not in self._open:
+            self._open[shard] = self._stack.enter_context(safe_open(shard, framework="pt"))
+        return self._open[shard]
+
+    def names(self) -> list[str]:
+        return list(self.where)
+
+    def shape(self, name: str) -> list[int]:
+        return list(self._handle(self.where[name]).get_slice(name).get_shape())
+
+    def dtype_name(self, name: str) -> str:
+        return str(self._handle(self.where[name]).get_slice(name).get_dtype())
+
+    def nbytes(self, name: str) -> int:
+        sizes = {"F32": 4, "F16": 2, "BF16": 2, "I8": 1, "U8": 1, "I32": 4, "I64": 8, "BOOL": 1}
+        n = sizes.get(self.dtype_name(name), 4)
+        for d in self.shape(name):
+            n *= d
+        return n
+
+    def get(self, name: str) -> torch.Tensor:
+        return self._handle(self.where[name]).get_tensor(name)  # type: ignore[no-any-return]
+
+    def get_row(self, name: str, i: int) -> torch.Tensor:
+        """Row ``i`` of a stacked tensor, reading only that row."""
+        return self._handle(self.where[name]).get_slice(name)[i]  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        self._stack.close()
+        self._open.clear()
+
+    def text_file(self, name: str) -> str | None:
+        p = self.root / name
+        return p.read_text(encoding="utf-8") if p.is_file() else None
+
+    def iter_files(self) -> Iterator[Path]:
+        for p in sorted(self.root.iterdir()):
+            if p.is_file() and not p.name.startswith("."):
+                yield p
