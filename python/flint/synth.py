@@ -224,6 +224,7 @@ def synth(
     quant: str,
     out: Path,
     seed: int = 0,
+    n_layers: int | None = None,
     progress: Callable[[int], None] | None = None,
     on_start: Callable[[int], None] | None = None,
 ) -> int:
@@ -233,6 +234,10 @@ def synth(
     if quant not in ("none", "bf16", "int8", "int4"):
         raise ValueError(f"--quant must be none, bf16, int8 or int4, not {quant!r}")
     cfg = dict(GEOMETRIES[geometry])
+    if n_layers is not None:
+        if not 1 <= n_layers <= cfg["num_hidden_layers"]:
+            raise ValueError(f"--layers must be in 1..{cfg['num_hidden_layers']} for {geometry}")
+        cfg["num_hidden_layers"] = n_layers
     gen = torch.Generator().manual_seed(seed)
     tick = progress or (lambda n: None)
     h, inter, n_exp = cfg["hidden_size"], _expert_width(cfg), _n_experts(cfg)

@@ -119,3 +119,15 @@ def test_reads_release_the_gil(tmp_path: Path) -> None:
     stalled = sum(g for a, b in itertools.pairwise(stamps) if (g := b - a) > 0.02)
     assert len(stamps) > 100
     assert stalled < 0.5 * busy, (stalled, busy)
+
+
+def test_cli_synth_layers_keeps_the_first_layers(tmp_path: Path) -> None:
+    out = tmp_path / "two.ftw"
+    r = runner.invoke(app, ["synth", "-o", str(out), "--quant", "int8", "--layers", "2"])
+    assert r.exit_code == 0, r.output
+    f = FtwFile(out)
+    assert f.config["num_hidden_layers"] == 2
+    assert {layer for layer, *_ in f.experts()} == {0, 1}
+    assert f.layout is not None and f.layout.scheme == "int8"
+    r = runner.invoke(app, ["synth", "-o", str(out), "--layers", "99"])
+    assert r.exit_code == 2 and "--layers must be in 1..4" in r.output

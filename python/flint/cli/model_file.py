@@ -111,6 +111,9 @@ def register(app: typer.Typer, console: Any) -> None:
             str, typer.Option(help="Routed experts: bf16 (= none), int8 or int4.")
         ] = "int4",
         seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
+        layers: Annotated[
+            int | None, typer.Option(help="Keep only the first N layers (smaller files).")
+        ] = None,
     ) -> None:
         """Write a random-weight model with the exact geometry of a real MoE model.
 
@@ -120,7 +123,9 @@ def register(app: typer.Typer, console: Any) -> None:
 
         try:
             with byte_progress(f"synth {geometry}", console) as bar:
-                size = run(geometry, quant, output, seed, progress=bar.advance, on_start=bar.start)
+                size = run(
+                    geometry, quant, output, seed, layers, progress=bar.advance, on_start=bar.start
+                )
         except ValueError as e:
             raise _fail(console, str(e)) from None
         console.print(f"wrote {output}: {geometry}, experts {quant}, {size / 2**30:.2f} GiB")

@@ -86,7 +86,7 @@ class Checkpoint:
             raise FileNotFoundError(f"shard listed in the index is missing: {missing[0]}")
         ck = cls(root, config, shards)
         for s in shards:
-            for name in ck._handle(s):
+            for name in ck._handle(s).keys():  # noqa: SIM118 (safe_open is not iterable)
                 ck.where[name] = s
         return ck
 
