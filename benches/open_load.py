@@ -41,11 +41,13 @@ def main() -> None:
         opens = [r[0] * 1e3 for r in runs]
         loads = [r[1] * 1e3 for r in runs]
         gb = first[2] / 1e9
-        print(f"{p.name}: {p.stat().st_size / 1e9:.2f} GB file, {gb:.3f} GB dense | first run: "
-              f"open {first[0] * 1e3:.1f} ms, load {first[1] * 1e3:.1f} ms | warm: open "
-              f"{statistics.mean(opens):.1f} ± {statistics.stdev(opens):.1f} ms, load dense "
-              f"{statistics.mean(loads):.1f} ± {statistics.stdev(loads):.1f} ms "
-              f"({gb / (statistics.mean(loads) / 1e3):.2f} GB/s)")
+        print(
+            f"{p.name}: {p.stat().st_size / 1e9:.2f} GB file, {gb:.3f} GB dense | first run: "
+            f"open {first[0] * 1e3:.1f} ms, load {first[1] * 1e3:.1f} ms | warm: open "
+            f"{statistics.mean(opens):.1f} ± {statistics.stdev(opens):.1f} ms, load dense "
+            f"{statistics.mean(loads):.1f} ± {statistics.stdev(loads):.1f} ms "
+            f"({gb / (statistics.mean(loads) / 1e3):.2f} GB/s)"
+        )
 
 
 if __name__ == "__main__":
