@@ -1,0 +1,201 @@
+"""``flint.LLM``: load a model once, then generate, stream and chat.
+
+Example::
+
+    import flint
+
+    with flint.LLM("path/to/hf-checkpoint") as llm:
+        print(llm.generate("def fibonacci(n):", max_tokens=64).text)
+        for chunk in llm.stream("import os\\n", max_tokens=32, temperature=0.8, seed=1):
+            print(chunk.text, end="", flush=True)
+        reply = llm.chat([{"role": "user", "content": "Hi!"}],
+                         template_kwargs={"enable_thinking": False})
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import torch
+
+from flint.generation import Completion, StreamChunk, collect, generate_stream
+from flint.models import load_model
+from flint.models.moe import ExpertBackend
+from flint.models.transformer import MoEModel
+from flint.models.weights import SafetensorsSource, WeightSource
+from flint.sampling import SamplingParams
+from flint.tokenizer import Tokenizer
+
+DEFAULT_CONTEXT = 8192  # KV cache positions when the caller does not say (capped by the model)
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_device(device: str | torch.device | None) -> torch.device:
+    """CUDA when present, CPU otherwise; ValueError for a device that is not there."""
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except RuntimeError as err:
+        raise ValueError(f"invalid device {device!r}: {err}") from err
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device 'cuda' requested but CUDA is not available")
+    if dev.type not in ("cpu", "cuda"):
+        raise ValueError(f"device {device!r} is not supported (cpu or cuda)")
+    return dev
+
+
+def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
+    """bf16 on GPU, fp32 on CPU unless asked otherwise."""
+    if dtype is None:
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    if isinstance(dtype, torch.dtype):
+        if dtype not in _DTYPES.values():
+            raise ValueError(f"dtype {dtype} is not supported; use one of {sorted(_DTYPES)}")
+        return dtype
+    if dtype not in _DTYPES:
+        raise ValueError(f"dtype {dtype!r} is not supported; use one of {sorted(_DTYPES)}")
+    return _DTYPES[dtype]
+
+
+def _eos_ids(source: WeightSource) -> list[int]:
+    value = source.generation_config.get("eos_token_id", source.config.get("eos_token_id"))
+    if value is None:
+        return []
+    return [int(v) for v in value] if isinstance(value, list) else [int(value)]
+
+
+class LLM:
+    """A loaded model with its tokenizer, ready to generate for one caller at a time."""
+
+    def __init__(
+        self,
+        model: str | Path | WeightSource,
+        *,
+        device: str | torch.device | None = None,
+        dtype: str | torch.dtype | None = None,
+        context_length: int | None = None,
+        expert_backend: ExpertBackend | None = None,
+    ) -> None:
+        source = _open_source(model)
+        if source.tokenizer_json is None:
+            raise ValueError("the model has no tokenizer (tokenizer.json)")
+        self.device = resolve_device(device)
+        self.dtype = resolve_dtype(dtype, self.device)
+        max_pos = int(source.config.get("max_position_embeddings") or DEFAULT_CONTEXT)
+        ctx = context_length if context_length is not None else min(max_pos, DEFAULT_CONTEXT)
+        if isinstance(ctx, bool) or not isinstance(ctx, int) or ctx < 2:
+            raise ValueError(f"context_length must be an integer >= 2, got {ctx!r}")
+        self.source = source
+        self._model: MoEModel | None = load_model(
+            source, self.device, self.dtype, ctx, expert_backend
+        )
+        self.tokenizer = Tokenizer(
+            source.tokenizer_json,
+            chat_template=source.chat_template,
+            special_tokens=source.special_tokens,
+            eos_token_ids=_eos_ids(source),
+        )
+        self.generation_config: dict[str, Any] = dict(source.generation_config)
+
+    @property
+    def model(self) -> MoEModel:
+        if self._model is None:
+            raise ValueError("this LLM is closed")
+        return self._model
+
+    def sampling_params(self, **options: Any) -> SamplingParams:
+        """The model's generation defaults overridden by ``options`` (validated)."""
+        return SamplingParams.build(self.generation_config, **options)
+
+    def _prompt_ids(self, prompt: str | Sequence[int], add_special_tokens: bool) -> list[int]:
+        if isinstance(prompt, str):
+            return self.tokenizer.encode(prompt, add_special_tokens=add_special_tokens)
+        ids = list(prompt)
+        vocab = self.model.config.vocab_size
+        if not all(isinstance(i, int) and 0 <= i < vocab for i in ids):
+            raise ValueError(f"prompt token ids must be integers in [0, {vocab})")
+        return ids
+
+    def stream(
+        self, prompt: str | Sequence[int], *, add_special_tokens: bool = False, **options: Any
+    ) -> Iterator[StreamChunk]:
+        """Streams the completion of ``prompt`` (text, or token ids) as text pieces.
+
+        ``options`` are ``SamplingParams`` fields: max_tokens, temperature, top_k,
+        top_p, min_p, repetition_penalty, presence_penalty, frequency_penalty, seed,
+        stop, ignore_eos. The prompt is encoded raw unless ``add_special_tokens``.
+        """
+        params = self.sampling_params(**options)
+        ids = self._prompt_ids(prompt, add_special_tokens)
+        return generate_stream(self.model, self.tokenizer, ids, params)
+
+    def generate(
+        self, prompt: str | Sequence[int], *, add_special_tokens: bool = False, **options: Any
+    ) -> Completion:
+        """The whole completion of ``prompt``; same options as ``stream``."""
+        params = self.sampling_params(**options)
+        ids = self._prompt_ids(prompt, add_special_tokens)
+        return collect(ids, generate_stream(self.model, self.tokenizer, ids, params))
+
+    def chat_stream(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        template_kwargs: Mapping[str, Any] | None = None,
+        **options: Any,
+    ) -> Iterator[StreamChunk]:
+        """Streams the assistant's reply to ``messages`` through the chat template.
+
+        ``template_kwargs`` reach the template (e.g. ``{"enable_thinking": False}``).
+        """
+        params = self.sampling_params(**options)
+        ids = self.tokenizer.encode_chat(messages, tools=tools, **dict(template_kwargs or {}))
+        return generate_stream(self.model, self.tokenizer, ids, params)
+
+    def chat(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        template_kwargs: Mapping[str, Any] | None = None,
+        **options: Any,
+    ) -> Completion:
+        """The assistant's whole reply to ``messages``; same options as ``chat_stream``."""
+        params = self.sampling_params(**options)
+        ids = self.tokenizer.encode_chat(messages, tools=tools, **dict(template_kwargs or {}))
+        return collect(ids, generate_stream(self.model, self.tokenizer, ids, params))
+
+    def close(self) -> None:
+        """Frees the weights and the KV cache; the LLM cannot be used afterwards."""
+        self._model = None
+        close = getattr(self.source, "close", None)
+        if callable(close):
+            close()
+
+    def __enter__(self) -> LLM:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def _open_source(model: str | Path | WeightSource) -> WeightSource:
+    if isinstance(model, str | Path):
+        path = Path(model)
+        if not path.is_dir():
+            raise ValueError(f"{path} is not a directory (an HF checkpoint directory is expected)")
+        return SafetensorsSource(path)
+    if isinstance(model, WeightSource):
+        return model
+    raise ValueError(f"expected a checkpoint path or a WeightSource, got {type(model).__name__}")

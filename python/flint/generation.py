@@ -1,0 +1,180 @@
+"""The generation loop: prefill, then sample -> forward one token at a time.
+
+``generate_stream`` yields ``StreamChunk``s; the last one carries the finish reason
+and the timings. The per-token path is model forward + sampler + detokenizer; it
+does no I/O and no logging.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from flint.models.transformer import MoEModel
+from flint.sampling import Sampler, SamplingParams
+from flint.tokenizer import Tokenizer
+
+PREFILL_CHUNK = 512  # prompt tokens per forward: bounds the attention scores' memory
+
+
+@dataclass(slots=True, frozen=True)
+class Timings:
+    """Wall-clock times of one request, in seconds."""
+
+    prompt_tokens: int
+    generated_tokens: int
+    prefill_s: float  # prompt forward, up to the first sampled token
+    decode_s: float  # everything after the first sampled token
+
+    @property
+    def prefill_tok_s(self) -> float:
+        return self.prompt_tokens / self.prefill_s if self.prefill_s > 0 else 0.0
+
+    @property
+    def decode_tok_s(self) -> float:
+        steps = self.generated_tokens - 1
+        return steps / self.decode_s if steps > 0 and self.decode_s > 0 else 0.0
+
+
+@dataclass(slots=True, frozen=True)
+class StreamChunk:
+    """A piece of generated text with the token ids that produced it."""
+
+    text: str
+    token_ids: tuple[int, ...]
+    elapsed_s: float  # since the request started
+    finish_reason: str | None = None  # "stop" (EOS or stop string), "length", or None
+    timings: Timings | None = None  # on the last chunk only
+
+
+@dataclass(slots=True, frozen=True)
+class Completion:
+    """A finished generation."""
+
+    text: str
+    token_ids: tuple[int, ...]
+    prompt_token_ids: tuple[int, ...]
+    finish_reason: str
+    timings: Timings
+
+
+class _StopMatcher:
+    """Holds back text that could still become a stop string."""
+
+    def __init__(self, stops: Sequence[str]) -> None:
+        self.stops = tuple(stops)
+        self.pending = ""
+
+    def feed(self, text: str) -> tuple[str, bool]:
+        """Returns (text safe to emit, whether a stop string was reached)."""
+        self.pending += text
+        hits = [i for i in (self.pending.find(s) for s in self.stops) if i >= 0]
+        if hits:
+            out, self.pending = self.pending[: min(hits)], ""
+            return out, True
+        keep = max((_overlap(self.pending, s) for s in self.stops), default=0)
+        cut = len(self.pending) - keep
+        out, self.pending = self.pending[:cut], self.pending[cut:]
+        return out, False
+
+
+def _overlap(text: str, stop: str) -> int:
+    """Length of the longest suffix of ``text`` that is a proper prefix of ``stop``."""
+    for n in range(min(len(text), len(stop) - 1), 0, -1):
+        if text.endswith(stop[:n]):
+            return n
+    return 0
+
+
+def _prefill(model: MoEModel, ids: torch.Tensor) -> torch.Tensor:
+    logits = torch.empty(0)
+    for start in range(0, ids.shape[0], PREFILL_CHUNK):
+        logits = model.forward(ids[start : start + PREFILL_CHUNK])
+    return logits[-1]
+
+
+class _Request:
+    """Per-request state after prefill: turns sampled tokens into stream chunks."""
+
+    def __init__(
+        self, model: MoEModel, tokenizer: Tokenizer, prompt: Sequence[int], params: SamplingParams
+    ) -> None:
+        self.model, self.params, self.prompt = model, params, prompt
+        self.decoder = tokenizer.stream_decoder(prompt)
+        self.stops = _StopMatcher(params.stop)
+        self.eos = frozenset() if params.ignore_eos else tokenizer.eos_token_ids
+        self.generated: list[int] = []
+        self.pending_ids: list[int] = []
+        self.t0 = time.perf_counter()
+        self.t_first = 0.0
+
+    def step(self, token: int) -> StreamChunk | None:
+        """Takes the sampled token; returns a chunk when there is text or the end."""
+        if not self.generated:
+            self.t_first = time.perf_counter()
+        self.generated.append(token)
+        self.pending_ids.append(token)
+        if token in self.eos:
+            return self._finish(self.stops.feed(self.decoder.flush())[0], "stop")
+        text, stopped = self.stops.feed(self.decoder.push(token))
+        if stopped:
+            return self._finish(text, "stop")
+        full = self.model.cache.length >= self.model.context_length
+        if len(self.generated) >= self.params.max_tokens or full:
+            tail, stopped = self.stops.feed(self.decoder.flush())
+            rest = "" if stopped else self.stops.pending
+            return self._finish(text + tail + rest, "stop" if stopped else "length")
+        if not text:
+            return None
+        chunk = StreamChunk(text, tuple(self.pending_ids), time.perf_counter() - self.t0)
+        self.pending_ids = []
+        return chunk
+
+    def _finish(self, text: str, reason: str) -> StreamChunk:
+        now = time.perf_counter()
+        timings = Timings(
+            len(self.prompt), len(self.generated), self.t_first - self.t0, now - self.t_first
+        )
+        return StreamChunk(text, tuple(self.pending_ids), now - self.t0, reason, timings)
+
+
+def generate_stream(
+    model: MoEModel, tokenizer: Tokenizer, prompt: Sequence[int], params: SamplingParams
+) -> Iterator[StreamChunk]:
+    """Generates after ``prompt`` (token ids), starting from an empty KV cache."""
+    if not prompt:
+        raise ValueError("the prompt is empty")
+    if len(prompt) >= model.context_length:
+        raise ValueError(
+            f"prompt of {len(prompt)} tokens fills the context ({model.context_length})"
+        )
+    request = _Request(model, tokenizer, prompt, params)
+    device = model.place.device
+    model.reset()
+    sampler = Sampler(params, model.config.vocab_size, device, prompt)
+    logits = _prefill(model, torch.tensor(list(prompt), dtype=torch.int64, device=device))
+    while True:
+        token = sampler(logits)
+        chunk = request.step(token)
+        if chunk is not None:
+            yield chunk
+            if chunk.finish_reason is not None:
+                return
+        logits = model.forward(torch.tensor([token], dtype=torch.int64, device=device))[-1]
+
+
+def collect(prompt: Sequence[int], chunks: Iterator[StreamChunk]) -> Completion:
+    """Runs a stream to its end and joins it into a ``Completion``."""
+    text: list[str] = []
+    ids: list[int] = []
+    for chunk in chunks:
+        text.append(chunk.text)
+        ids.extend(chunk.token_ids)
+        if chunk.finish_reason is not None and chunk.timings is not None:
+            return Completion(
+                "".join(text), tuple(ids), tuple(prompt), chunk.finish_reason, chunk.timings
+            )
+    raise AssertionError("a generation stream always ends with a finish reason")

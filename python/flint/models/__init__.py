@@ -1,0 +1,65 @@
+"""Plain-torch implementations of MoE model families, numerically transformers'.
+
+``load_model`` builds one from any ``WeightSource``; the family is the config's
+``model_type``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from flint.models import mixtral, olmoe, qwen2_moe, qwen3_moe
+from flint.models.config import ModelConfig
+from flint.models.loading import Placement
+from flint.models.moe import ExpertBackend, ResidentExperts
+from flint.models.transformer import MoEModel
+from flint.models.weights import ExpertWeights, SafetensorsSource, WeightSource
+
+FAMILIES: dict[str, Callable[[dict[str, Any]], ModelConfig]] = {
+    "qwen3_moe": qwen3_moe.parse_config,
+    "qwen2_moe": qwen2_moe.parse_config,
+    "mixtral": mixtral.parse_config,
+    "olmoe": olmoe.parse_config,
+}
+
+
+def parse_config(hf_config: dict[str, Any]) -> ModelConfig:
+    """The ``ModelConfig`` of an HF config dict; ValueError for unsupported families."""
+    model_type = hf_config.get("model_type")
+    parse = FAMILIES.get(str(model_type))
+    if parse is None:
+        supported = ", ".join(sorted(FAMILIES))
+        raise ValueError(f"model_type {model_type!r} is not supported (supported: {supported})")
+    return parse(hf_config)
+
+
+def load_model(
+    source: WeightSource,
+    device: torch.device,
+    dtype: torch.dtype,
+    context_length: int,
+    backend: ExpertBackend | None = None,
+) -> MoEModel:
+    """Builds the model with every dense weight on ``device``; experts come from
+    ``backend`` (default: all resident on the same device)."""
+    config = parse_config(source.config)
+    place = Placement(device=device, dtype=dtype)
+    experts = backend if backend is not None else ResidentExperts(config, source, place)
+    return MoEModel(config, source, place, experts, context_length)
+
+
+__all__ = [
+    "FAMILIES",
+    "ExpertBackend",
+    "ExpertWeights",
+    "MoEModel",
+    "ModelConfig",
+    "ResidentExperts",
+    "SafetensorsSource",
+    "WeightSource",
+    "load_model",
+    "parse_config",
+]

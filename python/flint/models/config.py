@@ -1,0 +1,136 @@
+"""One typed model configuration, parsed from a Hugging Face ``config.json`` dict.
+
+Each family module (qwen3_moe.py, ...) turns its HF config into a ``ModelConfig``;
+the shared code reads only this.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+QKNorm = Literal["none", "per_head", "full"]
+
+
+@dataclass(slots=True, frozen=True)
+class RopeConfig:
+    """Rotary embedding parameters (transformers' ``rope_parameters``)."""
+
+    rope_type: str
+    theta: float
+    factor: float | None = None
+    original_max_position_embeddings: int | None = None
+    low_freq_factor: float | None = None
+    high_freq_factor: float | None = None
+    attention_factor: float | None = None
+    beta_fast: float | None = None
+    beta_slow: float | None = None
+    mscale: float | None = None
+    mscale_all_dim: float | None = None
+    truncate: bool = True
+
+
+@dataclass(slots=True, frozen=True)
+class ModelConfig:
+    """The shape and numerics of one decoder-only MoE model."""
+
+    family: str
+    vocab_size: int
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rms_norm_eps: float
+    max_position_embeddings: int
+    rope: RopeConfig
+    qkv_bias: bool
+    o_bias: bool
+    qk_norm: QKNorm
+    clip_qkv: float | None
+    num_experts: int
+    top_k: int
+    moe_intermediate_size: int
+    intermediate_size: int  # dense (non-MoE) layers
+    norm_topk_prob: bool
+    router_weights_fp32: bool  # Mixtral keeps top-k weights in fp32; others cast back
+    shared_expert_intermediate_size: int  # 0 = no shared expert
+    sparse_layers: tuple[bool, ...]  # per layer: MoE block (True) or dense MLP
+    tie_word_embeddings: bool
+    moe_prefix: str  # module name of the MoE block under model.layers.N ("mlp", ...)
+
+
+def get(config: dict[str, Any], key: str, default: Any = None) -> Any:
+    """``config[key]`` with a default for absent or null values."""
+    value = config.get(key)
+    return default if value is None else value
+
+
+def require(config: dict[str, Any], key: str) -> Any:
+    if config.get(key) is None:
+        raise ValueError(f"config.json lacks {key!r}")
+    return config[key]
+
+
+def head_dim(config: dict[str, Any]) -> int:
+    value = config.get("head_dim")
+    if value:
+        return int(value)
+    return int(require(config, "hidden_size")) // int(require(config, "num_attention_heads"))
+
+
+def num_experts(config: dict[str, Any]) -> int:
+    """Routed experts per layer; transformers 5 writes ``num_local_experts`` for all."""
+    for key in ("num_experts", "num_local_experts"):
+        if config.get(key) is not None:
+            return int(config[key])
+    raise ValueError("config.json lacks 'num_experts' / 'num_local_experts'")
+
+
+def check_silu(config: dict[str, Any]) -> None:
+    act = get(config, "hidden_act", "silu")
+    if act != "silu":
+        raise ValueError(f"hidden_act {act!r} is not supported (only 'silu')")
+
+
+def sparse_layers(config: dict[str, Any], num_layers: int) -> tuple[bool, ...]:
+    """Qwen's rule: layer i is MoE unless in ``mlp_only_layers`` or off the sparse step."""
+    dense = set(get(config, "mlp_only_layers", []))
+    step = int(get(config, "decoder_sparse_step", 1))
+    experts = num_experts(config)
+    if step < 1:
+        raise ValueError(f"decoder_sparse_step must be >= 1, got {step}")
+    return tuple(i not in dense and experts > 0 and (i + 1) % step == 0 for i in range(num_layers))
+
+
+def rope_config(config: dict[str, Any], default_theta: float) -> RopeConfig:
+    """Reads ``rope_parameters`` (transformers 5) or ``rope_theta`` + ``rope_scaling``."""
+    params = config.get("rope_parameters")
+    if not isinstance(params, dict):
+        params = dict(get(config, "rope_scaling", {}))
+        params.setdefault("rope_theta", get(config, "rope_theta", default_theta))
+    rope_type = params.get("rope_type", params.get("type", "default"))
+    if float(params.get("partial_rotary_factor", 1.0)) != 1.0:
+        raise ValueError("partial_rotary_factor != 1 is not supported")
+    factor = params.get("factor")
+    return RopeConfig(
+        rope_type=str(rope_type),
+        theta=float(params.get("rope_theta", default_theta)),
+        factor=float(factor) if factor is not None else None,
+        original_max_position_embeddings=params.get("original_max_position_embeddings"),
+        low_freq_factor=params.get("low_freq_factor"),
+        high_freq_factor=params.get("high_freq_factor"),
+        attention_factor=params.get("attention_factor"),
+        beta_fast=params.get("beta_fast"),
+        beta_slow=params.get("beta_slow"),
+        mscale=params.get("mscale"),
+        mscale_all_dim=params.get("mscale_all_dim"),
+        truncate=bool(params.get("truncate", True)),
+    )
+
+
+def no_sliding_window(config: dict[str, Any], enabled: bool) -> None:
+    window = config.get("sliding_window")
+    max_pos = int(get(config, "max_position_embeddings", 0))
+    if enabled and window and int(window) < max_pos:
+        raise ValueError(f"sliding-window attention (window {window}) is not supported")

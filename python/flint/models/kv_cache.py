@@ -1,0 +1,49 @@
+"""A preallocated key/value cache for one sequence, sized from the context length."""
+
+from __future__ import annotations
+
+import torch
+
+# L = layers, N = kv heads, S = context length (cache slots), T = new tokens, D = head dim
+
+
+class KVCache:
+    """Keys and values of every layer, [L, N, S, D] each, written in place.
+
+    ``length`` is the number of positions filled; the model advances it once per
+    forward, after every layer has written its keys and values.
+    """
+
+    def __init__(
+        self,
+        layers: int,
+        kv_heads: int,
+        context_length: int,
+        head_dim: int,
+        dtype: torch.dtype,
+        device: torch.device,
+    ) -> None:
+        if context_length < 1:
+            raise ValueError(f"context_length must be >= 1, got {context_length}")
+        shape = (layers, kv_heads, context_length, head_dim)
+        self.keys = torch.zeros(shape, dtype=dtype, device=device)
+        self.values = torch.zeros(shape, dtype=dtype, device=device)
+        self.context_length = context_length
+        self.length = 0
+
+    def write(
+        self, layer: int, start: int, k: torch.Tensor, v: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Stores k, v [N, T, D] at positions start..start+T-1; returns all keys and
+        values [N, start+T, D] of this layer (views, no copy)."""
+        end = start + k.shape[1]
+        assert end <= self.context_length, "caller checks the context length"
+        self.keys[layer, :, start:end] = k
+        self.values[layer, :, start:end] = v
+        return self.keys[layer, :, :end], self.values[layer, :, :end]
+
+    def reset(self, length: int = 0) -> None:
+        """Forgets every position from ``length`` on (stale slots are overwritten later)."""
+        if not 0 <= length <= self.length:
+            raise ValueError(f"cannot truncate a cache of {self.length} positions to {length}")
+        self.length = length

@@ -1,0 +1,134 @@
+"""The MoE block: router, the ``ExpertBackend`` interface, and the resident backend.
+
+The model only ever calls ``backend(layer, x, ids, weights)``; where the expert
+weights live (all in memory here, streamed from NVMe later) is the backend's business.
+Every backend sums the K expert outputs of a token in fp32, in router-rank order
+(``weighted_sum``), so resident and streamed results are bit-identical.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+import torch.nn.functional as F
+
+from flint.models.config import ModelConfig
+from flint.models.loading import Placement
+from flint.models.mlp import DenseMLP, swiglu
+from flint.models.weights import WeightSource
+
+# T = tokens, H = hidden, E = experts per layer, K = top-k, I = expert intermediate
+
+
+class ExpertBackend(Protocol):
+    """Computes the routed experts of one MoE layer."""
+
+    def __call__(
+        self,
+        layer: int,
+        x: torch.Tensor,  # [T, H], model dtype
+        ids: torch.Tensor,  # [T, K] int64, router-rank order
+        weights: torch.Tensor,  # [T, K], the router's top-k weights
+    ) -> torch.Tensor:  # [T, H] in x's dtype: sum over k of weights[t, k] * expert_k(x[t])
+        ...
+
+
+def route(
+    x: torch.Tensor, router: torch.Tensor, config: ModelConfig
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Softmax in fp32 over all E experts -> top-k -> optional renormalisation.
+
+    Returns (ids [T, K], weights [T, K]); weights are cast back to x's dtype unless the
+    family keeps them in fp32 (Mixtral), exactly as transformers does.
+    """
+    logits = F.linear(x, router)  # [T, E]
+    probs = torch.softmax(logits, dim=-1, dtype=torch.float32)
+    weights, ids = torch.topk(probs, config.top_k, dim=-1)  # [T, K]
+    if config.norm_topk_prob:
+        weights = weights / weights.sum(dim=-1, keepdim=True)
+    if not config.router_weights_fp32:
+        weights = weights.to(logits.dtype)
+    return ids, weights
+
+
+def weighted_sum(outputs: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """outputs [T, K, H] fp32, weights [T, K] -> [T, H] fp32, added in rank order k=0..K-1."""
+    w = weights.to(torch.float32)
+    acc = outputs[:, 0] * w[:, :1]
+    for k in range(1, outputs.shape[1]):
+        acc = acc + outputs[:, k] * w[:, k : k + 1]
+    return acc
+
+
+class ResidentExperts:
+    """Every routed expert of every MoE layer held in memory (RAM or VRAM)."""
+
+    def __init__(self, config: ModelConfig, source: WeightSource, place: Placement) -> None:
+        self.gate: dict[int, torch.Tensor] = {}  # layer -> [E, I, H]
+        self.up: dict[int, torch.Tensor] = {}  # layer -> [E, I, H]
+        self.down: dict[int, torch.Tensor] = {}  # layer -> [E, H, I]
+        for layer, sparse in enumerate(config.sparse_layers):
+            if sparse:
+                self._load_layer(config, source, place, layer)
+
+    def _load_layer(
+        self, config: ModelConfig, source: WeightSource, place: Placement, layer: int
+    ) -> None:
+        experts = [source.expert(layer, e) for e in range(config.num_experts)]
+        shape = (config.moe_intermediate_size, config.hidden_size)
+        for e, w in enumerate(experts):
+            if tuple(w.gate.shape) != shape or tuple(w.up.shape) != shape:
+                raise ValueError(f"expert {e} of layer {layer}: gate/up not {list(shape)}")
+            if tuple(w.down.shape) != shape[::-1]:
+                raise ValueError(f"expert {e} of layer {layer}: down not {list(shape[::-1])}")
+        self.gate[layer] = place.put(torch.stack([w.gate for w in experts]))
+        self.up[layer] = place.put(torch.stack([w.up for w in experts]))
+        self.down[layer] = place.put(torch.stack([w.down for w in experts]))
+
+    def __call__(
+        self, layer: int, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor
+    ) -> torch.Tensor:
+        tokens, k = ids.shape
+        gate, up, down = self.gate[layer], self.up[layer], self.down[layer]
+        outputs = torch.empty(tokens * k, x.shape[1], dtype=torch.float32, device=x.device)
+        flat = ids.reshape(-1)  # [T*K], entry t*K + k
+        order = torch.argsort(flat, stable=True)
+        counts = torch.bincount(flat, minlength=gate.shape[0]).tolist()
+        offset = 0
+        for expert, count in enumerate(counts):
+            if count == 0:
+                continue
+            rows = order[offset : offset + count]  # positions in [T*K]
+            offset += count
+            y = swiglu(x[rows // k], gate[expert], up[expert], down[expert])
+            outputs[rows] = y.to(torch.float32)
+        return weighted_sum(outputs.view(tokens, k, -1), weights).to(x.dtype)
+
+
+class MoEBlock:
+    """Router + routed experts (through the backend) + optional gated shared expert."""
+
+    def __init__(
+        self,
+        config: ModelConfig,
+        layer: int,
+        source: WeightSource,
+        place: Placement,
+        backend: ExpertBackend,
+    ) -> None:
+        p = f"model.layers.{layer}.{config.moe_prefix}."
+        self.cfg, self.layer, self.backend = config, layer, backend
+        self.router = place.load(source, p + "gate.weight")  # [E, H]
+        self.shared: DenseMLP | None = None
+        self.shared_gate: torch.Tensor | None = None
+        if config.shared_expert_intermediate_size > 0:
+            self.shared = DenseMLP(source, p + "shared_expert", place)
+            self.shared_gate = place.load(source, p + "shared_expert_gate.weight")  # [1, H]
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        ids, weights = route(x, self.router, self.cfg)  # [T, K] each
+        out = self.backend(self.layer, x, ids, weights)  # [T, H]
+        if self.shared is not None and self.shared_gate is not None:
+            out = out + torch.sigmoid(F.linear(x, self.shared_gate)) * self.shared(x)
+        return out

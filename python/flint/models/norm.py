@@ -1,0 +1,13 @@
+"""RMSNorm as transformers computes it: fp32 statistics, weight applied in input dtype."""
+
+from __future__ import annotations
+
+import torch
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """``weight * (x / rms(x))`` over the last dim; the normalised value is cast back to
+    x's dtype before the weight multiply, exactly as ``Qwen3MoeRMSNorm`` does."""
+    x32 = x.to(torch.float32)
+    variance = x32.pow(2).mean(-1, keepdim=True)
+    return weight * (x32 * torch.rsqrt(variance + eps)).to(x.dtype)

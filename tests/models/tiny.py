@@ -1,0 +1,153 @@
+"""Tiny random transformers MoE models, built on the fly, for reference tests."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+REPO = Path(__file__).resolve().parents[2]
+SHARED = REPO / ".." / "shared"
+QWEN3_TEMPLATE = SHARED / "templates" / "qwen3.jinja"
+
+SPECIAL_TOKENS = (
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<think>",
+    "</think>",
+    "<tool_call>",
+    "</tool_call>",
+    "<tool_response>",
+    "</tool_response>",
+)
+VOCAB = 320  # model vocabulary; the tokenizer uses the first ~300 ids
+_CORPUS = [
+    "def main(argv):\n    return sorted(set(argv))\n",
+    "The weather in Tokyo is 21 degrees. Weather in Paris? Sunny and warm.",
+    "import os\nimport sys\nprint(os.path.join('a', 'b'))\n",
+    '{"name": "get_weather", "arguments": {"city": "Tokyo"}}',
+    "You are a helpful assistant. Hello! How can I help you today?",
+]
+
+FAMILY_NAMES = ("qwen3_moe", "qwen2_moe", "mixtral", "olmoe")
+# Seeds whose random models do not fall into repeating one token under greedy decoding.
+SEEDS = {"qwen3_moe": 3, "qwen2_moe": 1, "mixtral": 2, "olmoe": 3}
+
+_COMMON: dict[str, Any] = {
+    "vocab_size": VOCAB,
+    "hidden_size": 32,
+    "num_hidden_layers": 3,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 128,
+    "num_experts_per_tok": 2,
+    "bos_token_id": 0,
+    "eos_token_id": 2,  # <|im_end|>
+    "pad_token_id": 0,
+}
+
+
+def hf_config(family: str) -> Any:
+    """A tiny transformers config exercising what is special about ``family``."""
+    import transformers as tf
+
+    if family == "qwen3_moe":
+        return tf.Qwen3MoeConfig(
+            **_COMMON,
+            head_dim=16,
+            intermediate_size=48,
+            moe_intermediate_size=16,
+            num_experts=6,
+            mlp_only_layers=[0],
+            norm_topk_prob=True,
+            attention_bias=True,
+            rope_parameters={
+                "rope_type": "yarn",
+                "rope_theta": 10000.0,
+                "factor": 2.0,
+                "original_max_position_embeddings": 64,
+            },
+        )
+    if family == "qwen2_moe":
+        return tf.Qwen2MoeConfig(
+            **_COMMON,
+            intermediate_size=40,
+            moe_intermediate_size=16,
+            num_experts=6,
+            shared_expert_intermediate_size=24,
+            decoder_sparse_step=2,
+            norm_topk_prob=False,
+        )
+    if family == "mixtral":
+        return tf.MixtralConfig(
+            **_COMMON,
+            intermediate_size=24,
+            num_local_experts=4,
+            tie_word_embeddings=True,
+            rope_parameters={"rope_type": "linear", "rope_theta": 5000.0, "factor": 2.0},
+        )
+    if family == "olmoe":
+        return tf.OlmoeConfig(
+            **_COMMON,
+            intermediate_size=16,
+            num_experts=6,
+            clip_qkv=3.0,
+            norm_topk_prob=False,
+        )
+    raise ValueError(family)
+
+
+def build(family: str, path: Path, seed: int = 0) -> Any:
+    """Builds, re-initialises (large router weights: no near-ties) and saves a model."""
+    import transformers as tf
+
+    torch.manual_seed(seed)
+    model = tf.AutoModelForCausalLM.from_config(hf_config(family), dtype=torch.float32)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith("mlp.gate.weight") or name.endswith("block_sparse_moe.gate.weight"):
+                param.normal_(0.0, 1.0)
+            elif name.endswith("norm.weight"):
+                param.uniform_(0.5, 1.5)
+            elif name.endswith("bias"):
+                param.normal_(0.0, 0.1)
+            else:
+                param.normal_(0.0, 0.3)
+    model.eval()
+    model.save_pretrained(path)
+    return model
+
+
+def tokenizer_json() -> str:
+    """A byte-level BPE tokenizer trained on a few lines, with Qwen's special tokens.
+
+    Its vocabulary is tiny, so most multi-byte characters span several tokens."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=300,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(_CORPUS, trainer=trainer)
+    return str(tok.to_str())
+
+
+def save_tokenizer(path: Path, tok_json: str) -> None:
+    """tokenizer.json + tokenizer_config.json carrying the Qwen3 chat template."""
+    (path / "tokenizer.json").write_text(tok_json, "utf-8")
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": None,
+        "eos_token": "<|im_end|>",
+        "pad_token": "<|endoftext|>",
+        "chat_template": QWEN3_TEMPLATE.resolve().read_text("utf-8"),
+    }
+    (path / "tokenizer_config.json").write_text(json.dumps(config), "utf-8")
