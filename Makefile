@@ -3,7 +3,7 @@
 
 lint:
 	cargo fmt --all --check
-	cargo clippy --workspace --all-targets -- -D warnings
+	cargo clippy --workspace --all-targets --all-features -- -D warnings
 	ruff check .
 	ruff format --check .
 	mypy

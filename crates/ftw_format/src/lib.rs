@@ -18,6 +18,9 @@ mod reader;
 mod validate;
 mod writer;
 
+#[cfg(feature = "testing")]
+pub mod testing;
+
 pub use consts::*;
 pub use dtype::DType;
 pub use error::{FtwError, Result};
