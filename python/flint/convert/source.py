@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+from collections import OrderedDict
 from collections.abc import Iterator
-from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,6 +57,11 @@ def resolve_source(source: str) -> Path:
     )
 
 
+# Shards kept open at once. safetensors maps each shard; every page touched stays in
+# the process's RSS while the map lives, so open maps are capped to bound it.
+_MAX_OPEN_SHARDS = 2
+
+
 @dataclass
 class Checkpoint:
     """The files of one checkpoint and a name -> shard map of its tensors."""
@@ -65,8 +70,7 @@ class Checkpoint:
     config: dict[str, Any]
     shards: list[Path]
     where: dict[str, Path] = field(default_factory=dict)
-    _stack: ExitStack = field(default_factory=ExitStack)
-    _open: dict[Path, Any] = field(default_factory=dict)
+    _open: OrderedDict[Path, Any] = field(default_factory=OrderedDict)
 
     @classmethod
     def open(cls, root: Path) -> Checkpoint:
@@ -91,8 +95,14 @@ class Checkpoint:
         return ck
 
     def _handle(self, shard: Path) -> Any:
-        if shard not in self._open:
-            self._open[shard] = self._stack.enter_context(safe_open(shard, framework="pt"))
+        if shard in self._open:
+            self._open.move_to_end(shard)
+            return self._open[shard]
+        while len(self._open) >= _MAX_OPEN_SHARDS:
+            _, old = self._open.popitem(last=False)
+            old.__exit__(None, None, None)
+        handle = safe_open(shard, framework="pt")
+        self._open[shard] = handle.__enter__()
         return self._open[shard]
 
     def names(self) -> list[str]:
@@ -119,8 +129,9 @@ class Checkpoint:
         return self._handle(self.where[name]).get_slice(name)[i]  # type: ignore[no-any-return]
 
     def close(self) -> None:
-        self._stack.close()
-        self._open.clear()
+        while self._open:
+            _, old = self._open.popitem(last=False)
+            old.__exit__(None, None, None)
 
     def text_file(self, name: str) -> str | None:
         p = self.root / name
