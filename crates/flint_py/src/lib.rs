@@ -3,9 +3,18 @@
 
 use pyo3::prelude::*;
 
+mod arena;
+mod cache;
+mod error;
+
 /// The private extension module. The public API is the `flint` Python package.
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    error::register(m)?;
+    m.add_class::<arena::PyArena>()?;
+    m.add_class::<cache::PyExpertCache>()?;
+    m.add_class::<cache::PyReplayResult>()?;
+    m.add_function(wrap_pyfunction!(cache::replay, m)?)?;
     Ok(())
 }
