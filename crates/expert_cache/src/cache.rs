@@ -7,7 +7,9 @@
 //!   protected: a prefetch never evicts it; a demand read evicts it only when every
 //!   unpinned resident expert is protected.
 //! - Among the remaining candidates the lowest value leaves first, ties to the least
-//!   recently used, then to the lower expert id. So decisions depend on the calls
+//!   recently used, then to the lower expert id. Recency is a logical clock that
+//!   moves on every use and admission, so two residents of a layer never share it;
+//!   the lower-id rule only makes the order total. Decisions depend on the calls
 //!   alone: the same sequence of calls gives the same decisions.
 //!
 //! Every router selection is also recorded in the usage table (undecayed counts).
@@ -16,6 +18,9 @@ use crate::error::{CacheError, Result};
 use crate::policy::{AdmitKind, Mode, Policy};
 use crate::pool::SlotPool;
 use crate::usage::UsageTable;
+
+mod fill;
+mod marks;
 
 /// Outcome of [`ExpertCache::admit`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,11 +106,7 @@ impl<P: Policy> ExpertCache<P> {
 
     fn pool(&self, layer: usize, expert: u32) -> Result<(&SlotPool, usize)> {
         let idx = self.index(layer, expert)?;
-        let n_layers = self.pools.len();
-        let pool = self
-            .pools
-            .get(layer)
-            .ok_or(CacheError::LayerOutOfRange { layer, n_layers })?;
+        let pool = self.layer_pool(layer)?;
         Ok((pool, idx))
     }
 
@@ -124,6 +125,13 @@ impl<P: Policy> ExpertCache<P> {
         }
         // Cannot overflow: the usage table allocated n_layers * n_experts entries.
         Ok(layer * self.n_experts as usize + expert as usize)
+    }
+
+    fn layer_pool(&self, layer: usize) -> Result<&SlotPool> {
+        let n_layers = self.pools.len();
+        self.pools
+            .get(layer)
+            .ok_or(CacheError::LayerOutOfRange { layer, n_layers })
     }
 
     fn pool_mut(&mut self, layer: usize) -> Result<&mut SlotPool> {
@@ -204,30 +212,11 @@ impl<P: Policy> ExpertCache<P> {
     /// The `(slot, expert)` to evict for an admission of `kind` into a full `layer`, or
     /// `None` for a prefetch that may not take any.
     fn victim(&self, layer: usize, kind: AdmitKind) -> Result<Option<(u32, u32)>> {
-        let n_layers = self.pools.len();
-        let pool = self
-            .pools
-            .get(layer)
-            .ok_or(CacheError::LayerOutOfRange { layer, n_layers })?;
+        let pool = self.layer_pool(layer)?;
         let base = layer * self.n_experts as usize;
-        let mut best: Option<((bool, u64, u64, u32), u32)> = None;
-        for o in pool.occupants() {
-            if o.pins > 0 || (o.protected && kind != AdmitKind::Demand) {
-                continue;
-            }
-            let key = (
-                o.protected,
-                self.policy.value(base + o.expert as usize),
-                o.last_use,
-                o.expert,
-            );
-            match best {
-                Some((b, _)) if b <= key => {}
-                _ => best = Some((key, o.slot)),
-            }
-        }
+        let best = self.policy.pick(base, pool, kind == AdmitKind::Demand);
         match best {
-            Some(((_, _, _, expert), slot)) => Ok(Some((slot, expert))),
+            Some(found) => Ok(Some(found)),
             None if kind == AdmitKind::Demand => Err(CacheError::AllPinned {
                 layer,
                 capacity: pool.capacity(),
@@ -257,106 +246,5 @@ impl<P: Policy> ExpertCache<P> {
         }
         self.remove(layer, slot, expert)?;
         Ok(slot)
-    }
-
-    /// Pins a resident expert's slot (a read into it or a GPU copy from it is in
-    /// flight). Pins nest; each needs an [`ExpertCache::unpin`].
-    pub fn pin(&mut self, layer: usize, expert: u32) -> Result<u32> {
-        let (slot, _) = self.resident_slot(layer, expert)?;
-        self.pool_mut(layer)?.add_pin(slot);
-        Ok(slot)
-    }
-
-    /// Drops one pin.
-    pub fn unpin(&mut self, layer: usize, expert: u32) -> Result<u32> {
-        let (slot, _) = self.resident_slot(layer, expert)?;
-        if !self.pool_mut(layer)?.drop_pin(slot) {
-            return Err(CacheError::NotPinned { layer, expert });
-        }
-        Ok(slot)
-    }
-
-    /// Marks a resident expert as predicted for `layer` in this token (a prefetch
-    /// admission does this itself). Lasts until the layer starts or the token ends.
-    pub fn protect(&mut self, layer: usize, expert: u32) -> Result<u32> {
-        let (slot, _) = self.resident_slot(layer, expert)?;
-        self.pool_mut(layer)?.protect(slot);
-        Ok(slot)
-    }
-
-    /// `layer` starts running in this token: its predictions are no longer protected.
-    pub fn start_layer(&mut self, layer: usize) -> Result<()> {
-        self.pool_mut(layer)?.end_protection();
-        Ok(())
-    }
-
-    /// A decode token is done: ends all protections, advances the token clock by one.
-    pub fn tick(&mut self) {
-        self.advance(1);
-    }
-
-    /// A prompt batch of `tokens` tokens is done: like `tokens` ticks at once, so it
-    /// ages the decay values by its length.
-    pub fn prompt_batch(&mut self, tokens: u64) {
-        self.advance(tokens);
-    }
-
-    fn advance(&mut self, tokens: u64) {
-        self.pools.iter_mut().for_each(SlotPool::end_protection);
-        self.policy.on_tokens(tokens);
-    }
-
-    /// Switches between prompt (LRU) and decode (the policy's values) eviction.
-    pub fn set_mode(&mut self, mode: Mode) {
-        self.mode = mode;
-        self.policy.set_mode(mode);
-    }
-
-    /// Current mode.
-    pub fn mode(&self) -> Mode {
-        self.mode
-    }
-
-    /// Resident `(slot, expert)` pairs of `layer`, in slot order.
-    pub fn resident(&self, layer: usize) -> Result<Vec<(u32, u32)>> {
-        let n_layers = self.pools.len();
-        let pool = self
-            .pools
-            .get(layer)
-            .ok_or(CacheError::LayerOutOfRange { layer, n_layers })?;
-        Ok(pool.occupants().map(|o| (o.slot, o.expert)).collect())
-    }
-
-    /// Free slots in `layer`.
-    pub fn free_slots(&self, layer: usize) -> Result<usize> {
-        let n_layers = self.pools.len();
-        let pool = self
-            .pools
-            .get(layer)
-            .ok_or(CacheError::LayerOutOfRange { layer, n_layers })?;
-        Ok(pool.free_count())
-    }
-
-    /// Idle fill: for every empty slot, the most-used (by the usage table) expert of
-    /// that layer that is not resident, as `(layer, expert)`; ties to the lower id,
-    /// experts never used are not listed. Lists only, never evicts: admit each with
-    /// [`AdmitKind::Fill`], which takes free slots only.
-    pub fn idle_fill(&self) -> Vec<(usize, u32)> {
-        let mut plan = Vec::new();
-        for (layer, pool) in self.pools.iter().enumerate() {
-            let mut wanted: Vec<(u64, u32)> = (0..self.n_experts)
-                .filter(|&e| pool.slot_of(e).is_none())
-                .map(|e| (self.usage.count(layer, e), e))
-                .filter(|&(count, _)| count > 0)
-                .collect();
-            wanted.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-            plan.extend(
-                wanted
-                    .into_iter()
-                    .take(pool.free_count())
-                    .map(|(_, e)| (layer, e)),
-            );
-        }
-        plan
     }
 }

@@ -23,15 +23,22 @@ pub const HALF_LIFE_TOKENS: u64 = 64;
 /// Fixed-point weight of one use.
 const ONE_USE: u64 = 1 << 16;
 
+/// One expert's heat, kept together so a value costs one memory access in the victim
+/// scan.
+#[derive(Debug, Clone, Copy, Default)]
+struct Heat {
+    /// Fixed-point use count as of `epoch`.
+    count: u64,
+    /// Epoch (token / 64) at which `count` was last brought up to date.
+    epoch: u64,
+    /// Admitted by prefetch or fill and not used since: worth 0.
+    unused: bool,
+}
+
 /// Frequency with decay; see the module documentation.
 #[derive(Debug, Clone)]
 pub struct DecayPolicy {
-    /// Fixed-point use count as of `epoch_of`.
-    count: Vec<u64>,
-    /// Epoch (token / 64) at which `count` was last brought up to date.
-    epoch_of: Vec<u64>,
-    /// Admitted by prefetch or fill and not used since: worth 0.
-    unused: Vec<bool>,
+    heat: Vec<Heat>,
     tokens: u64,
     mode: Mode,
 }
@@ -40,9 +47,7 @@ impl DecayPolicy {
     /// State for `n` experts (all layers): no history.
     pub fn new(n: usize) -> Self {
         Self {
-            count: vec![0; n],
-            epoch_of: vec![0; n],
-            unused: vec![false; n],
+            heat: vec![Heat::default(); n],
             tokens: 0,
             mode: Mode::Decode,
         }
@@ -54,30 +59,28 @@ impl DecayPolicy {
 
     /// The decayed fixed-point count of `idx` now, ignoring the unused-prefetch rule.
     pub fn decayed(&self, idx: usize) -> u64 {
-        let (Some(&count), Some(&at)) = (self.count.get(idx), self.epoch_of.get(idx)) else {
-            return 0;
-        };
-        let halvings = u32::try_from(self.epoch().saturating_sub(at)).unwrap_or(u32::MAX);
-        count.checked_shr(halvings).unwrap_or(0)
+        self.heat.get(idx).map_or(0, |h| self.decay(h))
+    }
+
+    fn decay(&self, h: &Heat) -> u64 {
+        let halvings = u32::try_from(self.epoch().saturating_sub(h.epoch)).unwrap_or(u32::MAX);
+        h.count.checked_shr(halvings).unwrap_or(0)
     }
 
     fn record_use(&mut self, idx: usize) {
-        let now = self.decayed(idx).saturating_add(ONE_USE);
-        let epoch = self.epoch();
-        if let (Some(c), Some(e), Some(u)) = (
-            self.count.get_mut(idx),
-            self.epoch_of.get_mut(idx),
-            self.unused.get_mut(idx),
-        ) {
-            *c = now;
-            *e = epoch;
-            *u = false;
+        let (count, epoch) = (self.decayed(idx).saturating_add(ONE_USE), self.epoch());
+        if let Some(h) = self.heat.get_mut(idx) {
+            *h = Heat {
+                count,
+                epoch,
+                unused: false,
+            };
         }
     }
 
     fn set_unused(&mut self, idx: usize, unused: bool) {
-        if let Some(u) = self.unused.get_mut(idx) {
-            *u = unused;
+        if let Some(h) = self.heat.get_mut(idx) {
+            h.unused = unused;
         }
     }
 }
@@ -105,10 +108,10 @@ impl Policy for DecayPolicy {
         self.mode = mode;
     }
     fn value(&self, idx: usize) -> u64 {
-        if self.mode == Mode::Prompt || self.unused.get(idx).copied().unwrap_or(false) {
-            return 0;
+        match self.heat.get(idx) {
+            Some(h) if self.mode == Mode::Decode && !h.unused => self.decay(h),
+            _ => 0,
         }
-        self.decayed(idx)
     }
 }
 

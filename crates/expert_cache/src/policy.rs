@@ -17,6 +17,7 @@ use crate::decay::DecayPolicy;
 use crate::error::CacheError;
 use crate::lfu::LfuPolicy;
 use crate::lru::LruPolicy;
+use crate::pool::SlotPool;
 
 /// Why an expert is being admitted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -59,6 +60,18 @@ pub trait Policy: std::fmt::Debug {
     fn set_mode(&mut self, mode: Mode);
     /// The value of resident `idx`: lowest leaves first.
     fn value(&self, idx: usize) -> u64;
+
+    /// The victim in `pool` (experts of the layer whose flat indices start at `base`)
+    /// as (slot, expert): unpinned, unprotected before protected (protected ones only
+    /// for a demand), then lowest value, least recently used, lower id. One call per
+    /// eviction, so [`AnyPolicy`] dispatches once and the scan runs monomorphized for
+    /// the concrete policy.
+    fn pick(&self, base: usize, pool: &SlotPool, demand: bool) -> Option<(u32, u32)>
+    where
+        Self: Sized,
+    {
+        pool.scan(demand, |expert| self.value(base + expert as usize))
+    }
 }
 
 /// The policies that can be chosen by name.
@@ -159,6 +172,9 @@ impl Policy for AnyPolicy {
     }
     fn value(&self, idx: usize) -> u64 {
         dispatch!(self, p => p.value(idx))
+    }
+    fn pick(&self, base: usize, pool: &SlotPool, demand: bool) -> Option<(u32, u32)> {
+        dispatch!(self, p => p.pick(base, pool, demand))
     }
 }
 

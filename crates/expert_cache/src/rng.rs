@@ -48,10 +48,10 @@ mod tests {
         let (mut a, mut b) = (SplitMix64::new(7), SplitMix64::new(7));
         for _ in 0..1000 {
             assert_eq!(a.next_u64(), b.next_u64());
-            let x = a.next_f64();
-            assert!((0.0..1.0).contains(&x));
-            assert!(b.below(5) < 5);
-            a.next_u64();
+            let (x, y) = (a.next_f64(), b.next_f64());
+            assert!(x == y && (0.0..1.0).contains(&x));
+            let (i, j) = (a.below(5), b.below(5));
+            assert!(i == j && i < 5);
         }
         assert_ne!(SplitMix64::new(1).next_u64(), SplitMix64::new(2).next_u64());
     }
