@@ -3,6 +3,8 @@
 
 use pyo3::prelude::*;
 
+mod arena;
+mod cache;
 mod error;
 mod format;
 
@@ -12,5 +14,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     error::register(m)?;
     format::register(m)?;
+    m.add_class::<arena::PyArena>()?;
+    m.add_class::<cache::PyExpertCache>()?;
+    m.add_class::<cache::PyReplayResult>()?;
+    m.add_function(wrap_pyfunction!(cache::replay, m)?)?;
     Ok(())
 }

@@ -26,13 +26,22 @@ struct Pool {
 
 impl Pool {
     fn new(n: usize, len: usize) -> Self {
-        let bufs = (0..n).map(|_| AlignedBuf::new(len, 4096).unwrap()).collect();
-        Self { bufs, free: Mutex::new((0..n as u32).collect()) }
+        let bufs = (0..n)
+            .map(|_| AlignedBuf::new(len, 4096).unwrap())
+            .collect();
+        Self {
+            bufs,
+            free: Mutex::new((0..n as u32).collect()),
+        }
     }
     fn take(&self) -> Option<Slot> {
         let i = self.free.lock().unwrap().pop()?;
         let b = &self.bufs[i as usize];
-        Some(Slot { index: i, addr: b.as_mut_ptr() as usize, len: b.len() as u64 })
+        Some(Slot {
+            index: i,
+            addr: b.as_mut_ptr() as usize,
+            len: b.len() as u64,
+        })
     }
     fn give(&self, s: Slot) {
         self.free.lock().unwrap().push(s.index);
@@ -54,7 +63,14 @@ impl SlotSource for Pool {
 }
 
 fn shuffled_keys(r: &FtwReader, n: usize, seed: u64) -> Vec<ExpertKey> {
-    let all: Vec<ExpertKey> = r.experts().iter().map(|e| ExpertKey { layer: e.layer, expert: e.expert }).collect();
+    let all: Vec<ExpertKey> = r
+        .experts()
+        .iter()
+        .map(|e| ExpertKey {
+            layer: e.layer,
+            expert: e.expert,
+        })
+        .collect();
     let mut x = seed | 1;
     (0..n)
         .map(|_| {
@@ -104,10 +120,20 @@ fn io_engine_read(f: &std::fs::File, buf: &mut [u8], off: u64) -> usize {
 
 /// GB/s of demand reads through the engine, `threads` workers, 2 x `threads`
 /// outstanding (a layer's misses arrive together, so the queue is never empty).
-fn engine_demand(path: &std::path::Path, r: &FtwReader, keys: &[ExpertKey], threads: usize, verify: bool) -> f64 {
+fn engine_demand(
+    path: &std::path::Path,
+    r: &FtwReader,
+    keys: &[ExpertKey],
+    threads: usize,
+    verify: bool,
+) -> f64 {
     let slab = r.experts()[0].len as usize;
     let pool = Arc::new(Pool::new(threads * 2 + 1, slab));
-    let cfg = EngineConfig { workers: threads, verify, ..Default::default() };
+    let cfg = EngineConfig {
+        workers: threads,
+        verify,
+        ..Default::default()
+    };
     let eng = Engine::open(path, r.experts(), pool.clone(), cfg).unwrap();
     let mut outstanding: VecDeque<ExpertKey> = VecDeque::new();
     let start = Instant::now();
@@ -128,7 +154,13 @@ fn engine_demand(path: &std::path::Path, r: &FtwReader, keys: &[ExpertKey], thre
 }
 
 /// Demand latencies (us) with or without a saturated prefetch stream.
-fn latencies(path: &std::path::Path, r: &FtwReader, cfg: EngineConfig, saturate: bool, n: usize) -> Vec<u64> {
+fn latencies(
+    path: &std::path::Path,
+    r: &FtwReader,
+    cfg: EngineConfig,
+    saturate: bool,
+    n: usize,
+) -> Vec<u64> {
     let slab = r.experts()[0].len as usize;
     let pool = Arc::new(Pool::new(64, slab));
     let eng = Engine::open(path, r.experts(), pool.clone(), cfg).unwrap();
@@ -139,10 +171,13 @@ fn latencies(path: &std::path::Path, r: &FtwReader, cfg: EngineConfig, saturate:
     for k in keys {
         if saturate {
             let (_, _, waiting, _) = eng.depths();
-            let add: Vec<_> = (waiting..64).map(|i| {
-                p += 1;
-                (pred_keys[p % pred_keys.len()], 1, (i % 8) as u8)
-            }).filter(|(pk, _, _)| *pk != k).collect();
+            let add: Vec<_> = (waiting..64)
+                .map(|i| {
+                    p += 1;
+                    (pred_keys[p % pred_keys.len()], 1, (i % 8) as u8)
+                })
+                .filter(|(pk, _, _)| *pk != k)
+                .collect();
             eng.predict(&add).unwrap();
             std::thread::sleep(Duration::from_millis(2)); // let prefetches fill the queues
         }
@@ -181,22 +216,42 @@ fn drop_file_cache(path: &std::path::Path) {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
-    let path = PathBuf::from(args.first().expect("usage: io_bench FILE [--reps N] [--threads 1,4,8,16]"));
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
+    let path = PathBuf::from(
+        args.first()
+            .expect("usage: io_bench FILE [--reps N] [--threads 1,4,8,16]"),
+    );
     let opt = |name: &str, d: &str| {
-        args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned().unwrap_or(d.into())
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+            .unwrap_or(d.into())
     };
     let reps: usize = opt("--reps", "3").parse().unwrap();
-    let threads: Vec<usize> = opt("--threads", "1,4,8,16").split(',').map(|t| t.parse().unwrap()).collect();
+    let threads: Vec<usize> = opt("--threads", "1,4,8,16")
+        .split(',')
+        .map(|t| t.parse().unwrap())
+        .collect();
     let r = FtwReader::open(&path).unwrap();
     let slab = r.experts()[0].len;
-    println!("file {} ({} experts, slab {} KiB)", path.display(), r.experts().len(), slab >> 10);
+    println!(
+        "file {} ({} experts, slab {} KiB)",
+        path.display(),
+        r.experts().len(),
+        slab >> 10
+    );
 
     drop_file_cache(&path);
     let before = cached_kib();
     let keys = shuffled_keys(&r, 400, 1);
     println!("\n1. demand-only random reads, GB/s (mean over {reps} interleaved reps)");
-    println!("| threads | plain pread loop | engine | engine / plain | engine, no checksum | / plain |");
+    println!(
+        "| threads | plain pread loop | engine | engine / plain | engine, no checksum | / plain |"
+    );
     println!("|---|---|---|---|---|---|");
     for &t in &threads {
         let (mut a, mut b, mut c) = (0.0, 0.0, 0.0);
@@ -207,10 +262,15 @@ fn main() {
             c += engine_demand(&path, &r, &ks, t, false);
         }
         let (a, b, c) = (a / reps as f64, b / reps as f64, c / reps as f64);
-        println!("| {t} | {a:.2} | {b:.2} | {:.0}% | {c:.2} | {:.0}% |", 100.0 * b / a, 100.0 * c / a);
+        println!(
+            "| {t} | {a:.2} | {b:.2} | {:.0}% | {c:.2} | {:.0}% |",
+            100.0 * b / a,
+            100.0 * c / a
+        );
     }
     let after = cached_kib();
-    let read_gib = (threads.len() * reps * 3 * keys.len()) as f64 * slab as f64 / (1u64 << 30) as f64;
+    let read_gib =
+        (threads.len() * reps * 3 * keys.len()) as f64 * slab as f64 / (1u64 << 30) as f64;
     println!(
         "\n3. page cache: Cached {} MiB before, {} MiB after reading {read_gib:.1} GiB directly",
         before >> 10,
@@ -220,11 +280,24 @@ fn main() {
     println!("\n2. demand latency (us), 8 workers, 200 demands each");
     println!("| engine | idle p50 | idle p99 | prefetch-saturated p50 | saturated p99 | p50 ratio | p99 ratio |\n|---|---|---|---|---|---|---|");
     let on = EngineConfig::default();
-    let off = EngineConfig { chunking: false, prefetch_cap: 8, prefetch_cap_with_demand: 8, ..Default::default() };
-    for (name, cfg) in [("chunking + caps (default)", on), ("chunking and caps off", off)] {
+    let off = EngineConfig {
+        chunking: false,
+        prefetch_cap: 8,
+        prefetch_cap_with_demand: 8,
+        ..Default::default()
+    };
+    for (name, cfg) in [
+        ("chunking + caps (default)", on),
+        ("chunking and caps off", off),
+    ] {
         let idle = latencies(&path, &r, cfg.clone(), false, 200);
         let sat = latencies(&path, &r, cfg, true, 200);
-        let (i50, i99, s50, s99) = (pct(&idle, 0.5), pct(&idle, 0.99), pct(&sat, 0.5), pct(&sat, 0.99));
+        let (i50, i99, s50, s99) = (
+            pct(&idle, 0.5),
+            pct(&idle, 0.99),
+            pct(&sat, 0.5),
+            pct(&sat, 0.99),
+        );
         println!(
             "| {name} | {i50} | {i99} | {s50} | {s99} | {:.2}x | {:.2}x |",
             s50 as f64 / i50 as f64,

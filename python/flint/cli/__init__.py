@@ -8,6 +8,7 @@ import typer
 from rich.console import Console
 
 from flint._version import __version__, core_version
+from flint.cli.replay import replay_command
 
 app = typer.Typer(
     name="flint",
@@ -18,6 +19,7 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 console = Console()
+app.command("replay")(replay_command)
 
 
 def _version_callback(value: bool) -> None:

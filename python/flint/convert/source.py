@@ -102,7 +102,7 @@ class Checkpoint:
             _, old = self._open.popitem(last=False)
             old.__exit__(None, None, None)
         handle = safe_open(shard, framework="pt")
-        self._open[shard] = handle.__enter__()
+        self._open[shard] = handle.__enter__()  # type: ignore[no-untyped-call]
         return self._open[shard]
 
     def names(self) -> list[str]:
