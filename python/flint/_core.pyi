@@ -17,10 +17,12 @@ __all__ = [
     "CacheStateError",
     "ChecksumError",
     "ExpertCache",
+    "ExpertReadError",
     "FlintError",
     "FormatError",
     "FtwReader",
     "FtwWriter",
+    "IoEngine",
     "ReplayResult",
     "TraceError",
     "UsageTableError",
@@ -36,6 +38,7 @@ class FlintError(Exception): ...
 class FormatError(FlintError): ...
 class ChecksumError(FormatError): ...
 class WriterError(FlintError): ...
+class ExpertReadError(FlintError): ...
 
 @final
 class FtwReader:
@@ -181,3 +184,37 @@ def replay(
     predict_recall: float | None = None,
     seed: int = 0,
 ) -> ReplayResult: ...
+
+@final
+class IoEngine:
+    """Expert reads from a .ftw file into a RAM expert cache; addresses stay valid while
+    the object lives (see crates/flint_py/src/io.rs)."""
+
+    def __new__(
+        cls,
+        path: str | PathLike[str],
+        streamed: list[int],
+        slots_per_layer: int,
+        policy: str = "decay",
+        workers: int = 8,
+        chunk_kib: int = 512,
+        prefetch_cap: int = 4,
+        prefetch_cap_with_demand: int = 2,
+        chunking: bool = True,
+        direct: bool = True,
+        verify: bool = True,
+    ) -> IoEngine: ...
+    @property
+    def mode(self) -> str: ...
+    @property
+    def arena_address(self) -> int: ...
+    @property
+    def arena_len(self) -> int: ...
+    @property
+    def slot_bytes(self) -> int: ...
+    def begin_layer(self, layer: int, selected: list[int]) -> list[tuple[int, int, int, bool]]: ...
+    def predict(self, predictions: list[tuple[int, int, int, int]]) -> None: ...
+    def wait(self, layer: int, expert: int, proj: int = 2, timeout_s: float = 60.0) -> int: ...
+    def tick(self) -> None: ...
+    def wait_idle(self, timeout_s: float) -> bool: ...
+    def stats(self) -> dict[str, int]: ...

@@ -7,6 +7,7 @@
 //! ├── FormatError              crate ftw_format: not a valid .ftw file
 //! │   └── ChecksumError        bytes do not match their checksum
 //! ├── WriterError              a .ftw writer used out of order
+//! ├── ExpertReadError          crate io_engine: a read of an expert failed or was cancelled
 //! └── CacheError               crate expert_cache
 //!     ├── CacheArgumentError   a size, index, name or probability out of range
 //!     ├── CacheStateError      an operation that does not fit the expert's state
@@ -20,8 +21,11 @@
 
 use expert_cache::CacheError as CacheErr;
 use ftw_format::FtwError;
+use io_engine::IoError;
 use pyo3::create_exception;
-use pyo3::exceptions::{PyException, PyFileNotFoundError, PyKeyError, PyOSError, PyValueError};
+use pyo3::exceptions::{
+    PyException, PyFileNotFoundError, PyKeyError, PyOSError, PyTimeoutError, PyValueError,
+};
 use pyo3::prelude::*;
 
 create_exception!(
@@ -47,6 +51,12 @@ create_exception!(
     WriterError,
     FlintError,
     "A .ftw writer was used out of order."
+);
+create_exception!(
+    flint._core,
+    ExpertReadError,
+    FlintError,
+    "Reading an expert from the model file failed (I/O error, short read) or was cancelled."
 );
 create_exception!(
     flint._core,
@@ -100,6 +110,22 @@ pub trait IntoPyErr {
 impl IntoPyErr for FtwError {
     fn into_py_err(self) -> PyErr {
         ftw_to_py(self)
+    }
+}
+
+impl IntoPyErr for IoError {
+    fn into_py_err(self) -> PyErr {
+        let msg = self.to_string();
+        match self {
+            IoError::Open { .. } => PyOSError::new_err(msg),
+            IoError::Read { .. } | IoError::ShortRead { .. } | IoError::Cancelled { .. } => {
+                ExpertReadError::new_err(msg)
+            }
+            IoError::Checksum { .. } => ChecksumError::new_err(msg),
+            IoError::Timeout { .. } => PyTimeoutError::new_err(msg),
+            IoError::NotRequested { .. } | IoError::NoSuchExpert { .. } => PyKeyError::new_err(msg),
+            IoError::BadSlot { .. } | IoError::Config(_) => PyValueError::new_err(msg),
+        }
     }
 }
 
@@ -197,6 +223,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("FormatError", py.get_type::<FormatError>())?;
     m.add("ChecksumError", py.get_type::<ChecksumError>())?;
     m.add("WriterError", py.get_type::<WriterError>())?;
+    m.add("ExpertReadError", py.get_type::<ExpertReadError>())?;
     m.add("CacheError", py.get_type::<CacheError>())?;
     m.add("CacheArgumentError", py.get_type::<CacheArgumentError>())?;
     m.add("CacheStateError", py.get_type::<CacheStateError>())?;

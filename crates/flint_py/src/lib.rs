@@ -7,6 +7,7 @@ mod arena;
 mod cache;
 mod error;
 mod format;
+mod io;
 
 /// The private extension module. The public API is the `flint` Python package.
 #[pymodule]
@@ -14,6 +15,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     error::register(m)?;
     format::register(m)?;
+    m.add_class::<io::PyIoEngine>()?;
     m.add_class::<arena::PyArena>()?;
     m.add_class::<cache::PyExpertCache>()?;
     m.add_class::<cache::PyReplayResult>()?;

@@ -5,9 +5,11 @@
 //! - [`Engine`]: N worker threads, each with its own file handle.
 //! - [`Scheduler`]: the pure queueing state (demand queue, chunked prefetches, late
 //!   binding of predictions, caps, cancel and promote), driven by the engine.
-//! - [`SlotSource`]: where slots come from (the expert cache implements it).
+//! - [`SlotSource`]: where slots come from; [`CacheSlots`] is the RAM expert cache's.
+//! - [`CachedEngine`]: the engine over the cache, driven layer by layer.
 
 mod aligned;
+mod cached;
 mod config;
 mod engine;
 mod error;
@@ -18,6 +20,7 @@ mod slots;
 mod stats;
 
 pub use aligned::AlignedBuf;
+pub use cached::{CacheSlots, CachedEngine, LayerCounts, Placement};
 pub use config::{EngineConfig, FaultHook};
 pub use engine::Engine;
 pub use error::{IoError, Result};

@@ -1,0 +1,199 @@
+//! `IoEngine`: the I/O engine over the RAM expert cache, for the streaming runtime.
+//!
+//! Memory: the engine owns one page-aligned arena holding every slot; addresses it
+//! returns (`arena_address`, placements, `wait`) stay valid while the `IoEngine` object
+//! lives. A slot's bytes are complete once `wait(..., proj=2)` returned for it (or it
+//! was placed as a hit) and stay until a later `begin_layer` of the same layer may
+//! evict it. The GIL is released while waiting.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use expert_cache::{AnyPolicy, Arena, ArenaPlan, ExpertCache, PolicyKind};
+use ftw_format::FtwReader;
+use io_engine::{CacheSlots, CachedEngine, EngineConfig, Proj, ReadMode};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use crate::error::{cache_err, detach, ftw_to_py, IntoPyErr};
+
+/// Expert reads from a .ftw file into a RAM expert cache (see module docs).
+#[pyclass(module = "flint._core", name = "IoEngine", frozen)]
+#[derive(Debug)]
+pub struct PyIoEngine {
+    inner: CachedEngine,
+}
+
+fn proj(p: u8) -> PyResult<Proj> {
+    match p {
+        0 => Ok(Proj::Gate),
+        1 => Ok(Proj::Up),
+        2 => Ok(Proj::Down),
+        _ => Err(pyo3::exceptions::PyValueError::new_err(format!(
+            "proj must be 0, 1 or 2, not {p}"
+        ))),
+    }
+}
+
+#[pymethods]
+impl PyIoEngine {
+    /// Opens `path` and a cache of `slots_per_layer` slots for each layer in `streamed`.
+    #[new]
+    #[pyo3(signature = (path, streamed, slots_per_layer, policy = "decay", workers = 8,
+        chunk_kib = 512, prefetch_cap = 4, prefetch_cap_with_demand = 2, chunking = true,
+        direct = true, verify = true))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        path: PathBuf,
+        streamed: Vec<u32>,
+        slots_per_layer: usize,
+        policy: &str,
+        workers: usize,
+        chunk_kib: u64,
+        prefetch_cap: usize,
+        prefetch_cap_with_demand: usize,
+        chunking: bool,
+        direct: bool,
+        verify: bool,
+    ) -> PyResult<Self> {
+        let reader = detach(py, || FtwReader::open(&path))?;
+        let layout = *reader.layout();
+        let (_, _, slab) = layout.canonical_slab().map_err(ftw_to_py)?;
+        let n_total = streamed.len().saturating_mul(layout.n_experts as usize);
+        let kind: PolicyKind = policy.parse().map_err(cache_err)?;
+        let plan = ArenaPlan {
+            n_layers: streamed.len(),
+            slots_per_layer,
+            slot_bytes: slab,
+        };
+        let arena = detach(py, || Arena::new(plan))?;
+        let pol = AnyPolicy::online(kind, n_total).map_err(cache_err)?;
+        let cache = ExpertCache::new(streamed.len(), layout.n_experts, slots_per_layer, pol)
+            .map_err(cache_err)?;
+        let slots = CacheSlots::new(cache, arena, &streamed);
+        let cfg = EngineConfig {
+            workers,
+            chunk_bytes: chunk_kib.saturating_mul(1024),
+            prefetch_cap,
+            prefetch_cap_with_demand,
+            chunking,
+            direct,
+            verify,
+            fault: None,
+        };
+        let inner = detach(py, || {
+            CachedEngine::open(&path, reader.experts(), slots, cfg)
+        })?;
+        Ok(Self { inner })
+    }
+
+    /// "direct" or "buffered".
+    #[getter]
+    fn mode(&self) -> &'static str {
+        match self.inner.engine().mode() {
+            ReadMode::Direct => "direct",
+            ReadMode::Buffered => "buffered",
+        }
+    }
+
+    /// Address of the arena's first byte.
+    #[getter]
+    fn arena_address(&self) -> usize {
+        self.inner.slots().arena().as_ptr() as usize
+    }
+
+    /// Bytes in the arena.
+    #[getter]
+    fn arena_len(&self) -> usize {
+        self.inner.slots().arena().len()
+    }
+
+    /// Bytes per slot.
+    #[getter]
+    fn slot_bytes(&self) -> u64 {
+        self.inner.slots().arena().plan().slot_bytes
+    }
+
+    /// Starts a layer with the router's selected experts; returns for each
+    /// (expert, slot index, slot address, hit). Non-hits must be waited for.
+    fn begin_layer(
+        &self,
+        py: Python<'_>,
+        layer: u32,
+        selected: Vec<u32>,
+    ) -> PyResult<Vec<(u32, u32, usize, bool)>> {
+        let (placed, _) = detach(py, || self.inner.begin_layer(layer, &selected))?;
+        Ok(placed
+            .iter()
+            .map(|p| (p.expert, p.slot.index, p.slot.addr, p.hit))
+            .collect())
+    }
+
+    /// Lookahead predictions as (layer, expert, distance, rank).
+    fn predict(&self, predictions: Vec<(u32, u32, u8, u8)>) -> PyResult<()> {
+        self.inner
+            .predict(&predictions)
+            .map_err(IntoPyErr::into_py_err)
+    }
+
+    /// Blocks (GIL released) until projection `proj` (0 gate, 1 up, 2 down = whole
+    /// slab verified) of the expert is in its slot; returns the slot address.
+    #[pyo3(signature = (layer, expert, proj = 2, timeout_s = 60.0))]
+    fn wait(
+        &self,
+        py: Python<'_>,
+        layer: u32,
+        expert: u32,
+        proj: u8,
+        timeout_s: f64,
+    ) -> PyResult<usize> {
+        let p = self::proj(proj)?;
+        let timeout = Duration::try_from_secs_f64(timeout_s)
+            .map_err(|_| pyo3::exceptions::PyValueError::new_err("timeout_s must be >= 0"))?;
+        detach(py, || {
+            self.inner.wait(layer, expert, p, timeout).map(|s| s.addr)
+        })
+    }
+
+    /// The token is done (cache decay clock).
+    fn tick(&self) {
+        self.inner.tick();
+    }
+
+    /// Waits until nothing is queued or in service; True if it got there in time.
+    fn wait_idle(&self, py: Python<'_>, timeout_s: f64) -> bool {
+        let t = Duration::from_secs_f64(timeout_s.max(0.0));
+        py.allow_threads(|| self.inner.engine().wait_idle(t))
+    }
+
+    /// Counters as a dict.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let (s, c) = self.inner.stats();
+        let d = PyDict::new(py);
+        for (k, v) in [
+            ("demands", s.demands),
+            ("predictions", s.predictions),
+            ("bound", s.bound),
+            ("bind_failed", s.bind_failed),
+            ("cancelled", s.cancelled),
+            ("promoted", s.promoted),
+            ("failed", s.failed),
+            ("reads_demand", s.reads.0),
+            ("reads_prefetch", s.reads.1),
+            ("bytes_demand", s.bytes.0),
+            ("bytes_prefetch", s.bytes.1),
+            ("waits", s.waits),
+            ("wait_us", s.wait_us),
+            ("max_in_service", s.max_in_service),
+            ("hits", c.hits),
+            ("in_flight_at_start", c.in_flight),
+            ("demand_placements", c.demand),
+            ("demand_p50_us", s.demand_latency.quantile_us(0.5)),
+            ("demand_p99_us", s.demand_latency.quantile_us(0.99)),
+        ] {
+            d.set_item(k, v)?;
+        }
+        Ok(d)
+    }
+}

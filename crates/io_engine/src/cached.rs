@@ -1,0 +1,291 @@
+//! The engine bound to the RAM expert cache: slots come from the cache's arena, chosen
+//! by its policy. This is what the streaming runtime drives, layer by layer:
+//!
+//! 1. `predict` the next layers' experts (lookahead): read only into slots the cache
+//!    gives without evicting anything protected, when workers have nothing better to do;
+//! 2. `begin_layer(layer, selected)`: wrong guesses are cancelled, selected prefetches
+//!    promoted; every selected expert then gets a slot now: a cache hit, a read in
+//!    flight, or a demand read into a slot chosen by the policy;
+//! 3. `wait` for each projection before computing with it.
+//!
+//! Lock order: engine state, then cache. The cache lock is never held while calling
+//! into the engine.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use expert_cache::{Admission, AdmitKind, AnyPolicy, Arena, ExpertCache};
+use ftw_format::ExpertEntry;
+
+use crate::config::EngineConfig;
+use crate::engine::Engine;
+use crate::error::{IoError, Result};
+use crate::job::{ExpertKey, Proj, ReadClass};
+use crate::scheduler::LayerStart;
+use crate::slots::{Slot, SlotSource};
+use crate::stats::Stats;
+
+/// The cache and its arena as a [`SlotSource`].
+#[derive(Debug)]
+pub struct CacheSlots {
+    cache: Mutex<ExpertCache<AnyPolicy>>,
+    arena: Arena,
+    /// Model layer -> streamed (cache) layer.
+    layers: Vec<Option<usize>>,
+}
+
+impl CacheSlots {
+    /// `streamed[i]` is the model layer of cache layer `i`.
+    pub fn new(cache: ExpertCache<AnyPolicy>, arena: Arena, streamed: &[u32]) -> Self {
+        let max = streamed.iter().copied().max().map_or(0, |m| m as usize + 1);
+        let mut layers = vec![None; max];
+        for (i, &l) in streamed.iter().enumerate() {
+            if let Some(slot) = layers.get_mut(l as usize) {
+                *slot = Some(i);
+            }
+        }
+        Self {
+            cache: Mutex::new(cache),
+            arena,
+            layers,
+        }
+    }
+
+    /// The cache, locked (never call the engine while holding it).
+    pub fn cache(&self) -> MutexGuard<'_, ExpertCache<AnyPolicy>> {
+        self.cache.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The arena behind every slot.
+    pub fn arena(&self) -> &Arena {
+        &self.arena
+    }
+
+    /// The cache layer of a model layer.
+    pub fn cache_layer(&self, layer: u32) -> Option<usize> {
+        self.layers.get(layer as usize).copied().flatten()
+    }
+
+    fn slot(&self, layer: usize, slot: u32) -> Option<Slot> {
+        let addr = self.arena.slot_ptr(layer, slot as usize).ok()? as usize;
+        Some(Slot {
+            index: slot,
+            addr,
+            len: self.arena.plan().slot_bytes,
+        })
+    }
+
+    fn admit(&self, key: ExpertKey, kind: AdmitKind) -> Option<Slot> {
+        let l = self.cache_layer(key.layer)?;
+        let mut c = self.cache();
+        if c.lookup(l, key.expert).ok()?.is_some() {
+            return None;
+        }
+        match c.admit(l, key.expert, kind).ok()? {
+            Admission::Placed { slot, .. } => {
+                c.pin(l, key.expert).ok()?;
+                drop(c);
+                self.slot(l, slot)
+            }
+            Admission::Declined => None,
+        }
+    }
+}
+
+impl SlotSource for CacheSlots {
+    fn bind(&self, key: ExpertKey, _class: ReadClass) -> Option<Slot> {
+        self.admit(key, AdmitKind::Prefetch)
+    }
+    fn complete(&self, key: ExpertKey, _slot: Slot) {
+        if let Some(l) = self.cache_layer(key.layer) {
+            let _ = self.cache().unpin(l, key.expert);
+        }
+    }
+    fn release(&self, key: ExpertKey, _slot: Slot) {
+        if let Some(l) = self.cache_layer(key.layer) {
+            let mut c = self.cache();
+            let _ = c.unpin(l, key.expert);
+            let _ = c.evict(l, key.expert);
+        }
+    }
+}
+
+/// Where a selected expert's bytes are when its layer starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Placement {
+    /// The expert.
+    pub expert: u32,
+    /// Its slot in the layer's pool.
+    pub slot: Slot,
+    /// Already resident and complete (no wait needed).
+    pub hit: bool,
+}
+
+/// Counters of the cache side, per layer start.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LayerCounts {
+    /// Selected experts found resident.
+    pub hits: u64,
+    /// Selected experts being read when the layer started (prefetch in flight).
+    pub in_flight: u64,
+    /// Selected experts read on demand.
+    pub demand: u64,
+}
+
+/// An [`Engine`] whose slots are the RAM expert cache's.
+#[derive(Debug)]
+pub struct CachedEngine {
+    slots: Arc<CacheSlots>,
+    engine: Engine,
+    counts: Mutex<LayerCounts>,
+}
+
+impl CachedEngine {
+    /// Opens `path` (expert index `experts`) over the given cache and arena.
+    pub fn open(
+        path: &Path,
+        experts: &[ExpertEntry],
+        slots: CacheSlots,
+        cfg: EngineConfig,
+    ) -> Result<Self> {
+        let slots = Arc::new(slots);
+        let engine = Engine::open(path, experts, slots.clone(), cfg)?;
+        Ok(Self {
+            slots,
+            engine,
+            counts: Mutex::new(LayerCounts::default()),
+        })
+    }
+
+    /// The engine (for waits, predictions, stats).
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// The cache and arena.
+    pub fn slots(&self) -> &CacheSlots {
+        &self.slots
+    }
+
+    /// Starts `layer` with the router's `selected` experts (rank order): cancels and
+    /// promotes, then places every selected expert (hit, in flight, or demand read).
+    pub fn begin_layer(
+        &self,
+        layer: u32,
+        selected: &[u32],
+    ) -> Result<(Vec<Placement>, LayerStart)> {
+        let l = self.slots.cache_layer(layer).ok_or(IoError::NoSuchExpert {
+            layer,
+            expert: selected.first().copied().unwrap_or(0),
+        })?;
+        let start = self.engine.begin_layer(layer, selected);
+        self.slots
+            .cache()
+            .start_layer(l)
+            .map_err(|e| IoError::Config(e.to_string()))?;
+        let mut out = Vec::with_capacity(selected.len());
+        let mut counts = LayerCounts::default();
+        for &e in selected {
+            let key = ExpertKey { layer, expert: e };
+            let pending = start.pending.contains(&e);
+            let resident = self.slots.cache().lookup(l, e).ok().flatten();
+            let placed = match (pending, resident) {
+                (true, Some(slot)) => {
+                    counts.in_flight += 1;
+                    self.touch(l, e, slot, false)?
+                }
+                (false, Some(slot)) => {
+                    counts.hits += 1;
+                    self.touch(l, e, slot, true)?
+                }
+                (_, None) => {
+                    counts.demand += 1;
+                    self.demand(key)?
+                }
+            };
+            out.push(placed);
+        }
+        let mut c = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        c.hits += counts.hits;
+        c.in_flight += counts.in_flight;
+        c.demand += counts.demand;
+        Ok((out, start))
+    }
+
+    fn touch(&self, l: usize, e: u32, slot: u32, hit: bool) -> Result<Placement> {
+        self.slots
+            .cache()
+            .touch(l, e)
+            .map_err(|err| IoError::Config(err.to_string()))?;
+        let s = self
+            .slots
+            .slot(l, slot)
+            .ok_or(IoError::Config(format!("slot {slot} outside the arena")))?;
+        Ok(Placement {
+            expert: e,
+            slot: s,
+            hit,
+        })
+    }
+
+    fn demand(&self, key: ExpertKey) -> Result<Placement> {
+        let full = || IoError::BadSlot {
+            layer: key.layer,
+            expert: key.expert,
+            detail: "every slot of the layer is pinned".into(),
+        };
+        let slot = self.slots.admit(key, AdmitKind::Demand).ok_or_else(full)?;
+        if !self.engine.demand(key, slot)? {
+            // The engine already had it in hand: undo the second placement.
+            self.slots.release(key, slot);
+        }
+        Ok(Placement {
+            expert: key.expert,
+            slot,
+            hit: false,
+        })
+    }
+
+    /// Blocks until `proj` of the expert is in its slot (down: whole slab verified).
+    /// A resident expert the engine has no read of is complete: its slot is returned.
+    pub fn wait(&self, layer: u32, expert: u32, proj: Proj, timeout: Duration) -> Result<Slot> {
+        match self.engine.wait(ExpertKey { layer, expert }, proj, timeout) {
+            Err(e @ IoError::NotRequested { .. }) => {
+                let l = self.slots.cache_layer(layer).ok_or(e.clone())?;
+                let slot = self
+                    .slots
+                    .cache()
+                    .lookup(l, expert)
+                    .ok()
+                    .flatten()
+                    .ok_or(e.clone())?;
+                self.slots.slot(l, slot).ok_or(e)
+            }
+            other => other,
+        }
+    }
+
+    /// Lookahead predictions `(layer, expert, distance, rank)`.
+    pub fn predict(&self, predictions: &[(u32, u32, u8, u8)]) -> Result<()> {
+        let p: Vec<_> = predictions
+            .iter()
+            .filter(|(l, ..)| self.slots.cache_layer(*l).is_some())
+            .map(|&(layer, expert, d, r)| (ExpertKey { layer, expert }, d, r))
+            .collect();
+        self.engine.predict(&p)
+    }
+
+    /// The token is done (decay clock, protections end).
+    pub fn tick(&self) {
+        self.slots.cache().tick();
+    }
+
+    /// Engine counters and the cache-side counts.
+    pub fn stats(&self) -> (Stats, LayerCounts) {
+        (
+            self.engine.stats(),
+            *self.counts.lock().unwrap_or_else(|p| p.into_inner()),
+        )
+    }
+}

@@ -1,0 +1,97 @@
+//! The engine over the real expert cache: hits, demand reads, prefetches, eviction.
+#![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::write_model;
+use expert_cache::{AnyPolicy, Arena, ArenaPlan, ExpertCache, PolicyKind};
+use io_engine::{CacheSlots, CachedEngine, EngineConfig, Proj};
+
+const T: Duration = Duration::from_secs(20);
+
+fn open(dir: &std::path::Path, slots_per_layer: usize) -> (ftw_format::FtwReader, CachedEngine) {
+    let path = dir.join("m.ftw");
+    let r = write_model(&path, 2, 8, 128);
+    let slab = r.experts()[0].len;
+    let plan = ArenaPlan {
+        n_layers: 2,
+        slots_per_layer,
+        slot_bytes: slab,
+    };
+    let arena = Arena::new(plan).unwrap();
+    let policy = AnyPolicy::online(PolicyKind::Decay, 16).unwrap();
+    let cache = ExpertCache::new(2, 8, slots_per_layer, policy).unwrap();
+    let slots = CacheSlots::new(cache, arena, &[0, 1]);
+    let eng = CachedEngine::open(&path, r.experts(), slots, EngineConfig::default()).unwrap();
+    (r, eng)
+}
+
+fn slab_bytes(r: &ftw_format::FtwReader, layer: u32, e: u32) -> Vec<u8> {
+    let mut b = vec![0u8; r.expert(layer, e).unwrap().len as usize];
+    r.read_expert_into(layer, e, &mut b).unwrap();
+    b
+}
+
+fn slot_bytes(s: io_engine::Slot, len: usize) -> Vec<u8> {
+    // SAFETY: the slot lies in the engine's arena, alive for the test.
+    unsafe { std::slice::from_raw_parts(s.addr as *const u8, len) }.to_vec()
+}
+
+#[test]
+fn selected_experts_are_placed_read_and_hit_next_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let (r, eng) = open(dir.path(), 3);
+    let len = r.experts()[0].len as usize;
+    let (placed, _) = eng.begin_layer(1, &[5, 2]).unwrap();
+    assert!(placed.iter().all(|p| !p.hit));
+    for p in &placed {
+        let s = eng.wait(1, p.expert, Proj::Down, T).unwrap();
+        assert_eq!(s, p.slot);
+        assert_eq!(slot_bytes(s, len), slab_bytes(&r, 1, p.expert));
+    }
+    eng.tick();
+    let (again, _) = eng.begin_layer(1, &[2, 5]).unwrap();
+    assert!(again.iter().all(|p| p.hit), "{again:?}");
+    let (_, counts) = eng.stats();
+    assert_eq!((counts.demand, counts.hits), (2, 2));
+}
+
+#[test]
+fn predictions_fill_free_slots_and_become_hits_or_are_cancelled() {
+    let dir = tempfile::tempdir().unwrap();
+    let (r, eng) = open(dir.path(), 4);
+    let len = r.experts()[0].len as usize;
+    eng.predict(&[(1, 0, 1, 0), (1, 1, 1, 1), (1, 2, 1, 2)])
+        .unwrap();
+    assert!(eng.engine().wait_idle(T));
+    let (placed, start) = eng.begin_layer(1, &[1, 7]).unwrap();
+    assert_eq!(start.done, vec![1]);
+    assert!(placed[0].hit && !placed[1].hit);
+    let s = eng.wait(1, 7, Proj::Down, T).unwrap();
+    assert_eq!(slot_bytes(s, len), slab_bytes(&r, 1, 7));
+    assert_eq!(slot_bytes(placed[0].slot, len), slab_bytes(&r, 1, 1));
+}
+
+#[test]
+fn a_full_layer_evicts_by_policy_and_stays_exact() {
+    let dir = tempfile::tempdir().unwrap();
+    let (r, eng) = open(dir.path(), 2);
+    let len = r.experts()[0].len as usize;
+    for token in 0..6u32 {
+        let sel = [token % 8, (token * 3 + 1) % 8];
+        let (placed, _) = eng.begin_layer(0, &sel).unwrap();
+        for p in placed {
+            let s = eng.wait(0, p.expert, Proj::Down, T).unwrap();
+            assert_eq!(
+                slot_bytes(s, len),
+                slab_bytes(&r, 0, p.expert),
+                "token {token}"
+            );
+        }
+        eng.tick();
+    }
+    let (st, counts) = eng.stats();
+    assert!(st.demands >= 8 && counts.demand >= 8, "{st:?} {counts:?}");
+}
