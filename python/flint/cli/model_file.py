@@ -15,7 +15,8 @@ from flint.format.reader import FtwFile
 
 
 def _fail(console: Any, msg: str, code: int = 2) -> typer.Exit:
-    console.print(f"[bold red]error:[/] {msg}")
+    # soft_wrap: one line however narrow the terminal, so paths stay whole.
+    console.print(f"[bold red]error:[/] {msg}", soft_wrap=True, markup=True, highlight=False)
     return typer.Exit(code)
 
 
@@ -134,7 +135,9 @@ def register(app: typer.Typer, console: Any) -> None:
 def _open_or_fail(model: Path, console: Any) -> FtwFile:
     try:
         return FtwFile(model)
-    except (FileNotFoundError, _core.FlintError, OSError) as e:
+    except FileNotFoundError as e:
+        raise _fail(console, str(e), 1) from None
+    except (_core.FlintError, OSError) as e:
         raise _fail(console, f"{model}: {e}", 1) from None
 
 

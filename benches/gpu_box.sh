@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The checks and measurements run on the GPU box (see docs/development.md). Usage there,
+# from the repo root, with the wheel and the io_bench binary carried in .device/:
+#   bash benches/gpu_box.sh [install|format|io|tests|all]
+# Logs go to $OUT (or /tmp/flint-out).
+set -uo pipefail
+OUT=${OUT:-/tmp/flint-out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+what=${1:-all}
+DATA=${FLINT_BENCH_DIR:-/tmp/flint-bench}
+mkdir -p "$DATA"
+
+install() {
+  python3 -m pip install --no-deps --force-reinstall -q .device/flint-*.whl 2>&1 | tail -2
+  python3 -c "import flint._core as c, flint; print('flint._core', c.__version__, 'from', c.__file__)"
+  flint --version
+  nproc; free -g | head -2; df -h "$DATA" | tail -1
+  python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else '')"
+}
+
+format() {
+  /usr/bin/time -v flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" 2>&1 \
+    | grep -E "wrote|Elapsed|Maximum resident"
+  /usr/bin/time -v flint verify "$DATA/q30.ftw" 2>&1 | grep -E "ok|Elapsed|Maximum resident"
+  flint synth --geometry qwen3-30b-a3b --quant int4 --layers 2 -o "$DATA/q30-2l.ftw" | tail -1
+  python3 benches/open_load.py .device/tiny-code-moe-int4.ftw "$DATA/q30-2l.ftw" "$DATA/q30.ftw" --reps 5
+}
+
+io() {
+  .device/io_bench "$DATA/q30.ftw" --reps 3 --threads 1,4,8,16
+}
+
+tests() {
+  python3 -m pytest tests/format tests/io tests/test_cli.py -q -p no:cacheprovider 2>&1 | tail -5
+}
+
+case $what in
+  install) install ;;
+  format) install; format ;;
+  io) io ;;
+  tests) tests ;;
+  all) install; format; io; tests ;;
+esac 2>&1 | tee "$OUT/gpu_box_$what.log"
