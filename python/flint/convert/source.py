@@ -59,7 +59,7 @@ def resolve_source(source: str) -> Path:
 
 # Shards kept open at once. safetensors maps each shard; every page touched stays in
 # the process's RSS while the map lives, so open maps are capped to bound it.
-_MAX_OPEN_SHARDS = 2
+_MAX_OPEN_SHARDS = 1
 
 
 @dataclass
