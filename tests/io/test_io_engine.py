@@ -41,10 +41,12 @@ def test_placed_experts_hold_the_file_bytes(tmp_path: Path) -> None:
     eng = _core.IoEngine(str(path), [0], 4, workers=2)
     assert eng.mode == "direct"
     for token, selected in enumerate([[3, 7], [7, 9], [9, 1, 2, 4]]):
-        for expert, _slot, address, _hit in eng.begin_layer(0, selected):
+        eng.begin_layer(0, selected)
+        for expert, _slot, address, _hit in eng.place(0, selected):
             assert eng.wait(0, expert) == address
             want = f.expert_slab(0, expert).numpy().tobytes()
             assert _bytes_at(address, len(want)) == want, (token, expert)
+        eng.unpin(0, selected)
         eng.tick()
     st = eng.stats()
     assert st["hits"] == 2 and st["demands"] == 6, st  # 7 hits in token 1, 9 in token 2
@@ -55,7 +57,8 @@ def test_predictions_are_read_ahead(tmp_path: Path) -> None:
     eng = _core.IoEngine(str(path), [0], 6)
     eng.predict([(0, e, 1, r) for r, e in enumerate([5, 6, 8])])
     assert eng.wait_idle(10.0)
-    placed = eng.begin_layer(0, [6, 8, 11])
+    assert eng.begin_layer(0, [6, 8, 11]) == (0, 0)
+    placed = eng.place(0, [6, 8, 11])
     assert [p[3] for p in placed] == [True, True, False]
     assert eng.stats()["bound"] == 3
 
@@ -65,7 +68,8 @@ def test_waits_release_the_gil(tmp_path: Path) -> None:
     eng = _core.IoEngine(str(path), [0], 32, workers=1)
 
     def reads() -> None:
-        for expert, *_ in eng.begin_layer(0, list(range(32))):
+        eng.begin_layer(0, list(range(32)))
+        for expert, *_ in eng.place(0, list(range(32))):
             eng.wait(0, expert)
 
     stamps: list[float] = []
@@ -86,7 +90,7 @@ def test_refused_direct_io_falls_back_with_exactly_one_line(tmp_path: Path) -> N
     code = (
         "from flint import _core; import sys;"
         f"e = _core.IoEngine({str(path)!r}, [0], 2, workers=4);"
-        "p = e.begin_layer(0, [1]); e.wait(0, 1); print(e.mode)"
+        "e.begin_layer(0, [1]); e.place(0, [1]); e.wait(0, 1); print(e.mode)"
     )
     env = {"FLINT_IO_REFUSE_DIRECT": "1", "PATH": "/usr/bin:/bin"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
@@ -104,6 +108,7 @@ def test_corrupt_expert_raises_checksum_error_naming_it(tmp_path: Path) -> None:
     path.write_bytes(bytes(data))
     eng = _core.IoEngine(str(path), [0], 2)
     eng.begin_layer(0, [2])
+    eng.place(0, [2])
     with pytest.raises(_core.ChecksumError, match="expert 2 of layer 0"):
         eng.wait(0, 2)
     with pytest.raises(KeyError):

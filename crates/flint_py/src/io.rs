@@ -115,19 +115,39 @@ impl PyIoEngine {
         self.inner.slots().arena().plan().slot_bytes
     }
 
-    /// Starts a layer with the router's selected experts; returns for each
-    /// (expert, slot index, slot address, hit). Non-hits must be waited for.
+    /// Starts a layer with the router's selected experts: cancels its other
+    /// predictions, promotes selected ones still being read. Returns (cancelled, promoted).
     fn begin_layer(
         &self,
         py: Python<'_>,
         layer: u32,
         selected: Vec<u32>,
+    ) -> PyResult<(usize, usize)> {
+        let st = detach(py, || self.inner.begin_layer(layer, &selected))?;
+        Ok((st.cancelled, st.promoted))
+    }
+
+    /// Places a wave of experts (at most the layer's slots), each pinned for use; returns
+    /// for each (expert, slot index, slot address, hit). Non-hits must be waited for;
+    /// call `unpin` with the same experts after computing them.
+    fn place(
+        &self,
+        py: Python<'_>,
+        layer: u32,
+        experts: Vec<u32>,
     ) -> PyResult<Vec<(u32, u32, usize, bool)>> {
-        let (placed, _) = detach(py, || self.inner.begin_layer(layer, &selected))?;
+        let placed = detach(py, || self.inner.place(layer, &experts))?;
         Ok(placed
             .iter()
             .map(|p| (p.expert, p.slot.index, p.slot.addr, p.hit))
             .collect())
+    }
+
+    /// Drops the use pins taken by `place`.
+    fn unpin(&self, layer: u32, experts: Vec<u32>) -> PyResult<()> {
+        self.inner
+            .unpin(layer, &experts)
+            .map_err(IntoPyErr::into_py_err)
     }
 
     /// Lookahead predictions as (layer, expert, distance, rank).

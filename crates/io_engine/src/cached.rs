@@ -4,9 +4,11 @@
 //! 1. `predict` the next layers' experts (lookahead): read only into slots the cache
 //!    gives without evicting anything protected, when workers have nothing better to do;
 //! 2. `begin_layer(layer, selected)`: wrong guesses are cancelled, selected prefetches
-//!    promoted; every selected expert then gets a slot now: a cache hit, a read in
-//!    flight, or a demand read into a slot chosen by the policy;
-//! 3. `wait` for each projection before computing with it.
+//!    promoted;
+//! 3. `place(layer, wave)`: each expert of a wave (at most the layer's slots) gets a
+//!    pinned slot: a cache hit, a read in flight, or a demand read into a slot chosen
+//!    by the policy;
+//! 4. `wait` for each projection before computing with it, then `unpin` the wave.
 //!
 //! Lock order: engine state, then cache. The cache lock is never held while calling
 //! into the engine.
@@ -122,6 +124,10 @@ pub struct Placement {
     pub hit: bool,
 }
 
+fn cache_error(e: expert_cache::CacheError) -> IoError {
+    IoError::Config(format!("expert cache: {e}"))
+}
+
 /// Counters of the cache side, per layer start.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct LayerCounts {
@@ -168,40 +174,59 @@ impl CachedEngine {
         &self.slots
     }
 
-    /// Starts `layer` with the router's `selected` experts (rank order): cancels and
-    /// promotes, then places every selected expert (hit, in flight, or demand read).
-    pub fn begin_layer(
-        &self,
-        layer: u32,
-        selected: &[u32],
-    ) -> Result<(Vec<Placement>, LayerStart)> {
-        let l = self.slots.cache_layer(layer).ok_or(IoError::NoSuchExpert {
-            layer,
-            expert: selected.first().copied().unwrap_or(0),
-        })?;
-        let start = self.engine.begin_layer(layer, selected);
+    fn layer_index(&self, layer: u32) -> Result<usize> {
         self.slots
-            .cache()
-            .start_layer(l)
-            .map_err(|e| IoError::Config(e.to_string()))?;
-        let mut out = Vec::with_capacity(selected.len());
+            .cache_layer(layer)
+            .ok_or(IoError::NoSuchExpert { layer, expert: 0 })
+    }
+
+    /// Starts `layer` with the router's `selected` experts: its predictions and
+    /// prefetches the router did not pick are cancelled, picked ones still being read
+    /// are promoted, and its experts lose their prediction protection.
+    pub fn begin_layer(&self, layer: u32, selected: &[u32]) -> Result<LayerStart> {
+        let l = self.layer_index(layer)?;
+        let start = self.engine.begin_layer(layer, selected);
+        self.slots.cache().start_layer(l).map_err(cache_error)?;
+        Ok(start)
+    }
+
+    /// Gives each of `experts` (at most the layer's slot count) a slot and pins it for
+    /// use: a hit, a read in flight, or a new demand read. Call [`Self::unpin`] with the
+    /// same experts once they have been computed.
+    pub fn place(&self, layer: u32, experts: &[u32]) -> Result<Vec<Placement>> {
+        let l = self.layer_index(layer)?;
+        let mut out = Vec::with_capacity(experts.len());
         let mut counts = LayerCounts::default();
-        for &e in selected {
+        for &e in experts {
             let key = ExpertKey { layer, expert: e };
-            let pending = start.pending.contains(&e);
-            let resident = self.slots.cache().lookup(l, e).ok().flatten();
-            let placed = match (pending, resident) {
-                (true, Some(slot)) => {
-                    counts.in_flight += 1;
-                    self.touch(l, e, slot, false)?
+            let resident = self.slots.cache().lookup(l, e).map_err(cache_error)?;
+            let placed = match resident {
+                Some(slot) => {
+                    let live = self.engine.is_live(key);
+                    if live {
+                        counts.in_flight += 1;
+                    } else {
+                        counts.hits += 1;
+                    }
+                    let mut c = self.slots.cache();
+                    c.touch(l, e).map_err(cache_error)?;
+                    c.pin(l, e).map_err(cache_error)?;
+                    drop(c);
+                    let s = self
+                        .slots
+                        .slot(l, slot)
+                        .ok_or(IoError::Config(format!("slot {slot} outside the arena")))?;
+                    Placement {
+                        expert: e,
+                        slot: s,
+                        hit: !live,
+                    }
                 }
-                (false, Some(slot)) => {
-                    counts.hits += 1;
-                    self.touch(l, e, slot, true)?
-                }
-                (_, None) => {
+                None => {
                     counts.demand += 1;
-                    self.demand(key)?
+                    let placed = self.demand(key)?;
+                    self.slots.cache().pin(l, e).map_err(cache_error)?;
+                    placed
                 }
             };
             out.push(placed);
@@ -210,23 +235,17 @@ impl CachedEngine {
         c.hits += counts.hits;
         c.in_flight += counts.in_flight;
         c.demand += counts.demand;
-        Ok((out, start))
+        Ok(out)
     }
 
-    fn touch(&self, l: usize, e: u32, slot: u32, hit: bool) -> Result<Placement> {
-        self.slots
-            .cache()
-            .touch(l, e)
-            .map_err(|err| IoError::Config(err.to_string()))?;
-        let s = self
-            .slots
-            .slot(l, slot)
-            .ok_or(IoError::Config(format!("slot {slot} outside the arena")))?;
-        Ok(Placement {
-            expert: e,
-            slot: s,
-            hit,
-        })
+    /// Drops the use pins [`Self::place`] took.
+    pub fn unpin(&self, layer: u32, experts: &[u32]) -> Result<()> {
+        let l = self.layer_index(layer)?;
+        let mut c = self.slots.cache();
+        for &e in experts {
+            c.unpin(l, e).map_err(cache_error)?;
+        }
+        Ok(())
     }
 
     fn demand(&self, key: ExpertKey) -> Result<Placement> {

@@ -180,6 +180,11 @@ impl Engine {
         }
     }
 
+    /// True while the engine is reading (or verifying) `key`.
+    pub fn is_live(&self, key: ExpertKey) -> bool {
+        self.shared.lock().is_live(key)
+    }
+
     /// A copy of the counters.
     pub fn stats(&self) -> Stats {
         self.shared.lock().stats.clone()

@@ -524,6 +524,13 @@ impl Scheduler {
         }
     }
 
+    /// True while the engine is reading (or verifying) `key`.
+    pub fn is_live(&self, key: ExpertKey) -> bool {
+        self.jobs
+            .get(&key)
+            .is_some_and(|j| matches!(j.state, JobState::Active | JobState::Verifying))
+    }
+
     /// True when nothing is queued, waiting or in service.
     pub fn idle(&self) -> bool {
         self.demand_q.is_empty()

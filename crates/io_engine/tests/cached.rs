@@ -28,6 +28,16 @@ fn open(dir: &std::path::Path, slots_per_layer: usize) -> (ftw_format::FtwReader
     (r, eng)
 }
 
+/// begin_layer + place, as the runtime does for a wave that fits.
+fn start(
+    eng: &CachedEngine,
+    layer: u32,
+    sel: &[u32],
+) -> (Vec<io_engine::Placement>, io_engine::LayerStart) {
+    let st = eng.begin_layer(layer, sel).unwrap();
+    (eng.place(layer, sel).unwrap(), st)
+}
+
 fn slab_bytes(r: &ftw_format::FtwReader, layer: u32, e: u32) -> Vec<u8> {
     let mut b = vec![0u8; r.expert(layer, e).unwrap().len as usize];
     r.read_expert_into(layer, e, &mut b).unwrap();
@@ -44,15 +54,16 @@ fn selected_experts_are_placed_read_and_hit_next_time() {
     let dir = tempfile::tempdir().unwrap();
     let (r, eng) = open(dir.path(), 3);
     let len = r.experts()[0].len as usize;
-    let (placed, _) = eng.begin_layer(1, &[5, 2]).unwrap();
+    let (placed, _) = start(&eng, 1, &[5, 2]);
     assert!(placed.iter().all(|p| !p.hit));
     for p in &placed {
         let s = eng.wait(1, p.expert, Proj::Down, T).unwrap();
         assert_eq!(s, p.slot);
         assert_eq!(slot_bytes(s, len), slab_bytes(&r, 1, p.expert));
     }
+    eng.unpin(1, &[5, 2]).unwrap();
     eng.tick();
-    let (again, _) = eng.begin_layer(1, &[2, 5]).unwrap();
+    let (again, _) = start(&eng, 1, &[2, 5]);
     assert!(again.iter().all(|p| p.hit), "{again:?}");
     let (_, counts) = eng.stats();
     assert_eq!((counts.demand, counts.hits), (2, 2));
@@ -66,8 +77,8 @@ fn predictions_fill_free_slots_and_become_hits_or_are_cancelled() {
     eng.predict(&[(1, 0, 1, 0), (1, 1, 1, 1), (1, 2, 1, 2)])
         .unwrap();
     assert!(eng.engine().wait_idle(T));
-    let (placed, start) = eng.begin_layer(1, &[1, 7]).unwrap();
-    assert_eq!(start.done, vec![1]);
+    let (placed, st) = start(&eng, 1, &[1, 7]);
+    assert_eq!(st.done, vec![1]);
     assert!(placed[0].hit && !placed[1].hit);
     let s = eng.wait(1, 7, Proj::Down, T).unwrap();
     assert_eq!(slot_bytes(s, len), slab_bytes(&r, 1, 7));
@@ -81,7 +92,7 @@ fn a_full_layer_evicts_by_policy_and_stays_exact() {
     let len = r.experts()[0].len as usize;
     for token in 0..6u32 {
         let sel = [token % 8, (token * 3 + 1) % 8];
-        let (placed, _) = eng.begin_layer(0, &sel).unwrap();
+        let (placed, _) = start(&eng, 0, &sel);
         for p in placed {
             let s = eng.wait(0, p.expert, Proj::Down, T).unwrap();
             assert_eq!(
@@ -90,8 +101,18 @@ fn a_full_layer_evicts_by_policy_and_stays_exact() {
                 "token {token}"
             );
         }
+        eng.unpin(0, &sel).unwrap();
         eng.tick();
     }
     let (st, counts) = eng.stats();
     assert!(st.demands >= 8 && counts.demand >= 8, "{st:?} {counts:?}");
+}
+
+#[test]
+fn a_wave_larger_than_the_layer_is_refused_not_corrupted() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_r, eng) = open(dir.path(), 2);
+    eng.begin_layer(0, &[0, 1, 2]).unwrap();
+    let err = eng.place(0, &[0, 1, 2]).unwrap_err();
+    assert!(err.to_string().contains("pinned"), "{err}");
 }
