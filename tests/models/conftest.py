@@ -26,3 +26,18 @@ def tiny_models(
         save_tokenizer(path, tiny_tokenizer_json)
         out[family] = (path, model)
     return out
+
+
+@pytest.fixture(scope="session")
+def tiny_ftw(
+    tiny_models: dict[str, tuple[Path, Any]], tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Path]:
+    """family -> its tiny checkpoint converted to .ftw with --quant none."""
+    from flint.convert import ConvertOptions, convert
+
+    out = tmp_path_factory.mktemp("ftw")
+    files = {}
+    for family, (path, _) in tiny_models.items():
+        files[family] = out / f"{family}.ftw"
+        convert(str(path), files[family], ConvertOptions(quant="none"))
+    return files
