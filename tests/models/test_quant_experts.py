@@ -8,10 +8,8 @@ from typing import Any
 
 import pytest
 import torch
-from tiny import SPECIAL_TOKENS, save_tokenizer
 
 import flint
-from flint.convert import ConvertOptions, convert
 from flint.format.quant import encode_projection
 from flint.models import FtwSource, ResidentExperts, load_model
 from flint.models import quant_linear as ql
@@ -22,43 +20,6 @@ from flint.models.quant_experts import QuantizedResidentExperts
 CPU = torch.device("cpu")
 CPU32 = Placement(CPU, torch.float32)
 SHAPES = ((32, 64), (32, 64), (64, 32))  # gate, up, down of the model below
-
-
-@pytest.fixture(scope="module")
-def wide_files(
-    tiny_tokenizer_json: str, tmp_path_factory: pytest.TempPathFactory
-) -> dict[str, Path]:
-    """A tiny random Qwen3-MoE whose experts fit torch's int4 kernels (K % 32 == 0,
-    N % 16 == 0), converted with --quant none, int8 and int4."""
-    import transformers as tf
-
-    torch.manual_seed(0)
-    config = tf.Qwen3MoeConfig(
-        vocab_size=len(SPECIAL_TOKENS) + 300,
-        hidden_size=64,
-        head_dim=16,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        moe_intermediate_size=32,
-        num_experts=8,
-        num_experts_per_tok=2,
-        max_position_embeddings=64,
-        eos_token_id=2,
-    )
-    model = tf.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if name.endswith("mlp.gate.weight"):
-                param.normal_(0.0, 1.0)  # routers far from near-ties
-    root = tmp_path_factory.mktemp("wide")
-    model.save_pretrained(root / "ckpt")
-    save_tokenizer(root / "ckpt", tiny_tokenizer_json)
-    files = {}
-    for quant in ("none", "int8", "int4"):
-        files[quant] = root / f"{quant}.ftw"
-        convert(str(root / "ckpt"), files[quant], ConvertOptions(quant=quant))
-    return files
 
 
 def _notices() -> tuple[list[str], ql.Notice]:
