@@ -4,7 +4,7 @@ Example::
 
     import flint
 
-    with flint.LLM("path/to/hf-checkpoint") as llm:
+    with flint.LLM("model.ftw") as llm:  # or a Hugging Face checkpoint directory
         print(llm.generate("def fibonacci(n):", max_tokens=64).text)
         for chunk in llm.stream("import os\\n", max_tokens=32, temperature=0.8, seed=1):
             print(chunk.text, end="", flush=True)
@@ -23,6 +23,7 @@ import torch
 
 from flint.generation import Completion, StreamChunk, collect, generate_stream
 from flint.models import load_model
+from flint.models.ftw_source import FtwSource
 from flint.models.moe import ExpertBackend
 from flint.models.transformer import MoEModel
 from flint.models.weights import SafetensorsSource, WeightSource
@@ -70,7 +71,15 @@ def _eos_ids(source: WeightSource) -> list[int]:
 
 
 class LLM:
-    """A loaded model with its tokenizer, ready to generate for one caller at a time."""
+    """A loaded model with its tokenizer, ready to generate for one caller at a time.
+
+    ``model``: a .ftw file, a Hugging Face checkpoint directory, or a ``WeightSource``.
+    ``device``: CUDA when present, else the CPU; ``dtype``: bf16 on CUDA, f32 on the CPU.
+    ``context_length``: KV cache positions (default min(model's, 8192)).
+    ``expert_kernels``: "auto" computes int8/int4 experts with torch's quantized
+    kernels (each probed at load, falling back with one printed line); "dequant"
+    always dequantizes then multiplies.
+    """
 
     def __init__(
         self,
@@ -80,19 +89,20 @@ class LLM:
         dtype: str | torch.dtype | None = None,
         context_length: int | None = None,
         expert_backend: ExpertBackend | None = None,
+        expert_kernels: str = "auto",
     ) -> None:
-        source = _open_source(model)
-        if source.tokenizer_json is None:
-            raise ValueError("the model has no tokenizer (tokenizer.json)")
         self.device = resolve_device(device)
         self.dtype = resolve_dtype(dtype, self.device)
+        source = open_source(model)
+        if source.tokenizer_json is None:
+            raise ValueError("the model has no tokenizer (tokenizer.json)")
         max_pos = int(source.config.get("max_position_embeddings") or DEFAULT_CONTEXT)
         ctx = context_length if context_length is not None else min(max_pos, DEFAULT_CONTEXT)
         if isinstance(ctx, bool) or not isinstance(ctx, int) or ctx < 2:
             raise ValueError(f"context_length must be an integer >= 2, got {ctx!r}")
         self.source = source
         self._model: MoEModel | None = load_model(
-            source, self.device, self.dtype, ctx, expert_backend
+            source, self.device, self.dtype, ctx, expert_backend, expert_kernels
         )
         self.tokenizer = Tokenizer(
             source.tokenizer_json,
@@ -190,12 +200,15 @@ class LLM:
         self.close()
 
 
-def _open_source(model: str | Path | WeightSource) -> WeightSource:
+def open_source(model: str | Path | WeightSource) -> WeightSource:
+    """A .ftw file (any file) -> ``FtwSource``; a directory -> ``SafetensorsSource``."""
     if isinstance(model, str | Path):
         path = Path(model)
-        if not path.is_dir():
-            raise ValueError(f"{path} is not a directory (an HF checkpoint directory is expected)")
-        return SafetensorsSource(path)
+        if path.is_dir():
+            return SafetensorsSource(path)
+        if path.is_file():
+            return FtwSource(path)
+        raise ValueError(f"{path} does not exist (expected a .ftw file or a checkpoint directory)")
     if isinstance(model, WeightSource):
         return model
-    raise ValueError(f"expected a checkpoint path or a WeightSource, got {type(model).__name__}")
+    raise ValueError(f"expected a model path or a WeightSource, got {type(model).__name__}")

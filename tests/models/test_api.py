@@ -107,7 +107,7 @@ def test_user_errors(llm: flint.LLM, tiny_models: dict[str, Any], tmp_path: Path
         llm.generate(PROMPT, temperature=-1.0)
     with pytest.raises(ValueError, match="unknown sampling option"):
         llm.generate(PROMPT, max_new_tokens=3)
-    with pytest.raises(ValueError, match="not a directory"):
+    with pytest.raises(ValueError, match="does not exist"):
         flint.LLM(tmp_path / "missing")
     with pytest.raises(ValueError, match="dtype"):
         flint.LLM(tiny_models["olmoe"][0], device="cpu", dtype="int8")

@@ -44,9 +44,11 @@ def _root(
     """flint: MoE inference that streams experts from NVMe."""
 
 
-from flint.cli import model_file  # noqa: E402
+from flint.cli import evaluate, model_file, run  # noqa: E402
 
 model_file.register(app, console)
+run.register(app)
+evaluate.register(app)
 
 
 def main() -> None:

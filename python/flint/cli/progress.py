@@ -10,9 +10,11 @@ from rich.console import Console
 from rich.progress import (
     BarColumn,
     DownloadColumn,
+    MofNCompleteColumn,
     Progress,
     TaskID,
     TextColumn,
+    TimeElapsedColumn,
     TimeRemainingColumn,
     TransferSpeedColumn,
 )
@@ -42,3 +44,18 @@ def byte_progress(description: str, console: Console) -> Iterator[ByteBar]:
         transient=False,
     ) as p:
         yield ByteBar(p, p.add_task(description, total=None))
+
+
+@contextmanager
+def count_progress(description: str, total: int, console: Console) -> Iterator[ByteBar]:
+    """Like ``byte_progress`` for a known count of items (tokens, windows, ...)."""
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        transient=False,
+    ) as p:
+        yield ByteBar(p, p.add_task(description, total=total))

@@ -80,6 +80,35 @@ def encode_projection(w: torch.Tensor, scheme: str, group: int = 32) -> torch.Te
     raise ValueError(f"encode_projection: unknown scheme {scheme!r}")
 
 
+def split_int8(raw: torch.Tensor, rows: int, cols: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """An int8 projection's file bytes -> (q [rows, cols] int8, scales [rows] f32), views."""
+    n = rows * cols
+    off = n + _pad(n)
+    return raw[:n].view(torch.int8).reshape(rows, cols), raw[off : off + rows * 4].view(
+        torch.float32
+    )
+
+
+def split_int4(
+    raw: torch.Tensor, rows: int, cols: int, group: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """An int4 projection's file bytes -> (packed [rows, cols/2] uint8, scales
+    [rows, cols/group] bf16), views."""
+    n = rows * cols // 2
+    off = n + _pad(n)
+    groups = cols // group
+    scale = raw[off : off + rows * groups * 2].view(torch.bfloat16).reshape(rows, groups)
+    return raw[:n].reshape(rows, cols // 2), scale
+
+
+def dequantize_int4(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """q [rows, cols] int8 in [-8, 7], scales [rows, G] -> f32 weights [rows, cols]."""
+    rows, cols = q.shape
+    groups = scale.shape[1]
+    w = q.float().reshape(rows, groups, cols // groups) * scale.float()[:, :, None]
+    return w.reshape(rows, cols)
+
+
 def decode_projection(
     raw: torch.Tensor, scheme: str, dtype: str, rows: int, cols: int, group: int
 ) -> torch.Tensor:
@@ -89,18 +118,9 @@ def decode_projection(
     if scheme == "raw":
         return raw.view(TORCH_DTYPES[dtype]).reshape(rows, cols)
     if scheme == "int8":
-        n = rows * cols
-        q = raw[:n].view(torch.int8).reshape(rows, cols)
-        off = n + _pad(n)
-        scale = raw[off : off + rows * 4].view(torch.float32)
+        q, scale = split_int8(raw, rows, cols)
         return q.float() * scale[:, None]
     if scheme == "int4":
-        n = rows * cols // 2
-        q = unpack_int4(raw[:n].reshape(rows, cols // 2))
-        off = n + _pad(n)
-        groups = cols // group
-        scale = raw[off : off + rows * groups * 2].view(torch.bfloat16).reshape(rows, groups)
-        return (q.float().reshape(rows, groups, group) * scale.float()[:, :, None]).reshape(
-            rows, cols
-        )
+        packed, scale = split_int4(raw, rows, cols, group)
+        return dequantize_int4(unpack_int4(packed), scale)
     raise ValueError(f"decode_projection: unknown scheme {scheme!r}")

@@ -13,8 +13,10 @@ import torch
 
 from flint.models import mixtral, olmoe, qwen2_moe, qwen3_moe
 from flint.models.config import ModelConfig
+from flint.models.ftw_source import FtwSource
 from flint.models.loading import Placement
 from flint.models.moe import ExpertBackend, ResidentExperts
+from flint.models.quant_experts import QuantizedResidentExperts, resident_experts
 from flint.models.transformer import MoEModel
 from flint.models.weights import ExpertWeights, SafetensorsSource, WeightSource
 
@@ -42,12 +44,17 @@ def load_model(
     dtype: torch.dtype,
     context_length: int,
     backend: ExpertBackend | None = None,
+    expert_kernels: str = "auto",
 ) -> MoEModel:
     """Builds the model with every dense weight on ``device``; experts come from
-    ``backend`` (default: all resident on the same device)."""
+    ``backend`` (default: all resident on the same device, int8/int4 experts through
+    torch's quantized kernels, or dequantize-then-matmul if ``expert_kernels`` is
+    "dequant" or a kernel fails its start-up probe)."""
     config = parse_config(source.config)
     place = Placement(device=device, dtype=dtype)
-    experts = backend if backend is not None else ResidentExperts(config, source, place)
+    experts = (
+        backend if backend is not None else resident_experts(config, source, place, expert_kernels)
+    )
     return MoEModel(config, source, place, experts, context_length)
 
 
@@ -55,8 +62,10 @@ __all__ = [
     "FAMILIES",
     "ExpertBackend",
     "ExpertWeights",
+    "FtwSource",
     "MoEModel",
     "ModelConfig",
+    "QuantizedResidentExperts",
     "ResidentExperts",
     "SafetensorsSource",
     "WeightSource",

@@ -8,6 +8,7 @@ Every backend sums the K expert outputs of a token in fp32, in router-rank order
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 import torch
@@ -18,7 +19,8 @@ from flint.models.loading import Placement
 from flint.models.mlp import DenseMLP, swiglu
 from flint.models.weights import WeightSource
 
-# T = tokens, H = hidden, E = experts per layer, K = top-k, I = expert intermediate
+# T = tokens, H = hidden, E = experts per layer, K = top-k, I = expert intermediate,
+# N = rows routed to one expert
 
 
 class ExpertBackend(Protocol):
@@ -89,21 +91,36 @@ class ResidentExperts:
     def __call__(
         self, layer: int, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor
     ) -> torch.Tensor:
-        tokens, k = ids.shape
         gate, up, down = self.gate[layer], self.up[layer], self.down[layer]
-        outputs = torch.empty(tokens * k, x.shape[1], dtype=torch.float32, device=x.device)
-        flat = ids.reshape(-1)  # [T*K], entry t*K + k
-        order = torch.argsort(flat, stable=True)
-        counts = torch.bincount(flat, minlength=gate.shape[0]).tolist()
-        offset = 0
-        for expert, count in enumerate(counts):
-            if count == 0:
-                continue
-            rows = order[offset : offset + count]  # positions in [T*K]
-            offset += count
-            y = swiglu(x[rows // k], gate[expert], up[expert], down[expert])
-            outputs[rows] = y.to(torch.float32)
-        return weighted_sum(outputs.view(tokens, k, -1), weights).to(x.dtype)
+
+        def run(expert: int, xs: torch.Tensor) -> torch.Tensor:
+            return swiglu(xs, gate[expert], up[expert], down[expert])
+
+        return dispatch(x, ids, weights, gate.shape[0], run)
+
+
+def dispatch(
+    x: torch.Tensor,  # [T, H]
+    ids: torch.Tensor,  # [T, K]
+    weights: torch.Tensor,  # [T, K]
+    n_experts: int,
+    run: Callable[[int, torch.Tensor], torch.Tensor],  # (expert, x rows [N, H]) -> [N, H]
+) -> torch.Tensor:
+    """Runs each selected expert once on the rows that chose it, then sums in fp32 in
+    router-rank order (``weighted_sum``). Returns [T, H] in x's dtype."""
+    tokens, k = ids.shape
+    outputs = torch.empty(tokens * k, x.shape[1], dtype=torch.float32, device=x.device)
+    flat = ids.reshape(-1)  # [T*K], entry t*K + k
+    order = torch.argsort(flat, stable=True)
+    counts = torch.bincount(flat, minlength=n_experts).tolist()
+    offset = 0
+    for expert, count in enumerate(counts):
+        if count == 0:
+            continue
+        rows = order[offset : offset + count]  # positions in [T*K]
+        offset += count
+        outputs[rows] = run(expert, x[rows // k]).to(torch.float32)
+    return weighted_sum(outputs.view(tokens, k, -1), weights).to(x.dtype)
 
 
 class MoEBlock:

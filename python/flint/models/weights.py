@@ -77,7 +77,7 @@ class SafetensorsSource:
         )
         tok_config = _read_json(self.path / "tokenizer_config.json") or {}
         self.chat_template: str | None = _find_chat_template(self.path, tok_config)
-        self.special_tokens: dict[str, str] = _special_tokens(tok_config)
+        self.special_tokens: dict[str, str] = special_tokens_of(tok_config)
         self._files: dict[str, Path] = _index_tensors(self.path)
         self._handles: dict[Path, Any] = {}
 
@@ -160,7 +160,8 @@ def _find_chat_template(path: Path, tok_config: dict[str, Any]) -> str | None:
     return template if isinstance(template, str) else None
 
 
-def _special_tokens(tok_config: dict[str, Any]) -> dict[str, str]:
+def special_tokens_of(tok_config: dict[str, Any]) -> dict[str, str]:
+    """The named special tokens of a ``tokenizer_config.json`` dict, as text."""
     out: dict[str, str] = {}
     for key in ("bos_token", "eos_token", "unk_token", "pad_token"):
         value = tok_config.get(key)

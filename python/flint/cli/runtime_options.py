@@ -1,0 +1,156 @@
+"""The runtime settings every model-running command shares (run, eval; later chat,
+serve, bench): one set of typer options, parsed into one ``RuntimeOptions``.
+
+A command opts in with ``@runtime_options`` and a ``runtime: RuntimeOptions``
+parameter; the decorator adds the options below to the command's signature, so each
+is declared, validated and documented once.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import torch
+import typer
+
+from flint.api import LLM
+from flint.cli.errors import USER_ERRORS, fail_from
+from flint.models.quant_linear import KERNEL_MODES
+
+F = TypeVar("F", bound=Callable[..., Any])
+PANEL = "Runtime"
+
+
+@dataclass(slots=True, frozen=True)
+class RuntimeOptions:
+    """Where and how a model runs. None means "choose from the machine"."""
+
+    device: str | None = None
+    dtype: str | None = None
+    threads: int | None = None
+    context_length: int | None = None
+    expert_kernels: str = "auto"
+
+    def validate(self) -> None:
+        if self.threads is not None and self.threads < 1:
+            raise ValueError(f"--threads must be >= 1, got {self.threads}")
+        if self.context_length is not None and self.context_length < 2:
+            raise ValueError(f"--ctx must be >= 2, got {self.context_length}")
+        if self.expert_kernels not in KERNEL_MODES:
+            raise ValueError(f"--expert-kernels must be one of {', '.join(KERNEL_MODES)}")
+
+    def load(self, model: Path) -> LLM:
+        """Applies the process-wide settings (threads) and loads ``model``."""
+        self.validate()
+        if self.threads is not None:
+            torch.set_num_threads(self.threads)
+        return LLM(
+            model,
+            device=self.device,
+            dtype=self.dtype,
+            context_length=self.context_length,
+            expert_kernels=self.expert_kernels,
+        )
+
+
+def load_or_fail(runtime: RuntimeOptions, model: Path) -> LLM:
+    """``runtime.load(model)``, or a one-line error and exit (1 for a bad file, else 2)."""
+    try:
+        return runtime.load(model)
+    except USER_ERRORS as err:
+        raise fail_from(err, model) from None
+
+
+def _auto(value: str) -> str | None:
+    return None if value == "auto" else value
+
+
+_OPTIONS: dict[str, tuple[Any, Any]] = {  # parameter -> (annotation, default)
+    "device": (
+        Annotated[
+            str,
+            typer.Option(
+                help="cpu, cuda, cuda:N, or auto (CUDA when present).", rich_help_panel=PANEL
+            ),
+        ],
+        "auto",
+    ),
+    "dtype": (
+        Annotated[
+            str,
+            typer.Option(
+                help="Activations and dense weights: float32, bfloat16, float16, or auto"
+                " (bfloat16 on CUDA, float32 on the CPU).",
+                rich_help_panel=PANEL,
+            ),
+        ],
+        "auto",
+    ),
+    "threads": (
+        Annotated[
+            int | None,
+            typer.Option(help="CPU threads for torch (default: torch's).", rich_help_panel=PANEL),
+        ],
+        None,
+    ),
+    "ctx": (
+        Annotated[
+            int | None,
+            typer.Option(
+                "--ctx",
+                help="Context length in tokens: the KV cache size (default: the model's, at"
+                " most 8192).",
+                rich_help_panel=PANEL,
+            ),
+        ],
+        None,
+    ),
+    "expert_kernels": (
+        Annotated[
+            str,
+            typer.Option(
+                help="int8/int4 experts: auto (torch's quantized kernels, probed at load) or"
+                " dequant (dequantize then matmul).",
+                rich_help_panel=PANEL,
+            ),
+        ],
+        "auto",
+    ),
+}
+
+
+def _build(values: dict[str, Any]) -> RuntimeOptions:
+    return RuntimeOptions(
+        device=_auto(values["device"]),
+        dtype=_auto(values["dtype"]),
+        threads=values["threads"],
+        context_length=values["ctx"],
+        expert_kernels=values["expert_kernels"],
+    )
+
+
+def runtime_options(command: F) -> F:
+    """Adds the runtime options to ``command``, which receives them as ``runtime``."""
+    sig = inspect.signature(command, eval_str=True)
+    if "runtime" not in sig.parameters:
+        raise TypeError(f"{command.__name__} has no 'runtime' parameter")
+    own = [p for p in sig.parameters.values() if p.name != "runtime"]
+    extra = [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=ann)
+        for name, (ann, default) in _OPTIONS.items()
+    ]
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        values = {name: kwargs.pop(name) for name in _OPTIONS}
+        return command(*args, runtime=_build(values), **kwargs)
+
+    params = [*own, *extra]
+    wrapper.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {p.name: p.annotation for p in params}
+    return wrapper  # type: ignore[return-value]

@@ -1,0 +1,104 @@
+"""Resident routed experts computed on their quantized (int8/int4) layout.
+
+``QuantizedResidentExperts`` reads every expert slab of a .ftw file once, packs each
+projection for the kernel chosen at load (``quant_linear.select_kernel``: torch's int8
+/ int4 kernel on the device in use, or dequantize-then-matmul) and keeps it resident.
+``resident_experts`` picks the resident backend that fits a source: this one for
+int8/int4 files, ``ResidentExperts`` (float weights) for everything else.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+import torch
+import torch.nn.functional as F
+
+from flint.format.reader import ExpertLayout
+from flint.models.config import ModelConfig
+from flint.models.loading import Placement
+from flint.models.moe import ExpertBackend, ResidentExperts, dispatch
+from flint.models.quant_linear import KERNEL_MODES, Notice, Packed, select_kernel, stderr_notice
+from flint.models.weights import WeightSource
+
+# T = tokens, H = hidden, K = top-k, I = expert intermediate, N = rows routed to one expert
+
+QUANT_SCHEMES = ("int8", "int4")
+
+
+@runtime_checkable
+class PackedExpertSource(Protocol):
+    """A source that can hand out routed experts in the .ftw slab layout."""
+
+    @property
+    def expert_layout(self) -> ExpertLayout | None: ...
+
+    def expert_slab(self, layer: int, expert: int) -> torch.Tensor: ...
+
+
+class QuantizedResidentExperts:
+    """Every routed expert of every MoE layer, resident in its packed quantized form."""
+
+    def __init__(
+        self,
+        config: ModelConfig,
+        source: PackedExpertSource,
+        place: Placement,
+        mode: str = "auto",
+        notice: Notice = stderr_notice,
+    ) -> None:
+        layout = source.expert_layout
+        if layout is None or layout.scheme not in QUANT_SCHEMES:
+            raise ValueError("QuantizedResidentExperts needs int8 or int4 experts")
+        inter, hidden = config.moe_intermediate_size, config.hidden_size
+        if layout.shapes != ((inter, hidden), (inter, hidden), (hidden, inter)):
+            raise ValueError(f"expert shapes {layout.shapes} do not fit the model's config")
+        self.layout = layout
+        self.kernel = select_kernel(
+            layout.scheme, layout.group_size, layout.shapes, place.device, place.dtype, mode, notice
+        )
+        self.experts: dict[int, list[tuple[Packed, Packed, Packed]]] = {}  # layer -> [E]
+        for layer, sparse in enumerate(config.sparse_layers):
+            if sparse:
+                self.experts[layer] = [
+                    self._pack(source.expert_slab(layer, e)) for e in range(config.num_experts)
+                ]
+
+    def _pack(self, slab: torch.Tensor) -> tuple[Packed, Packed, Packed]:
+        lay = self.layout
+        gate, up, down = (
+            self.kernel.pack(slab[off : off + n], rows, cols)
+            for off, n, (rows, cols) in zip(
+                lay.proj_offsets, lay.proj_bytes, lay.shapes, strict=True
+            )
+        )
+        return gate, up, down
+
+    def __call__(
+        self, layer: int, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor
+    ) -> torch.Tensor:
+        experts, mm = self.experts[layer], self.kernel
+
+        def run(expert: int, xs: torch.Tensor) -> torch.Tensor:  # [N, H] -> [N, H]
+            gate, up, down = experts[expert]
+            return mm(F.silu(mm(xs, gate)) * mm(xs, up), down)  # via [N, I]
+
+        return dispatch(x, ids, weights, len(experts), run)
+
+
+def resident_experts(
+    config: ModelConfig,
+    source: WeightSource,
+    place: Placement,
+    mode: str = "auto",
+    notice: Notice = stderr_notice,
+) -> ExpertBackend:
+    """The resident backend for ``source``: quantized kernels for int8/int4 .ftw files,
+    float weights otherwise. ``mode`` "dequant" skips torch's quantized kernels."""
+    if mode not in KERNEL_MODES:
+        raise ValueError(f"expert kernels must be one of {', '.join(KERNEL_MODES)}, not {mode!r}")
+    if isinstance(source, PackedExpertSource):
+        layout = source.expert_layout
+        if layout is not None and layout.scheme in QUANT_SCHEMES:
+            return QuantizedResidentExperts(config, source, place, mode, notice)
+    return ResidentExperts(config, source, place)

@@ -1,0 +1,85 @@
+"""The CUDA paths: torch's int8/int4 kernels on the GPU, bf16 models on the GPU, and
+tiny-code-moe's int8/int4 quality there. Skipped where CUDA is absent."""
+
+from __future__ import annotations
+
+import inspect
+import logging.handlers
+from pathlib import Path
+
+import pytest
+import torch
+from tiny import SHARED
+
+import flint
+from flint.convert import ConvertOptions, convert
+from flint.evaluate import evaluate
+from flint.format.quant import encode_projection
+from flint.models import quant_linear as ql
+from flint.models.quant_experts import QuantizedResidentExperts
+
+pytestmark = pytest.mark.gpu
+CUDA = torch.device("cuda")
+SHAPES = ((64, 256), (64, 256), (256, 64))  # tiny-code-moe's gate, up, down
+TINY_CODE_MOE = SHARED / "models" / "tiny-code-moe"
+
+
+@pytest.mark.parametrize("scheme", ["int8", "int4"])
+def test_cuda_kernel_passes_its_probe_and_matches_dequant(scheme: str) -> None:
+    notes: list[str] = []
+    kernel = ql.select_kernel(scheme, 32, SHAPES, CUDA, torch.bfloat16, notice=notes.append)
+    assert isinstance(kernel, ql.Int8Mm if scheme == "int8" else ql.Int4MmCuda), notes
+    reference = ql.DequantMm(scheme, 32, CUDA, torch.bfloat16)
+    gen = torch.Generator().manual_seed(2)
+    for rows, cols in [*SHAPES, (768, 2048)]:
+        raw = encode_projection(torch.randn(rows, cols, generator=gen), scheme, 32)
+        x = torch.randn(7, cols, generator=gen).to(CUDA, torch.bfloat16)  # [M, K]
+        got = kernel(x, kernel.pack(raw, rows, cols)).float()
+        want = reference(x, reference.pack(raw, rows, cols)).float()
+        assert got.shape == (7, rows) and got.device.type == "cuda"
+        assert (got - want).abs().max().item() <= 2e-2 * want.abs().max().item()
+
+
+def test_bf16_on_the_gpu_follows_fp32_on_the_cpu(wide_files: dict[str, Path]) -> None:
+    ids = [5, 17, 250, 3, 99, 42, 7, 7, 120, 121, 122]
+    with flint.LLM(wide_files["none"], context_length=32) as gpu:
+        assert gpu.device.type == "cuda" and gpu.dtype == torch.bfloat16
+        got = gpu.model.forward(torch.tensor(ids), all_logits=True).cpu()
+    with flint.LLM(wide_files["none"], device="cpu", context_length=32) as cpu:
+        want = cpu.model.forward(torch.tensor(ids), all_logits=True)
+    assert (got - want).abs().max().item() <= 0.05 * want.abs().max().item()
+    assert (got.argmax(-1) == want.argmax(-1)).float().mean().item() >= 0.8
+
+
+@pytest.mark.parametrize("quant", ["int8", "int4"])
+def test_quantized_models_on_the_gpu_follow_dequant(
+    quant: str, wide_files: dict[str, Path]
+) -> None:
+    ids = torch.tensor([5, 17, 250, 3, 99, 42, 7, 7, 120])
+    logits = {}
+    for mode in ("auto", "dequant"):
+        with flint.LLM(wide_files[quant], context_length=32, expert_kernels=mode) as llm:
+            backend = llm.model.layers[0].mlp.backend
+            assert isinstance(backend, QuantizedResidentExperts)
+            assert backend.kernel.name.startswith("torch" if mode == "auto" else "dequantize")
+            logits[mode] = llm.model.forward(ids, all_logits=True).cpu()
+    err = (logits["auto"] - logits["dequant"]).abs().max().item()
+    assert err <= 0.05 * logits["dequant"].abs().max().item()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not TINY_CODE_MOE.is_dir(), reason="needs ../shared/models/tiny-code-moe")
+def test_tiny_code_moe_quality_on_the_gpu(tmp_path: Path) -> None:
+    files = {}
+    for quant in ("none", "int8", "int4"):
+        files[quant] = tmp_path / f"{quant}.ftw"
+        convert(str(TINY_CODE_MOE.resolve()), files[quant], ConvertOptions(quant=quant))
+    text = inspect.getsource(logging.handlers)
+    with flint.LLM(files["none"], context_length=512) as ref:
+        ids = ref.tokenizer.encode(text)[:1000]
+        for quant, (max_kl, min_top1) in {"int8": (0.002, 0.98), "int4": (0.05, 0.90)}.items():
+            with flint.LLM(files[quant], context_length=512) as llm:
+                r = evaluate(llm.model, ids, 512, ref.model)
+            print(f"cuda {quant}: mean KL {r.kl:.5f}, top-1 {r.top1:.4f}")
+            assert r.kl is not None and r.top1 is not None
+            assert r.kl <= max_kl and r.top1 >= min_top1
