@@ -50,8 +50,9 @@ def sdk(server: LiveServer, key: str = "unused") -> openai.OpenAI:
 
 
 @pytest.fixture(scope="module")
-def client(live: LiveServer) -> openai.OpenAI:
-    return sdk(live)
+def client(live: LiveServer) -> Iterator[openai.OpenAI]:
+    with sdk(live) as c:
+        yield c
 
 
 TEMPLATE = QWEN3_TEMPLATE.read_text("utf-8")
@@ -59,7 +60,7 @@ TEMPLATE = QWEN3_TEMPLATE.read_text("utf-8")
 
 @pytest.fixture(scope="module")
 def scripted_backend(tok_json: str) -> ScriptedBackend:
-    return ScriptedBackend(Tokenizer(tok_json, chat_template=TEMPLATE))
+    return ScriptedBackend(Tokenizer(tok_json, chat_template=TEMPLATE), context_length=4096)
 
 
 @pytest.fixture
@@ -76,3 +77,9 @@ def scripted(scripted_backend: ScriptedBackend) -> Iterator[LiveServer]:
     app = create_app(ServerConfig("scripted", max_waiting=2), scripted_backend)
     with LiveServer(app) as server:
         yield server
+
+
+@pytest.fixture(scope="module")
+def sclient(scripted: LiveServer) -> Iterator[openai.OpenAI]:
+    with sdk(scripted) as c:
+        yield c

@@ -64,8 +64,11 @@ class ScriptedBackend:
             if cancel.is_set():
                 return
             ids = (10 + i,)
-            lps = tuple(TokenLogprob(t, -0.5, ((t, -0.5), (3, -1.5))[: logprobs or 0])
-                        for t in ids) if logprobs is not None else ()
+            lps = (
+                tuple(TokenLogprob(t, -0.5, ((t, -0.5), (3, -1.5))[: logprobs or 0]) for t in ids)
+                if logprobs is not None
+                else ()
+            )
             last = i == len(pieces) - 1
             elapsed = time.perf_counter() - t0
             if not last:

@@ -31,11 +31,17 @@ def test_chat(client: openai.OpenAI) -> None:
 
 
 def test_chat_stream_matches_plain(client: openai.OpenAI) -> None:
-    args = {"model": "tiny", "messages": MSG, "max_tokens": 16, "temperature": 0,
-            "extra_body": {"ignore_eos": True, "chat_template_kwargs": {"enable_thinking": False}}}
+    args = {
+        "model": "tiny",
+        "messages": MSG,
+        "max_tokens": 16,
+        "temperature": 0,
+        "extra_body": {"ignore_eos": True, "chat_template_kwargs": {"enable_thinking": False}},
+    }
     whole = client.chat.completions.create(**args)
-    chunks = list(client.chat.completions.create(
-        stream=True, stream_options={"include_usage": True}, **args))
+    chunks = list(
+        client.chat.completions.create(stream=True, stream_options={"include_usage": True}, **args)
+    )
     assert chunks[0].choices[0].delta.role == "assistant"
     assert [c.choices[0].finish_reason for c in chunks[:-2]] == [None] * (len(chunks) - 2)
     assert chunks[-2].choices[0].finish_reason == "length"
@@ -59,22 +65,30 @@ def test_completions_plain_stream_and_logprobs(client: openai.OpenAI) -> None:
     assert len(choice.logprobs.token_logprobs or []) == 10
     assert "".join(choice.logprobs.tokens or []) == choice.text
     tops = choice.logprobs.top_logprobs or []
-    assert all(len(t) <= 2 and max(t.values()) >= lp - 1e-4
-               for t, lp in zip(tops, choice.logprobs.token_logprobs or [], strict=True))
+    assert all(
+        len(t) <= 2 and max(t.values()) >= lp - 1e-4
+        for t, lp in zip(tops, choice.logprobs.token_logprobs or [], strict=True)
+    )
     stream = list(client.completions.create(stream=True, extra_body={"ignore_eos": True}, **args))
     assert "".join(c.choices[0].text for c in stream) == choice.text
     assert stream[-1].choices[0].finish_reason == "length"
 
 
 def test_completions_token_ids_prompt(client: openai.OpenAI) -> None:
-    out = client.completions.create(model="tiny", prompt=[5, 6, 7], max_tokens=3,
-                                    extra_body={"ignore_eos": True})
+    out = client.completions.create(
+        model="tiny", prompt=[5, 6, 7], max_tokens=3, extra_body={"ignore_eos": True}
+    )
     assert out.usage is not None and out.usage.prompt_tokens == 3
 
 
 def test_chat_logprobs(client: openai.OpenAI) -> None:
     out = client.chat.completions.create(
-        model="tiny", messages=MSG, max_tokens=6, temperature=0, logprobs=True, top_logprobs=3,
+        model="tiny",
+        messages=MSG,
+        max_tokens=6,
+        temperature=0,
+        logprobs=True,
+        top_logprobs=3,
         extra_body={"ignore_eos": True},
     )
     content = out.choices[0].logprobs.content  # type: ignore[union-attr]
@@ -86,8 +100,13 @@ def test_chat_logprobs(client: openai.OpenAI) -> None:
 
 
 def test_llama_cpp_completion(live: LiveServer) -> None:
-    body = {"prompt": "import os\n", "n_predict": 8, "temperature": 0, "ignore_eos": True,
-            "n_probs": 2}
+    body = {
+        "prompt": "import os\n",
+        "n_predict": 8,
+        "temperature": 0,
+        "ignore_eos": True,
+        "n_probs": 2,
+    }
     out = httpx.post(live.url + "/completion", json=body, timeout=30).json()
     assert out["stop"] is True and out["stop_type"] == "limit"
     assert out["tokens_predicted"] == 8 and out["timings"]["predicted_n"] == 8

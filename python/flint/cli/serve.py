@@ -65,8 +65,10 @@ def serve_command(
     port: Annotated[int, typer.Option(help="TCP port.", min=1, max=65535)] = 8080,
     api_key: Annotated[
         str | None,
-        typer.Option(envvar="FLINT_API_KEY", help="Require 'Authorization: Bearer KEY' on all "
-                     "endpoints but /health and /v1/models."),
+        typer.Option(
+            envvar="FLINT_API_KEY",
+            help="Require 'Authorization: Bearer KEY' on all endpoints but /health and /v1/models.",
+        ),
     ] = None,
     alias: Annotated[
         str | None, typer.Option(help="Model id shown to clients (default: MODEL's name).")
@@ -88,9 +90,8 @@ def serve_command(
 ) -> None:
     import uvicorn
 
-    from flint.server import ServerConfig, create_app
-
     from flint.cli import console
+    from flint.server import ServerConfig, create_app
 
     try:
         if not Path(model).exists():
@@ -102,7 +103,9 @@ def serve_command(
         raise _fail(console, str(err)) from None
     app = create_app(config)
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info"))
-    loader = _Loader(model, template, {"device": device, "dtype": dtype, "context_length": ctx_size})
+    loader = _Loader(
+        model, template, {"device": device, "dtype": dtype, "context_length": ctx_size}
+    )
     console.print(f"flint serve: http://{host}:{port}/v1 (model '{name}'), loading {model}")
     loader.start(app.state.flint, server)
     server.run()

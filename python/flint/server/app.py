@@ -42,8 +42,9 @@ async def _read(request: Request, model: type[M]) -> M:
     """The body, size-capped, parsed and validated into ``model`` (400/413 otherwise)."""
     cap = _state(request).config.max_body_bytes
     length = request.headers.get("content-length", "")
-    too_big = APIError(413, f"the request body is larger than {cap} bytes",
-                       code="request_too_large")
+    too_big = APIError(
+        413, f"the request body is larger than {cap} bytes", code="request_too_large"
+    )
     if length.isdigit() and int(length) > cap:
         raise too_big
     body = bytearray()
@@ -80,8 +81,7 @@ def create_app(config: ServerConfig, backend: Backend | None = None) -> FastAPI:
         yield
         state.close()
 
-    app = FastAPI(title="flint", lifespan=lifespan, docs_url=None, redoc_url=None,
-                  openapi_url=None)
+    app = FastAPI(title="flint", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.flint = state
     install_handlers(app)
     _open_routes(app, state)
@@ -98,15 +98,21 @@ def _open_routes(app: FastAPI, state: ServerState) -> None:
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
         meta = {"n_ctx": state.backend.context_length} if state.backend else {}
-        card = {"id": state.config.model_name, "object": "model", "created": state.created,
-                "owned_by": "flint", "meta": meta}
+        card = {
+            "id": state.config.model_name,
+            "object": "model",
+            "created": state.created,
+            "owned_by": "flint",
+            "meta": meta,
+        }
         return {"object": "list", "data": [card]}
 
     @app.get("/metrics", dependencies=[Depends(_auth)])
     async def metrics() -> Response:
         s, backend = state.scheduler, state.backend
         text = state.metrics.render(
-            s.waiting if s else 0, s.processing if s else 0,
+            s.waiting if s else 0,
+            s.processing if s else 0,
             backend.cache_stats() if backend else None,
         )
         return PlainTextResponse(text, media_type=CONTENT_TYPE)

@@ -50,8 +50,11 @@ def _template_message(m: Message) -> dict[str, Any]:
             out[key] = getattr(m, key)
     if m.tool_calls:
         out["tool_calls"] = [
-            {"id": c.id, "type": "function",
-             "function": {"name": c.function.name, "arguments": _args(c.function.arguments)}}
+            {
+                "id": c.id,
+                "type": "function",
+                "function": {"name": c.function.name, "arguments": _args(c.function.arguments)},
+            }
             for c in m.tool_calls
         ]
     return out
@@ -118,8 +121,12 @@ class ChatOutput:
 
     def _call(self, call: ToolCall) -> list[dict[str, Any]]:
         index, self.calls = self.calls, self.calls + 1
-        head = {"index": index, "id": call.id, "type": "function",
-                "function": {"name": call.name, "arguments": ""}}
+        head = {
+            "index": index,
+            "id": call.id,
+            "type": "function",
+            "function": {"name": call.name, "arguments": ""},
+        }
         args = {"index": index, "function": {"arguments": call.arguments}}
         return [{"tool_calls": [head]}, {"tool_calls": [args]}]
 
@@ -131,15 +138,19 @@ def _message(deltas: list[dict[str, Any]]) -> dict[str, Any]:
     content = "".join(d.get("content", "") for d in deltas)
     reasoning = "".join(d.get("reasoning_content", "") for d in deltas)
     calls = [c for d in deltas for c in d.get("tool_calls", []) if "id" in c]
-    args = [c["function"]["arguments"] for d in deltas for c in d.get("tool_calls", [])
-            if "id" not in c]
+    args = [
+        c["function"]["arguments"] for d in deltas for c in d.get("tool_calls", []) if "id" not in c
+    ]
     msg: dict[str, Any] = {"role": "assistant", "content": content or (None if calls else "")}
     if reasoning:
         msg["reasoning_content"] = reasoning
     if calls:
         msg["tool_calls"] = [
-            {"id": c["id"], "type": "function",
-             "function": {"name": c["function"]["name"], "arguments": a}}
+            {
+                "id": c["id"],
+                "type": "function",
+                "function": {"name": c["function"]["name"], "arguments": a},
+            }
             for c, a in zip(calls, args, strict=True)
         ]
     return msg
@@ -156,11 +167,20 @@ async def complete(
     logprobs = None
     if setup.logprobs is not None:
         logprobs = {"content": chat_logprobs(lps, backend.token_text)}
-    choice = {"index": 0, "message": message, "logprobs": logprobs,
-              "finish_reason": out.finish_reason(reason)}
+    choice = {
+        "index": 0,
+        "message": message,
+        "logprobs": logprobs,
+        "finish_reason": out.finish_reason(reason),
+    }
     return {
-        "id": new_id("chatcmpl"), "object": "chat.completion", "created": now(), "model": model,
-        "choices": [choice], "usage": usage(t), "timings": timings(t),
+        "id": new_id("chatcmpl"),
+        "object": "chat.completion",
+        "created": now(),
+        "model": model,
+        "choices": [choice],
+        "usage": usage(t),
+        "timings": timings(t),
         "flint": flint_stats(t, job, len(chunks)),
     }
 
@@ -168,12 +188,17 @@ async def complete(
 async def stream(
     job: Job, setup: ChatSetup, model: str, backend: Backend, include_usage: bool
 ) -> AsyncIterator[dict[str, Any]]:
-    base = {"id": new_id("chatcmpl"), "object": "chat.completion.chunk", "created": now(),
-            "model": model}
+    base = {
+        "id": new_id("chatcmpl"),
+        "object": "chat.completion.chunk",
+        "created": now(),
+        "model": model,
+    }
     extra = {"usage": None} if include_usage else {}
 
-    def chunk(delta: dict[str, Any], lps: list[TokenLogprob], finish: str | None = None
-              ) -> dict[str, Any]:
+    def chunk(
+        delta: dict[str, Any], lps: list[TokenLogprob], finish: str | None = None
+    ) -> dict[str, Any]:
         logprobs = None
         if setup.logprobs is not None and lps:
             logprobs = {"content": chat_logprobs(lps, backend.token_text)}

@@ -54,8 +54,13 @@ def prepare_llama(req: LlamaCompletionRequest, backend: Backend) -> CompletionSe
     return CompletionSetup(ids, params, req.n_probs or None)
 
 
-def _choice(setup: CompletionSetup, chunks: list[StreamChunk], backend: Backend, offset: int,
-            finish: str | None) -> dict[str, Any]:
+def _choice(
+    setup: CompletionSetup,
+    chunks: list[StreamChunk],
+    backend: Backend,
+    offset: int,
+    finish: str | None,
+) -> dict[str, Any]:
     text = "".join(c.text for c in chunks)
     logprobs = None
     if setup.logprobs is not None:
@@ -74,8 +79,12 @@ async def complete(
     chunks = await collect(job, request)
     reason, t = last_timings(chunks)
     return {
-        "id": new_id("cmpl"), "object": "text_completion", "created": now(), "model": model,
-        "choices": [_choice(setup, chunks, backend, 0, reason)], **_extensions(t, job, 1),
+        "id": new_id("cmpl"),
+        "object": "text_completion",
+        "created": now(),
+        "model": model,
+        "choices": [_choice(setup, chunks, backend, 0, reason)],
+        **_extensions(t, job, 1),
     }
 
 
@@ -112,9 +121,15 @@ def _llama_final(
 ) -> dict[str, Any]:
     stop_type = "limit" if reason == "length" else ("eos" if stop else "word")
     return {
-        **body, "stop": True, "model": model, "stop_type": stop_type,
-        "tokens_predicted": t.generated_tokens, "tokens_evaluated": t.prompt_tokens,
-        "truncated": False, "timings": timings(t), "flint": flint_stats(t, job, 1),
+        **body,
+        "stop": True,
+        "model": model,
+        "stop_type": stop_type,
+        "tokens_predicted": t.generated_tokens,
+        "tokens_evaluated": t.prompt_tokens,
+        "truncated": False,
+        "timings": timings(t),
+        "flint": flint_stats(t, job, 1),
     }
 
 

@@ -49,31 +49,53 @@ class Metrics:
             self.last_prefill_tok_s = timings.prefill_tok_s
             self.last_decode_tok_s = timings.decode_tok_s
 
-    def render(
-        self, queue_depth: int, processing: int, cache: Mapping[str, float] | None
-    ) -> str:
+    def render(self, queue_depth: int, processing: int, cache: Mapping[str, float] | None) -> str:
         with self._lock:
             lines = _family("requests_total", "counter", "Requests accepted for generation.")
-            lines += [f'flint_requests_total{{endpoint="{k}"}} {v}' for k, v in
-                      sorted(self.requests.items())]
+            lines += [
+                f'flint_requests_total{{endpoint="{k}"}} {v}'
+                for k, v in sorted(self.requests.items())
+            ]
             rows = [
-                ("requests_rejected_total", "counter", "Requests refused: queue full.",
-                 self.rejected),
-                ("requests_cancelled_total", "counter", "Generations cancelled by a disconnect.",
-                 self.cancelled),
-                ("prompt_tokens_total", "counter", "Prompt tokens processed.",
-                 self.prompt_tokens),
-                ("tokens_predicted_total", "counter", "Tokens generated.",
-                 self.generated_tokens),
+                (
+                    "requests_rejected_total",
+                    "counter",
+                    "Requests refused: queue full.",
+                    self.rejected,
+                ),
+                (
+                    "requests_cancelled_total",
+                    "counter",
+                    "Generations cancelled by a disconnect.",
+                    self.cancelled,
+                ),
+                ("prompt_tokens_total", "counter", "Prompt tokens processed.", self.prompt_tokens),
+                ("tokens_predicted_total", "counter", "Tokens generated.", self.generated_tokens),
                 ("prompt_seconds_total", "counter", "Time spent in prefill.", self.prefill_s),
-                ("tokens_predicted_seconds_total", "counter", "Time spent decoding.",
-                 self.decode_s),
-                ("queue_wait_seconds_total", "counter", "Time requests waited in the queue.",
-                 self.queue_wait_s),
-                ("prompt_tokens_seconds", "gauge", "Prefill tok/s of the last request.",
-                 self.last_prefill_tok_s),
-                ("predicted_tokens_seconds", "gauge", "Decode tok/s of the last request.",
-                 self.last_decode_tok_s),
+                (
+                    "tokens_predicted_seconds_total",
+                    "counter",
+                    "Time spent decoding.",
+                    self.decode_s,
+                ),
+                (
+                    "queue_wait_seconds_total",
+                    "counter",
+                    "Time requests waited in the queue.",
+                    self.queue_wait_s,
+                ),
+                (
+                    "prompt_tokens_seconds",
+                    "gauge",
+                    "Prefill tok/s of the last request.",
+                    self.last_prefill_tok_s,
+                ),
+                (
+                    "predicted_tokens_seconds",
+                    "gauge",
+                    "Decode tok/s of the last request.",
+                    self.last_decode_tok_s,
+                ),
             ]
         rows += [
             ("queue_depth", "gauge", "Requests waiting for the model.", queue_depth),
@@ -84,7 +106,7 @@ class Metrics:
             for k, v in sorted((cache or {}).items())
         ]
         for name, kind, help_text, value in rows:
-            lines += _family(name, kind, help_text) + [f"flint_{name} {_num(value)}"]
+            lines += [*_family(name, kind, help_text), f"flint_{name} {_num(value)}"]
         return "\n".join(lines) + "\n"
 
 

@@ -83,9 +83,7 @@ class Scheduler:
     def processing(self) -> int:
         return int(self._busy)
 
-    def submit(
-        self, prompt: Sequence[int], params: SamplingParams, logprobs: int | None
-    ) -> Job:
+    def submit(self, prompt: Sequence[int], params: SamplingParams, logprobs: int | None) -> Job:
         """Queues a job (call on the event loop); 429 with Retry-After when full."""
         with self._lock:
             if self._waiting >= self.max_waiting:

@@ -32,6 +32,7 @@ class ReasoningSplitter:
     def __init__(self, in_reasoning: bool = False) -> None:
         self.state = "reasoning" if in_reasoning else "start"
         self.buf = ""
+        self.lead = True  # leading whitespace of the reasoning is dropped
 
     def feed(self, text: str) -> tuple[str, str]:
         """Returns the (reasoning, content) that ``text`` completes."""
@@ -41,12 +42,15 @@ class ReasoningSplitter:
             if self.state == "start":
                 stripped = self.buf.lstrip()
                 if stripped.startswith(OPEN):
-                    self.state, self.buf = "reasoning", stripped[len(OPEN) :].lstrip("\n")
+                    self.state, self.buf = "reasoning", stripped[len(OPEN) :]
                     continue
                 if not stripped or OPEN.startswith(stripped):
                     return reasoning, content  # not decided yet
                 self.state = "content"
             if self.state == "reasoning":
+                if self.lead:
+                    self.buf = self.buf.lstrip()
+                    self.lead = not self.buf
                 end = self.buf.find(CLOSE)
                 if end < 0:
                     keep = _partial_suffix(self.buf, CLOSE)

@@ -15,6 +15,7 @@ MAX_STOP = 4
 MAX_TOOL_SCHEMA_BYTES = 64 * 1024  # all tool definitions, as JSON
 MAX_TOP_LOGPROBS = 20
 
+MAX_SEED = 2**63 - 1  # torch.Generator.manual_seed's range
 TokenIds = Annotated[list[StrictInt], Field(min_length=1)]
 
 
@@ -38,7 +39,7 @@ class _Sampling(_Body):
     presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
     frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
     repetition_penalty: float | None = Field(None, gt=0.0, le=10.0)
-    seed: StrictInt | None = Field(None, ge=0)
+    seed: StrictInt | None = Field(None, ge=0, le=MAX_SEED)
     stop: str | list[str] | None = None
     n: StrictInt = 1
     ignore_eos: bool = False
@@ -154,8 +155,9 @@ class ChatRequest(_Sampling):
         if v is not None:
             size = len(json.dumps([t.model_dump(exclude_none=True) for t in v]))
             if size > MAX_TOOL_SCHEMA_BYTES:
-                raise ValueError(f"tool definitions take {size} bytes; the cap is "
-                                 f"{MAX_TOOL_SCHEMA_BYTES}")
+                raise ValueError(
+                    f"tool definitions take {size} bytes; the cap is {MAX_TOOL_SCHEMA_BYTES}"
+                )
         return v
 
     @field_validator("response_format")
@@ -215,7 +217,7 @@ class LlamaCompletionRequest(_Body):
     repeat_penalty: float | None = Field(None, gt=0.0, le=10.0)
     presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
     frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
-    seed: StrictInt = Field(-1, ge=-1)
+    seed: StrictInt = Field(-1, ge=-1, le=MAX_SEED)
     stop: list[str] = Field(default_factory=list, max_length=MAX_STOP)
     n_probs: StrictInt = Field(0, ge=0, le=MAX_TOP_LOGPROBS)
     ignore_eos: bool = False

@@ -95,6 +95,7 @@ class ToolStream:
         self.in_call = False
         self.calls = 0
         self.after_call = False  # drop whitespace that follows a call
+        self.gap = ""  # whitespace before the open call: dropped unless the call is bad
 
     def feed(self, text: str) -> list[str | ToolCall]:
         self.buf += text
@@ -106,14 +107,16 @@ class ToolStream:
                 break
             before, self.buf = self.buf[:at], self.buf[at + len(marker) :]
             if self.in_call:
-                out.append(self._call(before))
+                self._call(before, out, self.syntax.end)
             else:
-                self._text(before.rstrip(), out)
+                kept = before.rstrip()
+                self._text(kept, out)
+                self.gap = before[len(kept) :]
             self.in_call = not self.in_call
         if not self.in_call:
-            keep = max(_partial_suffix(self.buf, self.syntax.start), _ws_tail(self.buf))
-            head = self.buf[: len(self.buf) - keep]
-            if head.strip():
+            partial = _partial_suffix(self.buf, self.syntax.start)
+            head = self.buf[: len(self.buf) - partial].rstrip()
+            if head:
                 self._text(head, out)
                 self.buf = self.buf[len(head) :]
         return out
@@ -123,7 +126,7 @@ class ToolStream:
         buf, self.buf = self.buf, ""
         if self.in_call:
             self.in_call = False
-            out.append(self._call(buf))
+            self._call(buf, out, "")
         else:
             self._text(buf if self.calls == 0 else buf.rstrip(), out)
         return out
@@ -135,18 +138,15 @@ class ToolStream:
             out.append(text)
             self.after_call = False
 
-    def _call(self, body: str) -> str | ToolCall:
+    def _call(self, body: str, out: list[str | ToolCall], end: str) -> None:
         call = self.syntax.parse(body)
+        gap, self.gap = self.gap, ""
         if call is None:
-            self.after_call = False
-            return self.syntax.start + body + self.syntax.end
+            self._text(gap + self.syntax.start + body + end, out)
+            return
         self.calls += 1
         self.after_call = True
-        return call
-
-
-def _ws_tail(text: str) -> int:
-    return len(text) - len(text.rstrip())
+        out.append(call)
 
 
 def parse_tool_calls(syntax: ToolSyntax, text: str) -> tuple[str, list[ToolCall]]:
