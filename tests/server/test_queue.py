@@ -123,3 +123,21 @@ def test_soak_200_requests_8_clients(live: LiveServer) -> None:
     growth = (proc.memory_info().rss - rss0) / 2**20
     assert growth < 64, f"RSS grew by {growth:.0f} MiB over 200 requests"
     assert threading.active_count() < 50
+
+
+def test_expert_cache_counters_are_exported(scripted: LiveServer, backend: ScriptedBackend) -> None:
+    assert "flint_expert_cache" not in httpx.get(scripted.url + "/metrics").text
+    backend.stats = {"hit_rate": 0.5, "stall seconds": 1.25}
+    text = httpx.get(scripted.url + "/metrics").text
+    assert "flint_expert_cache_hit_rate 0.5" in text
+    assert "flint_expert_cache_stall_seconds 1.25" in text
+
+
+def test_non_streaming_client_that_leaves_frees_the_model(
+    scripted: LiveServer, backend: ScriptedBackend
+) -> None:
+    backend.script, backend.delay_s = ["tok"] * 2000, 0.02
+    body = {"prompt": "x", "max_tokens": 2000}
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(scripted.url + "/v1/completions", json=body, timeout=0.5)
+    _wait_until(lambda: _metric(scripted.url, "flint_requests_processing") == 0)

@@ -48,8 +48,21 @@ def test_not_a_model_exits_2_after_start(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_serve_subprocess(tiny_dir: Path) -> None:
     port = _free_port()
-    cmd = [sys.executable, "-c", "from flint.cli import main; main()", "serve", str(tiny_dir),
-           "--port", str(port), "--alias", "tiny-cli", "--api-key", "k", "--device", "cpu"]
+    cmd = [
+        sys.executable,
+        "-c",
+        "from flint.cli import main; main()",
+        "serve",
+        str(tiny_dir),
+        "--port",
+        str(port),
+        "--alias",
+        "tiny-cli",
+        "--api-key",
+        "k",
+        "--device",
+        "cpu",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         url = f"http://127.0.0.1:{port}"
