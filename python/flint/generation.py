@@ -7,6 +7,7 @@ does no I/O and no logging.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -40,6 +41,16 @@ class Timings:
 
 
 @dataclass(slots=True, frozen=True)
+class TokenLogprob:
+    """A sampled token's log-probability under the model (before penalties and
+    temperature, as vLLM reports it), with the most likely alternatives."""
+
+    token_id: int
+    logprob: float
+    top: tuple[tuple[int, float], ...]  # (token id, logprob), most likely first
+
+
+@dataclass(slots=True, frozen=True)
 class StreamChunk:
     """A piece of generated text with the token ids that produced it."""
 
@@ -48,6 +59,7 @@ class StreamChunk:
     elapsed_s: float  # since the request started
     finish_reason: str | None = None  # "stop" (EOS or stop string), "length", or None
     timings: Timings | None = None  # on the last chunk only
+    logprobs: tuple[TokenLogprob, ...] = ()  # one per token id, when asked for
 
 
 @dataclass(slots=True, frozen=True)
@@ -108,15 +120,18 @@ class _Request:
         self.eos = frozenset() if params.ignore_eos else tokenizer.eos_token_ids
         self.generated: list[int] = []
         self.pending_ids: list[int] = []
+        self.pending_lp: list[TokenLogprob] = []
         self.t0 = time.perf_counter()
         self.t_first = 0.0
 
-    def step(self, token: int) -> StreamChunk | None:
+    def step(self, token: int, logprob: TokenLogprob | None = None) -> StreamChunk | None:
         """Takes the sampled token; returns a chunk when there is text or the end."""
         if not self.generated:
             self.t_first = time.perf_counter()
         self.generated.append(token)
         self.pending_ids.append(token)
+        if logprob is not None:
+            self.pending_lp.append(logprob)
         if token in self.eos:
             return self._finish(self.stops.feed(self.decoder.flush())[0], "stop")
         text, stopped = self.stops.feed(self.decoder.push(token))
@@ -129,8 +144,9 @@ class _Request:
             return self._finish(text + tail + rest, "stop" if stopped else "length")
         if not text:
             return None
-        chunk = StreamChunk(text, tuple(self.pending_ids), time.perf_counter() - self.t0)
-        self.pending_ids = []
+        elapsed = time.perf_counter() - self.t0
+        chunk = StreamChunk(text, tuple(self.pending_ids), elapsed, logprobs=tuple(self.pending_lp))
+        self.pending_ids, self.pending_lp = [], []
         return chunk
 
     def _finish(self, text: str, reason: str) -> StreamChunk:
@@ -138,13 +154,35 @@ class _Request:
         timings = Timings(
             len(self.prompt), len(self.generated), self.t_first - self.t0, now - self.t_first
         )
-        return StreamChunk(text, tuple(self.pending_ids), now - self.t0, reason, timings)
+        ids, lps = tuple(self.pending_ids), tuple(self.pending_lp)
+        return StreamChunk(text, ids, now - self.t0, reason, timings, lps)
+
+
+def token_logprob(logits: torch.Tensor, token: int, vocab: int, top: int) -> TokenLogprob:
+    """``token``'s logprob under logits [V'] (cut to V) and the ``top`` most likely."""
+    logp = torch.log_softmax(logits[:vocab].float(), dim=-1)
+    alts: tuple[tuple[int, float], ...] = ()
+    if top > 0:
+        values, ids = torch.topk(logp, min(top, vocab))
+        alts = tuple(zip(ids.tolist(), values.tolist(), strict=True))
+    return TokenLogprob(token, float(logp[token]), alts)
 
 
 def generate_stream(
-    model: MoEModel, tokenizer: Tokenizer, prompt: Sequence[int], params: SamplingParams
+    model: MoEModel,
+    tokenizer: Tokenizer,
+    prompt: Sequence[int],
+    params: SamplingParams,
+    *,
+    logprobs: int | None = None,
+    cancel: threading.Event | None = None,
 ) -> Iterator[StreamChunk]:
-    """Generates after ``prompt`` (token ids), starting from an empty KV cache."""
+    """Generates after ``prompt`` (token ids), starting from an empty KV cache.
+
+    ``logprobs``: attach each token's logprob and that many alternatives (None: off).
+    ``cancel``: checked before every forward; once set, the stream ends without a
+    finish chunk (the caller has gone away).
+    """
     if not prompt:
         raise ValueError("the prompt is empty")
     if len(prompt) >= model.context_length:
@@ -156,9 +194,13 @@ def generate_stream(
     model.reset()
     sampler = Sampler(params, model.config.vocab_size, device, prompt)
     logits = _prefill(model, torch.tensor(list(prompt), dtype=torch.int64, device=device))
+    vocab = model.config.vocab_size
     while True:
+        if cancel is not None and cancel.is_set():
+            return
         token = sampler(logits)
-        chunk = request.step(token)
+        lp = None if logprobs is None else token_logprob(logits, token, vocab, logprobs)
+        chunk = request.step(token, lp)
         if chunk is not None:
             yield chunk
             if chunk.finish_reason is not None:

@@ -9,6 +9,7 @@ from rich.console import Console
 
 from flint._version import __version__, core_version
 from flint.cli.replay import replay_command
+from flint.cli.serve import serve_command
 
 app = typer.Typer(
     name="flint",
@@ -20,6 +21,7 @@ app = typer.Typer(
 )
 console = Console()
 app.command("replay")(replay_command)
+app.command("serve")(serve_command)
 
 
 def _version_callback(value: bool) -> None:
