@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The checks and measurements run on the GPU box (see docs/development.md). Usage there,
 # from the repo root, with the wheel and the io_bench binary carried in .device/:
-#   bash benches/gpu_box.sh [install|format|io|tests|all]
+#   bash benches/gpu_box.sh [install|format|io|tests|all|gpu6]
 # Logs go to $OUT (or /tmp/flint-out).
 set -uo pipefail
 OUT=${OUT:-/tmp/flint-out}
@@ -41,4 +41,17 @@ case $what in
   io) io ;;
   tests) tests ;;
   all) install; format; io; tests ;;
+  gpu6) install; gpu6 ;;
 esac 2>&1 | tee "$OUT/gpu_box_$what.log"
+
+# Issue 6 on the GPU: CUDA tests and resident decode of tiny-code-moe. Needs the
+# checkpoint carried in .device/shared (the tests look for ../shared).
+gpu6() {
+  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
+  python3 -m pytest tests/models/test_gpu.py tests/io -q -p no:cacheprovider -rs 2>&1 | tail -8
+  for q in none int8 int4; do
+    flint convert ../shared/models/tiny-code-moe -o "$DATA/tcm-$q.ftw" --quant $q | tail -1
+  done
+  python3 benches/resident_decode.py "$DATA/tcm-none.ftw" "$DATA/tcm-int8.ftw" "$DATA/tcm-int4.ftw" --device cuda --reps 5
+  python3 benches/convert_throughput.py --gib 4 --reps 3 --dir "$DATA/convert"
+}
