@@ -35,14 +35,6 @@ tests() {
   python3 -m pytest tests/format tests/io tests/test_cli.py -q -p no:cacheprovider 2>&1 | tail -5
 }
 
-case $what in
-  install) install ;;
-  format) install; format ;;
-  io) io ;;
-  tests) tests ;;
-  all) install; format; io; tests ;;
-  gpu6) install; gpu6 ;;
-esac 2>&1 | tee "$OUT/gpu_box_$what.log"
 
 # Issue 6 on the GPU: CUDA tests and resident decode of tiny-code-moe. Needs the
 # checkpoint carried in .device/shared (the tests look for ../shared).
@@ -55,3 +47,12 @@ gpu6() {
   python3 benches/resident_decode.py "$DATA/tcm-none.ftw" "$DATA/tcm-int8.ftw" "$DATA/tcm-int4.ftw" --device cuda --reps 5
   python3 benches/convert_throughput.py --gib 4 --reps 3 --dir "$DATA/convert"
 }
+
+case $what in
+  install) install ;;
+  format) install; format ;;
+  io) io ;;
+  tests) tests ;;
+  all) install; format; io; tests ;;
+  gpu6) install; gpu6 ;;
+esac 2>&1 | tee "$OUT/gpu_box_$what.log"
