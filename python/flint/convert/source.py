@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import safe_open
+
+from flint.convert.shard import ShardMap
 
 
 def hf_cache_dirs() -> list[Path]:
@@ -57,8 +58,8 @@ def resolve_source(source: str) -> Path:
     )
 
 
-# Shards kept open at once. safetensors maps each shard; every page touched stays in
-# the process's RSS while the map lives, so open maps are capped to bound it.
+# Shards kept mapped at once: every page touched stays in the process's RSS while its
+# map lives, so maps are dropped as the conversion moves on (views keep theirs alive).
 _MAX_OPEN_SHARDS = 1
 
 
@@ -70,7 +71,7 @@ class Checkpoint:
     config: dict[str, Any]
     shards: list[Path]
     where: dict[str, Path] = field(default_factory=dict)
-    _open: OrderedDict[Path, Any] = field(default_factory=OrderedDict)
+    _open: OrderedDict[Path, ShardMap] = field(default_factory=OrderedDict)
 
     @classmethod
     def open(cls, root: Path) -> Checkpoint:
@@ -90,48 +91,41 @@ class Checkpoint:
             raise FileNotFoundError(f"shard listed in the index is missing: {missing[0]}")
         ck = cls(root, config, shards)
         for s in shards:
-            for name in ck._handle(s).keys():  # noqa: SIM118 (safe_open is not iterable)
+            for name in ck._handle(s).keys():  # noqa: SIM118
                 ck.where[name] = s
         return ck
 
-    def _handle(self, shard: Path) -> Any:
+    def _handle(self, shard: Path) -> ShardMap:
         if shard in self._open:
             self._open.move_to_end(shard)
             return self._open[shard]
         while len(self._open) >= _MAX_OPEN_SHARDS:
-            _, old = self._open.popitem(last=False)
-            old.__exit__(None, None, None)
-        handle = safe_open(shard, framework="pt")
-        self._open[shard] = handle.__enter__()  # type: ignore[no-untyped-call]
+            self._open.popitem(last=False)
+        self._open[shard] = ShardMap(shard)
         return self._open[shard]
 
     def names(self) -> list[str]:
         return list(self.where)
 
     def shape(self, name: str) -> list[int]:
-        return list(self._handle(self.where[name]).get_slice(name).get_shape())
+        return self._handle(self.where[name]).shape(name)
 
     def dtype_name(self, name: str) -> str:
-        return str(self._handle(self.where[name]).get_slice(name).get_dtype())
+        return self._handle(self.where[name]).dtype_name(name)
 
     def nbytes(self, name: str) -> int:
-        sizes = {"F32": 4, "F16": 2, "BF16": 2, "I8": 1, "U8": 1, "I32": 4, "I64": 8, "BOOL": 1}
-        n = sizes.get(self.dtype_name(name), 4)
-        for d in self.shape(name):
-            n *= d
-        return n
+        return self._handle(self.where[name]).nbytes(name)
 
     def get(self, name: str) -> torch.Tensor:
-        return self._handle(self.where[name]).get_tensor(name)  # type: ignore[no-any-return]
+        """A zero-copy view of the tensor in its shard's map."""
+        return self._handle(self.where[name]).tensor(name)
 
     def get_row(self, name: str, i: int) -> torch.Tensor:
-        """Row ``i`` of a stacked tensor, reading only that row."""
-        return self._handle(self.where[name]).get_slice(name)[i]  # type: ignore[no-any-return]
+        """Row ``i`` of a stacked tensor (a view: only that row's pages are read)."""
+        return self.get(name)[i]
 
     def close(self) -> None:
-        while self._open:
-            _, old = self._open.popitem(last=False)
-            old.__exit__(None, None, None)
+        self._open.clear()
 
     def text_file(self, name: str) -> str | None:
         p = self.root / name
