@@ -22,7 +22,7 @@ def test_views_equal_safetensors_and_outlive_the_map(tmp_path: Path) -> None:
     }
     save_file(tensors, tmp_path / "x.safetensors")
     m = ShardMap(tmp_path / "x.safetensors")
-    views = {k: m.tensor(k) for k in m.keys()}
+    views = {k: m.tensor(k) for k in m.names()}
     del m
     for k, t in tensors.items():
         assert views[k].dtype == t.dtype and torch.equal(views[k], t), k

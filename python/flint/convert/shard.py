@@ -66,7 +66,7 @@ class ShardMap:
             raise ValueError(f"{self.path}: tensor {name!r} has bad data offsets {begin}..{end}")
         return dtype, [int(d) for d in shape], begin, end
 
-    def keys(self) -> list[str]:
+    def names(self) -> list[str]:
         return list(self._entries)
 
     def shape(self, name: str) -> list[int]:

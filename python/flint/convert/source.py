@@ -91,7 +91,7 @@ class Checkpoint:
             raise FileNotFoundError(f"shard listed in the index is missing: {missing[0]}")
         ck = cls(root, config, shards)
         for s in shards:
-            for name in ck._handle(s).keys():  # noqa: SIM118
+            for name in ck._handle(s).names():
                 ck.where[name] = s
         return ck
 
