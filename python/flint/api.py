@@ -63,6 +63,25 @@ def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torc
     return _DTYPES[dtype]
 
 
+def _streamed(
+    source: WeightSource,
+    device: torch.device,
+    dtype: torch.dtype,
+    ram_budget: float | None,
+    lookahead: int,
+    io_workers: int,
+) -> ExpertBackend:
+    from flint.models import parse_config
+    from flint.models.ftw_source import FtwSource
+    from flint.stream import streamed_backend
+
+    if not isinstance(source, FtwSource):
+        raise ValueError("streaming needs a .ftw model file (convert it with `flint convert`)")
+    return streamed_backend(
+        source, parse_config(source.config), device, dtype, ram_budget, lookahead, io_workers
+    )
+
+
 def _eos_ids(source: WeightSource) -> list[int]:
     value = source.generation_config.get("eos_token_id", source.config.get("eos_token_id"))
     if value is None:
@@ -79,6 +98,10 @@ class LLM:
     ``expert_kernels``: "auto" computes int8/int4 experts with torch's quantized
     kernels (each probed at load, falling back with one printed line); "dequant"
     always dequantizes then multiplies.
+    ``stream``: stream routed experts from the .ftw file through a RAM expert cache of
+    ``ram_budget`` GiB (default: what is free) instead of loading them all; None
+    streams when ``ram_budget`` is given. ``lookahead``: layers of router lookahead
+    (0-3) used to prefetch experts; ``io_workers``: reader threads.
     """
 
     def __init__(
@@ -90,6 +113,10 @@ class LLM:
         context_length: int | None = None,
         expert_backend: ExpertBackend | None = None,
         expert_kernels: str = "auto",
+        stream: bool | None = None,
+        ram_budget: float | None = None,
+        lookahead: int = 2,
+        io_workers: int = 8,
     ) -> None:
         self.device = resolve_device(device)
         self.dtype = resolve_dtype(dtype, self.device)
@@ -101,9 +128,17 @@ class LLM:
         if isinstance(ctx, bool) or not isinstance(ctx, int) or ctx < 2:
             raise ValueError(f"context_length must be an integer >= 2, got {ctx!r}")
         self.source = source
+        if expert_backend is None and (stream or (stream is None and ram_budget is not None)):
+            expert_backend = _streamed(
+                source, self.device, self.dtype, ram_budget, lookahead, io_workers
+            )
+        self.expert_backend = expert_backend
         self._model: MoEModel | None = load_model(
             source, self.device, self.dtype, ctx, expert_backend, expert_kernels
         )
+        attach = getattr(expert_backend, "attach", None)
+        if callable(attach):
+            attach(self._model)
         self.tokenizer = Tokenizer(
             source.tokenizer_json,
             chat_template=source.chat_template,
@@ -117,6 +152,12 @@ class LLM:
         if self._model is None:
             raise ValueError("this LLM is closed")
         return self._model
+
+    def stats(self) -> dict[str, Any] | None:
+        """Streaming statistics (cache hits, reads, stall, prediction recall), or None
+        when every expert is resident."""
+        stats = getattr(self.expert_backend, "stats", None)
+        return stats() if callable(stats) else None
 
     def sampling_params(self, **options: Any) -> SamplingParams:
         """The model's generation defaults overridden by ``options`` (validated)."""

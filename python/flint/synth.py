@@ -45,6 +45,23 @@ GEOMETRIES: dict[str, dict[str, Any]] = {
         "max_position_embeddings": 2048,
         "rope_theta": 10000.0,
     },
+    # `flint demo`: ~3.2 GB of bf16 experts, quick to compute on a small CPU; its
+    # vocabulary is exactly the synthetic byte tokenizer's (2 specials + 256 bytes).
+    "demo": {
+        **_QWEN3_BASE,
+        "hidden_size": 1024,
+        "intermediate_size": 2048,
+        "moe_intermediate_size": 512,
+        "num_hidden_layers": 16,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "head_dim": 128,
+        "num_experts": 64,
+        "num_experts_per_tok": 8,
+        "vocab_size": 258,
+        "max_position_embeddings": 4096,
+        "rope_theta": 10000.0,
+    },
     "qwen3-30b-a3b": {
         **_QWEN3_BASE,
         "hidden_size": 2048,

@@ -46,8 +46,9 @@ def _root(
     """flint: MoE inference that streams experts from NVMe."""
 
 
-from flint.cli import evaluate, model_file, run  # noqa: E402
+from flint.cli import demo, evaluate, model_file, run  # noqa: E402
 
+demo.register(app, console)
 model_file.register(app, console)
 run.register(app)
 evaluate.register(app)

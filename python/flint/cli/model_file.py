@@ -106,7 +106,8 @@ def register(app: typer.Typer, console: Any) -> None:
     def synth(
         output: Annotated[Path, typer.Option("-o", "--output", help="The .ftw file to write.")],
         geometry: Annotated[
-            str, typer.Option(help="tiny, qwen3-30b-a3b, mixtral-8x7b or deepseek-v2-lite.")
+            str,
+            typer.Option(help="tiny, demo, qwen3-30b-a3b, mixtral-8x7b or deepseek-v2-lite."),
         ] = "tiny",
         quant: Annotated[
             str, typer.Option(help="Routed experts: bf16 (= none), int8 or int4.")

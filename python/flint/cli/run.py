@@ -70,7 +70,27 @@ def stats_dict(llm: LLM, model: Path, load_s: float, finish_reason: str) -> dict
         "load_s": round(load_s, 3),
         "finish_reason": finish_reason,
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "streaming": llm.stats(),
     }
+
+
+def streaming_summary(stats: dict[str, Any]) -> str:
+    """Per forward step (a prompt counts once): stall, reads, hit rate, recall."""
+    n = max(1, int(stats["forward_calls"]))
+    head = f"streaming ({stats['mode']} I/O, {stats['slots_per_layer']} slots/layer):"
+    parts = [
+        f"stall {1000 * stats['stall_s'] / n:.2f} ms/token",
+        f"demand reads {stats['reads_demand'] / n:.1f}/token",
+        f"prefetch reads {stats['reads_prefetch'] / n:.1f}/token",
+        f"read {(stats['bytes_demand'] + stats['bytes_prefetch']) / n / 2**20:.2f} MiB/token",
+    ]
+    if stats["ram_hit_rate"] is not None:
+        parts.append(f"RAM hit rate {stats['ram_hit_rate']:.1%}")
+    for d in (1, 2, 3):
+        r, p = stats.get(f"recall_d{d}"), stats.get(f"precision_d{d}")
+        if r is not None and p is not None:
+            parts.append(f"lookahead d{d} recall {r:.1%} precision {p:.1%}")
+    return head + " " + ", ".join(parts)
 
 
 def _print_stream(chunks: Iterator[StreamChunk]) -> StreamChunk:
@@ -110,6 +130,9 @@ def register(app: typer.Typer) -> None:
             bool, typer.Option(help="Send the prompt as one user message via the chat template.")
         ] = False,
         ignore_eos: Annotated[bool, typer.Option(help="Keep generating after EOS.")] = False,
+        show_stats: Annotated[
+            bool, typer.Option("--stats", help="Print streaming statistics after the text.")
+        ] = False,
         as_json: Annotated[
             bool,
             typer.Option(
@@ -149,3 +172,6 @@ def register(app: typer.Typer) -> None:
                 raise fail_from(err) from None
             assert last.timings is not None and last.finish_reason is not None
             stderr.print(_summary(last.timings, last.finish_reason))
+            stats = llm.stats()
+            if show_stats:
+                stderr.print(streaming_summary(stats) if stats else "all experts resident")

@@ -35,8 +35,18 @@ class RuntimeOptions:
     threads: int | None = None
     context_length: int | None = None
     expert_kernels: str = "auto"
+    stream: bool | None = None
+    ram_budget: float | None = None
+    lookahead: int = 2
+    io_workers: int = 8
 
     def validate(self) -> None:
+        if self.ram_budget is not None and not self.ram_budget >= 0:
+            raise ValueError(f"--ram-budget must be >= 0 GiB, got {self.ram_budget}")
+        if not 0 <= self.lookahead <= 3:
+            raise ValueError(f"--lookahead must be 0..3, got {self.lookahead}")
+        if not 1 <= self.io_workers <= 256:
+            raise ValueError(f"--io-workers must be 1..256, got {self.io_workers}")
         if self.threads is not None and self.threads < 1:
             raise ValueError(f"--threads must be >= 1, got {self.threads}")
         if self.context_length is not None and self.context_length < 2:
@@ -55,6 +65,10 @@ class RuntimeOptions:
             dtype=self.dtype,
             context_length=self.context_length,
             expert_kernels=self.expert_kernels,
+            stream=self.stream,
+            ram_budget=self.ram_budget,
+            lookahead=self.lookahead,
+            io_workers=self.io_workers,
         )
 
 
@@ -121,6 +135,46 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {  # parameter -> (annotation, default)
         ],
         "auto",
     ),
+    "stream": (
+        Annotated[
+            bool | None,
+            typer.Option(
+                "--stream/--no-stream",
+                help="Stream routed experts from the .ftw file through a RAM cache instead of"
+                " loading them all (default: stream when --ram-budget is given).",
+                rich_help_panel=PANEL,
+            ),
+        ],
+        None,
+    ),
+    "ram_budget": (
+        Annotated[
+            float | None,
+            typer.Option(
+                help="GiB of RAM the expert cache may use when streaming (default: what is"
+                " free, minus headroom). Dense weights and the KV cache are not counted.",
+                rich_help_panel=PANEL,
+            ),
+        ],
+        None,
+    ),
+    "lookahead": (
+        Annotated[
+            int,
+            typer.Option(
+                help="Layers of router lookahead used to prefetch experts (0-3).",
+                rich_help_panel=PANEL,
+            ),
+        ],
+        2,
+    ),
+    "io_workers": (
+        Annotated[
+            int,
+            typer.Option(help="Expert reader threads when streaming.", rich_help_panel=PANEL),
+        ],
+        8,
+    ),
 }
 
 
@@ -131,6 +185,10 @@ def _build(values: dict[str, Any]) -> RuntimeOptions:
         threads=values["threads"],
         context_length=values["ctx"],
         expert_kernels=values["expert_kernels"],
+        stream=values["stream"],
+        ram_budget=values["ram_budget"],
+        lookahead=values["lookahead"],
+        io_workers=values["io_workers"],
     )
 
 

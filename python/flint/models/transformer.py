@@ -32,7 +32,10 @@ class DecoderLayer:
         backend: ExpertBackend,
     ) -> None:
         p = f"model.layers.{layer}."
-        self.eps = config.rms_norm_eps
+        self.index, self.eps = layer, config.rms_norm_eps
+        # Called with the MoE input (residual after attention) when set: the streaming
+        # backend's router lookahead.
+        self.observe: Callable[[int, torch.Tensor], None] | None = None
         self.input_norm = place.load(source, p + "input_layernorm.weight")
         self.post_norm = place.load(source, p + "post_attention_layernorm.weight")
         self.attn = Attention(config, layer, source, place)
@@ -52,6 +55,8 @@ class DecoderLayer:
         mask: torch.Tensor | None,
     ) -> torch.Tensor:
         h = x + self.attn(rms_norm(x, self.input_norm, self.eps), start, cache, cos, sin, mask)
+        if self.observe is not None:
+            self.observe(self.index, h)
         return h + self.mlp(rms_norm(h, self.post_norm, self.eps))
 
 

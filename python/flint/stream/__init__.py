@@ -1,0 +1,51 @@
+"""Streaming routed experts from NVMe through the RAM expert cache.
+
+``streamed_backend`` builds the expert backend of a model whose experts are read on
+demand and by lookahead from its .ftw file (``flint.LLM(..., stream=True)`` uses it).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+
+import torch
+
+from flint import _core
+from flint.models.config import ModelConfig
+from flint.models.ftw_source import FtwSource
+from flint.stream.backend import StreamedExperts
+from flint.stream.plan import StreamPlan, plan_cache
+
+
+def _stderr(line: str) -> None:
+    print(f"flint: {line}", file=sys.stderr)
+
+
+def streamed_backend(
+    source: FtwSource,
+    config: ModelConfig,
+    device: torch.device,
+    dtype: torch.dtype,
+    ram_budget_gib: float | None = None,
+    lookahead: int = 2,
+    io_workers: int = 8,
+    policy: str = "decay",
+    notice: Callable[[str], None] = _stderr,
+) -> StreamedExperts:
+    """A ``StreamedExperts`` for ``source`` with a RAM cache planned from
+    ``ram_budget_gib`` (or free memory); plan notes go to ``notice``, one line each."""
+    layout = source.expert_layout
+    if layout is None:
+        raise ValueError(f"{source.path} holds no routed experts to stream")
+    streamed = [i for i, sparse in enumerate(config.sparse_layers) if sparse]
+    plan = plan_cache(streamed, layout.n_experts, layout.slab_bytes, ram_budget_gib)
+    for line in plan.notes:
+        notice(line)
+    engine = _core.IoEngine(
+        str(source.path), streamed, plan.slots_per_layer, policy=policy, workers=io_workers
+    )
+    return StreamedExperts(config, layout, engine, plan, device, dtype, lookahead)
+
+
+__all__ = ["StreamPlan", "StreamedExperts", "plan_cache", "streamed_backend"]

@@ -1,0 +1,138 @@
+"""``StreamedExperts``: the MoE expert backend that streams routed experts through the
+RAM expert cache (``flint._core.IoEngine``) instead of holding them all.
+
+Per MoE layer: the router's selection goes to the engine (``begin_layer``: wrong
+predictions cancelled, selected prefetches promoted); the selected experts are placed
+in waves of at most the layer's slots (hits, reads in flight, demand reads); each
+expert is computed from its slot (a zero-copy view; copied to the GPU on CUDA) on the
+rows that chose it, exactly as the resident backend computes it; outputs are summed
+in fp32 in router-rank order (``weighted_sum``). So with the same device and batch
+shapes the result is bit-identical to ``ResidentExperts``.
+
+This is the reference path (Python drives it layer by layer); the speed path drives
+the same engine protocol from Rust (see ARCHITECTURE.md).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from flint import _core
+from flint.format.reader import ExpertLayout
+from flint.models.config import ModelConfig
+from flint.models.mlp import swiglu
+from flint.models.moe import weighted_sum
+from flint.stream.lookahead import Lookahead
+from flint.stream.plan import StreamPlan
+from flint.stream.slab import float_weights, slot_bytes
+
+# T = tokens, H = hidden, K = top-k, E = experts per layer, N = rows routed to one expert
+
+
+@dataclass(slots=True)
+class Counters:
+    tokens: int = 0
+    stall_s: float = 0.0
+    waits: int = 0
+    layer_calls: int = 0
+
+
+class StreamedExperts:
+    """Routed experts streamed from a .ftw file (see the module docs)."""
+
+    def __init__(
+        self,
+        config: ModelConfig,
+        layout: ExpertLayout,
+        engine: _core.IoEngine,
+        plan: StreamPlan,
+        device: torch.device,
+        dtype: torch.dtype,
+        lookahead: int = 2,
+    ) -> None:
+        self.cfg, self.layout, self.engine, self.plan = config, layout, engine, plan
+        self.device, self.dtype = device, dtype
+        self.capacity = plan.slots_per_layer
+        self.first_layer = plan.streamed_layers[0]
+        self.lookahead = Lookahead(lookahead, config.top_k, config.rms_norm_eps)
+        self.counters = Counters()
+
+    def attach(self, model: Any) -> None:
+        """Takes the routers and norms lookahead needs from the built model."""
+        for i, layer in enumerate(model.layers):
+            router = getattr(layer.mlp, "router", None)
+            if router is not None:
+                self.lookahead.add_layer(i, layer.post_norm, router)
+            layer.observe = self.observe
+
+    def observe(self, layer: int, h: torch.Tensor) -> None:
+        """Layer ``layer``'s MoE input (residual after attention, [T, H]) is known."""
+        if self.lookahead.depth and h.shape[0] == 1:
+            self.engine.predict(self.lookahead.predict(layer, h))
+
+    def _weights(self, address: int) -> list[torch.Tensor]:
+        slab = slot_bytes(address, self.layout.slab_bytes)
+        ws = float_weights(slab, self.layout)
+        return [w.to(device=self.device, dtype=self.dtype) for w in ws]
+
+    def _wait(self, layer: int, expert: int) -> None:
+        t0 = time.perf_counter()
+        self.engine.wait(layer, expert, 2)
+        self.counters.stall_s += time.perf_counter() - t0
+        self.counters.waits += 1
+
+    def __call__(
+        self, layer: int, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor
+    ) -> torch.Tensor:
+        if layer == self.first_layer:
+            self._new_token()
+        tokens, k = ids.shape
+        flat = ids.reshape(-1)  # [T*K], entry t*K + k
+        order = torch.argsort(flat, stable=True)
+        counts = torch.bincount(flat, minlength=self.cfg.num_experts).tolist()
+        starts = [0] * len(counts)
+        for e in range(1, len(counts)):
+            starts[e] = starts[e - 1] + counts[e - 1]
+        selected = list(dict.fromkeys(flat.tolist()))  # rank order of first selection
+        self.lookahead.score(layer, set(selected))
+        self.engine.begin_layer(layer, selected)
+        outputs = torch.empty(tokens * k, x.shape[1], dtype=torch.float32, device=x.device)
+        for i in range(0, len(selected), self.capacity):
+            wave = selected[i : i + self.capacity]
+            for expert, _slot, address, hit in self.engine.place(layer, wave):
+                if not hit:
+                    self._wait(layer, expert)
+                rows = order[starts[expert] : starts[expert] + counts[expert]]  # [N]
+                gate, up, down = self._weights(address)
+                outputs[rows] = swiglu(x[rows // k], gate, up, down).to(torch.float32)
+            self.engine.unpin(layer, wave)
+        self.counters.layer_calls += 1
+        return weighted_sum(outputs.view(tokens, k, -1), weights).to(x.dtype)
+
+    def _new_token(self) -> None:
+        if self.counters.tokens:
+            self.engine.tick()
+        self.counters.tokens += 1
+
+    def stats(self) -> dict[str, Any]:
+        """Cumulative streaming statistics (engine, cache and prediction quality)."""
+        s: dict[str, Any] = dict(self.engine.stats())
+        c, q = self.counters, self.lookahead.quality
+        placed = s["hits"] + s["in_flight_at_start"] + s["demand_placements"]
+        s.update(
+            forward_calls=c.tokens,
+            stall_s=c.stall_s,
+            ram_hit_rate=s["hits"] / placed if placed else None,
+            slots_per_layer=self.capacity,
+            n_experts=self.cfg.num_experts,
+            streamed_layers=len(self.plan.streamed_layers),
+            mode=self.engine.mode,
+        )
+        for d in range(1, self.lookahead.depth + 1):
+            s[f"recall_d{d}"] = q.recall(d)
+            s[f"precision_d{d}"] = q.precision(d)
+        return s

@@ -1,0 +1,103 @@
+"""The memory plan of a streamed model: how many RAM cache slots each streamed layer
+gets, from what the machine has free (cgroup limits included) or an explicit budget.
+Never refuses: a budget below one slot per layer is raised to that, with one line."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+GIB = 1 << 30
+HEADROOM_FRACTION = 0.10  # of available memory left to the OS, page cache and torch
+HEADROOM_MIN = 1 << 30
+
+
+def cgroup_available() -> int | None:
+    """Bytes the cgroup (v2, or v1) still allows this process, if it is limited."""
+    for limit_file, usage_file in (
+        ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+        (
+            "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+            "/sys/fs/cgroup/memory/memory.usage_in_bytes",
+        ),
+    ):
+        try:
+            limit = Path(limit_file).read_text().strip()
+            usage = int(Path(usage_file).read_text().strip())
+        except (OSError, ValueError):
+            continue
+        if limit != "max" and int(limit) < (1 << 60):
+            return max(0, int(limit) - usage)
+    return None
+
+
+def available_memory() -> int:
+    """Free memory for flint: the smaller of the machine's and the cgroup's."""
+    free = int(psutil.virtual_memory().available)
+    cg = cgroup_available()
+    return free if cg is None else min(free, cg)
+
+
+@dataclass(slots=True, frozen=True)
+class StreamPlan:
+    """Slots per streamed layer and where the number came from."""
+
+    streamed_layers: tuple[int, ...]
+    n_experts: int
+    slot_bytes: int
+    slots_per_layer: int
+    budget_bytes: int
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def cache_bytes(self) -> int:
+        return self.slots_per_layer * self.slot_bytes * len(self.streamed_layers)
+
+    @property
+    def expert_bytes(self) -> int:
+        return self.n_experts * self.slot_bytes * len(self.streamed_layers)
+
+    def describe(self) -> str:
+        share = self.cache_bytes / max(1, self.expert_bytes)
+        return (
+            f"RAM expert cache: {self.slots_per_layer}/{self.n_experts} slots x "
+            f"{len(self.streamed_layers)} layers = {self.cache_bytes / GIB:.2f} GiB "
+            f"({share:.0%} of {self.expert_bytes / GIB:.2f} GiB of experts)"
+        )
+
+
+def plan_cache(
+    streamed_layers: list[int],
+    n_experts: int,
+    slot_bytes: int,
+    ram_budget_gib: float | None = None,
+    available: Callable[[], int] = available_memory,
+) -> StreamPlan:
+    """Slots per layer within ``ram_budget_gib`` (what flint may hold of routed
+    experts) or, without one, within free memory minus headroom."""
+    if ram_budget_gib is not None and not ram_budget_gib >= 0:
+        raise ValueError(f"--ram-budget must be a number of GiB >= 0, got {ram_budget_gib}")
+    notes: list[str] = []
+    free = available()
+    headroom = max(HEADROOM_MIN, int(free * HEADROOM_FRACTION))
+    budget = max(0, free - headroom)
+    if ram_budget_gib is not None:
+        asked = int(ram_budget_gib * GIB)
+        if asked > budget:
+            notes.append(
+                f"--ram-budget {ram_budget_gib:g} GiB is more than is free "
+                f"({budget / GIB:.2f} GiB after headroom); using what is free"
+            )
+        budget = min(asked, budget)
+    per_layer = budget // max(1, slot_bytes * len(streamed_layers))
+    slots = min(n_experts, per_layer)
+    if slots < 1:
+        slots = 1
+        notes.append(
+            f"RAM budget {budget / GIB:.3f} GiB is below one expert slot per streamed layer; "
+            f"raised to {len(streamed_layers) * slot_bytes / GIB:.3f} GiB"
+        )
+    return StreamPlan(tuple(streamed_layers), n_experts, slot_bytes, slots, budget, tuple(notes))

@@ -1,0 +1,97 @@
+"""Streamed experts are bit-identical to resident ones (issue 7's exactness contract):
+every family, caches of 1-2 slots per layer, with and without lookahead, prompts of
+several lengths; the statistics show that demand reads and evictions really happened."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from tiny import FAMILY_NAMES
+
+import flint
+from flint.stream.plan import GIB, plan_cache
+
+PROMPTS = ([7], [5, 17, 250, 3, 99], [(13 * i + 5) % 300 for i in range(23)])
+
+
+def _slab_gib(path: Path, slots: int) -> float:
+    with flint.LLM(path, device="cpu", context_length=8) as llm:
+        lay = llm.source.expert_layout  # type: ignore[attr-defined]
+        layers = sum(llm.model.config.sparse_layers)
+    return float(slots * layers * lay.slab_bytes / GIB)
+
+
+@pytest.mark.parametrize("family", FAMILY_NAMES)
+@pytest.mark.parametrize(("slots", "lookahead"), [(1, 0), (2, 2)])
+def test_streamed_logits_equal_resident_bit_for_bit(
+    family: str, slots: int, lookahead: int, tiny_ftw: dict[str, Path]
+) -> None:
+    path = tiny_ftw[family]
+    budget = _slab_gib(path, slots)
+    with (
+        flint.LLM(path, device="cpu", context_length=64) as resident,
+        flint.LLM(
+            path, device="cpu", context_length=64, ram_budget=budget, lookahead=lookahead
+        ) as streamed,
+    ):
+        for ids in PROMPTS:
+            resident.model.reset()
+            streamed.model.reset()
+            want = resident.model.forward(torch.tensor(ids), all_logits=True)
+            got = streamed.model.forward(torch.tensor(ids), all_logits=True)
+            assert torch.equal(got, want), (family, ids)
+            for step in (11, 42):  # decode steps, where lookahead runs
+                want = resident.model.forward(torch.tensor([step]))
+                got = streamed.model.forward(torch.tensor([step]))
+                assert torch.equal(got, want), (family, ids, step)
+        stats = streamed.stats()
+        assert stats is not None and stats["slots_per_layer"] == slots
+        layers = stats["streamed_layers"]
+        assert stats["demands"] > 0 and stats["bytes_demand"] > 0, "demand reads happened"
+        assert stats["demand_placements"] > layers * slots, "more placements than slots: evictions"
+        if lookahead:
+            assert stats["predictions"] > 0 and stats["recall_d1"] is not None
+
+
+@pytest.mark.parametrize("family", ["qwen3_moe", "mixtral"])
+def test_streamed_greedy_generation_equals_resident(family: str, tiny_ftw: dict[str, Path]) -> None:
+    path = tiny_ftw[family]
+    kw = {"max_tokens": 24, "ignore_eos": True}
+    with flint.LLM(path, device="cpu", context_length=64) as resident:
+        want = resident.generate([5, 17, 250], **kw).token_ids
+    with flint.LLM(path, device="cpu", context_length=64, stream=True, lookahead=2) as s:
+        got = s.generate([5, 17, 250], **kw).token_ids
+        stats = s.stats()
+    assert got == want
+    assert stats is not None and stats["forward_calls"] == 24
+
+
+def test_plan_never_exceeds_the_budget_and_raises_a_tiny_one() -> None:
+    free = lambda: 64 * GIB  # noqa: E731
+    plan = plan_cache([0, 1, 2, 3], 64, 3 << 20, ram_budget_gib=0.1, available=free)
+    assert plan.cache_bytes <= 0.1 * GIB and plan.slots_per_layer == 8 and not plan.notes
+    plan = plan_cache([0, 1], 64, 3 << 20, ram_budget_gib=0.001, available=free)
+    assert plan.slots_per_layer == 1 and len(plan.notes) == 1 and "raised" in plan.notes[0]
+    plan = plan_cache([0, 1], 64, 3 << 20, ram_budget_gib=100.0, available=free)
+    assert plan.slots_per_layer == 64, "never more slots than experts"
+    assert "more than is free" in plan.notes[0]
+    plan = plan_cache([0, 1], 64, 3 << 20, available=lambda: 2 * GIB)
+    assert plan.cache_bytes <= 2 * GIB - (1 << 30), "headroom kept without a budget"
+    with pytest.raises(ValueError, match="ram-budget"):
+        plan_cache([0], 8, 4096, ram_budget_gib=-1.0, available=free)
+
+
+def test_budget_notice_is_printed_once(
+    tiny_ftw: dict[str, Path], capfd: pytest.CaptureFixture[str]
+) -> None:
+    with flint.LLM(tiny_ftw["olmoe"], device="cpu", context_length=16, ram_budget=0.0) as llm:
+        llm.generate([1, 2, 3], max_tokens=4, ignore_eos=True)
+    err = capfd.readouterr().err
+    assert err.count("below one expert slot per streamed layer") == 1, err
+
+
+def test_streaming_needs_a_ftw_file(tiny_models: dict[str, tuple[Path, object]]) -> None:
+    with pytest.raises(ValueError, match=r"\.ftw"):
+        flint.LLM(tiny_models["olmoe"][0], device="cpu", context_length=8, stream=True)
