@@ -44,9 +44,10 @@ def _root(
     """flint: MoE inference that streams experts from NVMe."""
 
 
-from flint.cli import model_file  # noqa: E402
+from flint.cli import chat, model_file  # noqa: E402
 
 model_file.register(app, console)
+chat.register(app, console)
 
 
 def main() -> None:
