@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -37,6 +36,11 @@ class ChatState:
     templated: bool  # False: a base model, text is continued raw
     last: ReplyStats | None = None
     reasoning: str = ""  # the last reply's <think> text
+
+
+def _note(state: ChatState, text: str) -> None:
+    """A dim one-line message (no markup, no highlighting)."""
+    state.console.print(Text(text, style="dim"))
 
 
 Handler = Callable[[ChatState, str], Action]
@@ -84,30 +88,30 @@ def _help(state: ChatState, arg: str) -> Action:
 def _clear(state: ChatState, arg: str) -> Action:
     state.conv.clear()
     state.last, state.reasoning = None, ""
-    state.console.print("[dim]conversation cleared (the system prompt stays)[/]")
+    _note(state, "conversation cleared (the system prompt stays)")
     return Action.NONE
 
 
 def _system(state: ChatState, arg: str) -> Action:
     if not arg:
         shown = state.conv.system if state.conv.system else "(none)"
-        state.console.print(f"system prompt: {shown}", markup=False)
+        state.console.print(Text(f"system prompt: {shown}"))
         return Action.NONE
     state.conv.system = None if arg.lower() == "none" else arg
-    state.console.print("[dim]system prompt set; it applies to the next reply[/]")
+    _note(state, "system prompt set; it applies to the next reply")
     return Action.NONE
 
 
 def _set(state: ChatState, arg: str) -> Action:
     parts = arg.split()
     if not parts:
-        state.console.print(state.settings.describe(), markup=False)
+        state.console.print(Text(state.settings.describe()))
         return Action.NONE
     if len(parts) != 2:
         raise ValueError("usage: /set temperature|top_p|top_k|max_tokens|seed VALUE")
     field, value = parse_setting(*parts)
     state.settings = state.settings.updated(field, value)
-    state.console.print(f"[dim]{field} = {'default' if value is None else value}[/]")
+    _note(state, f"{field} = {'default' if value is None else value}")
     return Action.NONE
 
 
@@ -117,7 +121,7 @@ def _think(state: ChatState, arg: str) -> Action:
         print_reasoning(state.console, state.reasoning)
     elif choice in ("on", "off"):
         state.settings = dataclasses.replace(state.settings, thinking=choice == "on")
-        state.console.print(f"[dim]thinking {choice} (for templates that support it)[/]")
+        _note(state, f"thinking {choice} (for templates that support it)")
     else:
         raise ValueError("usage: /think on|off|show")
     return Action.NONE
@@ -127,7 +131,7 @@ def _save(state: ChatState, arg: str) -> Action:
     if not arg:
         raise ValueError("usage: /save FILE")
     state.conv.save(Path(arg).expanduser())
-    state.console.print(f"[dim]saved {len(state.conv.messages)} messages to {escape(arg)}[/]")
+    _note(state, f"saved {len(state.conv.messages)} messages to {arg}")
     return Action.NONE
 
 
@@ -136,13 +140,13 @@ def _load(state: ChatState, arg: str) -> Action:
         raise ValueError("usage: /load FILE")
     state.conv = Conversation.load(Path(arg).expanduser())
     state.last, state.reasoning = None, ""
-    state.console.print(f"[dim]loaded {len(state.conv.messages)} messages from {escape(arg)}[/]")
+    _note(state, f"loaded {len(state.conv.messages)} messages from {arg}")
     return Action.NONE
 
 
 def _stats(state: ChatState, arg: str) -> Action:
     if state.last is None:
-        state.console.print("[dim]no reply yet[/]")
+        _note(state, "no reply yet")
         return Action.NONE
     table = Table(title="last reply", show_header=False)
     for name, value in stats_rows(state.last):

@@ -58,9 +58,11 @@ class ThinkSplitter:
             self.pending = self.pending[end + len(CLOSE) :]
             self.state, self._strip_newlines = ANSWER, True
             return
-        keep = _overlap(self.pending, CLOSE)
-        _emit(out, THINK, self.pending[: len(self.pending) - keep])
-        self.pending = self.pending[len(self.pending) - keep :]
+        # hold back a partial tag, and newlines that may turn out to precede the tag
+        cut = len(self.pending) - _overlap(self.pending, CLOSE)
+        body = self.pending[:cut].rstrip("\n")
+        _emit(out, THINK, body)
+        self.pending = self.pending[len(body) :]
 
     def _answer(self, out: list[Segment]) -> None:
         self._lstrip()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.text import Text
 
 from flint.chat.app import ChatApp
 from flint.chat.config import ChatConfig, Settings, default_history_file, parse_size
@@ -26,6 +27,8 @@ from flint.cli.chat_options import (
     VramBudgetOpt,
 )
 from flint.sampling import SamplingParams
+
+HINT = "/help for commands · Esc+Enter for a new line · Ctrl-C stops a reply · Ctrl-D quits"
 
 
 def _fail(console: Console, message: str) -> typer.Exit:
@@ -86,10 +89,10 @@ def _run(config: ChatConfig, settings: Settings, console: Console) -> None:
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
     with llm:
-        console.print(f"[dim]{escape(plan_line(llm, config, seconds))}[/]")
+        console.print(Text(plan_line(llm, config, seconds), style="dim"))
         if llm.tokenizer.chat_template is None:
-            console.print(f"[yellow]{escape(NO_TEMPLATE)}[/]")
-        console.print("[dim]/help for commands · Esc+Enter for a new line · Ctrl-D quits[/]")
+            console.print(Text(NO_TEMPLATE, style="yellow"))
+        console.print(Text(HINT, style="dim"))
         reader = MessageReader(config.history_file)
         app = ChatApp(
             llm,
