@@ -87,7 +87,7 @@ def test_save_and_load_round_trip(chat: Chat, chat_model: Path, tmp_path: Path) 
 
 def test_base_model_continues_raw_text(chat: Chat, tmp_path: Path) -> None:
     out = tmp_path / "raw.json"
-    keys = f"def fibonacci(n):\r\r/save {out}\r"  # Enter alone continues further
+    keys = f"def fibonacci(n):\r\r/retry\r/save {out}\r"  # Enter alone continues further
     result = chat([str(TINY_CODE_MOE), "-n", "6", "--temp", "0"], keys)
     assert result.exit_code == 0, result.output
     assert "this model has no chat template" in flat(result.output)
@@ -98,6 +98,7 @@ def test_base_model_continues_raw_text(chat: Chat, tmp_path: Path) -> None:
         second = llm.generate("def fibonacci(n):" + first, max_tokens=6, temperature=0.0).text
     assert [messages[1]["content"], messages[2]["content"]] == [first, second]
     assert flat(first) in flat(result.output)
+    assert flat(result.output).count(NO_CACHE) == 3  # /retry redid the last piece
 
 
 def test_chat_template_file_makes_a_base_model_chat(

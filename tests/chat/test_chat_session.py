@@ -82,8 +82,13 @@ def test_undo_reply_and_clear() -> None:
     assert len(conv.messages) == 3
     conv.add("assistant", "x")
     assert conv.undo_reply() and conv.messages[-1]["content"] == "Last question?"
+    conv.add("assistant", "more")  # a raw continuation: /retry redoes the last piece only
+    conv.add("assistant", "and more")
+    assert conv.undo_reply() and conv.messages[-1]["content"] == "more"
     conv.clear()
     assert conv.messages == [] and conv.system == "Be brief." and not conv.undo_reply()
+    conv.messages.append({"role": "assistant", "content": "hello"})
+    assert not conv.undo_reply() and len(conv.messages) == 1
     with pytest.raises(ValueError, match="role"):
         conv.add("tool", "x")
 

@@ -45,11 +45,13 @@ class Conversation:
         self.messages.clear()
 
     def undo_reply(self) -> bool:
-        """Drops a trailing assistant message (for /retry); True if the last message is
-        now a user message to answer again."""
-        if self.messages and self.messages[-1]["role"] == "assistant":
+        """Drops a trailing assistant message (for /retry). True if there is something
+        to answer again; False, changing nothing, if there is no user message."""
+        if not any(m["role"] == "user" for m in self.messages):
+            return False
+        if self.messages[-1]["role"] == "assistant":
             self.messages.pop()
-        return bool(self.messages) and self.messages[-1]["role"] == "user"
+        return True
 
     def with_system(self, messages: list[dict[str, str]]) -> list[dict[str, str]]:
         head = [{"role": "system", "content": self.system}] if self.system else []

@@ -19,7 +19,9 @@ CHAT = "Chat"
 
 ModelArg = Annotated[
     str,
-    typer.Argument(help="A Hugging Face checkpoint directory (a .ftw file once supported)."),
+    typer.Argument(
+        metavar="MODEL", help="A Hugging Face checkpoint directory (a .ftw file once supported)."
+    ),
 ]
 DeviceOpt = Annotated[
     str | None,
