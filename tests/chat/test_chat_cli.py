@@ -77,11 +77,13 @@ def test_commands(chat: Chat, chat_model: Path, tmp_path: Path) -> None:
 def test_save_and_load_round_trip(chat: Chat, chat_model: Path, tmp_path: Path) -> None:
     first, second = tmp_path / "first.json", tmp_path / "second.json"
     chat([str(chat_model), *GREEDY, "--system", "Be brief."], f"Hi\r/save {first}\r")
-    result = chat([str(chat_model), *GREEDY], f"/load {first}\rAnd you?\r/save {second}\r")
+    keys = f"/load {first}\r//and you?\r/save {second}\r"  # "//" escapes a leading slash
+    result = chat([str(chat_model), *GREEDY], keys)
     assert result.exit_code == 0, result.output
     assert "loaded 2 messages" in flat(result.output)
     messages = saved(second)
     assert messages[:3] == saved(first) and len(messages) == 5
+    assert messages[3] == {"role": "user", "content": "/and you?"}
     assert [m["content"] for m in messages[2::2]] == expected_replies(chat_model, messages)
 
 

@@ -32,7 +32,7 @@ def test_statistics_of_the_llm_are_shown() -> None:
     assert (stats.generated_tokens, stats.ttft_s) == (9, 0.2)
     assert stats.decode_tok_s == pytest.approx(16.0)
     line = status_line(stats)
-    assert "RAM 87.5%, VRAM 50.0%, stall 0.25 s" in line
+    assert "RAM 87.5%, VRAM 50.0%, stall 0.25 s" in line and "TTFT 200 ms" in line
     assert "token limit" in line and "2 old messages left out" in line
 
 

@@ -70,11 +70,8 @@ class ChatApp:
         if line.startswith("//"):
             line = line[1:]  # "//x" sends "/x"
         if not line.strip():
-            return (
-                Action.REPLY
-                if not self.state.templated and self.state.conv.messages
-                else (Action.NONE)
-            )
+            continues = not self.state.templated and bool(self.state.conv.messages)
+            return Action.REPLY if continues else Action.NONE
         self.state.conv.add("user", line)
         return Action.REPLY
 

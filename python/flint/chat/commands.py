@@ -80,7 +80,7 @@ def _help(state: ChatState, arg: str) -> Action:
     state.console.print(table)
     state.console.print(
         '[dim]Esc+Enter: new line · """ starts and ends a multi-line block · pasted text '
-        "stays one message · Ctrl-C stops a reply · Ctrl-D quits[/]"
+        "stays one message · //text sends /text · Ctrl-C stops a reply · Ctrl-D quits[/]"
     )
     return Action.NONE
 

@@ -122,12 +122,16 @@ def cache_summary(cache: CacheStats | None) -> str:
     )
 
 
+def _duration(seconds: float) -> str:
+    return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.2f} s"
+
+
 def status_line(s: ReplyStats) -> str:
     """The dim line printed under each reply."""
     parts = [
         f"{s.generated_tokens} tokens",
         f"{s.decode_tok_s:.1f} tok/s",
-        f"TTFT {s.ttft_s:.2f} s",
+        f"TTFT {_duration(s.ttft_s)}",
         f"ctx {s.context_used}/{s.context_size}",
         f"expert cache {cache_summary(s.cache)}",
     ]
