@@ -46,12 +46,13 @@ def _root(
     """flint: MoE inference that streams experts from NVMe."""
 
 
-from flint.cli import demo, evaluate, model_file, run  # noqa: E402
+from flint.cli import chat, demo, evaluate, model_file, run  # noqa: E402
 
 demo.register(app, console)
 model_file.register(app, console)
 run.register(app)
 evaluate.register(app)
+chat.register(app, console)
 
 
 def main() -> None:
