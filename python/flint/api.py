@@ -159,6 +159,18 @@ class LLM:
         stats = getattr(self.expert_backend, "stats", None)
         return stats() if callable(stats) else None
 
+    def cache_stats(self) -> dict[str, float] | None:
+        """The numeric part of ``stats()`` (``ram_hit_rate``, ``stall_s``, read counts...),
+        for status lines and metrics; None when every expert is resident."""
+        stats = self.stats()
+        if stats is None:
+            return None
+        return {
+            k: float(v)
+            for k, v in stats.items()
+            if isinstance(v, int | float) and not isinstance(v, bool)
+        }
+
     def sampling_params(self, **options: Any) -> SamplingParams:
         """The model's generation defaults overridden by ``options`` (validated)."""
         return SamplingParams.build(self.generation_config, **options)

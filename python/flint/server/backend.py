@@ -109,11 +109,6 @@ class LLMBackend:
         )
 
     def cache_stats(self) -> Mapping[str, float] | None:
-        """Counters of an expert backend that keeps them (``stats()``); resident
-        experts keep none."""
-        for layer in getattr(self.llm.model, "layers", ()):
-            stats = getattr(getattr(getattr(layer, "mlp", None), "backend", None), "stats", None)
-            if callable(stats):
-                found: Mapping[str, float] = stats()
-                return found
-        return None
+        """The streaming counters (``LLM.cache_stats``); resident experts keep none."""
+        stats: Mapping[str, float] | None = self.llm.cache_stats()
+        return stats
