@@ -116,13 +116,17 @@ def test_chat_template_file_makes_a_base_model_chat(
     assert [messages[1]["content"]] == expected_replies(chat_model, messages)
 
 
-def test_budgets_are_shown_in_the_plan_line(chat: Chat, chat_model: Path) -> None:
-    args = [str(chat_model), "--ram-budget", "8G", "--vram-budget", "512M"]
-    result = chat(args, "")
+def test_budgets_are_shown_in_the_plan_line(chat: Chat, chat_model: Path, tmp_path: Path) -> None:
+    from flint.convert import ConvertOptions, convert
+
+    ftw = tmp_path / "m.ftw"
+    convert(str(chat_model), ftw, ConvertOptions())
+    result = chat([str(ftw), "--ram-budget", "8G", "--vram-budget", "512M"], "")
     assert result.exit_code == 0, result.output
-    assert "budgets RAM 8 GiB, VRAM 512 MiB (not applied: all experts resident)" in flat(
-        result.output
-    )
+    line = "budgets RAM 8 GiB (streaming experts), VRAM 512 MiB (VRAM cache not in this build)"
+    assert line in flat(result.output)
+    result = chat([str(chat_model), "--ram-budget", "1G"], "")
+    assert result.exit_code == 2 and "streaming needs a .ftw model file" in flat(result.output)
 
 
 def test_a_message_longer_than_the_context_is_refused(chat: Chat, chat_model: Path) -> None:

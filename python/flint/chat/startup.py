@@ -36,7 +36,10 @@ def load(config: ChatConfig, console: Console) -> tuple[LLM, float]:
     """The loaded LLM and the seconds it took; ValueError for a bad model or option."""
     t0 = time.perf_counter()
     with console.status(f"loading {config.model} ...", spinner="dots"):
-        llm = LLM(config.model, device=config.device, context_length=config.context_length)
+        ram = None if config.ram_budget is None else config.ram_budget / 2**30
+        llm = LLM(
+            config.model, device=config.device, context_length=config.context_length, ram_budget=ram
+        )
     if config.chat_template is not None:
         llm.tokenizer.chat_template = config.chat_template
     return llm, time.perf_counter() - t0
@@ -47,7 +50,8 @@ def _budgets(config: ChatConfig) -> str:
         return ""
     ram = format_size(config.ram_budget) if config.ram_budget else "none"
     vram = format_size(config.vram_budget) if config.vram_budget else "none"
-    return f" · budgets RAM {ram}, VRAM {vram} (not applied: all experts resident)"
+    streaming = " (streaming experts)" if config.ram_budget else ""
+    return f" · budgets RAM {ram}{streaming}, VRAM {vram} (VRAM cache not in this build)"
 
 
 def plan_line(llm: LLM, config: ChatConfig, seconds: float) -> str:

@@ -44,8 +44,8 @@ RamBudgetOpt = Annotated[
     typer.Option(
         "--ram-budget",
         metavar="SIZE",
-        help="RAM for expert slots, e.g. 16G. Accepted and shown; the streaming runtime "
-        "that applies it is not in this build (models run with all experts resident).",
+        help="RAM for the expert cache, e.g. 2G: experts are streamed from the .ftw file "
+        "through a cache of this size instead of all being loaded.",
         rich_help_panel=RUNTIME,
     ),
 ]
@@ -54,8 +54,8 @@ VramBudgetOpt = Annotated[
     typer.Option(
         "--vram-budget",
         metavar="SIZE",
-        help="GPU memory for experts, e.g. 8G. Accepted and shown; not applied yet "
-        "(same as --ram-budget).",
+        help="GPU memory for experts, e.g. 8G. Accepted and shown; the VRAM expert cache "
+        "is not in this build yet.",
         rich_help_panel=RUNTIME,
     ),
 ]
