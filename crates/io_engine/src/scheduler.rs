@@ -200,15 +200,17 @@ impl Scheduler {
     }
 
     /// Queues a demand read of `key` into `slot`. Returns `false` (slot not used: give
-    /// it back) when the engine already reads or read this expert; a queued prefetch
-    /// of it is promoted instead.
+    /// it back) when the engine is already reading this expert; a prefetch of it is
+    /// promoted instead.
     pub fn demand(&mut self, key: ExpertKey, slot: Slot) -> Result<bool> {
         self.waiting.retain(|p| p.key != key);
         if let Some(job) = self.jobs.get(&key) {
-            if !matches!(job.state, JobState::Failed(_) | JobState::Cancelled) {
+            if matches!(job.state, JobState::Active | JobState::Verifying) {
                 self.promote(key);
                 return Ok(false);
             }
+            // Failed, or Done earlier and since evicted by the cache (the caller only
+            // demands what the cache does not hold): a stale record, read again.
             self.jobs.remove(&key);
         }
         let job = self.new_job(key, ReadClass::Demand, slot)?;

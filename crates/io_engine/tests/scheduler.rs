@@ -168,3 +168,17 @@ fn gate_is_ready_before_down_lands() {
         WaitStatus::Pending
     ));
 }
+
+#[test]
+fn a_finished_read_evicted_since_is_read_again_on_demand() {
+    let (mut s, pool) = sched();
+    s.demand(key(0, 3), pool.take(key(0, 3)).unwrap()).unwrap();
+    let w = s.next_work(&pool).unwrap();
+    s.finish(&w, Ok(w.len), &pool); // verify off: done, handed to the cache
+    pool.evict_all();
+    assert!(
+        s.demand(key(0, 3), pool.take(key(0, 3)).unwrap()).unwrap(),
+        "slot used"
+    );
+    assert_eq!(s.next_work(&pool).unwrap().key, key(0, 3));
+}

@@ -31,6 +31,7 @@ def streamed_backend(
     lookahead: int = 2,
     io_workers: int = 8,
     policy: str = "decay",
+    chunking: bool = True,
     notice: Callable[[str], None] = _stderr,
 ) -> StreamedExperts:
     """A ``StreamedExperts`` for ``source`` with a RAM cache planned from
@@ -43,7 +44,12 @@ def streamed_backend(
     for line in plan.notes:
         notice(line)
     engine = _core.IoEngine(
-        str(source.path), streamed, plan.slots_per_layer, policy=policy, workers=io_workers
+        str(source.path),
+        streamed,
+        plan.slots_per_layer,
+        policy=policy,
+        workers=io_workers,
+        chunking=chunking,
     )
     return StreamedExperts(config, layout, engine, plan, device, dtype, lookahead)
 
