@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The checks and measurements run on the GPU box (see docs/development.md). Usage there,
 # from the repo root, with the wheel and the io_bench binary carried in .device/:
-#   bash benches/gpu_box.sh [install|format|io|tests|all|gpu6]
+#   bash benches/gpu_box.sh [install|format|io|tests|all|gpu6|stream]
 # Logs go to $OUT (or /tmp/flint-out).
 set -uo pipefail
 OUT=${OUT:-/tmp/flint-out}
@@ -48,6 +48,17 @@ gpu6() {
   python3 benches/convert_throughput.py --gib 4 --reps 3 --dir "$DATA/convert"
 }
 
+# Issue 7 on the GPU box: streaming tests (CPU and CUDA), the streaming benchmark, the
+# demo, and the convert benchmark again (the reader became zero-copy).
+stream() {
+  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
+  python3 -m pytest tests/models/test_streaming.py tests/io -q -p no:cacheprovider -rs 2>&1 | tail -6
+  flint convert ../shared/models/tiny-code-moe -o "$DATA/tcm-none.ftw" | tail -1
+  python3 benches/stream_bench.py "$DATA/tcm-none.ftw" --reps 3 --tokens 64
+  XDG_CACHE_HOME="$DATA/cache" /usr/bin/time -f "flint demo: %e s wall, peak RSS %M KB" flint demo -n 32 2>&1 | tail -16
+  python3 benches/convert_throughput.py --gib 4 --reps 3 --dir "$DATA/convert"
+}
+
 case $what in
   install) install ;;
   format) install; format ;;
@@ -55,4 +66,5 @@ case $what in
   tests) tests ;;
   all) install; format; io; tests ;;
   gpu6) install; gpu6 ;;
+  stream) install; stream ;;
 esac 2>&1 | tee "$OUT/gpu_box_$what.log"

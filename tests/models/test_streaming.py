@@ -95,3 +95,29 @@ def test_budget_notice_is_printed_once(
 def test_streaming_needs_a_ftw_file(tiny_models: dict[str, tuple[Path, object]]) -> None:
     with pytest.raises(ValueError, match=r"\.ftw"):
         flint.LLM(tiny_models["olmoe"][0], device="cpu", context_length=8, stream=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("family", FAMILY_NAMES)
+def test_streamed_on_cuda_equals_resident_on_cuda(family: str, tiny_ftw: dict[str, Path]) -> None:
+    """Experts streamed through RAM slots and copied to the GPU per use compute exactly
+    what resident GPU experts compute."""
+    path = tiny_ftw[family]
+    budget = _slab_gib(path, 2)
+    with (
+        flint.LLM(path, device="cuda", context_length=64) as resident,
+        flint.LLM(path, device="cuda", context_length=64, ram_budget=budget) as streamed,
+    ):
+        for ids in PROMPTS:
+            resident.model.reset()
+            streamed.model.reset()
+            want = resident.model.forward(torch.tensor(ids), all_logits=True)
+            got = streamed.model.forward(torch.tensor(ids), all_logits=True)
+            assert torch.equal(got, want), (family, ids)
+            for step in (11, 42):
+                assert torch.equal(
+                    streamed.model.forward(torch.tensor([step])),
+                    resident.model.forward(torch.tensor([step])),
+                )
+        stats = streamed.stats()
+        assert stats is not None and stats["demands"] > 0
