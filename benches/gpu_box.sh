@@ -56,7 +56,6 @@ stream() {
   flint convert ../shared/models/tiny-code-moe -o "$DATA/tcm-none.ftw" | tail -1
   python3 benches/stream_bench.py "$DATA/tcm-none.ftw" --reps 3 --tokens 64
   XDG_CACHE_HOME="$DATA/cache" /usr/bin/time -f "flint demo: %e s wall, peak RSS %M KB" flint demo -n 32 2>&1 | tail -16
-  python3 benches/convert_throughput.py --gib 4 --reps 3 --dir "$DATA/convert"
 }
 
 case $what in

@@ -28,3 +28,17 @@ def test_console_script_runs_as_module() -> None:
         [sys.executable, "-m", "flint", "--version"], capture_output=True, text=True, check=True
     )
     assert "core" in out.stdout
+
+
+def test_cli_loads_without_the_optional_ui_and_server_packages() -> None:
+    """chat's prompt_toolkit and serve's FastAPI are imported only by their commands."""
+    code = (
+        "import builtins; real = builtins.__import__\n"
+        "def imp(name, *a, **k):\n"
+        "    if name.split('.')[0] in ('prompt_toolkit', 'fastapi', 'uvicorn'):\n"
+        "        raise ImportError(name)\n"
+        "    return real(name, *a, **k)\n"
+        "builtins.__import__ = imp\n"
+        "from flint.cli import app\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -9,7 +9,6 @@ from rich.text import Text
 
 from flint.chat.app import ChatApp
 from flint.chat.config import ChatConfig, Settings, default_history_file, parse_size
-from flint.chat.input import MessageReader
 from flint.chat.startup import NO_TEMPLATE, load, plan_line, read_template
 from flint.cli.chat_options import (
     ChatTemplateOpt,
@@ -93,6 +92,8 @@ def _run(config: ChatConfig, settings: Settings, console: Console) -> None:
         if llm.tokenizer.chat_template is None:
             console.print(Text(NO_TEMPLATE, style="yellow"))
         console.print(Text(HINT, style="dim"))
+        from flint.chat.input import MessageReader  # prompt_toolkit: only when chatting
+
         reader = MessageReader(config.history_file)
         app = ChatApp(
             llm,
