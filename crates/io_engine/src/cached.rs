@@ -15,7 +15,7 @@
 
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use expert_cache::{Admission, AdmitKind, AnyPolicy, Arena, ExpertCache};
 use ftw_format::ExpertEntry;
@@ -254,7 +254,25 @@ impl CachedEngine {
             expert: key.expert,
             detail: "every slot of the layer is pinned".into(),
         };
-        let slot = self.slots.admit(key, AdmitKind::Demand).ok_or_else(full)?;
+        // A slot may be pinned by a read still in service (a cancelled prediction of
+        // this layer finishing its chunk): wait for reads to end before giving up.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let slot = loop {
+            if let Some(slot) = self.slots.admit(key, AdmitKind::Demand) {
+                break slot;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(full());
+            }
+            if !self
+                .engine
+                .wait_for_reads(left.min(Duration::from_millis(50)))
+            {
+                // Nothing in flight any more: one last try, then the layer is truly full.
+                break self.slots.admit(key, AdmitKind::Demand).ok_or_else(full)?;
+            }
+        };
         if !self.engine.demand(key, slot)? {
             // The engine already had it in hand: undo the second placement.
             self.slots.release(key, slot);

@@ -185,6 +185,21 @@ impl Engine {
         self.shared.lock().is_live(key)
     }
 
+    /// Waits until some read ends (or `timeout`); false if no read was in flight.
+    pub fn wait_for_reads(&self, timeout: Duration) -> bool {
+        let s = self.shared.lock();
+        if !s.reads_in_flight() {
+            return false;
+        }
+        drop(
+            self.shared
+                .done_cv
+                .wait_timeout(s, timeout)
+                .unwrap_or_else(|p| p.into_inner()),
+        );
+        true
+    }
+
     /// A copy of the counters.
     pub fn stats(&self) -> Stats {
         self.shared.lock().stats.clone()

@@ -533,6 +533,12 @@ impl Scheduler {
             .is_some_and(|j| matches!(j.state, JobState::Active | JobState::Verifying))
     }
 
+    /// True while any read is in service or being verified (its slot is pinned).
+    pub fn reads_in_flight(&self) -> bool {
+        self.demand_in_service + self.prefetch_in_service + self.verifying > 0
+            || !self.zombies.is_empty()
+    }
+
     /// True when nothing is queued, waiting or in service.
     pub fn idle(&self) -> bool {
         self.demand_q.is_empty()
