@@ -36,6 +36,18 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "lookahead 0": {"policy": "decay", "lookahead": 0, "chunking": True},
     "lookahead 1": {"policy": "decay", "lookahead": 1, "chunking": True},
     "lookahead 3": {"policy": "decay", "lookahead": 3, "chunking": True},
+    "lookahead 2, 1.5 x top-k wide": {
+        "policy": "decay",
+        "lookahead": 2,
+        "chunking": True,
+        "lookahead_width": 1.5,
+    },
+    "lookahead 2, 2 x top-k wide": {
+        "policy": "decay",
+        "lookahead": 2,
+        "chunking": True,
+        "lookahead_width": 2.0,
+    },
 }
 
 

@@ -32,6 +32,7 @@ def streamed_backend(
     io_workers: int = 8,
     policy: str = "decay",
     chunking: bool = True,
+    lookahead_width: float = 1.0,
     notice: Callable[[str], None] = _stderr,
 ) -> StreamedExperts:
     """A ``StreamedExperts`` for ``source`` with a RAM cache planned from
@@ -51,7 +52,7 @@ def streamed_backend(
         workers=io_workers,
         chunking=chunking,
     )
-    return StreamedExperts(config, layout, engine, plan, device, dtype, lookahead)
+    return StreamedExperts(config, layout, engine, plan, device, dtype, lookahead, lookahead_width)
 
 
 __all__ = ["StreamPlan", "StreamedExperts", "plan_cache", "streamed_backend"]

@@ -53,12 +53,13 @@ class StreamedExperts:
         device: torch.device,
         dtype: torch.dtype,
         lookahead: int = 2,
+        lookahead_width: float = 1.0,
     ) -> None:
         self.cfg, self.layout, self.engine, self.plan = config, layout, engine, plan
         self.device, self.dtype = device, dtype
         self.capacity = plan.slots_per_layer
         self.first_layer = plan.streamed_layers[0]
-        self.lookahead = Lookahead(lookahead, config.top_k, config.rms_norm_eps)
+        self.lookahead = Lookahead(lookahead, config.top_k, config.rms_norm_eps, lookahead_width)
         self.counters = Counters()
 
     def attach(self, model: Any) -> None:

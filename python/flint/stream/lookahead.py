@@ -42,10 +42,13 @@ class Recall:
 class Lookahead:
     """Predicts the experts of the next ``depth`` streamed layers from a residual."""
 
-    def __init__(self, depth: int, top_k: int, eps: float) -> None:
+    def __init__(self, depth: int, top_k: int, eps: float, width: float = 1.0) -> None:
         if not 0 <= depth <= 3:
             raise ValueError(f"--lookahead must be 0..3, got {depth}")
+        if not 1.0 <= width <= 4.0:
+            raise ValueError(f"lookahead width must be 1..4 (x top-k), got {width}")
         self.depth, self.top_k, self.eps = depth, top_k, eps
+        self.width = max(top_k, round(top_k * width))  # experts predicted per layer
         self.norms: dict[int, torch.Tensor] = {}  # layer -> post-attention norm [H]
         self.routers: dict[int, torch.Tensor] = {}  # layer -> router [E, H]
         self.pending: dict[tuple[int, int], set[int]] = {}  # (layer, distance) -> experts
@@ -64,7 +67,8 @@ class Lookahead:
                 continue
             x = rms_norm(h, self.norms[target], self.eps)  # [1, H]
             logits = F.linear(x, router)  # [1, E]
-            top = torch.topk(logits.float(), self.top_k, dim=-1).indices[0].tolist()
+            n = min(self.width, logits.shape[-1])
+            top = torch.topk(logits.float(), n, dim=-1).indices[0].tolist()
             self.pending[(target, d)] = set(top)
             out.extend((target, e, d, rank) for rank, e in enumerate(top))
         return out
