@@ -134,3 +134,23 @@ def no_sliding_window(config: dict[str, Any], enabled: bool) -> None:
     max_pos = int(get(config, "max_position_embeddings", 0))
     if enabled and window and int(window) < max_pos:
         raise ValueError(f"sliding-window attention (window {window}) is not supported")
+
+
+def common_fields(hf: dict[str, Any], eps: float, rope_theta: float) -> dict[str, Any]:
+    """The ``ModelConfig`` fields every family reads the same way (``eps`` and
+    ``rope_theta`` are the family's defaults when the config omits them)."""
+    return {
+        "vocab_size": int(require(hf, "vocab_size")),
+        "hidden_size": int(require(hf, "hidden_size")),
+        "num_layers": int(require(hf, "num_hidden_layers")),
+        "num_heads": int(require(hf, "num_attention_heads")),
+        "num_kv_heads": int(get(hf, "num_key_value_heads", hf["num_attention_heads"])),
+        "head_dim": head_dim(hf),
+        "rms_norm_eps": float(get(hf, "rms_norm_eps", eps)),
+        "max_position_embeddings": int(require(hf, "max_position_embeddings")),
+        "rope": rope_config(hf, rope_theta),
+        "num_experts": num_experts(hf),
+        "top_k": int(require(hf, "num_experts_per_tok")),
+        "intermediate_size": int(require(hf, "intermediate_size")),
+        "tie_word_embeddings": bool(get(hf, "tie_word_embeddings", False)),
+    }
