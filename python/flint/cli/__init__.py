@@ -20,8 +20,6 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 console = Console()
-app.command("replay")(replay_command)
-app.command("serve")(serve_command)
 
 
 def _version_callback(value: bool) -> None:
@@ -48,11 +46,14 @@ def _root(
 
 from flint.cli import chat, demo, evaluate, model_file, run  # noqa: E402
 
+# Order of `flint --help`: first runs, then the server, model files, measurement.
 demo.register(app, console)
-model_file.register(app, console)
 run.register(app)
-evaluate.register(app)
 chat.register(app, console)
+app.command("serve")(serve_command)
+model_file.register(app, console)
+evaluate.register(app)
+app.command("replay")(replay_command)
 
 
 def main() -> None:
