@@ -5,7 +5,8 @@ Per MoE layer: the router's selection goes to the engine (``begin_layer``: wrong
 predictions cancelled, selected prefetches promoted); the selected experts are placed
 in waves of at most the layer's slots (hits, reads in flight, demand reads); each
 expert is computed from its slot (a zero-copy view; copied to the GPU on CUDA) on the
-rows that chose it, exactly as the resident backend computes it; outputs are summed
+rows that chose it, exactly as the resident backend computes it, gate and up as soon
+as their bytes are in, down once the slab is verified; outputs are summed
 in fp32 in router-rank order (``weighted_sum``). So with the same device and batch
 shapes the result is bit-identical to ``ResidentExperts``.
 
@@ -20,15 +21,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 from flint import _core
 from flint.format.reader import ExpertLayout
 from flint.models.config import ModelConfig
-from flint.models.mlp import swiglu
 from flint.models.moe import weighted_sum
 from flint.stream.lookahead import Lookahead
 from flint.stream.plan import StreamPlan
-from flint.stream.slab import float_weights, slot_bytes
+from flint.stream.slab import projections, slot_bytes, weight
 
 # T = tokens, H = hidden, K = top-k, E = experts per layer, N = rows routed to one expert
 
@@ -75,16 +76,28 @@ class StreamedExperts:
         if self.lookahead.depth and h.shape[0] == 1:
             self.engine.predict(self.lookahead.predict(layer, h))
 
-    def _weights(self, address: int) -> list[torch.Tensor]:
-        slab = slot_bytes(address, self.layout.slab_bytes)
-        ws = float_weights(slab, self.layout)
-        return [w.to(device=self.device, dtype=self.dtype) for w in ws]
+    def _weight(self, raws: list[torch.Tensor], p: int) -> torch.Tensor:
+        return weight(raws[p], p, self.layout).to(device=self.device, dtype=self.dtype)
 
-    def _wait(self, layer: int, expert: int) -> None:
+    def _wait(self, layer: int, expert: int, proj: int) -> None:
         t0 = time.perf_counter()
-        self.engine.wait(layer, expert, 2)
+        self.engine.wait(layer, expert, proj)
         self.counters.stall_s += time.perf_counter() - t0
         self.counters.waits += 1
+
+    def _expert(
+        self, layer: int, expert: int, address: int, hit: bool, xs: torch.Tensor
+    ) -> torch.Tensor:
+        """``swiglu(xs, gate, up, down)`` (same ops, same order), starting on gate and up
+        as soon as their bytes are in and waiting for down, which is flagged only once
+        the whole slab matched its checksum: no output comes from unverified bytes."""
+        raws = projections(slot_bytes(address, self.layout.slab_bytes), self.layout)
+        if not hit:
+            self._wait(layer, expert, 1)  # up landed, so gate too
+        h = F.silu(F.linear(xs, self._weight(raws, 0))) * F.linear(xs, self._weight(raws, 1))
+        if not hit:
+            self._wait(layer, expert, 2)
+        return F.linear(h, self._weight(raws, 2))  # [N, H]
 
     def __call__(
         self, layer: int, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor
@@ -105,11 +118,9 @@ class StreamedExperts:
         for i in range(0, len(selected), self.capacity):
             wave = selected[i : i + self.capacity]
             for expert, _slot, address, hit in self.engine.place(layer, wave):
-                if not hit:
-                    self._wait(layer, expert)
                 rows = order[starts[expert] : starts[expert] + counts[expert]]  # [N]
-                gate, up, down = self._weights(address)
-                outputs[rows] = swiglu(x[rows // k], gate, up, down).to(torch.float32)
+                y = self._expert(layer, expert, address, hit, x[rows // k])
+                outputs[rows] = y.to(torch.float32)
             self.engine.unpin(layer, wave)
         self.counters.layer_calls += 1
         return weighted_sum(outputs.view(tokens, k, -1), weights).to(x.dtype)

@@ -28,15 +28,11 @@ def projections(slab: torch.Tensor, layout: ExpertLayout) -> list[torch.Tensor]:
     ]
 
 
-def float_weights(slab: torch.Tensor, layout: ExpertLayout) -> list[torch.Tensor]:
-    """Gate [I, H], up [I, H], down [H, I] of a slab: views in the stored dtype for raw
-    files, dequantized (f32) for int8/int4."""
-    out = []
-    for raw, (rows, cols) in zip(projections(slab, layout), layout.shapes, strict=True):
-        if layout.scheme == "raw":
-            out.append(raw.view(TORCH_DTYPES[layout.dtype]).view(rows, cols))
-        else:
-            out.append(
-                decode_projection(raw, layout.scheme, layout.dtype, rows, cols, layout.group_size)
-            )
-    return out
+def weight(raw: torch.Tensor, p: int, layout: ExpertLayout) -> torch.Tensor:
+    """Projection ``p`` (0 gate, 1 up, 2 down) from its raw bytes: a view in the stored
+    dtype for raw files, dequantized (f32) for int8/int4."""
+    rows, cols = layout.shapes[p]
+    if layout.scheme == "raw":
+        return raw.view(TORCH_DTYPES[layout.dtype]).view(rows, cols)
+    return decode_projection(raw, layout.scheme, layout.dtype, rows, cols, layout.group_size)
+
