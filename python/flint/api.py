@@ -70,6 +70,7 @@ def _streamed(
     ram_budget: float | None,
     lookahead: int,
     io_workers: int,
+    expert_kernels: str,
 ) -> ExpertBackend:
     from flint.models import parse_config
     from flint.models.ftw_source import FtwSource
@@ -78,7 +79,14 @@ def _streamed(
     if not isinstance(source, FtwSource):
         raise ValueError("streaming needs a .ftw model file (convert it with `flint convert`)")
     return streamed_backend(
-        source, parse_config(source.config), device, dtype, ram_budget, lookahead, io_workers
+        source,
+        parse_config(source.config),
+        device,
+        dtype,
+        ram_budget,
+        lookahead,
+        io_workers,
+        expert_kernels=expert_kernels,
     )
 
 
@@ -130,7 +138,7 @@ class LLM:
         self.source = source
         if expert_backend is None and (stream or (stream is None and ram_budget is not None)):
             expert_backend = _streamed(
-                source, self.device, self.dtype, ram_budget, lookahead, io_workers
+                source, self.device, self.dtype, ram_budget, lookahead, io_workers, expert_kernels
             )
         self.expert_backend = expert_backend
         self._model: MoEModel | None = load_model(

@@ -33,6 +33,7 @@ def streamed_backend(
     policy: str = "decay",
     chunking: bool = True,
     lookahead_width: float = 1.0,
+    expert_kernels: str = "auto",
     notice: Callable[[str], None] = _stderr,
 ) -> StreamedExperts:
     """A ``StreamedExperts`` for ``source`` with a RAM cache planned from
@@ -52,7 +53,9 @@ def streamed_backend(
         workers=io_workers,
         chunking=chunking,
     )
-    return StreamedExperts(config, layout, engine, plan, device, dtype, lookahead, lookahead_width)
+    return StreamedExperts(
+        config, layout, engine, plan, device, dtype, lookahead, lookahead_width, expert_kernels
+    )
 
 
 __all__ = ["StreamPlan", "StreamedExperts", "plan_cache", "streamed_backend"]

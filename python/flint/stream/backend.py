@@ -27,6 +27,8 @@ from flint import _core
 from flint.format.reader import ExpertLayout
 from flint.models.config import ModelConfig
 from flint.models.moe import weighted_sum
+from flint.models.quant_experts import QUANT_SCHEMES
+from flint.models.quant_linear import ProjectionKernel, select_kernel
 from flint.stream.lookahead import Lookahead
 from flint.stream.plan import StreamPlan
 from flint.stream.slab import projections, slot_bytes, weight
@@ -55,6 +57,7 @@ class StreamedExperts:
         dtype: torch.dtype,
         lookahead: int = 2,
         lookahead_width: float = 1.0,
+        expert_kernels: str = "auto",
     ) -> None:
         self.cfg, self.layout, self.engine, self.plan = config, layout, engine, plan
         self.device, self.dtype = device, dtype
@@ -62,6 +65,13 @@ class StreamedExperts:
         self.first_layer = plan.streamed_layers[0]
         self.lookahead = Lookahead(lookahead, config.top_k, config.rms_norm_eps, lookahead_width)
         self.counters = Counters()
+        # int8/int4 experts go through the same kernel the resident backend would pick
+        # (packed from the slot on each use), so streamed equals resident for them too.
+        self.kernel: ProjectionKernel | None = None
+        if layout.scheme in QUANT_SCHEMES:
+            self.kernel = select_kernel(
+                layout.scheme, layout.group_size, layout.shapes, device, dtype, expert_kernels
+            )
 
     def attach(self, model: Any) -> None:
         """Takes the routers and norms lookahead needs from the built model."""
@@ -79,6 +89,13 @@ class StreamedExperts:
     def _weight(self, raws: list[torch.Tensor], p: int) -> torch.Tensor:
         return weight(raws[p], p, self.layout).to(device=self.device, dtype=self.dtype)
 
+    def _linear(self, xs: torch.Tensor, raws: list[torch.Tensor], p: int) -> torch.Tensor:
+        """xs @ projection p^T: float weights, or the quantized kernel on packed bytes."""
+        if self.kernel is None:
+            return F.linear(xs, self._weight(raws, p))
+        rows, cols = self.layout.shapes[p]
+        return self.kernel(xs, self.kernel.pack(raws[p], rows, cols))
+
     def _wait(self, layer: int, expert: int, proj: int) -> None:
         t0 = time.perf_counter()
         self.engine.wait(layer, expert, proj)
@@ -94,10 +111,10 @@ class StreamedExperts:
         raws = projections(slot_bytes(address, self.layout.slab_bytes), self.layout)
         if not hit:
             self._wait(layer, expert, 1)  # up landed, so gate too
-        h = F.silu(F.linear(xs, self._weight(raws, 0))) * F.linear(xs, self._weight(raws, 1))
+        h = F.silu(self._linear(xs, raws, 0)) * self._linear(xs, raws, 1)  # [N, I]
         if not hit:
             self._wait(layer, expert, 2)
-        return F.linear(h, self._weight(raws, 2))  # [N, H]
+        return self._linear(h, raws, 2)  # [N, H]
 
     def __call__(
         self, layer: int, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor

@@ -35,4 +35,3 @@ def weight(raw: torch.Tensor, p: int, layout: ExpertLayout) -> torch.Tensor:
     if layout.scheme == "raw":
         return raw.view(TORCH_DTYPES[layout.dtype]).view(rows, cols)
     return decode_projection(raw, layout.scheme, layout.dtype, rows, cols, layout.group_size)
-
