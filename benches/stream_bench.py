@@ -58,7 +58,14 @@ def run(path: Path, share: float, tokens: int, cfg: dict[str, Any]) -> dict[str,
     config = parse_config(source.config)
     budget = share * lay.n_experts * lay.slab_bytes * sum(config.sparse_layers) / 2**30
     backend = streamed_backend(
-        source, config, torch.device("cpu"), torch.float32, budget, notice=lambda _: None, **cfg
+        source,
+        config,
+        torch.device("cpu"),
+        torch.float32,
+        budget,
+        usage=False,  # every run starts cold: no usage table, no idle fill
+        notice=lambda _: None,
+        **cfg,
     )
     llm = flint.LLM(source, device="cpu", context_length=512, expert_backend=backend)
     backend.attach(llm.model)

@@ -243,7 +243,11 @@ class LLM:
         return collect(ids, generate_stream(self.model, self.tokenizer, ids, params))
 
     def close(self) -> None:
-        """Frees the weights and the KV cache; the LLM cannot be used afterwards."""
+        """Frees the weights and the KV cache (a streaming backend saves its usage table);
+        the LLM cannot be used afterwards."""
+        backend_close = getattr(self.expert_backend, "close", None)
+        if callable(backend_close):
+            backend_close()
         self._model = None
         close = getattr(self.source, "close", None)
         if callable(close):

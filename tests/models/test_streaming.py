@@ -143,3 +143,42 @@ def test_streamed_quantized_experts_equal_resident(
         got = streamed.model.forward(ids, all_logits=True)
         assert torch.equal(got, want)
         assert torch.equal(streamed.model.forward(ids[:1]), resident.model.forward(ids[:1]))
+
+
+def test_usage_table_persists_and_idle_fill_loads_it(
+    tiny_ftw: dict[str, Path], tmp_path: Path
+) -> None:
+    """A closed model leaves its usage table beside the file; the next load reads it and,
+    after half a second without requests, fills the empty slots with the most-used
+    experts (never evicting), so the first token then hits."""
+    import shutil
+    import time
+
+    path = tmp_path / "m.ftw"
+    shutil.copyfile(tiny_ftw["qwen3_moe"], path)
+    budget = _slab_gib(path, 3)
+    with flint.LLM(path, device="cpu", context_length=64, ram_budget=budget) as first:
+        want = first.generate([5, 17, 250], max_tokens=8, ignore_eos=True).token_ids
+    assert (tmp_path / "m.ftw.usage").is_file()
+    with flint.LLM(path, device="cpu", context_length=64, ram_budget=budget) as second:
+        time.sleep(1.0)
+        stats = second.stats()
+        assert stats is not None and stats["fills"] > 0, stats
+        got = second.generate([5, 17, 250], max_tokens=8, ignore_eos=True).token_ids
+        stats = second.stats()
+        assert stats is not None and stats["hits"] > 0
+    assert got == want
+
+
+def test_a_corrupt_usage_table_is_ignored_with_one_line(
+    tiny_ftw: dict[str, Path], tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    import shutil
+
+    path = tmp_path / "m.ftw"
+    shutil.copyfile(tiny_ftw["olmoe"], path)
+    (tmp_path / "m.ftw.usage").write_bytes(b"not a usage table")
+    with flint.LLM(path, device="cpu", context_length=16, stream=True) as llm:
+        llm.generate([1, 2, 3], max_tokens=2, ignore_eos=True)
+    lines = [ln for ln in capfd.readouterr().err.splitlines() if "usage table" in ln]
+    assert len(lines) == 1 and "corrupt" in lines[0] and "ignored" in lines[0], lines

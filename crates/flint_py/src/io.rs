@@ -22,6 +22,8 @@ use crate::error::{cache_err, detach, ftw_to_py, IntoPyErr};
 #[derive(Debug)]
 pub struct PyIoEngine {
     inner: CachedEngine,
+    /// Identifies the model file's experts (its expert index checksum) in usage tables.
+    model_key: u64,
 }
 
 fn proj(p: u8) -> PyResult<Proj> {
@@ -85,7 +87,10 @@ impl PyIoEngine {
         let inner = detach(py, || {
             CachedEngine::open(&path, reader.experts(), slots, cfg)
         })?;
-        Ok(Self { inner })
+        Ok(Self {
+            inner,
+            model_key: reader.header().expert_index_xxh3,
+        })
     }
 
     /// "direct" or "buffered".
@@ -176,6 +181,25 @@ impl PyIoEngine {
         })
     }
 
+    /// Reads the most-used experts not resident into empty slots (never evicting);
+    /// returns the reads started.
+    fn idle_fill(&self, py: Python<'_>) -> PyResult<usize> {
+        detach(py, || self.inner.idle_fill())
+    }
+
+    /// Saves the usage table atomically to `path`.
+    fn save_usage(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
+        let key = self.model_key;
+        detach(py, || self.inner.save_usage(&path, key))
+    }
+
+    /// Loads the usage table at `path` if present; returns why a table was ignored
+    /// (corrupt, or another model's), or None.
+    fn load_usage(&self, py: Python<'_>, path: PathBuf) -> PyResult<Option<String>> {
+        let key = self.model_key;
+        detach(py, || self.inner.load_usage(&path, key))
+    }
+
     /// The token is done (cache decay clock).
     fn tick(&self) {
         self.inner.tick();
@@ -209,6 +233,7 @@ impl PyIoEngine {
             ("hits", c.hits),
             ("in_flight_at_start", c.in_flight),
             ("demand_placements", c.demand),
+            ("fills", c.fills),
             ("demand_p50_us", s.demand_latency.quantile_us(0.5)),
             ("demand_p99_us", s.demand_latency.quantile_us(0.99)),
         ] {

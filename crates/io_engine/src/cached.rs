@@ -17,7 +17,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use expert_cache::{Admission, AdmitKind, AnyPolicy, Arena, ExpertCache};
+use expert_cache::{Admission, AdmitKind, AnyPolicy, Arena, ExpertCache, UsageTable};
 use ftw_format::ExpertEntry;
 
 use crate::config::EngineConfig;
@@ -35,6 +35,8 @@ pub struct CacheSlots {
     arena: Arena,
     /// Model layer -> streamed (cache) layer.
     layers: Vec<Option<usize>>,
+    /// Streamed (cache) layer -> model layer.
+    streamed: Vec<u32>,
 }
 
 impl CacheSlots {
@@ -51,6 +53,7 @@ impl CacheSlots {
             cache: Mutex::new(cache),
             arena,
             layers,
+            streamed: streamed.to_vec(),
         }
     }
 
@@ -137,6 +140,8 @@ pub struct LayerCounts {
     pub in_flight: u64,
     /// Selected experts read on demand.
     pub demand: u64,
+    /// Experts read by idle fill.
+    pub fills: u64,
 }
 
 /// An [`Engine`] whose slots are the RAM expert cache's.
@@ -311,6 +316,48 @@ impl CachedEngine {
             .map(|&(layer, expert, d, r)| (ExpertKey { layer, expert }, d, r))
             .collect();
         self.engine.predict(&p)
+    }
+
+    /// Idle fill: reads the most-used experts (usage table) not resident into the empty
+    /// slots of every layer, never evicting. Returns the reads started.
+    pub fn idle_fill(&self) -> Result<usize> {
+        let plan = self.slots.cache().idle_fill();
+        let mut started = 0;
+        for (l, expert) in plan {
+            let Some(&layer) = self.slots.streamed.get(l) else {
+                continue;
+            };
+            let key = ExpertKey { layer, expert };
+            if self.engine.is_live(key) {
+                continue;
+            }
+            if let Some(slot) = self.slots.admit(key, AdmitKind::Fill) {
+                if self.engine.demand(key, slot)? {
+                    started += 1;
+                } else {
+                    self.slots.release(key, slot);
+                }
+            }
+        }
+        self.counts.lock().unwrap_or_else(|p| p.into_inner()).fills += started as u64;
+        Ok(started)
+    }
+
+    /// Saves the usage table (undecayed use counts) atomically to `path`.
+    pub fn save_usage(&self, path: &Path, model_key: u64) -> Result<()> {
+        let table = self.slots.cache().usage().clone();
+        table.save(path, model_key).map_err(cache_error)
+    }
+
+    /// Loads the usage table at `path` if there is one; a corrupt or foreign table is
+    /// ignored and its reason returned (for one printed line).
+    pub fn load_usage(&self, path: &Path, model_key: u64) -> Result<Option<String>> {
+        let mut c = self.slots.cache();
+        let (layers, experts) = (c.n_layers(), c.n_experts());
+        let (table, ignored) =
+            UsageTable::load_or_new(path, layers, experts, model_key).map_err(cache_error)?;
+        c.set_usage(table).map_err(cache_error)?;
+        Ok(ignored.map(|e| e.to_string()))
     }
 
     /// The token is done (decay clock, protections end).

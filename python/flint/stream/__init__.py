@@ -6,8 +6,10 @@ demand and by lookahead from its .ftw file (``flint.LLM(..., stream=True)`` uses
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 
@@ -34,10 +36,13 @@ def streamed_backend(
     chunking: bool = True,
     lookahead_width: float = 1.0,
     expert_kernels: str = "auto",
+    usage: bool = True,
     notice: Callable[[str], None] = _stderr,
 ) -> StreamedExperts:
     """A ``StreamedExperts`` for ``source`` with a RAM cache planned from
-    ``ram_budget_gib`` (or free memory); plan notes go to ``notice``, one line each."""
+    ``ram_budget_gib`` (or free memory); plan notes go to ``notice``, one line each.
+    ``usage``: load the usage table beside the model, save it at close, and fill empty
+    slots from it when idle (off for benchmarks that must start cold)."""
     layout = source.expert_layout
     if layout is None:
         raise ValueError(f"{source.path} holds no routed experts to stream")
@@ -53,9 +58,32 @@ def streamed_backend(
         workers=io_workers,
         chunking=chunking,
     )
-    return StreamedExperts(
-        config, layout, engine, plan, device, dtype, lookahead, lookahead_width, expert_kernels
+    backend = StreamedExperts(
+        config,
+        layout,
+        engine,
+        plan,
+        device,
+        dtype,
+        lookahead,
+        lookahead_width,
+        expert_kernels,
+        idle_fill=usage,
     )
+    if usage:
+        backend.load_usage(usage_path(source.path), notice)
+    return backend
 
 
-__all__ = ["StreamPlan", "StreamedExperts", "plan_cache", "streamed_backend"]
+def usage_path(model: Path) -> Path:
+    """Where a model's usage table lives: beside the model file when that directory is
+    writable, else in flint's cache directory."""
+    beside = model.with_name(model.name + ".usage")
+    if os.access(model.parent, os.W_OK):
+        return beside
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "flint"
+    base.mkdir(parents=True, exist_ok=True)
+    return base / beside.name
+
+
+__all__ = ["StreamPlan", "StreamedExperts", "plan_cache", "streamed_backend", "usage_path"]

@@ -16,8 +16,12 @@ the same engine protocol from Rust (see ARCHITECTURE.md).
 
 from __future__ import annotations
 
+import sys
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -34,6 +38,9 @@ from flint.stream.plan import StreamPlan
 from flint.stream.slab import projections, slot_bytes, weight
 
 # T = tokens, H = hidden, K = top-k, E = experts per layer, N = rows routed to one expert
+
+
+IDLE_FILL_AFTER_S = 0.5  # no forward call for this long: fill empty slots
 
 
 @dataclass(slots=True)
@@ -58,6 +65,7 @@ class StreamedExperts:
         lookahead: int = 2,
         lookahead_width: float = 1.0,
         expert_kernels: str = "auto",
+        idle_fill: bool = True,
     ) -> None:
         self.cfg, self.layout, self.engine, self.plan = config, layout, engine, plan
         self.device, self.dtype = device, dtype
@@ -65,6 +73,12 @@ class StreamedExperts:
         self.first_layer = plan.streamed_layers[0]
         self.lookahead = Lookahead(lookahead, config.top_k, config.rms_norm_eps, lookahead_width)
         self.counters = Counters()
+        self._last_call = time.monotonic()
+        self._filled_since_call = False
+        self._stop = threading.Event()
+        self._idle = threading.Thread(target=self._idle_loop, name="flint-idle-fill", daemon=True)
+        if idle_fill:
+            self._idle.start()
         # int8/int4 experts go through the same kernel the resident backend would pick
         # (packed from the slot on each use), so streamed equals resident for them too.
         self.kernel: ProjectionKernel | None = None
@@ -116,9 +130,40 @@ class StreamedExperts:
             self._wait(layer, expert, 2)
         return self._linear(h, raws, 2)  # [N, H]
 
+    def _idle_loop(self) -> None:
+        """Fills empty slots with the most-used experts (usage table) once no forward
+        call has come for ``IDLE_FILL_AFTER_S``; never evicts."""
+        while not self._stop.wait(0.1):
+            idle = time.monotonic() - self._last_call >= IDLE_FILL_AFTER_S
+            if idle and not self._filled_since_call:
+                self._filled_since_call = True
+                self.engine.idle_fill()
+
+    def load_usage(self, path: Path, notice: Callable[[str], None]) -> None:
+        """Seeds the usage table from ``path`` (missing: first run; corrupt or another
+        model's: ignored with one line)."""
+        reason = self.engine.load_usage(str(path))
+        if reason is not None:
+            notice(f"{reason}; it is ignored and counting starts afresh")
+        self.usage_path: Path | None = path
+
+    def close(self) -> None:
+        """Stops idle fill and saves the usage table next to the model."""
+        self._stop.set()
+        if self._idle.is_alive():
+            self._idle.join(timeout=2)
+        path = getattr(self, "usage_path", None)
+        if path is not None:
+            try:
+                self.engine.save_usage(str(path))
+            except (OSError, _core.FlintError) as err:
+                print(f"flint: could not save the usage table {path}: {err}", file=sys.stderr)
+
     def __call__(
         self, layer: int, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor
     ) -> torch.Tensor:
+        self._last_call = time.monotonic()
+        self._filled_since_call = False
         if layer == self.first_layer:
             self._new_token()
         tokens, k = ids.shape
