@@ -182,3 +182,28 @@ def test_a_corrupt_usage_table_is_ignored_with_one_line(
         llm.generate([1, 2, 3], max_tokens=2, ignore_eos=True)
     lines = [ln for ln in capfd.readouterr().err.splitlines() if "usage table" in ln]
     assert len(lines) == 1 and "corrupt" in lines[0] and "ignored" in lines[0], lines
+
+
+def test_prompt_batches_age_the_cache_by_their_token_count(tiny_ftw: dict[str, Path]) -> None:
+    """A prompt runs with LRU eviction and then ages the cache by its length; decode
+    steps tick once each."""
+    calls: list[tuple[str, object]] = []
+
+    class Recorder:
+        def __init__(self, inner: object) -> None:
+            self.inner = inner
+
+        def __getattr__(self, name: str) -> object:
+            attr = getattr(self.inner, name)
+            if name in ("forward_done", "set_prompt_mode"):
+                return lambda arg: (calls.append((name, arg)), attr(arg))[1]
+            return attr
+
+    path = tiny_ftw["mixtral"]
+    with flint.LLM(path, device="cpu", context_length=64, stream=True) as llm:
+        backend = llm.expert_backend
+        backend.engine = Recorder(backend.engine)  # type: ignore[union-attr]
+        llm.generate([5, 17, 250, 3, 99], max_tokens=3, ignore_eos=True)
+    prompt, decode = ("set_prompt_mode", True), ("set_prompt_mode", False)
+    assert calls[:3] == [prompt, ("forward_done", 5), decode], calls
+    assert calls[3:] == [("forward_done", 1), decode], calls

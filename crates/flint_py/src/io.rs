@@ -200,6 +200,17 @@ impl PyIoEngine {
         detach(py, || self.inner.load_usage(&path, key))
     }
 
+    /// A forward pass of `tokens` tokens is done (a prompt batch ages the decay values
+    /// by its token count).
+    fn forward_done(&self, tokens: u64) {
+        self.inner.forward_done(tokens);
+    }
+
+    /// LRU eviction while a prompt batch runs (True), the policy's values for decode.
+    fn set_prompt_mode(&self, prompt: bool) {
+        self.inner.set_prompt_mode(prompt);
+    }
+
     /// The token is done (cache decay clock).
     fn tick(&self) {
         self.inner.tick();

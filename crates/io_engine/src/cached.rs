@@ -17,7 +17,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use expert_cache::{Admission, AdmitKind, AnyPolicy, Arena, ExpertCache, UsageTable};
+use expert_cache::{Admission, AdmitKind, AnyPolicy, Arena, ExpertCache, Mode, UsageTable};
 use ftw_format::ExpertEntry;
 
 use crate::config::EngineConfig;
@@ -358,6 +358,25 @@ impl CachedEngine {
             UsageTable::load_or_new(path, layers, experts, model_key).map_err(cache_error)?;
         c.set_usage(table).map_err(cache_error)?;
         Ok(ignored.map(|e| e.to_string()))
+    }
+
+    /// A forward pass of `tokens` tokens is done: one decode tick, or a prompt batch
+    /// that ages the decay values by its token count.
+    pub fn forward_done(&self, tokens: u64) {
+        let mut c = self.slots.cache();
+        if tokens > 1 {
+            c.prompt_batch(tokens);
+        } else {
+            c.tick();
+        }
+    }
+
+    /// Eviction mode for the next forward pass: LRU for prompt batches, the policy's
+    /// values for decode.
+    pub fn set_prompt_mode(&self, prompt: bool) {
+        self.slots
+            .cache()
+            .set_mode(if prompt { Mode::Prompt } else { Mode::Decode });
     }
 
     /// The token is done (decay clock, protections end).

@@ -74,6 +74,7 @@ class StreamedExperts:
         self.lookahead = Lookahead(lookahead, config.top_k, config.rms_norm_eps, lookahead_width)
         self.counters = Counters()
         self._last_call = time.monotonic()
+        self._last_tokens = 1
         self._filled_since_call = False
         self._stop = threading.Event()
         self._idle = threading.Thread(target=self._idle_loop, name="flint-idle-fill", daemon=True)
@@ -164,9 +165,9 @@ class StreamedExperts:
     ) -> torch.Tensor:
         self._last_call = time.monotonic()
         self._filled_since_call = False
-        if layer == self.first_layer:
-            self._new_token()
         tokens, k = ids.shape
+        if layer == self.first_layer:
+            self._new_forward(tokens)
         flat = ids.reshape(-1)  # [T*K], entry t*K + k
         order = torch.argsort(flat, stable=True)
         counts = torch.bincount(flat, minlength=self.cfg.num_experts).tolist()
@@ -187,9 +188,13 @@ class StreamedExperts:
         self.counters.layer_calls += 1
         return weighted_sum(outputs.view(tokens, k, -1), weights).to(x.dtype)
 
-    def _new_token(self) -> None:
+    def _new_forward(self, tokens: int) -> None:
+        """The previous forward pass is over: age the cache by its token count (a prompt
+        batch of T tokens ages like T decode steps); evict LRU during prompt batches."""
         if self.counters.tokens:
-            self.engine.tick()
+            self.engine.forward_done(self._last_tokens)
+        self.engine.set_prompt_mode(tokens > 1)
+        self._last_tokens = tokens
         self.counters.tokens += 1
 
     def stats(self) -> dict[str, Any]:
