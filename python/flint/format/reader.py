@@ -38,6 +38,18 @@ class ExpertLayout:
     proj_bytes: tuple[int, ...]
     slab_bytes: int
 
+    def raw(self, slab: torch.Tensor, p: int) -> torch.Tensor:
+        """The bytes of projection ``p`` (0 gate, 1 up, 2 down) inside a slab (a view)."""
+        off = self.proj_offsets[p]
+        return slab[off : off + self.proj_bytes[p]]
+
+    def weight(self, slab: torch.Tensor, p: int) -> torch.Tensor:
+        """Projection ``p`` as weights [rows, cols]: a view in the stored dtype for raw
+        files, dequantized (f32) for int8/int4."""
+        rows, cols = self.shapes[p]
+        raw = self.raw(slab, p)
+        return decode_projection(raw, self.scheme, self.dtype, rows, cols, self.group_size)
+
 
 class FtwFile:
     """An open .ftw file. Opening validates the whole structure (raising
@@ -118,11 +130,7 @@ class FtwFile:
         lay = self.layout
         assert lay is not None
         slab = self.expert_slab(layer, expert)
-        out = []
-        for off, n, (rows, cols) in zip(lay.proj_offsets, lay.proj_bytes, lay.shapes, strict=True):
-            raw = slab[off : off + n]
-            out.append(decode_projection(raw, lay.scheme, lay.dtype, rows, cols, lay.group_size))
-        return out[0], out[1], out[2]
+        return lay.weight(slab, 0), lay.weight(slab, 1), lay.weight(slab, 2)
 
     def close(self) -> None:
         """Releases the file handle (the object is unusable afterwards)."""

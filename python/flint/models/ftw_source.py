@@ -64,7 +64,7 @@ class FtwSource:
 
     def expert_slab(self, layer: int, expert: int) -> torch.Tensor:
         """The expert's slab exactly as stored (uint8, checksum verified); projection
-        p lies at ``expert_layout.proj_offsets[p]``, ``proj_bytes[p]`` long."""
+        p is ``expert_layout.raw(slab, p)``."""
         return self._file.expert_slab(layer, expert)
 
     def close(self) -> None:

@@ -65,13 +65,8 @@ class QuantizedResidentExperts:
                 ]
 
     def _pack(self, slab: torch.Tensor) -> tuple[Packed, Packed, Packed]:
-        lay = self.layout
-        gate, up, down = (
-            self.kernel.pack(slab[off : off + n], rows, cols)
-            for off, n, (rows, cols) in zip(
-                lay.proj_offsets, lay.proj_bytes, lay.shapes, strict=True
-            )
-        )
+        lay, pack = self.layout, self.kernel.pack
+        gate, up, down = (pack(lay.raw(slab, p), *lay.shapes[p]) for p in range(3))
         return gate, up, down
 
     def __call__(

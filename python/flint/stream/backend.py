@@ -35,7 +35,7 @@ from flint.models.quant_experts import QUANT_SCHEMES
 from flint.models.quant_linear import ProjectionKernel, select_kernel
 from flint.stream.lookahead import Lookahead
 from flint.stream.plan import StreamPlan
-from flint.stream.slab import projections, slot_bytes, weight
+from flint.stream.slab import slot_bytes
 
 # T = tokens, H = hidden, K = top-k, E = experts per layer, N = rows routed to one expert
 
@@ -47,8 +47,6 @@ IDLE_FILL_AFTER_S = 0.5  # no forward call for this long: fill empty slots
 class Counters:
     tokens: int = 0
     stall_s: float = 0.0
-    waits: int = 0
-    layer_calls: int = 0
 
 
 class StreamedExperts:
@@ -101,21 +99,17 @@ class StreamedExperts:
         if self.lookahead.depth and h.shape[0] == 1:
             self.engine.predict(self.lookahead.predict(layer, h))
 
-    def _weight(self, raws: list[torch.Tensor], p: int) -> torch.Tensor:
-        return weight(raws[p], p, self.layout).to(device=self.device, dtype=self.dtype)
-
-    def _linear(self, xs: torch.Tensor, raws: list[torch.Tensor], p: int) -> torch.Tensor:
+    def _linear(self, xs: torch.Tensor, slab: torch.Tensor, p: int) -> torch.Tensor:
         """xs @ projection p^T: float weights, or the quantized kernel on packed bytes."""
+        lay = self.layout
         if self.kernel is None:
-            return F.linear(xs, self._weight(raws, p))
-        rows, cols = self.layout.shapes[p]
-        return self.kernel(xs, self.kernel.pack(raws[p], rows, cols))
+            return F.linear(xs, lay.weight(slab, p).to(device=self.device, dtype=self.dtype))
+        return self.kernel(xs, self.kernel.pack(lay.raw(slab, p), *lay.shapes[p]))
 
     def _wait(self, layer: int, expert: int, proj: int) -> None:
         t0 = time.perf_counter()
         self.engine.wait(layer, expert, proj)
         self.counters.stall_s += time.perf_counter() - t0
-        self.counters.waits += 1
 
     def _expert(
         self, layer: int, expert: int, address: int, hit: bool, xs: torch.Tensor
@@ -123,13 +117,13 @@ class StreamedExperts:
         """``swiglu(xs, gate, up, down)`` (same ops, same order), starting on gate and up
         as soon as their bytes are in and waiting for down, which is flagged only once
         the whole slab matched its checksum: no output comes from unverified bytes."""
-        raws = projections(slot_bytes(address, self.layout.slab_bytes), self.layout)
+        slab = slot_bytes(address, self.layout.slab_bytes)
         if not hit:
             self._wait(layer, expert, 1)  # up landed, so gate too
-        h = F.silu(self._linear(xs, raws, 0)) * self._linear(xs, raws, 1)  # [N, I]
+        h = F.silu(self._linear(xs, slab, 0)) * self._linear(xs, slab, 1)  # [N, I]
         if not hit:
             self._wait(layer, expert, 2)
-        return self._linear(h, raws, 2)  # [N, H]
+        return self._linear(h, slab, 2)  # [N, H]
 
     def _idle_loop(self) -> None:
         """Fills empty slots with the most-used experts (usage table) once no forward
@@ -185,7 +179,6 @@ class StreamedExperts:
                 y = self._expert(layer, expert, address, hit, x[rows // k])
                 outputs[rows] = y.to(torch.float32)
             self.engine.unpin(layer, wave)
-        self.counters.layer_calls += 1
         return weighted_sum(outputs.view(tokens, k, -1), weights).to(x.dtype)
 
     def _new_forward(self, tokens: int) -> None:
