@@ -132,7 +132,12 @@ class StreamedExperts:
             idle = time.monotonic() - self._last_call >= IDLE_FILL_AFTER_S
             if idle and not self._filled_since_call:
                 self._filled_since_call = True
-                self.engine.idle_fill()
+                try:
+                    self.engine.idle_fill()
+                except (_core.FlintError, OSError, ValueError) as err:
+                    # A failed read surfaces again, named, when a layer needs it.
+                    print(f"flint: idle fill stopped: {err}", file=sys.stderr)
+                    return
 
     def load_usage(self, path: Path, notice: Callable[[str], None]) -> None:
         """Seeds the usage table from ``path`` (missing: first run; corrupt or another
