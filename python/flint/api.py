@@ -71,6 +71,8 @@ def _streamed(
     lookahead: int,
     io_workers: int,
     expert_kernels: str,
+    vram_budget: float | None,
+    deterministic: bool,
 ) -> ExpertBackend:
     from flint.models import parse_config
     from flint.models.ftw_source import FtwSource
@@ -87,6 +89,8 @@ def _streamed(
         lookahead,
         io_workers,
         expert_kernels=expert_kernels,
+        vram_budget_gib=vram_budget,
+        deterministic=deterministic,
     )
 
 
@@ -110,6 +114,10 @@ class LLM:
     ``ram_budget`` GiB (default: what is free) instead of loading them all; None
     streams when ``ram_budget`` is given. ``lookahead``: layers of router lookahead
     (0-3) used to prefetch experts; ``io_workers``: reader threads.
+    ``vram_budget``: GiB of GPU memory for the VRAM expert cache when streaming on CUDA
+    (default: what is free once the model is loaded; 0: none). ``deterministic``:
+    every streamed expert computed on the GPU, so output is bit-identical to a resident
+    GPU run (otherwise experts in neither VRAM cache slot run on the CPU in parallel).
     """
 
     def __init__(
@@ -125,6 +133,8 @@ class LLM:
         ram_budget: float | None = None,
         lookahead: int = 2,
         io_workers: int = 8,
+        vram_budget: float | None = None,
+        deterministic: bool = False,
     ) -> None:
         self.device = resolve_device(device)
         self.dtype = resolve_dtype(dtype, self.device)
@@ -138,7 +148,15 @@ class LLM:
         self.source = source
         if expert_backend is None and (stream or (stream is None and ram_budget is not None)):
             expert_backend = _streamed(
-                source, self.device, self.dtype, ram_budget, lookahead, io_workers, expert_kernels
+                source,
+                self.device,
+                self.dtype,
+                ram_budget,
+                lookahead,
+                io_workers,
+                expert_kernels,
+                vram_budget,
+                deterministic,
             )
         self.expert_backend = expert_backend
         self._model: MoEModel | None = load_model(

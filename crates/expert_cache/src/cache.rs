@@ -160,6 +160,14 @@ impl<P: Policy> ExpertCache<P> {
         Ok(pool.slot_of(expert))
     }
 
+    /// Records a router selection served outside this cache (e.g. by a VRAM copy): the
+    /// usage table counts it; residency, recency and the policy are unchanged.
+    pub fn record_use(&mut self, layer: usize, expert: u32) -> Result<()> {
+        let idx = self.index(layer, expert)?;
+        self.usage.record(idx);
+        Ok(())
+    }
+
     /// Records a router selection of a resident expert (a hit). Returns its slot.
     pub fn touch(&mut self, layer: usize, expert: u32) -> Result<u32> {
         let (slot, idx) = self.resident_slot(layer, expert)?;

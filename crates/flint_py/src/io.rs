@@ -155,6 +155,32 @@ impl PyIoEngine {
             .map_err(IntoPyErr::into_py_err)
     }
 
+    /// Pins those of `experts` whose bytes are complete in RAM and returns
+    /// (expert, slot address) for each; nothing is read. Unpin them after copying.
+    fn pin_resident(
+        &self,
+        py: Python<'_>,
+        layer: u32,
+        experts: Vec<u32>,
+    ) -> PyResult<Vec<(u32, usize)>> {
+        let placed = detach(py, || self.inner.pin_resident(layer, &experts))?;
+        Ok(placed.iter().map(|p| (p.expert, p.slot.addr)).collect())
+    }
+
+    /// Counts selections served from elsewhere (a VRAM copy) in the usage table.
+    fn record_use(&self, layer: u32, experts: Vec<u32>) -> PyResult<()> {
+        self.inner
+            .record_use(layer, &experts)
+            .map_err(IntoPyErr::into_py_err)
+    }
+
+    /// The usage table's counts of `layer`, one per expert.
+    fn usage_counts(&self, layer: u32) -> PyResult<Vec<u64>> {
+        self.inner
+            .usage_counts(layer)
+            .map_err(IntoPyErr::into_py_err)
+    }
+
     /// Lookahead predictions as (layer, expert, distance, rank).
     fn predict(&self, predictions: Vec<(u32, u32, u8, u8)>) -> PyResult<()> {
         self.inner

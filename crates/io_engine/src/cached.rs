@@ -243,6 +243,54 @@ impl CachedEngine {
         Ok(out)
     }
 
+    /// Pins those of `experts` whose bytes are complete in RAM (resident, no read in
+    /// flight) and returns their placements; others are skipped, nothing is read and
+    /// recency is unchanged. For copies out of a slot (e.g. into a VRAM cache): call
+    /// [`Self::unpin`] with the returned experts once the copy is done.
+    pub fn pin_resident(&self, layer: u32, experts: &[u32]) -> Result<Vec<Placement>> {
+        let l = self.layer_index(layer)?;
+        let mut out = Vec::new();
+        for &e in experts {
+            if self.engine.is_live(ExpertKey { layer, expert: e }) {
+                continue;
+            }
+            let mut c = self.slots.cache();
+            let Some(slot) = c.lookup(l, e).map_err(cache_error)? else {
+                continue;
+            };
+            c.pin(l, e).map_err(cache_error)?;
+            drop(c);
+            let s = self
+                .slots
+                .slot(l, slot)
+                .ok_or(IoError::Config(format!("slot {slot} outside the arena")))?;
+            out.push(Placement {
+                expert: e,
+                slot: s,
+                hit: true,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Counts router selections served without this cache (VRAM hits) in the usage
+    /// table, so it ranks experts by all their uses.
+    pub fn record_use(&self, layer: u32, experts: &[u32]) -> Result<()> {
+        let l = self.layer_index(layer)?;
+        let mut c = self.slots.cache();
+        for &e in experts {
+            c.record_use(l, e).map_err(cache_error)?;
+        }
+        Ok(())
+    }
+
+    /// The usage table's counts for `layer`, one per expert.
+    pub fn usage_counts(&self, layer: u32) -> Result<Vec<u64>> {
+        let l = self.layer_index(layer)?;
+        let c = self.slots.cache();
+        Ok((0..c.n_experts()).map(|e| c.usage().count(l, e)).collect())
+    }
+
     /// Drops the use pins [`Self::place`] took.
     pub fn unpin(&self, layer: u32, experts: &[u32]) -> Result<()> {
         let l = self.layer_index(layer)?;

@@ -116,3 +116,47 @@ fn a_wave_larger_than_the_layer_is_refused_not_corrupted() {
     let err = eng.place(0, &[0, 1, 2]).unwrap_err();
     assert!(err.to_string().contains("pinned"), "{err}");
 }
+
+#[test]
+fn pin_resident_pins_only_complete_experts_and_reads_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (r, eng) = open(dir.path(), 3);
+    let len = r.experts()[0].len as usize;
+    let (placed, _) = start(&eng, 1, &[4]);
+    eng.wait(1, 4, Proj::Down, T).unwrap();
+    eng.unpin(1, &[4]).unwrap();
+    let reads_before = eng.stats().0.demands;
+    // 4 is complete in RAM; 6 is not resident and must not be read.
+    let pinned = eng.pin_resident(1, &[6, 4]).unwrap();
+    assert_eq!(pinned.len(), 1);
+    assert_eq!(pinned[0].expert, 4);
+    assert_eq!(pinned[0].slot, placed[0].slot);
+    assert_eq!(slot_bytes(pinned[0].slot, len), slab_bytes(&r, 1, 4));
+    assert_eq!(eng.stats().0.demands, reads_before);
+    // While pinned for the copy, a full layer evicts the others, never it.
+    for sel in [[0u32, 1], [2, 3], [5, 7]] {
+        let (placed, _) = start(&eng, 1, &sel);
+        for p in &placed {
+            eng.wait(1, p.expert, Proj::Down, T).unwrap();
+        }
+        eng.unpin(1, &sel).unwrap();
+        eng.tick();
+        assert_eq!(slot_bytes(pinned[0].slot, len), slab_bytes(&r, 1, 4));
+    }
+    eng.unpin(1, &[4]).unwrap();
+}
+
+#[test]
+fn uses_served_elsewhere_count_in_the_usage_table_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_r, eng) = open(dir.path(), 2);
+    eng.record_use(0, &[3, 3, 5]).unwrap();
+    let counts = eng.usage_counts(0).unwrap();
+    assert_eq!((counts[3], counts[5], counts[0]), (2, 1, 0));
+    assert!(
+        eng.pin_resident(0, &[3, 5]).unwrap().is_empty(),
+        "not resident"
+    );
+    assert_eq!(eng.usage_counts(1).unwrap().iter().sum::<u64>(), 0);
+    assert!(eng.record_use(0, &[99]).is_err());
+}

@@ -39,10 +39,14 @@ class RuntimeOptions:
     ram_budget: float | None = None
     lookahead: int = 2
     io_workers: int = 8
+    vram_budget: float | None = None
+    deterministic: bool = False
 
     def validate(self) -> None:
         if self.ram_budget is not None and not self.ram_budget >= 0:
             raise ValueError(f"--ram-budget must be >= 0 GiB, got {self.ram_budget}")
+        if self.vram_budget is not None and not self.vram_budget >= 0:
+            raise ValueError(f"--vram-budget must be >= 0 GiB, got {self.vram_budget}")
         if not 0 <= self.lookahead <= 3:
             raise ValueError(f"--lookahead must be 0..3, got {self.lookahead}")
         if not 1 <= self.io_workers <= 256:
@@ -69,6 +73,8 @@ class RuntimeOptions:
             ram_budget=self.ram_budget,
             lookahead=self.lookahead,
             io_workers=self.io_workers,
+            vram_budget=self.vram_budget,
+            deterministic=self.deterministic,
         )
 
 
@@ -158,6 +164,29 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {  # parameter -> (annotation, default)
         ],
         None,
     ),
+    "vram_budget": (
+        Annotated[
+            float | None,
+            typer.Option(
+                help="GiB of GPU memory the VRAM expert cache may use when streaming on CUDA"
+                " (default: what is free after the dense weights and KV cache, minus"
+                " headroom; 0: none).",
+                rich_help_panel=PANEL,
+            ),
+        ],
+        None,
+    ),
+    "deterministic": (
+        Annotated[
+            bool,
+            typer.Option(
+                help="Compute every streamed expert on the GPU (none on the CPU), so output is"
+                " bit-identical to a resident GPU run whatever the caches hold.",
+                rich_help_panel=PANEL,
+            ),
+        ],
+        False,
+    ),
     "lookahead": (
         Annotated[
             int,
@@ -189,6 +218,8 @@ def _build(values: dict[str, Any]) -> RuntimeOptions:
         ram_budget=values["ram_budget"],
         lookahead=values["lookahead"],
         io_workers=values["io_workers"],
+        vram_budget=values["vram_budget"],
+        deterministic=values["deterministic"],
     )
 
 

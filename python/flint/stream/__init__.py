@@ -16,7 +16,7 @@ import torch
 from flint import _core
 from flint.models.config import ModelConfig
 from flint.models.ftw_source import FtwSource
-from flint.stream.backend import StreamedExperts
+from flint.stream.backend import StreamedExperts, VramRequest
 from flint.stream.plan import StreamPlan, plan_cache
 
 
@@ -38,15 +38,36 @@ def streamed_backend(
     expert_kernels: str = "auto",
     usage: bool = True,
     notice: Callable[[str], None] = _stderr,
+    vram_budget_gib: float | None = None,
+    deterministic: bool = False,
+    vram_device: torch.device | None = None,
+    vram_free_bytes: Callable[[], int] | None = None,
 ) -> StreamedExperts:
     """A ``StreamedExperts`` for ``source`` with a RAM cache planned from
     ``ram_budget_gib`` (or free memory); plan notes go to ``notice``, one line each.
     ``usage``: load the usage table beside the model, save it at close, and fill empty
-    slots from it when idle (off for benchmarks that must start cold)."""
+    slots from it when idle (off for benchmarks that must start cold).
+
+    On CUDA a VRAM expert cache of ``vram_budget_gib`` (default: what is free; 0: none)
+    is planned once the model is built. ``deterministic`` computes every expert on the
+    GPU (none on the CPU), so placement cannot change a bit of the output.
+    ``vram_device``/``vram_free_bytes`` put the "VRAM" cache on another device with a
+    simulated free size (tests of its logic on a CPU-only machine)."""
     layout = source.expert_layout
     if layout is None:
         raise ValueError(f"{source.path} holds no routed experts to stream")
     streamed = [i for i, sparse in enumerate(config.sparse_layers) if sparse]
+    if vram_device is None and device.type == "cuda" and vram_budget_gib != 0:
+        vram_device = device
+    vram = None
+    if vram_device is not None:
+        vram = VramRequest(
+            vram_device,
+            vram_budget_gib,
+            notice,
+            read_slab=source.expert_slab,
+            free_bytes=vram_free_bytes,
+        )
     plan = plan_cache(streamed, layout.n_experts, layout.slab_bytes, ram_budget_gib)
     for line in plan.notes:
         notice(line)
@@ -69,6 +90,8 @@ def streamed_backend(
         lookahead_width,
         expert_kernels,
         idle_fill=usage,
+        vram=vram,
+        deterministic=deterministic,
     )
     if usage:
         backend.load_usage(usage_path(source.path), notice)

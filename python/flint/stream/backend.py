@@ -34,8 +34,9 @@ from flint.models.moe import weighted_sum
 from flint.models.quant_experts import QUANT_SCHEMES
 from flint.models.quant_linear import ProjectionKernel, select_kernel
 from flint.stream.lookahead import Lookahead
-from flint.stream.plan import StreamPlan
+from flint.stream.plan import StreamPlan, plan_vram
 from flint.stream.slab import slot_bytes
+from flint.stream.vram import VramCache
 
 # T = tokens, H = hidden, K = top-k, E = experts per layer, N = rows routed to one expert
 
@@ -47,6 +48,36 @@ IDLE_FILL_AFTER_S = 0.5  # no forward call for this long: fill empty slots
 class Counters:
     tokens: int = 0
     stall_s: float = 0.0
+    gpu_experts: int = 0  # expert computations on the model's device (CUDA)
+    host_experts: int = 0  # expert computations on the CPU while the model is on CUDA
+    copy_bytes: int = 0  # slab bytes copied to the device for a single use
+
+
+@dataclass(slots=True, frozen=True)
+class Target:
+    """Where an expert is computed: device, activation dtype, quantized kernel."""
+
+    device: torch.device
+    dtype: torch.dtype
+    kernel: ProjectionKernel | None
+
+
+@dataclass(slots=True, frozen=True)
+class VramRequest:
+    """Asks for a VRAM expert cache on ``device``, planned when the model is built."""
+
+    device: torch.device
+    budget_gib: float | None  # --vram-budget; None: what is free
+    notice: Callable[[str], None]
+    read_slab: Callable[[int, int], torch.Tensor] | None = None  # seeds from the file
+    free_bytes: Callable[[], int] | None = None  # tests simulate a device's free memory
+
+
+def free_vram(device: torch.device) -> int:
+    """Free bytes on ``device`` (CUDA: the driver's count, other programs included)."""
+    if device.type != "cuda":
+        raise ValueError(f"no free-memory probe for {device}; pass free_bytes")
+    return int(torch.cuda.mem_get_info(device)[0])
 
 
 class StreamedExperts:
@@ -64,6 +95,8 @@ class StreamedExperts:
         lookahead_width: float = 1.0,
         expert_kernels: str = "auto",
         idle_fill: bool = True,
+        vram: VramRequest | None = None,
+        deterministic: bool = False,
     ) -> None:
         self.cfg, self.layout, self.engine, self.plan = config, layout, engine, plan
         self.device, self.dtype = device, dtype
@@ -78,13 +111,26 @@ class StreamedExperts:
         self._idle = threading.Thread(target=self._idle_loop, name="flint-idle-fill", daemon=True)
         if idle_fill:
             self._idle.start()
+
         # int8/int4 experts go through the same kernel the resident backend would pick
         # (packed from the slot on each use), so streamed equals resident for them too.
-        self.kernel: ProjectionKernel | None = None
-        if layout.scheme in QUANT_SCHEMES:
-            self.kernel = select_kernel(
-                layout.scheme, layout.group_size, layout.shapes, device, dtype, expert_kernels
-            )
+        def target(dev: torch.device, dt: torch.dtype) -> Target:
+            kernel = None
+            if layout.scheme in QUANT_SCHEMES:
+                kernel = select_kernel(
+                    layout.scheme, layout.group_size, layout.shapes, dev, dt, expert_kernels
+                )
+            return Target(dev, dt, kernel)
+
+        self.main = target(device, dtype)
+        # On CUDA, experts in neither VRAM nor a free VRAM slot run on the CPU, in
+        # parallel with the GPU's; --deterministic computes every expert on the GPU.
+        self.host: Target | None = None
+        if device.type == "cuda" and not deterministic:
+            self.host = target(torch.device("cpu"), torch.float32)
+        self.deterministic = deterministic
+        self.vram_request = vram
+        self.vram: VramCache | None = None
 
     def attach(self, model: Any) -> None:
         """Takes the routers and norms lookahead needs from the built model."""
@@ -93,18 +139,43 @@ class StreamedExperts:
             if router is not None:
                 self.lookahead.add_layer(i, layer.post_norm, router)
             layer.observe = self.observe
+        if self.vram_request is not None:
+            self._start_vram(self.vram_request)
+
+    def _start_vram(self, req: VramRequest) -> None:
+        """Plans the VRAM cache from what is free now (dense weights and KV cache are
+        in place) and seeds it from the usage table."""
+        lay, layers = self.layout, self.plan.streamed_layers
+        free = req.free_bytes() if req.free_bytes is not None else free_vram(req.device)
+        plan = plan_vram(len(layers), lay.n_experts, lay.slab_bytes, free, req.budget_gib)
+        for line in plan.notes:
+            req.notice(line)
+        if plan.slots_per_layer < 1:
+            return
+        req.notice(plan.describe(lay.n_experts))
+        slots = plan.slots_per_layer
+        self.vram = VramCache(layers, lay.n_experts, slots, lay.slab_bytes, req.device)
+        if req.read_slab is not None:
+            self.vram.seed(self.engine.usage_counts, req.read_slab)
 
     def observe(self, layer: int, h: torch.Tensor) -> None:
         """Layer ``layer``'s MoE input (residual after attention, [T, H]) is known."""
         if self.lookahead.depth and h.shape[0] == 1:
-            self.engine.predict(self.lookahead.predict(layer, h))
+            predictions = self.lookahead.predict(layer, h)
+            if self.vram is not None:  # what VRAM holds needs no read
+                held = self.vram.where
+                predictions = [p for p in predictions if p[1] not in held.get(p[0], ())]
+            self.engine.predict(predictions)
 
-    def _linear(self, xs: torch.Tensor, slab: torch.Tensor, p: int) -> torch.Tensor:
-        """xs @ projection p^T: float weights, or the quantized kernel on packed bytes."""
+    def _linear(self, t: Target, xs: torch.Tensor, slab: torch.Tensor, p: int) -> torch.Tensor:
+        """xs @ projection p^T on ``t``: float weights, or the quantized kernel on packed
+        bytes. A slab elsewhere than ``t.device`` is copied per projection."""
         lay = self.layout
-        if self.kernel is None:
-            return F.linear(xs, lay.weight(slab, p).to(device=self.device, dtype=self.dtype))
-        return self.kernel(xs, self.kernel.pack(lay.raw(slab, p), *lay.shapes[p]))
+        if slab.device != t.device:
+            self.counters.copy_bytes += lay.proj_bytes[p]
+        if t.kernel is None:
+            return F.linear(xs, lay.weight(slab, p).to(device=t.device, dtype=t.dtype))
+        return t.kernel(xs, t.kernel.pack(lay.raw(slab, p), *lay.shapes[p]))
 
     def _wait(self, layer: int, expert: int, proj: int) -> None:
         t0 = time.perf_counter()
@@ -112,18 +183,28 @@ class StreamedExperts:
         self.counters.stall_s += time.perf_counter() - t0
 
     def _expert(
-        self, layer: int, expert: int, address: int, hit: bool, xs: torch.Tensor
+        self,
+        t: Target,
+        layer: int,
+        expert: int,
+        slab: torch.Tensor,
+        hit: bool,
+        xs: torch.Tensor,
     ) -> torch.Tensor:
-        """``swiglu(xs, gate, up, down)`` (same ops, same order), starting on gate and up
-        as soon as their bytes are in and waiting for down, which is flagged only once
-        the whole slab matched its checksum: no output comes from unverified bytes."""
-        slab = slot_bytes(address, self.layout.slab_bytes)
+        """``swiglu(xs, gate, up, down)`` (same ops, same order) on ``t``, starting on
+        gate and up as soon as their bytes are in and waiting for down, which is flagged
+        only once the whole slab matched its checksum: no output comes from unverified
+        bytes."""
+        if t.device.type == "cuda":
+            self.counters.gpu_experts += 1
+        elif self.main.device.type == "cuda":
+            self.counters.host_experts += 1
         if not hit:
             self._wait(layer, expert, 1)  # up landed, so gate too
-        h = F.silu(self._linear(xs, slab, 0)) * self._linear(xs, slab, 1)  # [N, I]
+        h = F.silu(self._linear(t, xs, slab, 0)) * self._linear(t, xs, slab, 1)  # [N, I]
         if not hit:
             self._wait(layer, expert, 2)
-        return self._linear(h, slab, 2)  # [N, H]
+        return self._linear(t, h, slab, 2)  # [N, H]
 
     def _idle_loop(self) -> None:
         """Fills empty slots with the most-used experts (usage table) once no forward
@@ -175,13 +256,45 @@ class StreamedExperts:
             starts[e] = starts[e - 1] + counts[e - 1]
         selected = list(dict.fromkeys(flat.tolist()))  # rank order of first selection
         self.lookahead.score(layer, set(selected))
+        vram, held = self.vram, []
+        if vram is not None:
+            vram.note(layer, flat)
+            held = [e for e in selected if e in vram.where[layer]]
+            selected = [e for e in selected if e not in vram.where[layer]]
+            self.engine.record_use(layer, held)
+            vram.counters.hits += len(held)
         self.engine.begin_layer(layer, selected)
         outputs = torch.empty(tokens * k, x.shape[1], dtype=torch.float32, device=x.device)
+
+        def rows_of(expert: int) -> torch.Tensor:
+            return order[starts[expert] : starts[expert] + counts[expert]]  # [N]
+
+        host = self.host
+        x_host = None
+        if host is not None and selected:  # before the GPU work below is queued
+            x_host, order_host = x.to(host.device, host.dtype), order.cpu()
+        for expert in held:  # queued on the GPU; runs while the CPU works below
+            slab = vram.slab(layer, expert) if vram is not None else None
+            assert slab is not None
+            rows = rows_of(expert)
+            outputs[rows] = self._expert(self.main, layer, expert, slab, True, x[rows // k]).float()
         for i in range(0, len(selected), self.capacity):
             wave = selected[i : i + self.capacity]
             for expert, _slot, address, hit in self.engine.place(layer, wave):
-                rows = order[starts[expert] : starts[expert] + counts[expert]]  # [N]
-                y = self._expert(layer, expert, address, hit, x[rows // k])
+                rows = rows_of(expert)
+                slab = slot_bytes(address, self.layout.slab_bytes)
+                if vram is not None and vram.free[layer]:  # first use fills a free slot
+                    if not hit:
+                        self._wait(layer, expert, 2)
+                    slab = vram.admit(layer, expert, slab)
+                    assert slab is not None
+                    hit = True
+                elif host is not None and x_host is not None:
+                    r = order_host[starts[expert] : starts[expert] + counts[expert]]
+                    y = self._expert(host, layer, expert, slab, hit, x_host[r // k])
+                    outputs[rows] = y.to(device=x.device, dtype=torch.float32)
+                    continue
+                y = self._expert(self.main, layer, expert, slab, hit, x[rows // k])
                 outputs[rows] = y.to(torch.float32)
             self.engine.unpin(layer, wave)
         return weighted_sum(outputs.view(tokens, k, -1), weights).to(x.dtype)
@@ -191,9 +304,25 @@ class StreamedExperts:
         batch of T tokens ages like T decode steps); evict LRU during prompt batches."""
         if self.counters.tokens:
             self.engine.forward_done(self._last_tokens)
+            if self.vram is not None and self.vram.token_done(self._last_tokens):
+                self._swap_round(self.vram)
         self.engine.set_prompt_mode(tokens > 1)
         self._last_tokens = tokens
         self.counters.tokens += 1
+
+    def _swap_round(self, vram: VramCache) -> None:
+        """Copies hot experts over cold ones in VRAM, from their pinned RAM slots (an
+        expert not complete in RAM now waits for a later round)."""
+        by_layer: dict[int, dict[int, int]] = {}
+        for layer, comer, leaver in vram.swap_plan():
+            by_layer.setdefault(layer, {})[comer] = leaver
+        for layer, pairs in by_layer.items():
+            pinned = self.engine.pin_resident(layer, list(pairs))
+            try:
+                for comer, address in pinned:
+                    vram.swap(layer, comer, pairs[comer], slot_bytes(address, vram.slab_bytes))
+            finally:
+                self.engine.unpin(layer, [e for e, _ in pinned])
 
     def stats(self) -> dict[str, Any]:
         """Cumulative streaming statistics (engine, cache and prediction quality)."""
@@ -208,7 +337,27 @@ class StreamedExperts:
             n_experts=self.cfg.num_experts,
             streamed_layers=len(self.plan.streamed_layers),
             mode=self.engine.mode,
+            gpu_experts=c.gpu_experts,
+            cpu_experts=c.host_experts,
+            cpu_share=c.host_experts / max(1, c.host_experts + c.gpu_experts)
+            if self.main.device.type == "cuda"
+            else 1.0,
+            pcie_bytes=c.copy_bytes,
+            deterministic=self.deterministic,
         )
+        v = self.vram
+        if v is not None:
+            vc = v.counters
+            selections = placed + vc.hits
+            s.update(
+                vram_slots_per_layer=v.slots,
+                vram_hits=vc.hits,
+                vram_hit_rate=vc.hits / selections if selections else None,
+                vram_admitted=vc.admitted,
+                vram_swaps=vc.swaps,
+                vram_seeded=vc.seeded,
+            )
+            s["pcie_bytes"] += vc.pcie_bytes
         for d in range(1, self.lookahead.depth + 1):
             s[f"recall_d{d}"] = q.recall(d)
             s[f"precision_d{d}"] = q.precision(d)

@@ -101,3 +101,61 @@ def plan_cache(
             f"raised to {len(streamed_layers) * slot_bytes / GIB:.3f} GiB"
         )
     return StreamPlan(tuple(streamed_layers), n_experts, slot_bytes, slots, budget, tuple(notes))
+
+
+VRAM_HEADROOM_FRACTION = 0.10  # of free VRAM left for activations, the allocator, others
+VRAM_HEADROOM_MIN = 1 << 30
+
+
+@dataclass(slots=True, frozen=True)
+class VramPlan:
+    """VRAM expert slots per streamed layer (0: no VRAM cache) and why."""
+
+    slots_per_layer: int
+    n_layers: int
+    slot_bytes: int
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def cache_bytes(self) -> int:
+        return self.slots_per_layer * self.slot_bytes * self.n_layers
+
+    def describe(self, n_experts: int) -> str:
+        return (
+            f"VRAM expert cache: {self.slots_per_layer}/{n_experts} slots x "
+            f"{self.n_layers} layers = {self.cache_bytes / GIB:.2f} GiB"
+        )
+
+
+def plan_vram(
+    n_layers: int,
+    n_experts: int,
+    slot_bytes: int,
+    free_vram: int,
+    vram_budget_gib: float | None = None,
+) -> VramPlan:
+    """VRAM slots per streamed layer within ``vram_budget_gib`` (what flint may hold of
+    routed experts in VRAM) and within ``free_vram`` (bytes, measured after the dense
+    weights and KV cache are in place) minus headroom. Never refuses: too little room
+    means no VRAM cache (every expert then runs from RAM), said in one line."""
+    if vram_budget_gib is not None and not vram_budget_gib >= 0:
+        raise ValueError(f"--vram-budget must be a number of GiB >= 0, got {vram_budget_gib}")
+    notes: list[str] = []
+    headroom = max(VRAM_HEADROOM_MIN, int(free_vram * VRAM_HEADROOM_FRACTION))
+    room = max(0, free_vram - headroom)
+    budget = room
+    if vram_budget_gib is not None:
+        asked = int(vram_budget_gib * GIB)
+        if asked > room:
+            notes.append(
+                f"--vram-budget {vram_budget_gib:g} GiB is more than is free "
+                f"({room / GIB:.2f} GiB after headroom); using what is free"
+            )
+        budget = min(asked, room)
+    slots = min(n_experts, budget // max(1, slot_bytes * n_layers))
+    if slots < 1 and vram_budget_gib != 0:
+        notes.append(
+            f"VRAM for experts ({budget / GIB:.2f} GiB) is below one expert per streamed "
+            "layer; experts run from the RAM cache only"
+        )
+    return VramPlan(int(slots), n_layers, slot_bytes, tuple(notes))
