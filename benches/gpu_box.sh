@@ -58,6 +58,22 @@ stream() {
   XDG_CACHE_HOME="$DATA/cache" /usr/bin/time -f "flint demo: %e s wall, peak RSS %M KB" flint demo -n 32 2>&1 | tail -16
 }
 
+# Issue 7's VRAM expert cache: its CUDA tests, then V1/S1-style budgets on the 30B-A3B
+# geometry (random weights: near-uniform routing, the pessimistic case for caches).
+vram() {
+  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
+  python3 -m pytest tests/models/test_vram_cache.py tests/models/test_streaming.py \
+    tests/models/test_gpu.py -q -p no:cacheprovider -rs -m gpu 2>&1 | tail -8
+  [ -f "$DATA/q30.ftw" ] || flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
+  P="def fibonacci(n):"
+  for args in "--no-stream" "--ram-budget 20 --vram-budget 4" \
+      "--ram-budget 20 --vram-budget 4 --deterministic" "--ram-budget 6 --vram-budget 4" \
+      "--ram-budget 20 --vram-budget 0"; do
+    echo "== flint run q30 int4 $args"
+    XDG_CACHE_HOME="$DATA/cache" flint run "$DATA/q30.ftw" -p "$P" -n 48 --ignore-eos --stats $args 2>&1 | tail -14
+  done
+}
+
 case $what in
   install) install ;;
   format) install; format ;;
@@ -66,4 +82,5 @@ case $what in
   all) install; format; io; tests ;;
   gpu6) install; gpu6 ;;
   stream) install; stream ;;
+  vram) install; vram ;;
 esac 2>&1 | tee "$OUT/gpu_box_$what.log"

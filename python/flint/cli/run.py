@@ -86,6 +86,14 @@ def streaming_summary(stats: dict[str, Any]) -> str:
     ]
     if stats["ram_hit_rate"] is not None:
         parts.append(f"RAM hit rate {stats['ram_hit_rate']:.1%}")
+    if stats.get("vram_hit_rate") is not None:
+        parts.append(
+            f"VRAM hit rate {stats['vram_hit_rate']:.1%} "
+            f"({stats['vram_slots_per_layer']} slots/layer, {stats['vram_swaps']} swaps)"
+        )
+    if stats.get("gpu_experts") or stats.get("cpu_experts"):
+        parts.append(f"CPU share of experts {stats['cpu_share']:.1%}")
+        parts.append(f"PCIe {stats['pcie_bytes'] / n / 2**20:.2f} MiB/token")
     for d in (1, 2, 3):
         r, p = stats.get(f"recall_d{d}"), stats.get(f"precision_d{d}")
         if r is not None and p is not None:
