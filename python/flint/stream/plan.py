@@ -15,23 +15,50 @@ HEADROOM_FRACTION = 0.10  # of available memory left to the OS, page cache and t
 HEADROOM_MIN = 1 << 30
 
 
-def cgroup_available() -> int | None:
-    """Bytes the cgroup (v2, or v1) still allows this process, if it is limited."""
-    for limit_file, usage_file in (
-        ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
-        (
-            "/sys/fs/cgroup/memory/memory.limit_in_bytes",
-            "/sys/fs/cgroup/memory/memory.usage_in_bytes",
-        ),
-    ):
-        try:
-            limit = Path(limit_file).read_text().strip()
-            usage = int(Path(usage_file).read_text().strip())
-        except (OSError, ValueError):
+def _own_cgroups(proc_cgroup: Path) -> list[tuple[str, str]]:
+    """(hierarchy, path) of this process's memory cgroups: v2 ("", path) and v1
+    ("memory", path), from /proc/self/cgroup."""
+    out: list[tuple[str, str]] = []
+    try:
+        lines = proc_cgroup.read_text().splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3:
             continue
-        if limit != "max" and int(limit) < (1 << 60):
-            return max(0, int(limit) - usage)
-    return None
+        _, controllers, path = parts
+        if controllers == "":
+            out.append(("", path))
+        elif "memory" in controllers.split(","):
+            out.append(("memory", path))
+    return out
+
+
+def cgroup_available(
+    root: Path = Path("/sys/fs/cgroup"), proc_cgroup: Path = Path("/proc/self/cgroup")
+) -> int | None:
+    """Bytes this process's cgroups (v2, or v1's memory controller) still allow, the
+    tightest of its own cgroup and every parent; None if none is limited."""
+    best: int | None = None
+    for hierarchy, path in _own_cgroups(proc_cgroup):
+        base = root / hierarchy if hierarchy else root
+        limit_name, usage_name = (
+            ("memory.limit_in_bytes", "memory.usage_in_bytes")
+            if hierarchy
+            else ("memory.max", "memory.current")
+        )
+        rel = Path(path.lstrip("/"))
+        for d in [base / rel, *[base / p for p in rel.parents]]:
+            try:
+                limit = (d / limit_name).read_text().strip()
+                usage = int((d / usage_name).read_text().strip())
+            except (OSError, ValueError):
+                continue
+            if limit != "max" and int(limit) < (1 << 60):
+                left = max(0, int(limit) - usage)
+                best = left if best is None else min(best, left)
+    return best
 
 
 def available_memory() -> int:
