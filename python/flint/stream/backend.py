@@ -127,7 +127,8 @@ class StreamedExperts:
         # parallel with the GPU's; --deterministic computes every expert on the GPU.
         self.host: Target | None = None
         if device.type == "cuda" and not deterministic:
-            self.host = target(torch.device("cpu"), torch.float32)
+            # in the model's dtype: the same rounding steps as the GPU's kernels
+            self.host = target(torch.device("cpu"), dtype)
         self.deterministic = deterministic
         self.vram_request = vram
         self.vram: VramCache | None = None
@@ -171,7 +172,7 @@ class StreamedExperts:
         """xs @ projection p^T on ``t``: float weights, or the quantized kernel on packed
         bytes. A slab elsewhere than ``t.device`` is copied per projection."""
         lay = self.layout
-        if slab.device != t.device:
+        if slab.device.type != t.device.type:
             self.counters.copy_bytes += lay.proj_bytes[p]
         if t.kernel is None:
             return F.linear(xs, lay.weight(slab, p).to(device=t.device, dtype=t.dtype))
