@@ -132,7 +132,7 @@ def test_vram_copies_hold_the_files_bytes_after_seeding_and_swaps(
         assert vram.where[layer] == {hot: 0} and vram.counters.swaps >= 1
         for lyr in vram.layers:
             for expert in vram.where[lyr]:
-                slab = vram.slab(lyr, expert)
+                slab = vram.entry(lyr, expert)
                 assert slab is not None
                 assert torch.equal(slab, source.expert_slab(lyr, expert))  # type: ignore[attr-defined]
 
@@ -222,3 +222,29 @@ def test_cuda_cpu_and_gpu_experts_keep_the_trained_models_greedy_tokens(tmp_path
         s = streamed.stats()
     assert got == want
     assert s is not None and s["cpu_experts"] > 0 and s["vram_hits"] > 0
+
+
+@pytest.mark.parametrize(("quant", "group"), [("int8", 32), ("int4", 16)])
+def test_quantized_experts_held_packed_equal_resident(
+    quant: str, group: int, tiny_models: dict[str, tuple[Path, object]], tmp_path: Path
+) -> None:
+    """int8/int4 experts are held in VRAM in their kernel's packed form, made once from
+    the file's bytes: bit-identical to resident, and no slab pool is allocated."""
+    from flint.convert import ConvertOptions, convert
+
+    path = tmp_path / f"{quant}.ftw"
+    convert(str(tiny_models["qwen3_moe"][0]), path, ConvertOptions(quant=quant, group_size=group))
+    ids = torch.tensor(PROMPTS[2])
+    with (
+        flint.LLM(path, device="cpu", context_length=64) as resident,
+        _open(path, ram_slots=1, vram_slots=2) as streamed,
+    ):
+        vram: VramCache = streamed.expert_backend.vram  # type: ignore[attr-defined]
+        assert vram.pack is not None and vram.pool.numel() == 0
+        for _ in range(2):  # the second pass computes from the packed copies
+            resident.model.reset()
+            streamed.model.reset()
+            want = resident.model.forward(ids, all_logits=True)
+            assert torch.equal(streamed.model.forward(ids, all_logits=True), want)
+        s = streamed.stats()
+    assert s is not None and s["vram_hits"] > 0 and s["demands"] > 0

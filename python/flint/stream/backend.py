@@ -154,8 +154,14 @@ class StreamedExperts:
         if plan.slots_per_layer < 1:
             return
         req.notice(plan.describe(lay.n_experts))
-        slots = plan.slots_per_layer
-        self.vram = VramCache(layers, lay.n_experts, slots, lay.slab_bytes, req.device)
+        slots, kernel = plan.slots_per_layer, self.main.kernel
+        pack = None
+        if kernel is not None:  # quantized: held packed, as the kernel computes from
+
+            def pack(slab: torch.Tensor) -> list[Any]:
+                return [kernel.pack(lay.raw(slab, p), *lay.shapes[p]) for p in range(3)]
+
+        self.vram = VramCache(layers, lay.n_experts, slots, lay.slab_bytes, req.device, pack)
         if req.read_slab is not None:
             self.vram.seed(self.engine.usage_counts, req.read_slab)
 
@@ -206,6 +212,19 @@ class StreamedExperts:
         if not hit:
             self._wait(layer, expert, 2)
         return self._linear(t, h, slab, 2)  # [N, H]
+
+    def _vram_expert(self, layer: int, expert: int, xs: torch.Tensor) -> torch.Tensor:
+        """The expert computed on the GPU from its VRAM copy (the same ops as
+        ``_expert``; a quantized expert from the packed form the kernel made once)."""
+        vram = self.vram
+        assert vram is not None
+        w = vram.entry(layer, expert)
+        kernel = self.main.kernel
+        if kernel is None or vram.pack is None:
+            return self._expert(self.main, layer, expert, w, True, xs)
+        self.counters.gpu_experts += 1
+        h = F.silu(kernel(xs, w[0])) * kernel(xs, w[1])  # [N, I]
+        return kernel(h, w[2])  # [N, H]
 
     def _idle_loop(self) -> None:
         """Fills empty slots with the most-used experts (usage table) once no forward
@@ -275,10 +294,8 @@ class StreamedExperts:
         if host is not None and selected:  # before the GPU work below is queued
             x_host, order_host = x.to(host.device, host.dtype), order.cpu()
         for expert in held:  # queued on the GPU; runs while the CPU works below
-            slab = vram.slab(layer, expert) if vram is not None else None
-            assert slab is not None
             rows = rows_of(expert)
-            outputs[rows] = self._expert(self.main, layer, expert, slab, True, x[rows // k]).float()
+            outputs[rows] = self._vram_expert(layer, expert, x[rows // k]).float()
         for i in range(0, len(selected), self.capacity):
             wave = selected[i : i + self.capacity]
             for expert, _slot, address, hit in self.engine.place(layer, wave):
@@ -287,10 +304,11 @@ class StreamedExperts:
                 if vram is not None and vram.free[layer]:  # first use fills a free slot
                     if not hit:
                         self._wait(layer, expert, 2)
-                    slab = vram.admit(layer, expert, slab)
-                    assert slab is not None
-                    hit = True
-                elif host is not None and x_host is not None:
+                    vram.admit(layer, expert, slab)
+                    y = self._vram_expert(layer, expert, x[rows // k])
+                    outputs[rows] = y.to(torch.float32)
+                    continue
+                if host is not None and x_host is not None:
                     r = order_host[starts[expert] : starts[expert] + counts[expert]]
                     y = self._expert(host, layer, expert, slab, hit, x_host[r // k])
                     outputs[rows] = y.to(device=x.device, dtype=torch.float32)

@@ -2,7 +2,9 @@
 GPU computes them without a PCIe copy.
 
 One pool of ``slots_per_layer`` slab-sized slots for every streamed layer, allocated
-once (addresses stay fixed for the life of the model). It is seeded from the usage
+once (addresses stay fixed for the life of the model). Quantized experts are held in the
+form their GPU kernel computes from (``pack``, done once per admission, about the
+slab's size) instead, so a use does not re-pack them. It is seeded from the usage
 table at start; empty slots take experts as they are first used; during decode, every
 ``SWAP_EVERY`` tokens up to ``MAX_SWAPS`` experts are swapped in where a newcomer's
 recent count beats ``SWAP_FACTOR`` x the leaver's + ``SWAP_MARGIN``. A newcomer's bytes
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -45,15 +48,17 @@ class VramCache:
         slots_per_layer: int,
         slab_bytes: int,
         device: torch.device,
+        pack: Callable[[torch.Tensor], Any] | None = None,
     ) -> None:
         if slots_per_layer < 1:
             raise ValueError("a VRAM cache needs at least one slot per layer")
         self.layers, self.n_experts, self.slots = layers, n_experts, slots_per_layer
         self.slab_bytes, self.device = slab_bytes, device
         self.row = {layer: i for i, layer in enumerate(layers)}
-        self.pool = torch.empty(
-            len(layers) * slots_per_layer, slab_bytes, dtype=torch.uint8, device=device
-        )
+        self.pack = pack
+        rows = 0 if pack is not None else len(layers) * slots_per_layer
+        self.pool = torch.empty(rows, slab_bytes, dtype=torch.uint8, device=device)
+        self.packed: dict[int, Any] = {}  # pool row -> packed form (with ``pack``)
         self.where: dict[int, dict[int, int]] = {layer: {} for layer in layers}  # expert->slot
         self.free: dict[int, list[int]] = {
             layer: list(range(slots_per_layer))[::-1] for layer in layers
@@ -63,25 +68,27 @@ class VramCache:
         self.counters = VramCounters()
         self._decode_tokens = 0
 
-    @property
-    def nbytes(self) -> int:
-        return self.pool.numel()
-
-    def slab(self, layer: int, expert: int) -> torch.Tensor | None:
-        """The device copy of ``expert``'s slab, or None."""
+    def entry(self, layer: int, expert: int) -> Any:
+        """What the GPU computes ``expert`` from: its slab in the pool, or its packed
+        form (with ``pack``); None if not held."""
         slot = self.where[layer].get(expert)
         if slot is None:
             return None
-        return self.pool[self.row[layer] * self.slots + slot]
+        row = self.row[layer] * self.slots + slot
+        return self.packed[row] if self.pack is not None else self.pool[row]
 
-    def _put(self, layer: int, slot: int, expert: int, src: torch.Tensor) -> torch.Tensor:
-        dst = self.pool[self.row[layer] * self.slots + slot]
-        dst.copy_(src)
+    def _put(self, layer: int, slot: int, expert: int, src: torch.Tensor) -> Any:
+        row = self.row[layer] * self.slots + slot
+        if self.pack is not None:
+            # a copy even on the slot's own device: the packed form may view its input
+            self.packed[row] = self.pack(src.to(self.device, copy=True))
+        else:
+            self.pool[row].copy_(src)
         self.where[layer][expert] = slot
         self.counters.pcie_bytes += self.slab_bytes
-        return dst
+        return self.entry(layer, expert)
 
-    def admit(self, layer: int, expert: int, src: torch.Tensor) -> torch.Tensor | None:
+    def admit(self, layer: int, expert: int, src: torch.Tensor) -> Any:
         """Copies ``src`` (the expert's slab, in RAM) into a free slot; None when full."""
         free = self.free[layer]
         if not free or expert in self.where[layer]:
