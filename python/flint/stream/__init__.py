@@ -38,11 +38,14 @@ def streamed_backend(
     expert_kernels: str = "auto",
     usage: bool = True,
     notice: Callable[[str], None] = _stderr,
+    backend: type[StreamedExperts] = StreamedExperts,
 ) -> StreamedExperts:
     """A ``StreamedExperts`` for ``source`` with a RAM cache planned from
     ``ram_budget_gib`` (or free memory); plan notes go to ``notice``, one line each.
     ``usage``: load the usage table beside the model, save it at close, and fill empty
-    slots from it when idle (off for benchmarks that must start cold)."""
+    slots from it when idle (off for benchmarks that must start cold).
+    ``backend``: the class built over the engine (``flint.bench`` passes its ``nowait``
+    yardstick)."""
     layout = source.expert_layout
     if layout is None:
         raise ValueError(f"{source.path} holds no routed experts to stream")
@@ -58,7 +61,7 @@ def streamed_backend(
         workers=io_workers,
         chunking=chunking,
     )
-    backend = StreamedExperts(
+    experts = backend(
         config,
         layout,
         engine,
@@ -71,8 +74,8 @@ def streamed_backend(
         idle_fill=usage,
     )
     if usage:
-        backend.load_usage(usage_path(source.path), notice)
-    return backend
+        experts.load_usage(usage_path(source.path), notice)
+    return experts
 
 
 def usage_path(model: Path) -> Path:
