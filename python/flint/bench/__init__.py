@@ -5,9 +5,9 @@ streamed mode's greedy tokens against the ``resident`` control.
 
 Example::
 
-    from flint.bench import Plan, Setup, Engine, Test, run_plan, to_json
+    from flint.bench import Plan, Setup, Engine, Case, run_plan, to_json
 
-    plan = Plan(("resident", "full"), (Test("pp", 64), Test("tg", 32)), reps=3)
+    plan = Plan(("resident", "full"), (Case("pp", 64), Case("tg", 32)), reps=3)
     setup = Setup(Path("model.ftw"), device="cpu", engine=Engine(ram_budget=0.5))
     doc = to_json(plan, setup, run_plan(plan, setup, print, lambda _: None))
 """
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from flint.bench.modes import MODES, POLICIES, Engine, NoWaitExperts, Setup
 from flint.bench.report import to_json, to_markdown
-from flint.bench.runner import Sample, Test, run_test
+from flint.bench.runner import Sample, Case, run_test
 from flint.bench.suite import Mismatch, Outcome, Plan, run_plan
 
 __all__ = [
@@ -29,7 +29,7 @@ __all__ = [
     "Plan",
     "Sample",
     "Setup",
-    "Test",
+    "Case",
     "run_plan",
     "run_test",
     "to_json",

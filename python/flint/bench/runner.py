@@ -25,7 +25,7 @@ MIB = 1 << 20
 
 
 @dataclass(slots=True, frozen=True)
-class Test:
+class Case:
     """A llama-bench test: ``pp`` (prompt processing) or ``tg`` (generation) of n tokens."""
 
     kind: str
@@ -47,7 +47,7 @@ class Sample:
     streaming: dict[str, float | None] = field(default_factory=dict)
 
 
-def prompt_ids(llm: LLM, test: Test) -> list[int]:
+def prompt_ids(llm: LLM, test: Case) -> list[int]:
     if test.kind == "tg":
         return llm.tokenizer.encode(TG_PROMPT)
     gen = torch.Generator().manual_seed(PP_SEED)
@@ -104,7 +104,7 @@ def _prefill(llm: LLM, ids: list[int]) -> torch.Tensor:
     return logits
 
 
-def run_test(llm: LLM, test: Test) -> Sample:
+def run_test(llm: LLM, test: Case) -> Sample:
     """Runs ``test`` on ``llm`` from an empty KV cache (the expert cache is as the
     previous run left it: empty for a fresh model)."""
     model, vocab = llm.model, llm.model.config.vocab_size

@@ -18,7 +18,7 @@ import torch
 
 from flint.api import LLM
 from flint.bench.modes import MODES, Setup, load
-from flint.bench.runner import Sample, Test, run_test
+from flint.bench.runner import Sample, Case, run_test
 from flint.stream import StreamedExperts
 
 CONTROL = "resident"
@@ -30,7 +30,7 @@ class Plan:
     """What to run: modes, tests, repetitions."""
 
     modes: tuple[str, ...]
-    tests: tuple[Test, ...]
+    tests: tuple[Case, ...]
     reps: int = 3
     warm: bool = False
 
@@ -141,7 +141,7 @@ def run_plan(plan: Plan, setup: Setup, notice: Callable[[str], None], step: Step
     return out
 
 
-def _check(plan: Plan, out: Outcome, rep: int, test: Test, control: list[int] | None) -> None:
+def _check(plan: Plan, out: Outcome, rep: int, test: Case, control: list[int] | None) -> None:
     if control is None:
         return
     for mode in plan.modes:

@@ -10,7 +10,7 @@ import torch
 import typer
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from flint.bench import MODES, Engine, Plan, Setup, Test, run_plan, to_json, to_markdown
+from flint.bench import MODES, Engine, Plan, Setup, Case, run_plan, to_json, to_markdown
 from flint.bench.suite import CONTROL, Outcome
 from flint.cli.errors import USER_ERRORS, fail, fail_from, stderr
 from flint.tune.profile import resolve_engine
@@ -39,7 +39,7 @@ def parse_modes(value: str) -> tuple[str, ...]:
     return modes
 
 
-def _context(tests: list[Test]) -> int:
+def _context(tests: list[Case]) -> int:
     """KV positions for the longest test (the tg prompt is short: 64 positions spare)."""
     return max(t.n + 64 for t in tests) + 1
 
@@ -159,8 +159,8 @@ def register(app: typer.Typer) -> None:
         try:
             if output not in ("md", "json"):
                 raise ValueError(f"-o must be md or json, not {output!r}")
-            tests = [Test("pp", n) for n in parse_counts(n_prompt, "-p")]
-            tests += [Test("tg", n) for n in parse_counts(n_gen, "-n")]
+            tests = [Case("pp", n) for n in parse_counts(n_prompt, "-p")]
+            tests += [Case("tg", n) for n in parse_counts(n_gen, "-n")]
             plan = Plan(parse_modes(mode), tuple(tests), reps, warm)
             plan.validate()
             if threads is not None:
