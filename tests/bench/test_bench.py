@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 import flint.bench.suite as suite
-from flint.bench import Plan, Setup, Case, run_plan
+from flint.bench import Case, Plan, Setup, run_plan
 from flint.bench.runner import Sample
 from flint.cli import app
 from flint.stream.plan import GIB
@@ -90,9 +90,7 @@ def test_nowait_reads_nothing_and_is_not_checked(tiny: Path) -> None:
     assert nowait["demand_reads"]["mean"] == 0 and nowait["read_mib"]["mean"] == 0
 
 
-def test_a_mismatch_is_loud_and_exits_nonzero(
-    tiny: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_mismatch_is_loud_and_exits_nonzero(tiny: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     real = suite.run_test
 
     def corrupt_streamed(llm: Any, test: Case) -> Sample:

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 from flint.bench.modes import MODES, POLICIES, Engine, NoWaitExperts, Setup
 from flint.bench.report import to_json, to_markdown
-from flint.bench.runner import Sample, Case, run_test
+from flint.bench.runner import Case, Sample, run_test
 from flint.bench.suite import Mismatch, Outcome, Plan, run_plan
 
 __all__ = [
     "MODES",
     "POLICIES",
+    "Case",
     "Engine",
     "Mismatch",
     "NoWaitExperts",
@@ -29,7 +30,6 @@ __all__ = [
     "Plan",
     "Sample",
     "Setup",
-    "Case",
     "run_plan",
     "run_test",
     "to_json",

@@ -18,7 +18,7 @@ import torch
 
 from flint.api import LLM
 from flint.bench.modes import MODES, Setup, load
-from flint.bench.runner import Sample, Case, run_test
+from flint.bench.runner import Case, Sample, run_test
 from flint.stream import StreamedExperts
 
 CONTROL = "resident"

@@ -10,7 +10,7 @@ import torch
 import typer
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from flint.bench import MODES, Engine, Plan, Setup, Case, run_plan, to_json, to_markdown
+from flint.bench import MODES, Case, Engine, Plan, Setup, run_plan, to_json, to_markdown
 from flint.bench.suite import CONTROL, Outcome
 from flint.cli.errors import USER_ERRORS, fail, fail_from, stderr
 from flint.tune.profile import resolve_engine
