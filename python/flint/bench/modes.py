@@ -41,6 +41,7 @@ class Engine:
     io_workers: int = 8
     chunking: bool = True
     policy: str = "decay"
+    lookahead_width: float = 1.0  # experts predicted per layer, x top-k (benches/ only)
 
     def validate(self) -> None:
         if self.ram_budget is not None and not self.ram_budget >= 0:
@@ -124,6 +125,7 @@ def load(mode: str, setup: Setup, notice: Callable[[str], None]) -> LLM:
         resolve_dtype(setup.dtype, device),
         e.ram_budget,
         lookahead=e.lookahead if mode == "full" else 0,
+        lookahead_width=e.lookahead_width,
         io_workers=e.io_workers,
         policy="lru" if naive else e.policy,
         chunking=e.chunking and not naive,
