@@ -150,3 +150,17 @@ def test_a_broken_profile_is_ignored(tiny: Path) -> None:
         json.dumps({"version": 1, "io_workers": 0, "lookahead": 1, "machine": "m", "model": "x"})
     )
     assert load_profile(tiny) is None, "out-of-range values are not used"
+
+
+@pytest.mark.gpu
+def test_pinned_host_to_device_is_measured_with_cuda() -> None:
+    rate = measure.pinned_h2d_gb_s()
+    assert rate is not None and rate > 0
+
+
+@pytest.mark.gpu
+def test_bench_on_cuda_checks_full_against_resident(tiny: Path) -> None:
+    args = ["bench", str(tiny), "-p", "8", "-n", "4", "-r", "1", "--device", "cuda"]
+    r = runner.invoke(app, [*args, "--mode", "resident,full", "--ram-budget", "0.0", "-o", "json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["exact"] is True
