@@ -12,6 +12,7 @@ from rich.console import Console
 from flint.api import LLM
 from flint.chat.config import ChatConfig, format_size
 from flint.chat_template import compile_template
+from flint.tune.profile import resolve_engine
 
 NO_TEMPLATE = (
     "this model has no chat template: your text is continued as it is"
@@ -37,8 +38,16 @@ def load(config: ChatConfig, console: Console) -> tuple[LLM, float]:
     t0 = time.perf_counter()
     with console.status(f"loading {config.model} ...", spinner="dots"):
         ram = None if config.ram_budget is None else config.ram_budget / 2**30
+        lookahead, io_workers = resolve_engine(
+            Path(config.model), None, None, use_profile=ram is not None, notice=console.print
+        )
         llm = LLM(
-            config.model, device=config.device, context_length=config.context_length, ram_budget=ram
+            config.model,
+            device=config.device,
+            context_length=config.context_length,
+            ram_budget=ram,
+            lookahead=lookahead,
+            io_workers=io_workers,
         )
     if config.chat_template is not None:
         llm.tokenizer.chat_template = config.chat_template

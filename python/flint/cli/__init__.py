@@ -44,7 +44,7 @@ def _root(
     """flint: MoE inference that streams experts from NVMe."""
 
 
-from flint.cli import chat, demo, evaluate, model_file, run  # noqa: E402
+from flint.cli import bench, chat, demo, evaluate, model_file, run, tune  # noqa: E402
 
 # Order of `flint --help`: first runs, then the server, model files, measurement.
 demo.register(app, console)
@@ -53,6 +53,8 @@ chat.register(app, console)
 app.command("serve")(serve_command)
 model_file.register(app, console)
 evaluate.register(app)
+bench.register(app)
+tune.register(app)
 app.command("replay")(replay_command)
 
 

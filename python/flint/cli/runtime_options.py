@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,7 @@ import typer
 from flint.api import LLM
 from flint.cli.errors import USER_ERRORS, fail_from
 from flint.models.quant_linear import KERNEL_MODES
+from flint.tune.profile import resolve_engine
 
 F = TypeVar("F", bound=Callable[..., Any])
 PANEL = "Runtime"
@@ -37,8 +39,9 @@ class RuntimeOptions:
     expert_kernels: str = "auto"
     stream: bool | None = None
     ram_budget: float | None = None
-    lookahead: int = 2
-    io_workers: int = 8
+    lookahead: int | None = None  # None: the tuned profile's, else 2
+    io_workers: int | None = None  # None: the tuned profile's, else 8
+    profile: bool = True
     vram_budget: float | None = None
     deterministic: bool = False
 
@@ -47,9 +50,9 @@ class RuntimeOptions:
             raise ValueError(f"--ram-budget must be >= 0 GiB, got {self.ram_budget}")
         if self.vram_budget is not None and not self.vram_budget >= 0:
             raise ValueError(f"--vram-budget must be >= 0 GiB, got {self.vram_budget}")
-        if not 0 <= self.lookahead <= 3:
+        if self.lookahead is not None and not 0 <= self.lookahead <= 3:
             raise ValueError(f"--lookahead must be 0..3, got {self.lookahead}")
-        if not 1 <= self.io_workers <= 256:
+        if self.io_workers is not None and not 1 <= self.io_workers <= 256:
             raise ValueError(f"--io-workers must be 1..256, got {self.io_workers}")
         if self.threads is not None and self.threads < 1:
             raise ValueError(f"--threads must be >= 1, got {self.threads}")
@@ -59,10 +62,20 @@ class RuntimeOptions:
             raise ValueError(f"--expert-kernels must be one of {', '.join(KERNEL_MODES)}")
 
     def load(self, model: Path) -> LLM:
-        """Applies the process-wide settings (threads) and loads ``model``."""
+        """Applies the process-wide settings (threads) and loads ``model``; a streamed
+        model takes lookahead and I/O workers not given from this machine's tuned
+        profile (one line on stderr says so)."""
         self.validate()
         if self.threads is not None:
             torch.set_num_threads(self.threads)
+        streams = self.stream or (self.stream is None and self.ram_budget is not None)
+        lookahead, io_workers = resolve_engine(
+            model,
+            self.lookahead,
+            self.io_workers,
+            use_profile=bool(streams) and self.profile,
+            notice=lambda line: print(line, file=sys.stderr),
+        )
         return LLM(
             model,
             device=self.device,
@@ -71,8 +84,8 @@ class RuntimeOptions:
             expert_kernels=self.expert_kernels,
             stream=self.stream,
             ram_budget=self.ram_budget,
-            lookahead=self.lookahead,
-            io_workers=self.io_workers,
+            lookahead=lookahead,
+            io_workers=io_workers,
             vram_budget=self.vram_budget,
             deterministic=self.deterministic,
         )
@@ -189,20 +202,36 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {  # parameter -> (annotation, default)
     ),
     "lookahead": (
         Annotated[
-            int,
+            int | None,
             typer.Option(
-                help="Layers of router lookahead used to prefetch experts (0-3).",
+                help="Layers of router lookahead used to prefetch experts, 0-3 (default: the"
+                " tuned profile's, else 2).",
                 rich_help_panel=PANEL,
             ),
         ],
-        2,
+        None,
     ),
     "io_workers": (
         Annotated[
-            int,
-            typer.Option(help="Expert reader threads when streaming.", rich_help_panel=PANEL),
+            int | None,
+            typer.Option(
+                help="Expert reader threads when streaming (default: the tuned profile's, else 8).",
+                rich_help_panel=PANEL,
+            ),
         ],
-        8,
+        None,
+    ),
+    "profile": (
+        Annotated[
+            bool,
+            typer.Option(
+                "--profile/--no-profile",
+                help="Use this machine's tuned profile for the model when streaming"
+                " (`flint tune`).",
+                rich_help_panel=PANEL,
+            ),
+        ],
+        True,
     ),
 }
 
@@ -220,6 +249,7 @@ def _build(values: dict[str, Any]) -> RuntimeOptions:
         io_workers=values["io_workers"],
         vram_budget=values["vram_budget"],
         deterministic=values["deterministic"],
+        profile=values["profile"],
     )
 
 

@@ -100,6 +100,7 @@ def serve_command(
 
     from flint.cli import console
     from flint.server import ServerConfig, create_app
+    from flint.tune.profile import resolve_engine
 
     try:
         if not Path(model).exists():
@@ -111,11 +112,12 @@ def serve_command(
         raise _fail(console, str(err)) from None
     app = create_app(config)
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info"))
-    loader = _Loader(
-        model,
-        template,
-        {"device": device, "dtype": dtype, "context_length": ctx_size, "ram_budget": ram_budget},
+    lookahead, io_workers = resolve_engine(
+        Path(model), None, None, use_profile=ram_budget is not None, notice=console.print
     )
+    options: dict[str, Any] = {"device": device, "dtype": dtype, "context_length": ctx_size}
+    options |= {"ram_budget": ram_budget, "lookahead": lookahead, "io_workers": io_workers}
+    loader = _Loader(model, template, options)
     console.print(f"flint serve: http://{host}:{port}/v1 (model '{name}'), loading {model}")
     loader.start(app.state.flint, server)
     server.run()

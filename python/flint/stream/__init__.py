@@ -42,6 +42,7 @@ def streamed_backend(
     deterministic: bool = False,
     vram_device: torch.device | None = None,
     vram_free_bytes: Callable[[], int] | None = None,
+    backend: type[StreamedExperts] = StreamedExperts,
 ) -> StreamedExperts:
     """A ``StreamedExperts`` for ``source`` with a RAM cache planned from
     ``ram_budget_gib`` (or free memory); plan notes go to ``notice``, one line each.
@@ -52,7 +53,9 @@ def streamed_backend(
     is planned once the model is built. ``deterministic`` computes every expert on the
     GPU (none on the CPU), so placement cannot change a bit of the output.
     ``vram_device``/``vram_free_bytes`` put the "VRAM" cache on another device with a
-    simulated free size (tests of its logic on a CPU-only machine)."""
+    simulated free size (tests of its logic on a CPU-only machine).
+    ``backend``: the class built over the engine (``flint.bench`` passes its ``nowait``
+    yardstick)."""
     layout = source.expert_layout
     if layout is None:
         raise ValueError(f"{source.path} holds no routed experts to stream")
@@ -79,7 +82,7 @@ def streamed_backend(
         workers=io_workers,
         chunking=chunking,
     )
-    backend = StreamedExperts(
+    experts = backend(
         config,
         layout,
         engine,
@@ -94,8 +97,8 @@ def streamed_backend(
         deterministic=deterministic,
     )
     if usage:
-        backend.load_usage(usage_path(source.path), notice)
-    return backend
+        experts.load_usage(usage_path(source.path), notice)
+    return experts
 
 
 def usage_path(model: Path) -> Path:

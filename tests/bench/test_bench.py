@@ -1,0 +1,163 @@
+"""``flint bench``: rows and columns in md and json, the token check against the resident
+control (and its exit status), and clear errors for bad flags."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+import flint.bench.suite as suite
+from flint.bench import Case, Plan, Setup, run_plan
+from flint.bench.runner import Sample
+from flint.cli import app
+from flint.stream.plan import GIB
+from flint.synth import synth
+
+runner = CliRunner()
+SMALL = ["-p", "8", "-n", "4", "-r", "1", "--device", "cpu", "--threads", "1"]
+TWO_SLOTS = 2 * 4 * 3 * 64 * 128 * 2 / GIB  # tiny: 4 layers, 3 projections of 64 x 128 bf16
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("bench") / "tiny.ftw"
+    synth("tiny", "none", out)
+    return out
+
+
+@pytest.fixture(autouse=True)
+def _no_user_profile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+
+def _bench(model: Path, *args: str) -> Any:
+    return runner.invoke(app, ["bench", str(model), *SMALL, *args])
+
+
+def test_json_has_a_row_per_mode_and_test_with_streaming_columns(tiny: Path) -> None:
+    modes = "--mode", "resident,full,naive"
+    r = _bench(tiny, *modes, "--ram-budget", str(TWO_SLOTS), "-o", "json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["exact"] is True and doc["control"] == "resident" and doc["mismatches"] == []
+    assert doc["slots_per_layer"] == 2 and doc["n_experts"] == 16 and doc["threads"] == 1
+    rows = {(row["mode"], row["test"]): row for row in doc["results"]}
+    assert list(rows) == [
+        ("resident", "pp8"),
+        ("full", "pp8"),
+        ("naive", "pp8"),
+        ("resident", "tg4"),
+        ("full", "tg4"),
+        ("naive", "tg4"),
+    ]
+    for row in rows.values():
+        assert row["tok_s"]["mean"] > 0 and len(row["tok_s"]["values"]) == 1
+    assert rows[("resident", "tg4")]["demand_reads"] is None
+    assert rows[("resident", "tg4")]["exact"] is None
+    full, naive = rows[("full", "tg4")], rows[("naive", "tg4")]
+    assert full["exact"] is True and naive["exact"] is True
+    # 2 slots for top-4 of 16 experts: every decode step must read.
+    assert full["demand_reads"]["mean"] + full["prefetch_reads"]["mean"] > 0
+    assert naive["demand_reads"]["mean"] > 0 and naive["prefetch_reads"]["mean"] == 0
+    assert naive["recall_d1"] is None and full["recall_d1"] is not None
+    assert 0 <= full["ram_hit_rate"]["mean"] <= 1
+
+
+def test_markdown_table_has_the_columns_and_a_verdict(tiny: Path) -> None:
+    r = _bench(tiny, "--mode", "resident,full", "--ram-budget", str(TWO_SLOTS))
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    head = next(line for line in lines if line.startswith("| model"))
+    cols = [c.strip() for c in head.strip("|").split("|")]
+    assert cols[:5] == ["model", "mode", "test", "t/s", "ttft ms"]
+    assert {"stall ms/tok", "demand rd/tok", "RAM hit", "recall/prec d1", "exact"} <= set(cols)
+    rows = [line for line in lines if line.startswith("| tiny.ftw")]
+    assert len(rows) == 4 and all(len(row.strip("|").split("|")) == len(cols) for row in rows)
+    assert " ± " in rows[0]
+    assert "2/16 slots/layer" in r.stdout and "identical to resident" in r.stdout
+
+
+def test_nowait_reads_nothing_and_is_not_checked(tiny: Path) -> None:
+    r = _bench(tiny, "--mode", "resident,nowait", "--ram-budget", str(TWO_SLOTS), "-o", "json")
+    assert r.exit_code == 0, r.output
+    rows = {(x["mode"], x["test"]): x for x in json.loads(r.stdout)["results"]}
+    nowait = rows[("nowait", "tg4")]
+    assert nowait["exact"] is None
+    assert nowait["demand_reads"]["mean"] == 0 and nowait["read_mib"]["mean"] == 0
+
+
+def test_a_mismatch_is_loud_and_exits_nonzero(tiny: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = suite.run_test
+
+    def corrupt_streamed(llm: Any, test: Case) -> Sample:
+        sample = real(llm, test)
+        if llm.expert_backend is not None:  # a streamed mode: flip its last token
+            sample.tokens[-1] += 1
+        return sample
+
+    monkeypatch.setattr(suite, "run_test", corrupt_streamed)
+    r = _bench(tiny, "--mode", "resident,naive", "-o", "json")
+    assert r.exit_code == 3
+    doc = json.loads(r.stdout)
+    assert doc["exact"] is False and len(doc["mismatches"]) == 2  # pp8 and tg4
+    tg = next(m for m in doc["mismatches"] if m["test"] == "tg4")
+    assert tg["index"] == 4 and tg["got"] == tg["want"] + 1
+    assert "MISMATCH" in r.stderr and "mode naive, tg4" in r.stderr
+
+
+def test_without_resident_nothing_is_checked_and_it_says_so(tiny: Path) -> None:
+    r = _bench(tiny, "--mode", "naive", "-n", "0")
+    assert r.exit_code == 0, r.output
+    assert "outputs were not checked" in r.stdout and "not checked" in r.stderr
+    assert "pp8" in r.stdout and "tg" not in r.stdout.split("| model")[1].split("peak")[0]
+
+
+def test_warm_runs_reuse_one_model_per_mode(tiny: Path) -> None:
+    plan = Plan(("resident", "full"), (Case("tg", 3),), reps=2, warm=True)
+    loads: list[str] = []
+    real = suite.load
+
+    def counting(mode: str, setup: Setup, note: Any) -> Any:
+        loads.append(mode)
+        return real(mode, setup, note)
+
+    setup = Setup(tiny, device="cpu", context_length=80)
+    mp = pytest.MonkeyPatch()
+    mp.setattr(suite, "load", counting)
+    try:
+        out = run_plan(plan, setup, notice=lambda _: None, step=lambda _: None)
+    finally:
+        mp.undo()
+    assert loads == ["resident", "full"]
+    assert len(out.samples[("full", "tg3")]) == 2 and not out.mismatches
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["-o", "xml"], "-o must be md or json"),
+        (["--mode", "resident,fast"], "unknown mode 'fast'"),
+        (["--mode", "full,full"], "lists a mode twice"),
+        (["-p", "abc"], "-p takes token counts"),
+        (["-p", "0", "-n", "0"], "nothing to run"),
+        (["-n", "-3"], "counts must be >= 0"),
+        (["-r", "0"], "-r must be >= 1"),
+        (["--policy", "fifo"], "--policy must be one of decay, lru, lfu"),
+        (["--lookahead", "5"], "--lookahead must be 0..3"),
+        (["--io-workers", "0"], "--io-workers must be 1..256"),
+        (["--threads", "0"], "--threads must be >= 1"),
+    ],
+)
+def test_bad_flags_give_one_line_errors(tiny: Path, args: list[str], message: str) -> None:
+    r = runner.invoke(app, ["bench", str(tiny), "-r", "1", *args])
+    assert r.exit_code == 2, r.output
+    assert message in r.stderr and "Traceback" not in r.output
+
+
+def test_missing_model_is_an_error(tmp_path: Path) -> None:
+    r = runner.invoke(app, ["bench", str(tmp_path / "nope.ftw"), *SMALL])
+    assert r.exit_code == 2 and "does not exist" in r.stderr
