@@ -1,7 +1,10 @@
 """Decode and prefill speed with every expert resident (the ceiling streaming aims at).
 
 Usage: python benches/resident_decode.py MODEL [MODEL ...] [--device cpu|cuda] [--tokens 128]
-       [--prompt-tokens 512] [--reps 3] [--threads N] [--expert-kernels auto|dequant]
+       [--prompt-tokens 512] [--reps 3] [--threads N] [--expert-kernels auto|dequant|fused]
+
+``--expert-kernels`` takes a comma-separated list (e.g. ``auto,fused``): every model
+runs once per mode, all interleaved.
 
 MODEL is a .ftw file (bf16, int8 or int4 experts) or a checkpoint directory. Several
 models are measured interleaved (model A, B, C, then A, B, C again, ...), so a change in
@@ -38,9 +41,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    llms = [
-        flint.LLM(m, device=args.device, expert_kernels=args.expert_kernels) for m in args.models
-    ]
+    runs_of = [(m, k) for m in args.models for k in args.expert_kernels.split(",")]
+    llms = [flint.LLM(m, device=args.device, expert_kernels=k) for m, k in runs_of]
     vocab = min(llm.model.config.vocab_size for llm in llms)
     gen = torch.Generator().manual_seed(0)
     ids = torch.randint(2, vocab, (args.prompt_tokens,), generator=gen).tolist()
@@ -51,10 +53,10 @@ def main() -> None:
             out = llm.generate(ids, max_tokens=args.tokens, temperature=0.0, ignore_eos=True)
             controls[i] = controls[i] or out.token_ids
             if out.token_ids != controls[i]:
-                raise SystemExit(f"{args.models[i]}: output differs from its control run")
+                raise SystemExit(f"{runs_of[i]}: output differs from its control run")
             if rep > 0:
                 runs[i].append(out.timings)
-    for model, llm, timings in zip(args.models, llms, runs, strict=True):
+    for (model, _), llm, timings in zip(runs_of, llms, runs, strict=True):
         print(json.dumps(_result(args, model, llm, timings), indent=2))
         llm.close()
 

@@ -16,6 +16,7 @@ __all__ = [
     "CacheFullError",
     "CacheStateError",
     "ChecksumError",
+    "CpuKernels",
     "ExpertCache",
     "ExpertReadError",
     "FlintError",
@@ -228,3 +229,49 @@ class IoEngine:
     def tick(self) -> None: ...
     def wait_idle(self, timeout_s: float) -> bool: ...
     def stats(self) -> dict[str, int]: ...
+
+@final
+class CpuKernels:
+    """Fused CPU expert kernels (crate cpu_kernels). Every ``int`` named for a tensor is
+    that tensor's data address; flint.models.cpu_kernels checks dtype, shape and layout."""
+
+    def __new__(
+        cls,
+        scheme: str,
+        dtype: str,
+        group_size: int,
+        shapes: tuple[tuple[int, int], tuple[int, int], tuple[int, int]],
+        n_experts: int,
+        threads: int = 1,
+        isa: str = "auto",
+    ) -> CpuKernels: ...
+    @property
+    def isa(self) -> str: ...
+    @property
+    def threads(self) -> int: ...
+    @property
+    def proj_bytes(self) -> tuple[int, int, int]: ...
+    def moe_layer(
+        self,
+        x: int,
+        ids: int,
+        weights: int,
+        tokens: int,
+        top_k: int,
+        table_addr: int,
+        out: int,
+    ) -> None: ...
+    def expert_outputs(
+        self,
+        x: int,
+        ids: int,
+        tokens: int,
+        top_k: int,
+        experts: list[tuple[int, int, int, int]],
+        y: int,
+        engine: IoEngine | None = None,
+        layer: int = 0,
+        hits: list[int] = ...,
+        timeout_s: float = 60.0,
+    ) -> None: ...
+    def weighted_sum(self, y: int, weights: int, tokens: int, top_k: int, out: int) -> None: ...

@@ -109,7 +109,9 @@ class LLM:
     ``context_length``: KV cache positions (default min(model's, 8192)).
     ``expert_kernels``: "auto" computes int8/int4 experts with torch's quantized
     kernels (each probed at load, falling back with one printed line); "dequant"
-    always dequantizes then multiplies.
+    always dequantizes then multiplies; "fused" computes every expert scheme with
+    flint's fused CPU kernels, one call per layer on ``torch.get_num_threads()`` threads
+    (CPU only; resident and streamed alike).
     ``stream``: stream routed experts from the .ftw file through a RAM expert cache of
     ``ram_budget`` GiB (default: what is free) instead of loading them all; None
     streams when ``ram_budget`` is given. ``lookahead``: layers of router lookahead

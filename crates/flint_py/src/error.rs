@@ -19,6 +19,7 @@
 //! OS failures map to `OSError` (`FileNotFoundError` where it applies), missing names
 //! to `KeyError`, bad arguments to `ValueError`.
 
+use cpu_kernels::KernelError;
 use expert_cache::CacheError as CacheErr;
 use ftw_format::FtwError;
 use io_engine::IoError;
@@ -194,6 +195,24 @@ impl IntoPyErr for CacheErr {
             E::UsageIo { .. } | E::UsageCorrupt { .. } | E::UsageForeign { .. } => {
                 UsageTableError::new_err(msg)
             }
+        }
+    }
+}
+
+/// Maps a kernel error: bad arguments to `ValueError`, a failed wait to
+/// `ExpertReadError`, a pool that cannot start to `OSError`.
+impl IntoPyErr for KernelError {
+    fn into_py_err(self) -> PyErr {
+        let msg = self.to_string();
+        match self {
+            KernelError::BadFormat { .. }
+            | KernelError::BadLength { .. }
+            | KernelError::ExpertOutOfRange { .. }
+            | KernelError::MissingExpert { .. }
+            | KernelError::UnknownIsa { .. }
+            | KernelError::IsaUnavailable { .. } => PyValueError::new_err(msg),
+            KernelError::NotReady { .. } => ExpertReadError::new_err(msg),
+            KernelError::Pool { .. } => PyOSError::new_err(msg),
         }
     }
 }

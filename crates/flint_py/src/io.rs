@@ -37,6 +37,13 @@ fn proj(p: u8) -> PyResult<Proj> {
     }
 }
 
+impl PyIoEngine {
+    /// The engine, for the CPU kernels' waits.
+    pub(crate) fn cached(&self) -> &CachedEngine {
+        &self.inner
+    }
+}
+
 #[pymethods]
 impl PyIoEngine {
     /// Opens `path` and a cache of `slots_per_layer` slots for each layer in `streamed`.

@@ -8,6 +8,7 @@ mod cache;
 mod error;
 mod format;
 mod io;
+mod kernels;
 
 /// The private extension module. The public API is the `flint` Python package.
 #[pymodule]
@@ -16,6 +17,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     error::register(m)?;
     format::register(m)?;
     m.add_class::<io::PyIoEngine>()?;
+    m.add_class::<kernels::PyCpuKernels>()?;
     m.add_class::<arena::PyArena>()?;
     m.add_class::<cache::PyExpertCache>()?;
     m.add_class::<cache::PyReplayResult>()?;

@@ -36,7 +36,8 @@ def expert_kernel(llm: LLM) -> str:
     """What computes the routed experts: a quantized kernel's name or the float matmul."""
     for layer in llm.model.layers:
         if isinstance(layer.mlp, MoEBlock):
-            kernel = getattr(layer.mlp.backend, "kernel", None)
+            backend = layer.mlp.backend
+            kernel = getattr(backend, "fused", None) or getattr(backend, "kernel", None)
             return str(getattr(kernel, "name", "matmul"))
     return "none"
 

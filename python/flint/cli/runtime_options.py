@@ -148,7 +148,8 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {  # parameter -> (annotation, default)
             str,
             typer.Option(
                 help="int8/int4 experts: auto (torch's quantized kernels, probed at load) or"
-                " dequant (dequantize then matmul).",
+                " dequant (dequantize then matmul); fused: flint's fused CPU kernels for"
+                " every scheme (one call per layer; CPU only, --threads threads).",
                 rich_help_panel=PANEL,
             ),
         ],

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 
 from flint.format.reader import ExpertLayout
 from flint.models.config import ModelConfig
+from flint.models.cpu_kernels import FusedResidentExperts
 from flint.models.loading import Placement
 from flint.models.moe import ExpertBackend, ResidentExperts, dispatch
 from flint.models.quant_linear import KERNEL_MODES, Notice, Packed, select_kernel, stderr_notice
@@ -89,9 +90,18 @@ def resident_experts(
     notice: Notice = stderr_notice,
 ) -> ExpertBackend:
     """The resident backend for ``source``: quantized kernels for int8/int4 .ftw files,
-    float weights otherwise. ``mode`` "dequant" skips torch's quantized kernels."""
+    float weights otherwise. ``mode`` "dequant" skips torch's quantized kernels; "fused"
+    computes every scheme with flint's fused CPU kernels (on a GPU it prints one line
+    and uses "auto")."""
     if mode not in KERNEL_MODES:
         raise ValueError(f"expert kernels must be one of {', '.join(KERNEL_MODES)}, not {mode!r}")
+    if mode == "fused":
+        if place.device.type == "cpu":
+            return FusedResidentExperts(config, source, place)
+        notice(
+            f"flint: the fused expert kernels run on the CPU only; {place.device.type} uses auto"
+        )
+        mode = "auto"
     if isinstance(source, PackedExpertSource):
         layout = source.expert_layout
         if layout is not None and layout.scheme in QUANT_SCHEMES:

@@ -38,7 +38,7 @@ from flint.format.quant import (
 
 Packed = tuple[torch.Tensor, ...]
 Notice = Callable[[str], None]
-KERNEL_MODES = ("auto", "dequant")
+KERNEL_MODES = ("auto", "dequant", "fused")  # fused: flint.models.cpu_kernels, CPU only
 
 
 class ProjectionKernel(Protocol):
@@ -197,8 +197,9 @@ def select_kernel(
     mode: str = "auto",
     notice: Notice = stderr_notice,
 ) -> ProjectionKernel:
-    """torch's kernel if ``mode`` is "auto" and it passes its probe, else ``DequantMm``
-    (with one line to ``notice`` when the probe failed)."""
+    """torch's kernel if ``mode`` is "auto" (or "fused", whose per-projection fallback
+    this is) and it passes its probe, else ``DequantMm`` (with one line to ``notice``
+    when the probe failed)."""
     if mode not in KERNEL_MODES:
         raise ValueError(f"expert kernels must be one of {', '.join(KERNEL_MODES)}, not {mode!r}")
     reference = DequantMm(scheme, group, device, dtype)

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from flint import _core
 from flint.format.reader import ExpertLayout
 from flint.models.config import ModelConfig
+from flint.models.cpu_kernels import FusedKernel, slab_addresses
 from flint.models.moe import weighted_sum
 from flint.models.quant_experts import QUANT_SCHEMES
 from flint.models.quant_linear import ProjectionKernel, select_kernel
@@ -132,6 +133,12 @@ class StreamedExperts:
         self.deterministic = deterministic
         self.vram_request = vram
         self.vram: VramCache | None = None
+        # "fused" on the CPU: one Rust call per wave computes the wave's experts from
+        # their slots, waiting on each projection's ready flag itself; the resident
+        # backend makes the same calls, so streamed equals resident here too.
+        self.fused: FusedKernel | None = None
+        if expert_kernels == "fused" and device.type == "cpu":
+            self.fused = FusedKernel.for_layout(layout)
 
     def attach(self, model: Any) -> None:
         """Takes the routers and norms lookahead needs from the built model."""
@@ -285,6 +292,8 @@ class StreamedExperts:
             vram.counters.hits += len(held)
         self.engine.begin_layer(layer, selected)
         outputs = torch.empty(tokens * k, x.shape[1], dtype=torch.float32, device=x.device)
+        if self.fused is not None and vram is None:
+            return self._fused_waves(layer, x, ids, weights, selected, outputs)
 
         def rows_of(expert: int) -> torch.Tensor:
             return order[starts[expert] : starts[expert] + counts[expert]]  # [N]
@@ -317,6 +326,30 @@ class StreamedExperts:
                 outputs[rows] = y.to(torch.float32)
             self.engine.unpin(layer, wave)
         return weighted_sum(outputs.view(tokens, k, -1), weights).to(x.dtype)
+
+    def _fused_waves(
+        self,
+        layer: int,
+        x: torch.Tensor,  # [T, H]
+        ids: torch.Tensor,  # [T, K]
+        weights: torch.Tensor,  # [T, K]
+        selected: list[int],
+        outputs: torch.Tensor,  # [T*K, H] fp32
+    ) -> torch.Tensor:
+        """The fused kernels on each wave's slots (waiting inside the call), then the
+        rank-order sum: the calls ``FusedResidentExperts`` makes, so the same bytes."""
+        assert self.fused is not None
+        x32, ids64 = x.to(torch.float32).contiguous(), ids.contiguous()
+        for i in range(0, len(selected), self.capacity):
+            wave = selected[i : i + self.capacity]
+            placed = self.engine.place(layer, wave)
+            experts = [(e, *slab_addresses(addr, self.layout)) for e, _, addr, _ in placed]
+            hits = [e for e, _, _, hit in placed if hit]
+            try:  # waits happen inside (the engine's wait_us counts them, not stall_s)
+                self.fused.expert_outputs(x32, ids64, experts, outputs, self.engine, layer, hits)
+            finally:
+                self.engine.unpin(layer, wave)
+        return self.fused.weighted_sum(outputs, weights).to(x.dtype)
 
     def _new_forward(self, tokens: int) -> None:
         """The previous forward pass is over: age the cache by its token count (a prompt

@@ -1,0 +1,365 @@
+//! One call per MoE layer: every listed expert on the rows routed to it, gate, up and
+//! SiLU fused in one pass over gate/up rows, then down; work split across the pool by
+//! output rows; the weighted sum over the top-k in router-rank order.
+//!
+//! Determinism: every output value is computed by exactly one task with a fixed
+//! sequence of operations, so the result does not depend on the number of threads, on
+//! which thread ran what, or on how the experts were split into calls (a streamed
+//! layer computed in waves gives the bytes a resident layer computes in one call).
+
+use rayon::prelude::*;
+
+use crate::error::{KernelError, Result};
+use crate::format::{ExpertFormat, Proj};
+use crate::isa::{Dot, Isa};
+use crate::scalar::silu;
+
+/// Multiply-adds a task should at least do, so that scheduling a task (~1-2 us with
+/// rayon on the CPU box) stays small against it: 32 Ki is one 64 x 256 bf16 gate+up
+/// pair (a tiny-code-moe expert) at one token.
+const MIN_TASK_MACS: usize = 32 * 1024;
+
+/// Where an expert's bytes are, for calls that start before they all landed.
+pub trait Ready: Sync {
+    /// Blocks until `proj` of `expert` is in memory: 1 = gate and up, 2 = all three.
+    fn wait(&self, expert: u32, proj: usize) -> std::result::Result<(), String>;
+}
+
+/// Every expert's bytes are already in memory (resident experts, cache hits).
+#[derive(Debug, Clone, Copy)]
+pub struct AllReady;
+
+impl Ready for AllReady {
+    fn wait(&self, _expert: u32, _proj: usize) -> std::result::Result<(), String> {
+        Ok(())
+    }
+}
+
+/// The three projections of one expert.
+#[derive(Debug, Clone, Copy)]
+pub struct ExpertWeights<'a> {
+    /// Gate `[I, H]`.
+    pub gate: Proj<'a>,
+    /// Up `[I, H]`.
+    pub up: Proj<'a>,
+    /// Down `[H, I]`.
+    pub down: Proj<'a>,
+}
+
+impl<'a> ExpertWeights<'a> {
+    /// Views of the three projections' bytes in `format`.
+    pub fn new(format: &ExpertFormat, bytes: [&'a [u8]; 3]) -> Result<Self> {
+        let [g, u, d] = bytes;
+        Ok(Self {
+            gate: format.view(0, g)?,
+            up: format.view(1, u)?,
+            down: format.view(2, d)?,
+        })
+    }
+}
+
+/// The routing of one layer call: `x` `[T, H]`, `ids` `[T, K]` (router-rank order).
+#[derive(Debug, Clone, Copy)]
+pub struct Routing<'a> {
+    /// Hidden states, `T * H` values.
+    pub x: &'a [f32],
+    /// Selected experts, `T * K` ids.
+    pub ids: &'a [i64],
+    /// K.
+    pub top_k: usize,
+    /// Experts in the layer (ids must be below it).
+    pub n_experts: usize,
+}
+
+/// The kernels and their thread pool.
+#[derive(Debug)]
+pub struct Kernels {
+    dot: Dot,
+    threads: usize,
+    pool: Option<rayon::ThreadPool>,
+}
+
+/// One expert's share of a call: its weights and the flat positions (t * K + k) that
+/// chose it.
+struct Job<'a> {
+    expert: u32,
+    w: ExpertWeights<'a>,
+    positions: Vec<usize>,
+}
+
+/// A block of output rows of one job.
+#[derive(Clone, Copy)]
+struct Task {
+    job: usize,
+    rows: (usize, usize),
+}
+
+impl Kernels {
+    /// Kernels of `isa` on a pool of `threads` (1: the calling thread only).
+    pub fn new(isa: Isa, threads: usize) -> Result<Self> {
+        let dot = Dot::new(isa)?;
+        let threads = threads.max(1);
+        let pool = if threads > 1 {
+            let p = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .thread_name(|i| format!("flint-cpu-{i}"))
+                .build()
+                .map_err(|e| KernelError::Pool {
+                    threads,
+                    message: e.to_string(),
+                })?;
+            Some(p)
+        } else {
+            None
+        };
+        Ok(Self { dot, threads, pool })
+    }
+
+    /// The instruction set in use.
+    pub fn isa(&self) -> Isa {
+        self.dot.isa()
+    }
+
+    /// Threads of the pool (the calling thread included when it is 1).
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// Runs `f` over `tasks`, on the pool if there is one, results in task order.
+    fn run<T: Send>(
+        &self,
+        tasks: &[Task],
+        f: impl Fn(&Task) -> Result<T> + Sync + Send,
+    ) -> Result<Vec<T>> {
+        match &self.pool {
+            Some(pool) => pool.install(|| tasks.par_iter().with_max_len(1).map(f).collect()),
+            None => tasks.iter().map(f).collect(),
+        }
+    }
+
+    /// Writes `y[p]` (`H` values at `p * H`) for every position `p` routed to one of
+    /// `experts`: `down(silu(gate(x_t)) * up(x_t))`, in f32. Positions of experts not
+    /// listed are left as they are (a later call computes them). Waits on `ready`
+    /// before reading each expert's gate/up and down.
+    pub fn expert_outputs<R: Ready>(
+        &self,
+        format: &ExpertFormat,
+        routing: &Routing<'_>,
+        experts: &[(u32, ExpertWeights<'_>)],
+        ready: &R,
+        y: &mut [f32],
+    ) -> Result<()> {
+        let (h, i) = (format.hidden(), format.inter());
+        let jobs = group(routing, experts, h)?;
+        let want = routing.ids.len() * h;
+        if y.len() != want {
+            return Err(KernelError::BadLength {
+                what: "expert outputs",
+                got: y.len(),
+                want,
+            });
+        }
+        let x = routing.x;
+        let k = routing.top_k;
+        // Phase 1: h[n, r] = silu(gate_r . x_n) * (up_r . x_n), tasks by rows of I.
+        let tasks1 = tasks(&jobs, i, h * 2);
+        let parts1 = self.run(&tasks1, |t| {
+            let job = jobs
+                .get(t.job)
+                .ok_or(KernelError::MissingExpert { expert: 0 })?;
+            wait(ready, job.expert, 1)?;
+            let mut out = Vec::with_capacity((t.rows.1 - t.rows.0) * job.positions.len());
+            for r in t.rows.0..t.rows.1 {
+                for &p in &job.positions {
+                    let xt = row_of(x, p / k, h);
+                    let g = self.dot.dot(&job.w.gate, r, xt);
+                    let u = self.dot.dot(&job.w.up, r, xt);
+                    out.push(silu(g) * u);
+                }
+            }
+            Ok(out)
+        })?;
+        let mut hidden: Vec<Vec<f32>> = jobs
+            .iter()
+            .map(|j| vec![0.0; j.positions.len() * i])
+            .collect();
+        for (t, part) in tasks1.iter().zip(parts1) {
+            let (Some(dst), Some(job)) = (hidden.get_mut(t.job), jobs.get(t.job)) else {
+                continue;
+            };
+            let n = job.positions.len();
+            for (idx, v) in part.into_iter().enumerate() {
+                let (r, m) = (t.rows.0 + idx / n, idx % n);
+                if let Some(d) = dst.get_mut(m * i + r) {
+                    *d = v;
+                }
+            }
+        }
+        // Phase 2: y[p, r] = down_r . h[n], tasks by rows of H.
+        let tasks2 = tasks(&jobs, h, i);
+        let parts2 = self.run(&tasks2, |t| {
+            let job = jobs
+                .get(t.job)
+                .ok_or(KernelError::MissingExpert { expert: 0 })?;
+            let hj = hidden.get(t.job).map(Vec::as_slice).unwrap_or_default();
+            wait(ready, job.expert, 2)?;
+            let mut out = Vec::with_capacity((t.rows.1 - t.rows.0) * job.positions.len());
+            for r in t.rows.0..t.rows.1 {
+                for m in 0..job.positions.len() {
+                    out.push(self.dot.dot(&job.w.down, r, row_of(hj, m, i)));
+                }
+            }
+            Ok(out)
+        })?;
+        for (t, part) in tasks2.iter().zip(parts2) {
+            let Some(job) = jobs.get(t.job) else { continue };
+            let n = job.positions.len();
+            for (idx, v) in part.into_iter().enumerate() {
+                let (r, m) = (t.rows.0 + idx / n, idx % n);
+                let p = job.positions.get(m).copied().unwrap_or(usize::MAX);
+                if let Some(d) = y.get_mut(p.saturating_mul(h).saturating_add(r)) {
+                    *d = v;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The whole layer in one call: [`Self::expert_outputs`] for every routed expert
+    /// (each must be in `experts`), then [`weighted_sum`] into `out` `[T, H]`.
+    pub fn moe_layer(
+        &self,
+        format: &ExpertFormat,
+        routing: &Routing<'_>,
+        experts: &[(u32, ExpertWeights<'_>)],
+        weights: &[f32],
+        out: &mut [f32],
+    ) -> Result<()> {
+        let mut listed = vec![false; routing.n_experts];
+        for (e, _) in experts {
+            if let Some(l) = listed.get_mut(*e as usize) {
+                *l = true;
+            }
+        }
+        for &id in routing.ids {
+            let e = usize::try_from(id).unwrap_or(usize::MAX);
+            if !listed.get(e).copied().unwrap_or(true) {
+                return Err(KernelError::MissingExpert { expert: e as u32 });
+            }
+        }
+        let mut y = vec![0.0f32; routing.ids.len() * format.hidden()];
+        self.expert_outputs(format, routing, experts, &AllReady, &mut y)?;
+        weighted_sum(&y, weights, routing.top_k, format.hidden(), out)
+    }
+}
+
+fn wait<R: Ready>(ready: &R, expert: u32, proj: usize) -> Result<()> {
+    ready
+        .wait(expert, proj)
+        .map_err(|message| KernelError::NotReady { expert, message })
+}
+
+/// Row `t` (`n` values) of a row-major matrix; empty if out of range.
+#[inline]
+fn row_of(m: &[f32], t: usize, n: usize) -> &[f32] {
+    m.get(t * n..(t + 1) * n).unwrap_or_default()
+}
+
+/// The positions routed to each listed expert, checking ids and x's length.
+fn group<'a>(
+    routing: &Routing<'_>,
+    experts: &[(u32, ExpertWeights<'a>)],
+    hidden: usize,
+) -> Result<Vec<Job<'a>>> {
+    let k = routing.top_k.max(1);
+    if !routing.ids.len().is_multiple_of(k) || routing.x.len() != routing.ids.len() / k * hidden {
+        return Err(KernelError::BadLength {
+            what: "hidden states",
+            got: routing.x.len(),
+            want: routing.ids.len() / k * hidden,
+        });
+    }
+    let mut job_of = vec![usize::MAX; routing.n_experts];
+    let mut jobs: Vec<Job<'a>> = Vec::with_capacity(experts.len());
+    for (e, w) in experts {
+        let slot = job_of
+            .get_mut(*e as usize)
+            .ok_or(KernelError::ExpertOutOfRange {
+                id: i64::from(*e),
+                position: usize::MAX,
+                n_experts: routing.n_experts,
+            })?;
+        *slot = jobs.len();
+        jobs.push(Job {
+            expert: *e,
+            w: *w,
+            positions: Vec::new(),
+        });
+    }
+    for (position, &id) in routing.ids.iter().enumerate() {
+        let j = usize::try_from(id).ok().and_then(|e| job_of.get(e)).ok_or(
+            KernelError::ExpertOutOfRange {
+                id,
+                position,
+                n_experts: routing.n_experts,
+            },
+        )?;
+        if let Some(job) = jobs.get_mut(*j) {
+            job.positions.push(position);
+        }
+    }
+    jobs.retain(|j| !j.positions.is_empty());
+    Ok(jobs)
+}
+
+/// Blocks of output rows, each at least [`MIN_TASK_MACS`] of work, for every job.
+fn tasks(jobs: &[Job<'_>], rows: usize, macs_per_row_token: usize) -> Vec<Task> {
+    let mut out = Vec::new();
+    for (job, j) in jobs.iter().enumerate() {
+        let per_row = macs_per_row_token.saturating_mul(j.positions.len()).max(1);
+        let block = MIN_TASK_MACS.div_ceil(per_row).clamp(1, rows.max(1));
+        let mut r = 0;
+        while r < rows {
+            let end = (r + block).min(rows);
+            out.push(Task {
+                job,
+                rows: (r, end),
+            });
+            r = end;
+        }
+    }
+    out
+}
+
+/// `out[t] = sum_k weights[t, k] * y[t, k]` in f32, k = 0..K in order, each step a
+/// multiply then an add: the same operations as `flint.models.moe.weighted_sum`.
+pub fn weighted_sum(
+    y: &[f32],
+    weights: &[f32],
+    top_k: usize,
+    hidden: usize,
+    out: &mut [f32],
+) -> Result<()> {
+    let tokens = weights.len() / top_k.max(1);
+    for (what, got, want) in [
+        ("routing weights", weights.len(), tokens * top_k),
+        ("expert outputs", y.len(), tokens * top_k * hidden),
+        ("layer output", out.len(), tokens * hidden),
+    ] {
+        if got != want || top_k == 0 {
+            return Err(KernelError::BadLength { what, got, want });
+        }
+    }
+    for (t, dst) in out.chunks_exact_mut(hidden).enumerate() {
+        for k in 0..top_k {
+            let w = weights.get(t * top_k + k).copied().unwrap_or(0.0);
+            let src = row_of(y, t * top_k + k, hidden);
+            if k == 0 {
+                dst.iter_mut().zip(src).for_each(|(d, &v)| *d = v * w);
+            } else {
+                dst.iter_mut().zip(src).for_each(|(d, &v)| *d += v * w);
+            }
+        }
+    }
+    Ok(())
+}

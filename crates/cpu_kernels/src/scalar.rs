@@ -1,0 +1,61 @@
+//! The scalar reference: one accumulator, columns in order, a multiply then an add per
+//! weight (no fused multiply-add). It defines what every vector path computes; they
+//! differ from it only by summation order and fused rounding (see `lib.rs`, tolerance).
+//! It is also what any row a vector path cannot take (odd int4 groups) runs through.
+
+use crate::format::{bf16_to_f32, f16_to_f32, le_f32, le_u16, Proj, WeightKind};
+
+/// `sum_c W[r, c] * x[c]` for row `r` of `p`; `x` has `p.cols` values.
+pub fn dot(p: &Proj<'_>, r: usize, x: &[f32]) -> f32 {
+    let w = p.row(r);
+    let s = p.row_scales(r);
+    match p.kind {
+        WeightKind::F32 => x
+            .iter()
+            .enumerate()
+            .fold(0.0, |acc, (c, &xc)| acc + le_f32(w, c) * xc),
+        WeightKind::Bf16 => x
+            .iter()
+            .enumerate()
+            .fold(0.0, |acc, (c, &xc)| acc + bf16_to_f32(le_u16(w, c)) * xc),
+        WeightKind::F16 => x
+            .iter()
+            .enumerate()
+            .fold(0.0, |acc, (c, &xc)| acc + f16_to_f32(le_u16(w, c)) * xc),
+        WeightKind::Int8 => {
+            let sum = x.iter().zip(w).fold(0.0f32, |acc, (&xc, &q)| {
+                acc + f32::from(i8::from_le_bytes([q])) * xc
+            });
+            sum * le_f32(s, 0)
+        }
+        WeightKind::Int4 { group } => {
+            let mut acc = 0.0f32;
+            for (g, xg) in x.chunks_exact(group).enumerate() {
+                let mut part = 0.0f32;
+                for (i, &xc) in xg.iter().enumerate() {
+                    part += f32::from(nibble(w, g * group + i)) * xc;
+                }
+                acc += part * bf16_to_f32(le_u16(s, g));
+            }
+            acc
+        }
+    }
+}
+
+/// Element `c` of a packed int4 row, as q in [-8, 7].
+#[inline(always)]
+pub fn nibble(w: &[u8], c: usize) -> i8 {
+    let b = w.get(c / 2).copied().unwrap_or(8 | (8 << 4));
+    let n = if c.is_multiple_of(2) {
+        b & 0x0f
+    } else {
+        b >> 4
+    };
+    n as i8 - 8
+}
+
+/// SiLU in f32: `g / (1 + exp(-g))`.
+#[inline(always)]
+pub fn silu(g: f32) -> f32 {
+    g / (1.0 + (-g).exp())
+}

@@ -1,0 +1,517 @@
+//! Every kernel against an independent scalar reference written here, on odd shapes:
+//! bit-identical for the scalar path, within tolerance for the vector paths; the layer
+//! call is the same on 1 and 3 threads, in one call or in waves, and when its experts'
+//! bytes land in random order while it waits.
+#![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex};
+use std::time::Duration;
+
+use cpu_kernels::{
+    weighted_sum, AllReady, ExpertFormat, ExpertWeights, Isa, KernelError, Kernels, Ready, Routing,
+    WeightKind,
+};
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    /// Uniform in [-1, 1).
+    fn f(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+}
+
+fn f16_bits(v: f32) -> u16 {
+    // Values in [-1, 1) with 10 mantissa bits kept (no subnormals needed here).
+    if v == 0.0 {
+        return 0;
+    }
+    let b = v.to_bits();
+    let sign = ((b >> 16) & 0x8000) as u16;
+    let exp = ((b >> 23) & 0xff) as i32 - 127 + 15;
+    if exp <= 0 {
+        return sign;
+    }
+    sign | ((exp as u16) << 10) | ((b >> 13) & 0x3ff) as u16
+}
+
+/// Random bytes of one projection in `kind`'s layout, and its weights as f32 the way
+/// docs/ftw-format.md defines them (w = q * scale), row-major.
+fn projection(rng: &mut Rng, kind: WeightKind, rows: usize, cols: usize) -> (Vec<u8>, Vec<f32>) {
+    let n = rows * cols;
+    let pad = |len: usize| len.next_multiple_of(64);
+    match kind {
+        WeightKind::F32 => {
+            let w: Vec<f32> = (0..n).map(|_| rng.f()).collect();
+            (w.iter().flat_map(|v| v.to_le_bytes()).collect(), w)
+        }
+        WeightKind::Bf16 => {
+            let bits: Vec<u16> = (0..n).map(|_| (rng.f().to_bits() >> 16) as u16).collect();
+            let w = bits
+                .iter()
+                .map(|&b| f32::from_bits(u32::from(b) << 16))
+                .collect();
+            (bits.iter().flat_map(|v| v.to_le_bytes()).collect(), w)
+        }
+        WeightKind::F16 => {
+            let vals: Vec<f32> = (0..n).map(|_| rng.f()).collect();
+            let bits: Vec<u16> = vals.iter().map(|&v| f16_bits(v)).collect();
+            let w = bits.iter().map(|&b| cpu_kernels::f16_to_f32(b)).collect();
+            (bits.iter().flat_map(|v| v.to_le_bytes()).collect(), w)
+        }
+        WeightKind::Int8 => {
+            let q: Vec<i8> = (0..n)
+                .map(|_| ((rng.next() % 255) as i16 - 127) as i8)
+                .collect();
+            let s: Vec<f32> = (0..rows).map(|_| rng.f().abs() * 0.01 + 1e-4).collect();
+            let mut bytes: Vec<u8> = q.iter().map(|&v| v as u8).collect();
+            bytes.resize(pad(n), 0);
+            bytes.extend(s.iter().flat_map(|v| v.to_le_bytes()));
+            let w = (0..n).map(|i| f32::from(q[i]) * s[i / cols]).collect();
+            (bytes, w)
+        }
+        WeightKind::Int4 { group } => {
+            let q: Vec<i8> = (0..n).map(|_| (rng.next() % 16) as i8 - 8).collect();
+            let g = cols / group;
+            let s: Vec<u16> = (0..rows * g)
+                .map(|_| ((rng.f().abs() * 0.05 + 1e-3).to_bits() >> 16) as u16)
+                .collect();
+            let mut bytes: Vec<u8> = q
+                .chunks(2)
+                .map(|p| ((p[0] + 8) as u8) | (((p[1] + 8) as u8) << 4))
+                .collect();
+            bytes.resize(pad(n / 2), 0);
+            bytes.extend(s.iter().flat_map(|v| v.to_le_bytes()));
+            let sf = |r: usize, c: usize| f32::from_bits(u32::from(s[r * g + c / group]) << 16);
+            let w = (0..n)
+                .map(|i| f32::from(q[i]) * sf(i / cols, i % cols))
+                .collect();
+            (bytes, w)
+        }
+    }
+}
+
+/// The reference dot of row `r`, written from the format's definition: one f32
+/// accumulator in column order; int8 sums q * x then scales; int4 scales each group's
+/// sum of q * x (the order `scalar.rs` documents).
+fn reference_dot(
+    kind: WeightKind,
+    bytes: &[u8],
+    w: &[f32],
+    rows: usize,
+    cols: usize,
+    r: usize,
+    x: &[f32],
+) -> f32 {
+    match kind {
+        WeightKind::Int8 => {
+            let mut acc = 0.0f32;
+            for c in 0..cols {
+                acc += f32::from(bytes[r * cols + c] as i8) * x[c];
+            }
+            let off = (rows * cols).next_multiple_of(64) + 4 * r;
+            acc * f32::from_le_bytes(bytes[off..off + 4].try_into().unwrap())
+        }
+        WeightKind::Int4 { group } => {
+            let mut acc = 0.0f32;
+            for g in 0..cols / group {
+                let mut part = 0.0f32;
+                for c in g * group..(g + 1) * group {
+                    let b = bytes[(r * cols + c) / 2];
+                    let nib = if c % 2 == 0 { b & 15 } else { b >> 4 };
+                    part += f32::from(nib as i8 - 8) * x[c];
+                }
+                let off = (rows * cols / 2).next_multiple_of(64) + 2 * (r * (cols / group) + g);
+                let s = u16::from_le_bytes([bytes[off], bytes[off + 1]]);
+                acc += part * f32::from_bits(u32::from(s) << 16);
+            }
+            acc
+        }
+        _ => {
+            let mut acc = 0.0f32;
+            for c in 0..cols {
+                acc += w[r * cols + c] * x[c];
+            }
+            acc
+        }
+    }
+}
+
+const KINDS: [WeightKind; 7] = [
+    WeightKind::F32,
+    WeightKind::Bf16,
+    WeightKind::F16,
+    WeightKind::Int8,
+    WeightKind::Int4 { group: 32 },
+    WeightKind::Int4 { group: 16 },
+    WeightKind::Int4 { group: 6 },
+];
+
+/// (I, H) shapes: odd for raw and int8, multiples of the group (but not of 2 x 16
+/// lanes) for int4.
+fn shapes(kind: WeightKind) -> Vec<(usize, usize)> {
+    match kind {
+        WeightKind::Int4 { group: 32 } => vec![(32, 96), (160, 224)],
+        WeightKind::Int4 { group: 16 } => vec![(48, 80), (16, 16)],
+        WeightKind::Int4 { group } => vec![(group * 3, group * 7)],
+        _ => vec![(37, 53), (5, 17), (64, 256), (1, 1), (19, 200)],
+    }
+}
+
+fn available() -> Vec<Isa> {
+    Isa::ALL.into_iter().filter(|i| i.available()).collect()
+}
+
+#[test]
+fn this_cpu_runs_its_best_vector_path() {
+    let best = Isa::best();
+    assert!(best.available());
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx512f") {
+        assert_eq!(best, Isa::Avx512);
+    }
+    println!("kernels tested on: {:?}", available());
+}
+
+#[test]
+fn row_dots_match_the_reference() {
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    for kind in KINDS {
+        for (inter, hidden) in shapes(kind) {
+            let format =
+                ExpertFormat::new(kind, [(inter, hidden), (inter, hidden), (hidden, inter)])
+                    .unwrap();
+            let (bytes, w) = projection(&mut rng, kind, inter, hidden);
+            let proj = format.view(0, &bytes).unwrap();
+            let x: Vec<f32> = (0..hidden).map(|_| rng.f()).collect();
+            for isa in available() {
+                let dot = cpu_kernels::Dot::new(isa).unwrap();
+                for r in 0..inter {
+                    let want = reference_dot(kind, &bytes, &w, inter, hidden, r, &x);
+                    let got = dot.dot(&proj, r, &x);
+                    let scale: f32 = (0..hidden).map(|c| (w[r * hidden + c] * x[c]).abs()).sum();
+                    if isa == Isa::Scalar {
+                        assert_eq!(
+                            got.to_bits(),
+                            want.to_bits(),
+                            "{kind:?} {inter}x{hidden} row {r}"
+                        );
+                    } else {
+                        let err = (got - want).abs();
+                        assert!(
+                            err <= 1e-5 * scale + 1e-30,
+                            "{isa:?} {kind:?} {inter}x{hidden} row {r}: {got} vs {want}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+struct Layer {
+    format: ExpertFormat,
+    slabs: Vec<[Vec<u8>; 3]>,
+    x: Vec<f32>,
+    ids: Vec<i64>,
+    weights: Vec<f32>,
+    top_k: usize,
+}
+
+impl Layer {
+    fn new(rng: &mut Rng, kind: WeightKind, inter: usize, hidden: usize, tokens: usize) -> Self {
+        let (n_experts, top_k) = (6, 3);
+        let format =
+            ExpertFormat::new(kind, [(inter, hidden), (inter, hidden), (hidden, inter)]).unwrap();
+        let slabs = (0..n_experts)
+            .map(|_| {
+                [
+                    projection(rng, kind, inter, hidden).0,
+                    projection(rng, kind, inter, hidden).0,
+                    projection(rng, kind, hidden, inter).0,
+                ]
+            })
+            .collect();
+        let x = (0..tokens * hidden).map(|_| rng.f()).collect();
+        let mut ids = Vec::new();
+        for _ in 0..tokens {
+            let mut pick: Vec<i64> = Vec::new();
+            while pick.len() < top_k {
+                let e = (rng.next() % n_experts as u64) as i64;
+                if !pick.contains(&e) {
+                    pick.push(e);
+                }
+            }
+            ids.extend(pick);
+        }
+        let weights = (0..tokens * top_k).map(|_| rng.f().abs()).collect();
+        Self {
+            format,
+            slabs,
+            x,
+            ids,
+            weights,
+            top_k,
+        }
+    }
+
+    fn experts(&self, which: impl Fn(u32) -> bool) -> Vec<(u32, ExpertWeights<'_>)> {
+        self.slabs
+            .iter()
+            .enumerate()
+            .filter(|(e, _)| which(*e as u32))
+            .map(|(e, s)| {
+                let w = ExpertWeights::new(&self.format, [&s[0], &s[1], &s[2]]).unwrap();
+                (e as u32, w)
+            })
+            .collect()
+    }
+
+    fn routing(&self) -> Routing<'_> {
+        Routing {
+            x: &self.x,
+            ids: &self.ids,
+            top_k: self.top_k,
+            n_experts: self.slabs.len(),
+        }
+    }
+
+    fn run(&self, isa: Isa, threads: usize) -> Vec<f32> {
+        let k = Kernels::new(isa, threads).unwrap();
+        let mut out = vec![0.0; self.x.len()];
+        k.moe_layer(
+            &self.format,
+            &self.routing(),
+            &self.experts(|_| true),
+            &self.weights,
+            &mut out,
+        )
+        .unwrap();
+        out
+    }
+
+    /// The layer from the reference dots: silu(g) * u, down, rank-order weighted sum.
+    fn reference(&self) -> Vec<f32> {
+        let (i, h) = (self.format.inter(), self.format.hidden());
+        let kind = self.format.kind;
+        let mut out = vec![0.0f32; self.x.len()];
+        for t in 0..self.x.len() / h {
+            let x = &self.x[t * h..(t + 1) * h];
+            for k in 0..self.top_k {
+                let s = &self.slabs[self.ids[t * self.top_k + k] as usize];
+                let mid: Vec<f32> = (0..i)
+                    .map(|r| {
+                        let g = reference_dot(kind, &s[0], &decode(kind, &s[0], i, h), i, h, r, x);
+                        let u = reference_dot(kind, &s[1], &decode(kind, &s[1], i, h), i, h, r, x);
+                        g / (1.0 + (-g).exp()) * u
+                    })
+                    .collect();
+                let w = self.weights[t * self.top_k + k];
+                for r in 0..h {
+                    let y = reference_dot(kind, &s[2], &decode(kind, &s[2], h, i), h, i, r, &mid);
+                    out[t * h + r] = if k == 0 {
+                        y * w
+                    } else {
+                        out[t * h + r] + y * w
+                    };
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Raw weights as f32 (only the raw kinds read them in `reference_dot`).
+fn decode(kind: WeightKind, bytes: &[u8], rows: usize, cols: usize) -> Vec<f32> {
+    let n = rows * cols;
+    match kind {
+        WeightKind::F32 => bytes
+            .chunks(4)
+            .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+            .collect(),
+        WeightKind::Bf16 => bytes
+            .chunks(2)
+            .map(|b| f32::from_bits(u32::from(u16::from_le_bytes([b[0], b[1]])) << 16))
+            .collect(),
+        WeightKind::F16 => bytes
+            .chunks(2)
+            .map(|b| cpu_kernels::f16_to_f32(u16::from_le_bytes([b[0], b[1]])))
+            .collect(),
+        _ => vec![0.0; n],
+    }
+}
+
+#[test]
+fn layer_call_matches_the_reference_on_any_thread_count() {
+    let mut rng = Rng(12345);
+    for kind in KINDS {
+        let (inter, hidden) = shapes(kind)[0];
+        for tokens in [1, 5] {
+            let layer = Layer::new(&mut rng, kind, inter, hidden, tokens);
+            let want = layer.reference();
+            let scale = want.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+            for isa in available() {
+                let one = layer.run(isa, 1);
+                let three = layer.run(isa, 3);
+                assert_eq!(
+                    one, three,
+                    "{isa:?} {kind:?}: thread count changed the result"
+                );
+                if isa == Isa::Scalar {
+                    assert_eq!(
+                        one, want,
+                        "{kind:?}: scalar layer differs from the reference"
+                    );
+                } else {
+                    let err = one
+                        .iter()
+                        .zip(&want)
+                        .fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+                    assert!(
+                        err <= 1e-4 * scale,
+                        "{isa:?} {kind:?} T={tokens}: {err} vs {scale}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn waves_give_the_bytes_of_one_call() {
+    let mut rng = Rng(777);
+    let layer = Layer::new(&mut rng, WeightKind::Bf16, 64, 96, 7);
+    let k = Kernels::new(Isa::best(), 2).unwrap();
+    let whole = layer.run(Isa::best(), 2);
+    let mut y = vec![f32::NAN; layer.ids.len() * 96];
+    for wave in [[0u32, 4], [2, 5], [1, 3]] {
+        let ex = layer.experts(|e| wave.contains(&e));
+        k.expert_outputs(&layer.format, &layer.routing(), &ex, &AllReady, &mut y)
+            .unwrap();
+    }
+    let mut out = vec![0.0; layer.x.len()];
+    weighted_sum(&y, &layer.weights, layer.top_k, 96, &mut out).unwrap();
+    assert_eq!(out, whole);
+}
+
+/// Projections land one by one in a random order on another thread.
+struct Landing {
+    landed: Mutex<Vec<[bool; 3]>>,
+    cv: Condvar,
+    waits: AtomicUsize,
+}
+
+impl Ready for Landing {
+    fn wait(&self, expert: u32, proj: usize) -> Result<(), String> {
+        self.waits.fetch_add(1, Ordering::Relaxed);
+        let mut g = self.landed.lock().unwrap();
+        while !g[expert as usize][proj] {
+            g = self.cv.wait(g).unwrap();
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn waiting_on_landings_in_random_order_gives_the_same_result() {
+    let mut rng = Rng(4242);
+    let layer = Layer::new(&mut rng, WeightKind::Int4 { group: 32 }, 64, 96, 4);
+    let want = layer.run(Isa::best(), 2);
+    for seed in 1..=4u64 {
+        let mut order: Vec<(usize, usize)> = (0..6).flat_map(|e| [(e, 1), (e, 2)]).collect();
+        let mut r = Rng(seed * 99991);
+        for i in (1..order.len()).rev() {
+            order.swap(i, (r.next() % (i as u64 + 1)) as usize);
+        }
+        // Down only counts as landed after gate/up (the engine's flags are cumulative).
+        let ready = Landing {
+            landed: Mutex::new(vec![[true, false, false]; 6]),
+            cv: Condvar::new(),
+            waits: AtomicUsize::new(0),
+        };
+        let k = Kernels::new(Isa::best(), 2).unwrap();
+        let mut y = vec![0.0; layer.ids.len() * 96];
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                for (e, p) in order {
+                    std::thread::sleep(Duration::from_micros(300));
+                    let mut g = ready.landed.lock().unwrap();
+                    g[e][p] = true;
+                    if p == 2 {
+                        g[e][1] = true;
+                    }
+                    ready.cv.notify_all();
+                }
+            });
+            k.expert_outputs(
+                &layer.format,
+                &layer.routing(),
+                &layer.experts(|_| true),
+                &ready,
+                &mut y,
+            )
+            .unwrap();
+        });
+        let mut out = vec![0.0; layer.x.len()];
+        weighted_sum(&y, &layer.weights, layer.top_k, 96, &mut out).unwrap();
+        assert_eq!(out, want, "landing order {seed}");
+        assert!(ready.waits.load(Ordering::Relaxed) >= 2 * 6);
+    }
+}
+
+#[test]
+fn bad_calls_are_errors_not_panics() {
+    let mut rng = Rng(5);
+    let mut layer = Layer::new(&mut rng, WeightKind::Int8, 8, 16, 2);
+    let k = Kernels::new(Isa::Scalar, 1).unwrap();
+    let mut out = vec![0.0; layer.x.len()];
+    let some = layer.experts(|e| e != layer.ids[0] as u32);
+    let err = k.moe_layer(
+        &layer.format,
+        &layer.routing(),
+        &some,
+        &layer.weights,
+        &mut out,
+    );
+    assert!(
+        matches!(err, Err(KernelError::MissingExpert { .. })),
+        "{err:?}"
+    );
+    let mut short = vec![0.0; 3];
+    let all = layer.experts(|_| true);
+    let err = k.moe_layer(
+        &layer.format,
+        &layer.routing(),
+        &all,
+        &layer.weights,
+        &mut short,
+    );
+    assert!(matches!(err, Err(KernelError::BadLength { .. })), "{err:?}");
+    drop(all);
+    drop(some);
+    layer.ids[1] = 99;
+    let all = layer.experts(|_| true);
+    let err = k.moe_layer(
+        &layer.format,
+        &layer.routing(),
+        &all,
+        &layer.weights,
+        &mut out,
+    );
+    assert!(
+        matches!(err, Err(KernelError::ExpertOutOfRange { id: 99, .. })),
+        "{err:?}"
+    );
+    assert!(layer.format.view(0, &[0u8; 7]).is_err());
+    assert!(matches!(
+        Isa::parse("neon"),
+        Err(KernelError::UnknownIsa { .. })
+    ));
+}
