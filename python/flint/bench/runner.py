@@ -2,7 +2,11 @@
 
 ``pp N``: N prompt tokens (random ids, seeded) in one prefill, timed up to the first
 greedy token. ``tg N``: a short code prompt is prefilled (its time is the time to
-first token), then N tokens are decoded greedily one forward at a time, timed. The
+first token), then N tokens are decoded greedily one forward at a time, timed.
+``tg N`` with ``random_feed`` (row ``tgNr``) feeds seeded random ids instead of the
+greedy tokens (whose argmax is still recorded and checked): a random-weight model's
+greedy text repeats itself, so its routing would too and every cache would look
+perfect; random ids give the near-uniform routing BENCHMARKS.md calls pessimistic. The
 streaming counters are read before and after the timed part, so a ``tg`` row's
 per-token numbers cover decode steps only and a ``pp`` row's cover prompt tokens.
 """
@@ -30,10 +34,11 @@ class Case:
 
     kind: str
     n: int
+    random_feed: bool = False  # tg: feed seeded random ids instead of the greedy tokens
 
     @property
     def name(self) -> str:
-        return f"{self.kind}{self.n}"
+        return f"{self.kind}{self.n}" + ("r" if self.random_feed else "")
 
 
 @dataclass(slots=True)
@@ -129,8 +134,10 @@ def run_test(llm: LLM, test: Case) -> Sample:
         return Sample(len(ids) / (t1 - t0), 1000 * (t1 - t0), tokens, stream)
     mid = _counters(llm)
     device = model.place.device
-    for _ in range(test.n):
-        logits = model.forward(torch.tensor([token], dtype=torch.int64, device=device))
+    feed = torch.randint(0, vocab, (test.n,), generator=torch.Generator().manual_seed(PP_SEED))
+    for i in range(test.n):
+        fed = int(feed[i]) if test.random_feed else token
+        logits = model.forward(torch.tensor([fed], dtype=torch.int64, device=device))
         token = _greedy(logits, vocab)
         tokens.append(token)
     t2 = time.perf_counter()

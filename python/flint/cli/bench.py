@@ -73,6 +73,15 @@ def register(app: typer.Typer) -> None:
                 "greedy tokens of full and naive checked against resident.",
             ),
         ] = "resident,full",
+        tg_random: Annotated[
+            bool,
+            typer.Option(
+                "--tg-random",
+                help="Feed tg steps seeded random token ids instead of the greedy tokens "
+                "(rows tgNr): honest routing for random-weight models, whose greedy text "
+                "repeats.",
+            ),
+        ] = False,
         warm: Annotated[
             bool,
             typer.Option(
@@ -175,7 +184,7 @@ def register(app: typer.Typer) -> None:
             if output not in ("md", "json"):
                 raise ValueError(f"-o must be md or json, not {output!r}")
             tests = [Case("pp", n) for n in parse_counts(n_prompt, "-p")]
-            tests += [Case("tg", n) for n in parse_counts(n_gen, "-n")]
+            tests += [Case("tg", n, tg_random) for n in parse_counts(n_gen, "-n")]
             plan = Plan(parse_modes(mode), tuple(tests), reps, warm)
             plan.validate()
             if threads is not None:

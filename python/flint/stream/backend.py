@@ -63,6 +63,25 @@ class Target:
     kernel: ProjectionKernel | None
 
 
+HOST_FUSED_MAX_TOKENS = 8  # CPU experts of batches up to this size: one fused call
+
+
+class HostBatch:
+    """A forward's tokens on the CPU, copied once before the GPU's work is queued:
+    x in the host target's dtype (torch path) and in fp32 (fused path), ids, the row
+    order, and a fp32 output buffer for the fused call."""
+
+    def __init__(
+        self, x: torch.Tensor, ids: torch.Tensor, order: torch.Tensor, dtype: torch.dtype
+    ) -> None:
+        cpu = torch.device("cpu")
+        self.x32 = x.to(cpu, torch.float32).contiguous()  # [T, H]
+        self.x = self.x32 if dtype == torch.float32 else x.to(cpu, dtype)
+        self.ids = ids.to(cpu).contiguous()  # [T, K]
+        self.order = order.cpu()  # [T*K]
+        self.y = torch.empty(ids.numel(), x.shape[1], dtype=torch.float32)  # [T*K, H]
+
+
 @dataclass(slots=True, frozen=True)
 class VramRequest:
     """Asks for a VRAM expert cache on ``device``, planned when the model is built."""
@@ -139,6 +158,11 @@ class StreamedExperts:
         self.fused: FusedKernel | None = None
         if expert_kernels == "fused" and device.type == "cpu":
             self.fused = FusedKernel.for_layout(layout)
+        # On CUDA the CPU's share of decode steps goes through the fused kernels unless
+        # "dequant" asks for torch's (measured faster there: docs/benchmarks.md).
+        self.host_fused: FusedKernel | None = None
+        if self.host is not None and expert_kernels != "dequant":
+            self.host_fused = FusedKernel.for_layout(layout)
 
     def attach(self, model: Any) -> None:
         """Takes the routers and norms lookahead needs from the built model."""
@@ -301,12 +325,13 @@ class StreamedExperts:
         host = self.host
         x_host = None
         if host is not None and selected:  # before the GPU work below is queued
-            x_host, order_host = x.to(host.device, host.dtype), order.cpu()
+            x_host = HostBatch(x, ids, order, host.dtype)
         for expert in held:  # queued on the GPU; runs while the CPU works below
             rows = rows_of(expert)
             outputs[rows] = self._vram_expert(layer, expert, x[rows // k]).float()
         for i in range(0, len(selected), self.capacity):
             wave = selected[i : i + self.capacity]
+            on_host: list[tuple[int, int, bool]] = []
             for expert, _slot, address, hit in self.engine.place(layer, wave):
                 rows = rows_of(expert)
                 slab = slot_bytes(address, self.layout.slab_bytes)
@@ -316,16 +341,45 @@ class StreamedExperts:
                     vram.admit(layer, expert, slab)
                     y = self._vram_expert(layer, expert, x[rows // k])
                     outputs[rows] = y.to(torch.float32)
-                    continue
-                if host is not None and x_host is not None:
-                    r = order_host[starts[expert] : starts[expert] + counts[expert]]
-                    y = self._expert(host, layer, expert, slab, hit, x_host[r // k])
-                    outputs[rows] = y.to(device=x.device, dtype=torch.float32)
-                    continue
-                y = self._expert(self.main, layer, expert, slab, hit, x[rows // k])
-                outputs[rows] = y.to(torch.float32)
+                elif x_host is not None:
+                    on_host.append((expert, address, hit))
+                else:
+                    y = self._expert(self.main, layer, expert, slab, hit, x[rows // k])
+                    outputs[rows] = y.to(torch.float32)
+            if on_host and x_host is not None:
+                self._host_experts(layer, on_host, x_host, starts, counts, outputs)
             self.engine.unpin(layer, wave)
         return weighted_sum(outputs.view(tokens, k, -1), weights).to(x.dtype)
+
+    def _host_experts(
+        self,
+        layer: int,
+        experts: list[tuple[int, int, bool]],  # (expert, slot address, hit)
+        b: HostBatch,
+        starts: list[int],
+        counts: list[int],
+        outputs: torch.Tensor,  # [T*K, H] fp32 on the GPU
+    ) -> None:
+        """Experts computed on the CPU beside the GPU (model on CUDA): decode steps in
+        one fused call (waits inside), larger batches per expert through torch; the
+        results go up to ``outputs``."""
+        host, k = self.host, b.ids.shape[1]
+        assert host is not None
+        rows = torch.cat([b.order[starts[e] : starts[e] + counts[e]] for e, _, _ in experts])
+        self.counters.host_experts += len(experts)
+        fused = self.host_fused
+        if fused is not None and b.ids.shape[0] <= HOST_FUSED_MAX_TOKENS:
+            listed = [(e, *slab_addresses(a, self.layout)) for e, a, _ in experts]
+            hits = [e for e, _, hit in experts if hit]
+            fused.expert_outputs(b.x32, b.ids, listed, b.y, self.engine, layer, hits)
+            outputs[rows.to(outputs.device)] = b.y[rows].to(outputs.device)
+            return
+        self.counters.host_experts -= len(experts)  # _expert counts them
+        for e, address, hit in experts:
+            r = b.order[starts[e] : starts[e] + counts[e]]
+            slab = slot_bytes(address, self.layout.slab_bytes)
+            y = self._expert(host, layer, e, slab, hit, b.x[r // k])
+            outputs[r.to(outputs.device)] = y.to(device=outputs.device, dtype=torch.float32)
 
     def _fused_waves(
         self,
