@@ -155,6 +155,24 @@ impl PyIoEngine {
             .map_err(IntoPyErr::into_py_err)
     }
 
+    /// The experts of `layer` holding a slot now (complete or being read).
+    fn resident(&self, layer: u32) -> PyResult<Vec<u32>> {
+        self.inner.resident(layer).map_err(IntoPyErr::into_py_err)
+    }
+
+    /// Protects the resident ones of `experts` until `layer` next starts or the forward
+    /// pass ends (demand reads evict them last, prefetches never); returns how many.
+    fn protect(&self, layer: u32, experts: Vec<u32>) -> PyResult<usize> {
+        self.inner
+            .protect(layer, &experts)
+            .map_err(IntoPyErr::into_py_err)
+    }
+
+    /// Undecayed use counts (usage table) of `layer`'s experts.
+    fn usage(&self, layer: u32) -> PyResult<Vec<u64>> {
+        self.inner.usage(layer).map_err(IntoPyErr::into_py_err)
+    }
+
     /// Lookahead predictions as (layer, expert, distance, rank).
     fn predict(&self, predictions: Vec<(u32, u32, u8, u8)>) -> PyResult<()> {
         self.inner

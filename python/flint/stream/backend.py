@@ -35,7 +35,9 @@ from flint.models.quant_experts import QUANT_SCHEMES
 from flint.models.quant_linear import ProjectionKernel, select_kernel
 from flint.stream.lookahead import Lookahead
 from flint.stream.plan import StreamPlan
+from flint.stream.readahead import ReadAhead
 from flint.stream.slab import slot_bytes
+from flint.stream.waves import plan_waves
 
 # T = tokens, H = hidden, K = top-k, E = experts per layer, N = rows routed to one expert
 
@@ -47,6 +49,11 @@ IDLE_FILL_AFTER_S = 0.5  # no forward call for this long: fill empty slots
 class Counters:
     tokens: int = 0
     stall_s: float = 0.0
+    # Prompt layers (forwards of more than one token): per streamed layer call, the
+    # distinct experts selected and the waves they were placed in.
+    prompt_layers: int = 0
+    prompt_distinct: int = 0
+    prompt_waves: int = 0
 
 
 class StreamedExperts:
@@ -70,6 +77,13 @@ class StreamedExperts:
         self.capacity = plan.slots_per_layer
         self.first_layer = plan.streamed_layers[0]
         self.lookahead = Lookahead(lookahead, config.top_k, config.rms_norm_eps, lookahead_width)
+        self.read_ahead = ReadAhead(
+            plan.streamed_layers,
+            self.capacity,
+            config.num_experts,
+            config.top_k,
+            depth=2 if lookahead else 0,  # no prediction at all with lookahead 0
+        )
         self.counters = Counters()
         self._last_call = time.monotonic()
         self._last_tokens = 1
@@ -98,6 +112,8 @@ class StreamedExperts:
         """Layer ``layer``'s MoE input (residual after attention, [T, H]) is known."""
         if self.lookahead.depth and h.shape[0] == 1:
             self.engine.predict(self.lookahead.predict(layer, h))
+        elif h.shape[0] > 1:
+            self.read_ahead(self.engine, layer, h.shape[0])
 
     def _linear(self, xs: torch.Tensor, slab: torch.Tensor, p: int) -> torch.Tensor:
         """xs @ projection p^T: float weights, or the quantized kernel on packed bytes."""
@@ -177,14 +193,31 @@ class StreamedExperts:
         self.lookahead.score(layer, set(selected))
         self.engine.begin_layer(layer, selected)
         outputs = torch.empty(tokens * k, x.shape[1], dtype=torch.float32, device=x.device)
-        for i in range(0, len(selected), self.capacity):
-            wave = selected[i : i + self.capacity]
+        for wave in self._waves(layer, ids, selected):
             for expert, _slot, address, hit in self.engine.place(layer, wave):
                 rows = order[starts[expert] : starts[expert] + counts[expert]]  # [N]
                 y = self._expert(layer, expert, address, hit, x[rows // k])
                 outputs[rows] = y.to(torch.float32)
             self.engine.unpin(layer, wave)
         return weighted_sum(outputs.view(tokens, k, -1), weights).to(x.dtype)
+
+    # --- prompt waves (issue 8) ---
+    def _waves(self, layer: int, ids: torch.Tensor, selected: list[int]) -> list[list[int]]:
+        """Decode: the selection in router-rank order, in waves of the layer's slots.
+        A prompt: ``plan_waves`` (residents first, the experts the end of the prompt
+        used last, each selected expert placed once)."""
+        if ids.shape[0] == 1:
+            return [selected[i : i + self.capacity] for i in range(0, len(selected), self.capacity)]
+        plan = plan_waves(ids, self.cfg.num_experts, self.capacity, self.engine.resident(layer))
+        if plan.protect:
+            self.engine.protect(layer, list(plan.protect))
+        c = self.counters
+        c.prompt_layers += 1
+        c.prompt_distinct += len(selected)
+        c.prompt_waves += len(plan.waves)
+        return [list(w) for w in plan.waves]
+
+    # --- end prompt waves ---
 
     def _new_forward(self, tokens: int) -> None:
         """The previous forward pass is over: age the cache by its token count (a prompt
@@ -203,6 +236,10 @@ class StreamedExperts:
         s.update(
             forward_calls=c.tokens,
             stall_s=c.stall_s,
+            prompt_layers=c.prompt_layers,
+            prompt_distinct=c.prompt_distinct,
+            prompt_waves=c.prompt_waves,
+            read_ahead=self.read_ahead.issued,
             ram_hit_rate=s["hits"] / placed if placed else None,
             slots_per_layer=self.capacity,
             n_experts=self.cfg.num_experts,
