@@ -233,3 +233,39 @@ def test_split_prompt_fits_the_budget_in_the_fewest_passes(tiny_ftw: dict[str, P
     assert activation_bytes(cfg, fewer, 1000, torch.float32, 512) > budget
     with pytest.raises(ValueError, match="activation_budget"):
         flint.LLM(tiny_ftw["qwen3_moe"], device="cpu", context_length=8, activation_budget=0)
+
+
+def test_read_ahead_reads_the_next_layers_most_used_experts_into_free_slots(
+    tiny_ftw: dict[str, Path], tmp_path: Path
+) -> None:
+    """A fresh cache with a usage table: while a layer computes the prompt, the next
+    layers' most-used experts are read into their free slots; the logits stay
+    bit-identical to resident and no prompt layer places an expert twice."""
+    from flint.models import parse_config
+    from flint.models.ftw_source import FtwSource
+    from flint.stream import streamed_backend
+
+    path = tiny_ftw["qwen3_moe"]
+    table = tmp_path / "usage"
+    budget = _slab_gib(path, 4)
+    with _stream(path, 4, 2) as first:
+        first.model.forward(torch.tensor(PROMPT), chunk=CHUNK)
+        first.expert_backend.engine.save_usage(str(table))  # type: ignore[union-attr]
+    source = FtwSource(path)
+    cfg = parse_config(source.config)
+    backend = streamed_backend(
+        source, cfg, torch.device("cpu"), torch.float32, budget, lookahead=2, usage=False
+    )
+    backend.load_usage(table, print)
+    ids = torch.tensor(PROMPT[::-1])
+    with (
+        flint.LLM(path, device="cpu", context_length=128) as resident,
+        flint.LLM(source, device="cpu", context_length=128, expert_backend=backend) as streamed,
+    ):
+        want = resident.model.forward(ids, all_logits=True, chunk=CHUNK)
+        got = streamed.model.forward(ids, all_logits=True, chunk=CHUNK)
+        stats = streamed.stats()
+    assert torch.equal(got, want)
+    assert stats is not None and stats["read_ahead"] > 0 and stats["bound"] > 0
+    assert stats["in_flight_at_start"] + stats["hits"] > 0, "read-ahead was used"
+    assert stats["demands"] + stats["bound"] <= stats["prompt_distinct"] + stats["cancelled"]
