@@ -120,6 +120,9 @@ class LLM:
     (default: what is free once the model is loaded; 0: none). ``deterministic``:
     every streamed expert computed on the GPU, so output is bit-identical to a resident
     GPU run (otherwise experts in neither VRAM cache slot run on the CPU in parallel).
+    ``activation_budget``: GiB a prompt's activations may take (default: half of the
+    free GPU memory on CUDA, of free RAM on the CPU); a longer prompt is prefilled in
+    several layer-major passes, with one printed line.
     """
 
     def __init__(
@@ -137,7 +140,10 @@ class LLM:
         io_workers: int = 8,
         vram_budget: float | None = None,
         deterministic: bool = False,
+        activation_budget: float | None = None,
     ) -> None:
+        if activation_budget is not None and not activation_budget > 0:
+            raise ValueError(f"activation_budget must be > 0 GiB, got {activation_budget}")
         self.device = resolve_device(device)
         self.dtype = resolve_dtype(dtype, self.device)
         source = open_source(model)
@@ -164,6 +170,8 @@ class LLM:
         self._model: MoEModel | None = load_model(
             source, self.device, self.dtype, ctx, expert_backend, expert_kernels
         )
+        if activation_budget is not None:
+            self._model.activation_budget = int(activation_budget * (1 << 30))
         attach = getattr(expert_backend, "attach", None)
         if callable(attach):
             attach(self._model)
@@ -213,25 +221,39 @@ class LLM:
         return ids
 
     def stream(
-        self, prompt: str | Sequence[int], *, add_special_tokens: bool = False, **options: Any
+        self,
+        prompt: str | Sequence[int],
+        *,
+        add_special_tokens: bool = False,
+        reuse_prefix: bool = False,
+        **options: Any,
     ) -> Iterator[StreamChunk]:
         """Streams the completion of ``prompt`` (text, or token ids) as text pieces.
 
         ``options`` are ``SamplingParams`` fields: max_tokens, temperature, top_k,
         top_p, min_p, repetition_penalty, presence_penalty, frequency_penalty, seed,
         stop, ignore_eos. The prompt is encoded raw unless ``add_special_tokens``.
+        ``reuse_prefix``: keep the KV cache of the longest prefix this prompt shares
+        with the previous request's tokens and prefill only the rest (a conversation's
+        next turn); off, the whole prompt is prefilled from an empty cache.
         """
         params = self.sampling_params(**options)
         ids = self._prompt_ids(prompt, add_special_tokens)
-        return generate_stream(self.model, self.tokenizer, ids, params)
+        return generate_stream(self.model, self.tokenizer, ids, params, reuse_prefix=reuse_prefix)
 
     def generate(
-        self, prompt: str | Sequence[int], *, add_special_tokens: bool = False, **options: Any
+        self,
+        prompt: str | Sequence[int],
+        *,
+        add_special_tokens: bool = False,
+        reuse_prefix: bool = False,
+        **options: Any,
     ) -> Completion:
         """The whole completion of ``prompt``; same options as ``stream``."""
         params = self.sampling_params(**options)
         ids = self._prompt_ids(prompt, add_special_tokens)
-        return collect(ids, generate_stream(self.model, self.tokenizer, ids, params))
+        stream = generate_stream(self.model, self.tokenizer, ids, params, reuse_prefix=reuse_prefix)
+        return collect(ids, stream)
 
     def chat_stream(
         self,
@@ -239,15 +261,17 @@ class LLM:
         *,
         tools: Sequence[Mapping[str, Any]] | None = None,
         template_kwargs: Mapping[str, Any] | None = None,
+        reuse_prefix: bool = False,
         **options: Any,
     ) -> Iterator[StreamChunk]:
         """Streams the assistant's reply to ``messages`` through the chat template.
 
-        ``template_kwargs`` reach the template (e.g. ``{"enable_thinking": False}``).
+        ``template_kwargs`` reach the template (e.g. ``{"enable_thinking": False}``);
+        ``reuse_prefix`` as for ``stream``.
         """
         params = self.sampling_params(**options)
         ids = self.tokenizer.encode_chat(messages, tools=tools, **dict(template_kwargs or {}))
-        return generate_stream(self.model, self.tokenizer, ids, params)
+        return generate_stream(self.model, self.tokenizer, ids, params, reuse_prefix=reuse_prefix)
 
     def chat(
         self,
@@ -255,12 +279,14 @@ class LLM:
         *,
         tools: Sequence[Mapping[str, Any]] | None = None,
         template_kwargs: Mapping[str, Any] | None = None,
+        reuse_prefix: bool = False,
         **options: Any,
     ) -> Completion:
         """The assistant's whole reply to ``messages``; same options as ``chat_stream``."""
         params = self.sampling_params(**options)
         ids = self.tokenizer.encode_chat(messages, tools=tools, **dict(template_kwargs or {}))
-        return collect(ids, generate_stream(self.model, self.tokenizer, ids, params))
+        stream = generate_stream(self.model, self.tokenizer, ids, params, reuse_prefix=reuse_prefix)
+        return collect(ids, stream)
 
     def close(self) -> None:
         """Frees the weights and the KV cache (a streaming backend saves its usage table);

@@ -14,11 +14,10 @@ from dataclasses import dataclass
 
 import torch
 
+from flint.models.prefill import prefill
 from flint.models.transformer import MoEModel
 from flint.sampling import Sampler, SamplingParams
 from flint.tokenizer import Tokenizer
-
-PREFILL_CHUNK = 512  # prompt tokens per forward: bounds the attention scores' memory
 
 
 @dataclass(slots=True, frozen=True)
@@ -29,10 +28,13 @@ class Timings:
     generated_tokens: int
     prefill_s: float  # prompt forward, up to the first sampled token
     decode_s: float  # everything after the first sampled token
+    cached_tokens: int = 0  # leading prompt tokens whose KV cache entries were reused
 
     @property
     def prefill_tok_s(self) -> float:
-        return self.prompt_tokens / self.prefill_s if self.prefill_s > 0 else 0.0
+        """Prompt tokens actually run per second (reused ones excluded)."""
+        run = self.prompt_tokens - self.cached_tokens
+        return run / self.prefill_s if self.prefill_s > 0 else 0.0
 
     @property
     def decode_tok_s(self) -> float:
@@ -101,13 +103,6 @@ def _overlap(text: str, stop: str) -> int:
     return 0
 
 
-def _prefill(model: MoEModel, ids: torch.Tensor) -> torch.Tensor:
-    logits = torch.empty(0)
-    for start in range(0, ids.shape[0], PREFILL_CHUNK):
-        logits = model.forward(ids[start : start + PREFILL_CHUNK])
-    return logits[-1]
-
-
 class _Request:
     """Per-request state after prefill: turns sampled tokens into stream chunks."""
 
@@ -123,6 +118,7 @@ class _Request:
         self.pending_lp: list[TokenLogprob] = []
         self.t0 = time.perf_counter()
         self.t_first = 0.0
+        self.cached = 0  # prompt tokens reused from the KV cache
 
     def step(self, token: int, logprob: TokenLogprob | None = None) -> StreamChunk | None:
         """Takes the sampled token; returns a chunk when there is text or the end."""
@@ -152,7 +148,11 @@ class _Request:
     def _finish(self, text: str, reason: str) -> StreamChunk:
         now = time.perf_counter()
         timings = Timings(
-            len(self.prompt), len(self.generated), self.t_first - self.t0, now - self.t_first
+            len(self.prompt),
+            len(self.generated),
+            self.t_first - self.t0,
+            now - self.t_first,
+            self.cached,
         )
         ids, lps = tuple(self.pending_ids), tuple(self.pending_lp)
         return StreamChunk(text, ids, now - self.t0, reason, timings, lps)
@@ -176,8 +176,12 @@ def generate_stream(
     *,
     logprobs: int | None = None,
     cancel: threading.Event | None = None,
+    reuse_prefix: bool = False,
 ) -> Iterator[StreamChunk]:
-    """Generates after ``prompt`` (token ids), starting from an empty KV cache.
+    """Generates after ``prompt`` (token ids), starting from an empty KV cache, or
+    with ``reuse_prefix`` from the cached positions of the longest prefix the prompt
+    shares with what the cache holds (the previous turn of a conversation): only the
+    rest of the prompt is prefilled. The prompt runs layer-major (``prefill``).
 
     ``logprobs``: attach each token's logprob and that many alternatives (None: off).
     ``cancel``: checked before every forward; once set, the stream ends without a
@@ -191,9 +195,13 @@ def generate_stream(
         )
     request = _Request(model, tokenizer, prompt, params)
     device = model.place.device
-    model.reset()
+    ids = list(prompt)
+    # At least the last prompt token runs: its logits start the reply.
+    keep = min(model.cached_prefix(ids), len(ids) - 1) if reuse_prefix else 0
+    model.reset(keep)
+    request.cached = keep
     sampler = Sampler(params, model.config.vocab_size, device, prompt)
-    logits = _prefill(model, torch.tensor(list(prompt), dtype=torch.int64, device=device))
+    logits = prefill(model, torch.tensor(ids[keep:], dtype=torch.int64, device=device))
     vocab = model.config.vocab_size
     while True:
         if cancel is not None and cancel.is_set():

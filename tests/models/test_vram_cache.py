@@ -107,7 +107,7 @@ def test_vram_copies_hold_the_files_bytes_after_seeding_and_swaps(
         first.generate([5, 17, 250], max_tokens=6, ignore_eos=True)
         backend = first.expert_backend
         layers = backend.plan.streamed_layers  # type: ignore[attr-defined]
-        usage = {layer: backend.engine.usage_counts(layer) for layer in layers}  # type: ignore[attr-defined]
+        usage = {layer: backend.engine.usage(layer) for layer in layers}  # type: ignore[attr-defined]
     with _open(path, ram_slots=3, vram_slots=1, usage=True) as second:
         backend = second.expert_backend
         vram: VramCache = backend.vram  # type: ignore[attr-defined]

@@ -181,11 +181,22 @@ impl PyIoEngine {
             .map_err(IntoPyErr::into_py_err)
     }
 
-    /// The usage table's counts of `layer`, one per expert.
-    fn usage_counts(&self, layer: u32) -> PyResult<Vec<u64>> {
+    /// The experts of `layer` holding a slot now (complete or being read).
+    fn resident(&self, layer: u32) -> PyResult<Vec<u32>> {
+        self.inner.resident(layer).map_err(IntoPyErr::into_py_err)
+    }
+
+    /// Protects the resident ones of `experts` until `layer` next starts or the forward
+    /// pass ends (demand reads evict them last, prefetches never); returns how many.
+    fn protect(&self, layer: u32, experts: Vec<u32>) -> PyResult<usize> {
         self.inner
-            .usage_counts(layer)
+            .protect(layer, &experts)
             .map_err(IntoPyErr::into_py_err)
+    }
+
+    /// Undecayed use counts (usage table) of `layer`'s experts.
+    fn usage(&self, layer: u32) -> PyResult<Vec<u64>> {
+        self.inner.usage(layer).map_err(IntoPyErr::into_py_err)
     }
 
     /// Lookahead predictions as (layer, expert, distance, rank).

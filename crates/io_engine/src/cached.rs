@@ -197,50 +197,64 @@ impl CachedEngine {
 
     /// Gives each of `experts` (at most the layer's slot count) a slot and pins it for
     /// use: a hit, a read in flight, or a new demand read. Call [`Self::unpin`] with the
-    /// same experts once they have been computed.
+    /// same experts once they have been computed. Resident experts are pinned first, so
+    /// a demand read of the same wave never evicts one of them before it is pinned;
+    /// the result keeps the order of `experts`.
     pub fn place(&self, layer: u32, experts: &[u32]) -> Result<Vec<Placement>> {
         let l = self.layer_index(layer)?;
-        let mut out = Vec::with_capacity(experts.len());
+        let mut out: Vec<Option<Placement>> = vec![None; experts.len()];
         let mut counts = LayerCounts::default();
-        for &e in experts {
-            let key = ExpertKey { layer, expert: e };
+        let mut misses = Vec::new();
+        for (i, &e) in experts.iter().enumerate() {
             let resident = self.slots.cache().lookup(l, e).map_err(cache_error)?;
-            let placed = match resident {
+            match resident {
                 Some(slot) => {
-                    let live = self.engine.is_live(key);
-                    if live {
-                        counts.in_flight += 1;
-                    } else {
+                    let placed = self.use_resident(l, ExpertKey { layer, expert: e }, slot)?;
+                    if placed.hit {
                         counts.hits += 1;
+                    } else {
+                        counts.in_flight += 1;
                     }
-                    let mut c = self.slots.cache();
-                    c.touch(l, e).map_err(cache_error)?;
-                    c.pin(l, e).map_err(cache_error)?;
-                    drop(c);
-                    let s = self
-                        .slots
-                        .slot(l, slot)
-                        .ok_or(IoError::Config(format!("slot {slot} outside the arena")))?;
-                    Placement {
-                        expert: e,
-                        slot: s,
-                        hit: !live,
+                    if let Some(o) = out.get_mut(i) {
+                        *o = Some(placed);
                     }
                 }
-                None => {
-                    counts.demand += 1;
-                    let placed = self.demand(key)?;
-                    self.slots.cache().pin(l, e).map_err(cache_error)?;
-                    placed
-                }
-            };
-            out.push(placed);
+                None => misses.push(i),
+            }
+        }
+        for i in misses {
+            let Some(&e) = experts.get(i) else { continue };
+            counts.demand += 1;
+            let placed = self.demand(ExpertKey { layer, expert: e })?;
+            self.slots.cache().pin(l, e).map_err(cache_error)?;
+            if let Some(o) = out.get_mut(i) {
+                *o = Some(placed);
+            }
         }
         let mut c = self.counts.lock().unwrap_or_else(|p| p.into_inner());
         c.hits += counts.hits;
         c.in_flight += counts.in_flight;
         c.demand += counts.demand;
-        Ok(out)
+        Ok(out.into_iter().flatten().collect())
+    }
+
+    /// A use of a resident expert (complete: a hit; or still being read): touched and
+    /// pinned.
+    fn use_resident(&self, l: usize, key: ExpertKey, slot: u32) -> Result<Placement> {
+        let live = self.engine.is_live(key);
+        let mut c = self.slots.cache();
+        c.touch(l, key.expert).map_err(cache_error)?;
+        c.pin(l, key.expert).map_err(cache_error)?;
+        drop(c);
+        let s = self
+            .slots
+            .slot(l, slot)
+            .ok_or(IoError::Config(format!("slot {slot} outside the arena")))?;
+        Ok(Placement {
+            expert: key.expert,
+            slot: s,
+            hit: !live,
+        })
     }
 
     /// Pins those of `experts` whose bytes are complete in RAM (resident, no read in
@@ -282,13 +296,6 @@ impl CachedEngine {
             c.record_use(l, e).map_err(cache_error)?;
         }
         Ok(())
-    }
-
-    /// The usage table's counts for `layer`, one per expert.
-    pub fn usage_counts(&self, layer: u32) -> Result<Vec<u64>> {
-        let l = self.layer_index(layer)?;
-        let c = self.slots.cache();
-        Ok((0..c.n_experts()).map(|e| c.usage().count(l, e)).collect())
     }
 
     /// Drops the use pins [`Self::place`] took.
@@ -354,6 +361,51 @@ impl CachedEngine {
             }
             other => other,
         }
+    }
+
+    /// The experts of `layer` that hold a slot now (complete, or being read), in
+    /// expert order. For planning a prompt's waves: these need no new read.
+    pub fn resident(&self, layer: u32) -> Result<Vec<u32>> {
+        let l = self.layer_index(layer)?;
+        let c = self.slots.cache();
+        let mut out = Vec::new();
+        for e in 0..c.n_experts() {
+            if c.lookup(l, e).map_err(cache_error)?.is_some() {
+                out.push(e);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Protects those of `experts` resident in `layer` until the layer next starts or
+    /// the forward pass ends: a demand read of this layer evicts them only when every
+    /// other unpinned slot is protected too, a prefetch never. A prompt's wave plan uses
+    /// it to keep a later wave's resident experts until that wave runs. Returns how
+    /// many were protected.
+    pub fn protect(&self, layer: u32, experts: &[u32]) -> Result<usize> {
+        let l = self.layer_index(layer)?;
+        let mut c = self.slots.cache();
+        let mut n = 0;
+        for &e in experts {
+            if c.lookup(l, e).map_err(cache_error)?.is_some() {
+                c.protect(l, e).map_err(cache_error)?;
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
+    /// Undecayed use counts of `layer`'s experts (the usage table's row).
+    pub fn usage(&self, layer: u32) -> Result<Vec<u64>> {
+        let l = self.layer_index(layer)?;
+        let c = self.slots.cache();
+        let n = c.n_experts() as usize;
+        let row = c
+            .usage()
+            .counts()
+            .get(l * n..(l + 1) * n)
+            .ok_or(IoError::Config(format!("usage table has no row {l}")))?;
+        Ok(row.to_vec())
     }
 
     /// Lookahead predictions `(layer, expert, distance, rank)`.

@@ -151,12 +151,67 @@ fn uses_served_elsewhere_count_in_the_usage_table_only() {
     let dir = tempfile::tempdir().unwrap();
     let (_r, eng) = open(dir.path(), 2);
     eng.record_use(0, &[3, 3, 5]).unwrap();
-    let counts = eng.usage_counts(0).unwrap();
+    let counts = eng.usage(0).unwrap();
     assert_eq!((counts[3], counts[5], counts[0]), (2, 1, 0));
     assert!(
         eng.pin_resident(0, &[3, 5]).unwrap().is_empty(),
         "not resident"
     );
-    assert_eq!(eng.usage_counts(1).unwrap().iter().sum::<u64>(), 0);
+    assert_eq!(eng.usage(1).unwrap().iter().sum::<u64>(), 0);
     assert!(eng.record_use(0, &[99]).is_err());
+}
+
+#[test]
+fn protected_residents_outlive_a_wave_of_demand_reads() {
+    // A prompt's later wave may hold experts that are resident when the layer starts:
+    // protected, they survive the earlier waves' demand reads; unprotected, LRU takes
+    // the oldest slots first.
+    let dir = tempfile::tempdir().unwrap();
+    let (_r, eng) = open(dir.path(), 3);
+    let (_, _) = start(&eng, 0, &[0, 1, 2]);
+    for e in [0, 1, 2] {
+        eng.wait(0, e, Proj::Down, T).unwrap();
+    }
+    eng.unpin(0, &[0, 1, 2]).unwrap();
+    assert_eq!(eng.resident(0).unwrap(), vec![0, 1, 2]);
+    assert_eq!(eng.usage(0).unwrap()[..4], [1, 1, 1, 0]);
+    eng.forward_done(3);
+    eng.set_prompt_mode(true);
+    eng.begin_layer(0, &[3, 4, 0]).unwrap();
+    assert_eq!(eng.protect(0, &[0, 7]).unwrap(), 1, "7 is not resident");
+    let wave = eng.place(0, &[3, 4]).unwrap();
+    for p in &wave {
+        eng.wait(0, p.expert, Proj::Down, T).unwrap();
+    }
+    eng.unpin(0, &[3, 4]).unwrap();
+    assert_eq!(
+        eng.resident(0).unwrap(),
+        vec![0, 3, 4],
+        "1 and 2 (LRU) left, 0 kept"
+    );
+    let last = eng.place(0, &[0]).unwrap();
+    assert!(last[0].hit);
+    eng.unpin(0, &[0]).unwrap();
+    assert!(eng.resident(9).is_err() && eng.usage(9).is_err());
+}
+
+#[test]
+fn a_wave_pins_its_residents_before_its_demand_reads_evict() {
+    // Slots hold 0 (older) and 1; a wave [2, 0] must not evict 0 to read 2: 0 is
+    // pinned first, so 2 takes 1's slot and 0 is a hit.
+    let dir = tempfile::tempdir().unwrap();
+    let (_r, eng) = open(dir.path(), 2);
+    let (_, _) = start(&eng, 0, &[0, 1]);
+    for e in [0, 1] {
+        eng.wait(0, e, Proj::Down, T).unwrap();
+    }
+    eng.unpin(0, &[0, 1]).unwrap();
+    eng.forward_done(2);
+    eng.set_prompt_mode(true);
+    let (placed, _) = start(&eng, 0, &[2, 0]);
+    assert_eq!((placed[0].expert, placed[0].hit), (2, false));
+    assert_eq!((placed[1].expert, placed[1].hit), (0, true));
+    eng.wait(0, 2, Proj::Down, T).unwrap();
+    eng.unpin(0, &[2, 0]).unwrap();
+    assert_eq!(eng.resident(0).unwrap(), vec![0, 2]);
 }

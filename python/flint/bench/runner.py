@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from flint.api import LLM
-from flint.generation import PREFILL_CHUNK
+from flint.models.prefill import prefill
 from flint.stream import StreamedExperts
 
 TG_PROMPT = "import os\nimport sys\n\n\ndef main(argv):\n"
@@ -109,12 +109,10 @@ def per_token(before: dict[str, Any], after: dict[str, Any], tokens: int) -> dic
 
 
 def _prefill(llm: LLM, ids: list[int]) -> torch.Tensor:
+    """The prompt layer-major, as generation runs it; the last position's logits [1, V]."""
     model = llm.model
     x = torch.tensor(ids, dtype=torch.int64, device=model.place.device)
-    logits = torch.empty(0)
-    for start in range(0, len(ids), PREFILL_CHUNK):
-        logits = model.forward(x[start : start + PREFILL_CHUNK])
-    return logits
+    return prefill(model, x)[None]
 
 
 def run_test(llm: LLM, test: Case) -> Sample:

@@ -118,7 +118,8 @@ class ChatApp:
             in_think=prompt.in_think,
         )
         meter = ReplyMeter()
-        stream = self.llm.stream(prompt.ids, **self._options(prompt))
+        # The previous turn's KV cache holds this prompt's prefix: prefill only the rest.
+        stream = self.llm.stream(prompt.ids, reuse_prefix=True, **self._options(prompt))
         try:
             with view:
                 for chunk in stream:

@@ -11,7 +11,9 @@ class KVCache:
     """Keys and values of every layer, [L, N, S, D] each, written in place.
 
     ``length`` is the number of positions filled; the model advances it once per
-    forward, after every layer has written its keys and values.
+    forward, after every layer has written its keys and values. ``tokens`` [S] holds
+    the token id of each filled position, so a new request can reuse the positions
+    of a prefix it shares with what the cache holds.
     """
 
     def __init__(
@@ -28,6 +30,7 @@ class KVCache:
         shape = (layers, kv_heads, context_length, head_dim)
         self.keys = torch.zeros(shape, dtype=dtype, device=device)
         self.values = torch.zeros(shape, dtype=dtype, device=device)
+        self.tokens = torch.full((context_length,), -1, dtype=torch.int64, device=device)
         self.context_length = context_length
         self.length = 0
 

@@ -143,9 +143,17 @@ class MoEBlock:
             self.shared = DenseMLP(source, p + "shared_expert", place)
             self.shared_gate = place.load(source, p + "shared_expert_gate.weight")  # [1, H]
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+    def __call__(self, x: torch.Tensor, chunk: int | None = None) -> torch.Tensor:
+        """x [T, H] -> [T, H]. The routed experts see all T tokens in one backend call
+        (each selected expert once); the shared expert runs in ``chunk``-row pieces."""
         ids, weights = route(x, self.router, self.cfg)  # [T, K] each
         out = self.backend(self.layer, x, ids, weights)  # [T, H]
         if self.shared is not None and self.shared_gate is not None:
-            out = out + torch.sigmoid(F.linear(x, self.shared_gate)) * self.shared(x)
+            rows = chunk or x.shape[0]
+            parts = [self._shared(x[s : s + rows]) for s in range(0, x.shape[0], rows)]
+            out = out + (parts[0] if len(parts) == 1 else torch.cat(parts))
         return out
+
+    def _shared(self, x: torch.Tensor) -> torch.Tensor:
+        assert self.shared is not None and self.shared_gate is not None
+        return torch.sigmoid(F.linear(x, self.shared_gate)) * self.shared(x)

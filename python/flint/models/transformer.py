@@ -17,7 +17,18 @@ from flint.models.norm import rms_norm
 from flint.models.rope import cos_sin_tables
 from flint.models.weights import WeightSource
 
-# T = new tokens, H = hidden, V = vocabulary, S = context length, D = head dim
+# T = new tokens, H = hidden, V = vocabulary, S = context length, D = head dim,
+# C = tokens per chunk
+
+ATTENTION_CHUNK = 512  # query rows per attention / dense-MLP call in a long forward
+
+
+def by_rows(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, rows: int) -> torch.Tensor:
+    """``fn`` (row-wise) over x [T, H] in pieces of at most ``rows`` rows: bounds the
+    intermediates of a long prompt; one call when x is short."""
+    if x.shape[0] <= rows:
+        return fn(x)
+    return torch.cat([fn(x[s : s + rows]) for s in range(0, x.shape[0], rows)])
 
 
 class DecoderLayer:
@@ -50,14 +61,27 @@ class DecoderLayer:
         x: torch.Tensor,  # [T, H]
         start: int,
         cache: KVCache,
-        cos: torch.Tensor,
-        sin: torch.Tensor,
-        mask: torch.Tensor | None,
+        cos: torch.Tensor,  # [T, D]
+        sin: torch.Tensor,  # [T, D]
+        chunk: int,
     ) -> torch.Tensor:
-        h = x + self.attn(rms_norm(x, self.input_norm, self.eps), start, cache, cos, sin, mask)
+        """Layer-major: attention runs over the T tokens in chunks of ``chunk`` queries
+        (each chunk sees the keys of the chunks before it, already in the cache); the
+        MoE routes and computes all T tokens in one call, so the backend meets each
+        selected expert once for the whole forward."""
+        tokens = x.shape[0]
+        h = torch.empty_like(x)  # [T, H]
+        for s in range(0, tokens, chunk):
+            e = min(tokens, s + chunk)
+            xs = rms_norm(x[s:e], self.input_norm, self.eps)  # [C, H]
+            mask = causal_mask(start + s, e - s, x.device)  # [C, start+e] or None
+            h[s:e] = x[s:e] + self.attn(xs, start + s, cache, cos[s:e], sin[s:e], mask)
         if self.observe is not None:
             self.observe(self.index, h)
-        return h + self.mlp(rms_norm(h, self.post_norm, self.eps))
+        normed = rms_norm(h, self.post_norm, self.eps)  # [T, H]
+        if isinstance(self.mlp, MoEBlock):
+            return h + self.mlp(normed, chunk)
+        return h + by_rows(self.mlp, normed, chunk)
 
 
 class MoEModel:
@@ -74,6 +98,9 @@ class MoEModel:
         if context_length < 1:
             raise ValueError(f"context_length must be >= 1, got {context_length}")
         self.config, self.place = config, place
+        # Bytes a prompt's activations may take (None: a share of free memory), see
+        # flint.models.prefill.
+        self.activation_budget: int | None = None
         self.embed = place.load(source, "model.embed_tokens.weight")  # [V, H]
         self.norm = place.load(source, "model.norm.weight")
         head = place.load_optional(source, "lm_head.weight")
@@ -98,21 +125,27 @@ class MoEModel:
         return self.cache.context_length
 
     @torch.inference_mode()
-    def forward(self, ids: torch.Tensor, all_logits: bool = False) -> torch.Tensor:
-        """Runs ids [T] after the cached positions; returns logits [T, V] (fp32) when
-        ``all_logits`` else [1, V] for the last token only. Advances the cache by T."""
+    def forward(
+        self, ids: torch.Tensor, all_logits: bool = False, chunk: int = ATTENTION_CHUNK
+    ) -> torch.Tensor:
+        """Runs ids [T] after the cached positions, layer by layer for all T tokens
+        (attention and dense MLPs in chunks of ``chunk`` tokens, each MoE layer's experts
+        once for all T); returns logits [T, V] (fp32) when ``all_logits`` else [1, V]
+        for the last token only. Advances the cache by T."""
         start, tokens = self.cache.length, ids.shape[0]
         if tokens == 0:
             raise ValueError("forward needs at least one token")
+        if chunk < 1:
+            raise ValueError(f"chunk must be >= 1, got {chunk}")
         if start + tokens > self.context_length:
             raise ValueError(
                 f"{start + tokens} positions exceed the context length {self.context_length}"
             )
         x = self.embed[ids.to(self.place.device)]  # [T, H]
         cos, sin = self.cos[start : start + tokens], self.sin[start : start + tokens]  # [T, D]
-        mask = causal_mask(start, tokens, x.device)  # [T, S] or None
         for layer in self.layers:
-            x = layer(x, start, self.cache, cos, sin, mask)
+            x = layer(x, start, self.cache, cos, sin, chunk)
+        self.cache.tokens[start : start + tokens] = ids.to(self.cache.tokens.device)
         self.cache.length = start + tokens
         if not all_logits:
             x = x[-1:]
@@ -121,3 +154,12 @@ class MoEModel:
     def reset(self, length: int = 0) -> None:
         """Keeps the first ``length`` cached positions (0: start a new sequence)."""
         self.cache.reset(length)
+
+    def cached_prefix(self, ids: list[int]) -> int:
+        """How many leading tokens of ``ids`` the KV cache already holds (the positions
+        a forward of the same tokens would compute again)."""
+        held = self.cache.tokens[: min(self.cache.length, len(ids))].tolist()
+        n = 0
+        while n < len(held) and held[n] == ids[n]:
+            n += 1
+        return n

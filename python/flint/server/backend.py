@@ -104,8 +104,16 @@ class LLMBackend:
         logprobs: int | None,
         cancel: threading.Event,
     ) -> Iterator[StreamChunk]:
+        # Requests share one KV cache: a prompt that starts with what the previous
+        # request left there (the same conversation) prefills only its new suffix.
         return generate_stream(
-            self.llm.model, self.llm.tokenizer, prompt, params, logprobs=logprobs, cancel=cancel
+            self.llm.model,
+            self.llm.tokenizer,
+            prompt,
+            params,
+            logprobs=logprobs,
+            cancel=cancel,
+            reuse_prefix=True,
         )
 
     def cache_stats(self) -> Mapping[str, float] | None:

@@ -36,8 +36,10 @@ from flint.models.quant_experts import QUANT_SCHEMES
 from flint.models.quant_linear import ProjectionKernel, select_kernel
 from flint.stream.lookahead import Lookahead
 from flint.stream.plan import StreamPlan, plan_vram
+from flint.stream.readahead import ReadAhead
 from flint.stream.slab import slot_bytes
 from flint.stream.vram import VramCache
+from flint.stream.waves import plan_waves
 
 # T = tokens, H = hidden, K = top-k, E = experts per layer, N = rows routed to one expert
 
@@ -52,6 +54,11 @@ class Counters:
     gpu_experts: int = 0  # expert computations on the model's device (CUDA)
     host_experts: int = 0  # expert computations on the CPU while the model is on CUDA
     copy_bytes: int = 0  # slab bytes copied to the device for a single use
+    # Prompt layers (forwards of more than one token): per streamed layer call, the
+    # distinct experts selected and the waves they were placed in.
+    prompt_layers: int = 0
+    prompt_distinct: int = 0
+    prompt_waves: int = 0
 
 
 @dataclass(slots=True, frozen=True)
@@ -123,6 +130,13 @@ class StreamedExperts:
         self.capacity = plan.slots_per_layer
         self.first_layer = plan.streamed_layers[0]
         self.lookahead = Lookahead(lookahead, config.top_k, config.rms_norm_eps, lookahead_width)
+        self.read_ahead = ReadAhead(
+            plan.streamed_layers,
+            self.capacity,
+            config.num_experts,
+            config.top_k,
+            depth=2 if lookahead else 0,  # no prediction at all with lookahead 0
+        )
         self.counters = Counters()
         self._last_call = time.monotonic()
         self._last_tokens = 1
@@ -194,7 +208,7 @@ class StreamedExperts:
 
         self.vram = VramCache(layers, lay.n_experts, slots, lay.slab_bytes, req.device, pack)
         if req.read_slab is not None:
-            self.vram.seed(self.engine.usage_counts, req.read_slab)
+            self.vram.seed(self.engine.usage, req.read_slab)
 
     def observe(self, layer: int, h: torch.Tensor) -> None:
         """Layer ``layer``'s MoE input (residual after attention, [T, H]) is known."""
@@ -204,6 +218,8 @@ class StreamedExperts:
                 held = self.vram.where
                 predictions = [p for p in predictions if p[1] not in held.get(p[0], ())]
             self.engine.predict(predictions)
+        elif h.shape[0] > 1:
+            self.read_ahead(self.engine, layer, h.shape[0])
 
     def _linear(self, t: Target, xs: torch.Tensor, slab: torch.Tensor, p: int) -> torch.Tensor:
         """xs @ projection p^T on ``t``: float weights, or the quantized kernel on packed
@@ -317,7 +333,8 @@ class StreamedExperts:
         self.engine.begin_layer(layer, selected)
         outputs = torch.empty(tokens * k, x.shape[1], dtype=torch.float32, device=x.device)
         if self.fused is not None and vram is None:
-            return self._fused_waves(layer, x, ids, weights, selected, outputs)
+            waves = self._waves(layer, ids, selected)
+            return self._fused_waves(layer, x, ids, weights, waves, outputs)
 
         def rows_of(expert: int) -> torch.Tensor:
             return order[starts[expert] : starts[expert] + counts[expert]]  # [N]
@@ -329,8 +346,7 @@ class StreamedExperts:
         for expert in held:  # queued on the GPU; runs while the CPU works below
             rows = rows_of(expert)
             outputs[rows] = self._vram_expert(layer, expert, x[rows // k]).float()
-        for i in range(0, len(selected), self.capacity):
-            wave = selected[i : i + self.capacity]
+        for wave in self._waves(layer, ids, selected):
             on_host: list[tuple[int, int, bool]] = []
             for expert, _slot, address, hit in self.engine.place(layer, wave):
                 rows = rows_of(expert)
@@ -387,15 +403,14 @@ class StreamedExperts:
         x: torch.Tensor,  # [T, H]
         ids: torch.Tensor,  # [T, K]
         weights: torch.Tensor,  # [T, K]
-        selected: list[int],
+        waves: list[list[int]],
         outputs: torch.Tensor,  # [T*K, H] fp32
     ) -> torch.Tensor:
         """The fused kernels on each wave's slots (waiting inside the call), then the
         rank-order sum: the calls ``FusedResidentExperts`` makes, so the same bytes."""
         assert self.fused is not None
         x32, ids64 = x.to(torch.float32).contiguous(), ids.contiguous()
-        for i in range(0, len(selected), self.capacity):
-            wave = selected[i : i + self.capacity]
+        for wave in waves:
             placed = self.engine.place(layer, wave)
             experts = [(e, *slab_addresses(addr, self.layout)) for e, _, addr, _ in placed]
             hits = [e for e, _, _, hit in placed if hit]
@@ -404,6 +419,27 @@ class StreamedExperts:
             finally:
                 self.engine.unpin(layer, wave)
         return self.fused.weighted_sum(outputs, weights).to(x.dtype)
+
+    # --- prompt waves (issue 8) ---
+    def _waves(self, layer: int, ids: torch.Tensor, selected: list[int]) -> list[list[int]]:
+        """Decode: the selection in router-rank order, in waves of the layer's slots.
+        A prompt: ``plan_waves`` (residents first, the experts the end of the prompt
+        used last, each selected expert placed once). Experts the VRAM cache holds are
+        not in ``selected`` and are left out of every wave."""
+        if ids.shape[0] == 1:
+            return [selected[i : i + self.capacity] for i in range(0, len(selected), self.capacity)]
+        plan = plan_waves(ids, self.cfg.num_experts, self.capacity, self.engine.resident(layer))
+        if plan.protect:
+            self.engine.protect(layer, list(plan.protect))
+        c = self.counters
+        c.prompt_layers += 1
+        c.prompt_distinct += len(selected)
+        c.prompt_waves += len(plan.waves)
+        chosen = set(selected)
+        waves = [[e for e in w if e in chosen] for w in plan.waves]
+        return [w for w in waves if w]
+
+    # --- end prompt waves ---
 
     def _new_forward(self, tokens: int) -> None:
         """The previous forward pass is over: age the cache by its token count (a prompt
@@ -438,6 +474,10 @@ class StreamedExperts:
         s.update(
             forward_calls=c.tokens,
             stall_s=c.stall_s,
+            prompt_layers=c.prompt_layers,
+            prompt_distinct=c.prompt_distinct,
+            prompt_waves=c.prompt_waves,
+            read_ahead=self.read_ahead.issued,
             ram_hit_rate=s["hits"] / placed if placed else None,
             slots_per_layer=self.capacity,
             n_experts=self.cfg.num_experts,
