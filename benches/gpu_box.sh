@@ -74,6 +74,31 @@ vram() {
   done
 }
 
+# After issues 7, 8, 9, 15 landed: every gpu-marked test and the CPU kernels' tests
+# (AVX-512 there), then V1 and S1 with flint bench (random ids fed to tg: a random
+# model's greedy text repeats, which would make any cache look perfect).
+gpu7a() {
+  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
+  python3 -m pytest tests/models/test_vram_cache.py tests/models/test_streaming.py \
+    tests/models/test_gpu.py tests/bench/test_tune.py tests/models/test_cpu_kernels.py \
+    -q -p no:cacheprovider -rs 2>&1 | tail -12
+  [ -f "$DATA/q30.ftw" ] || flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
+  B="flint bench $DATA/q30.ftw -p 512 -n 64 -r 2 --tg-random -t 16"
+  echo "== V1: VRAM 4 GiB, all experts in RAM"; $B --mode resident,full --ram-budget 20 --vram-budget 4 || true
+  echo "== V1, CPU experts through torch (dequant)"; $B --mode full --ram-budget 20 --vram-budget 4 --expert-kernels dequant || true
+  echo "== S1: VRAM 4 GiB, RAM 6 GiB"; $B --mode full,naive --ram-budget 6 --vram-budget 4 || true
+  echo "== V1 deterministic"; $B --mode full --ram-budget 20 --vram-budget 4 --deterministic -p 0 || true
+}
+
+# P8 (8k-token prompt at V1 budgets), CPU kernel bandwidth on the AVX-512 box, tune.
+gpu7b() {
+  [ -f "$DATA/q30.ftw" ] || flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
+  echo "== P8"; flint bench "$DATA/q30.ftw" -p 8192 -n 0 -r 1 --mode full --ram-budget 20 --vram-budget 4 -t 16 || true
+  echo "== P8 deterministic"; flint bench "$DATA/q30.ftw" -p 8192 -n 0 -r 1 --mode full --ram-budget 20 --vram-budget 4 --deterministic -t 16 || true
+  python3 benches/cpu_kernels.py --threads 1,8,16 --calls 20
+  XDG_CACHE_HOME="$DATA/cache" flint tune "$DATA/q30.ftw" --ram-budget 20 2>&1 | tail -20
+}
+
 case $what in
   install) install ;;
   format) install; format ;;
@@ -83,4 +108,6 @@ case $what in
   gpu6) install; gpu6 ;;
   stream) install; stream ;;
   vram) install; vram ;;
+  gpu7a) install; gpu7a ;;
+  gpu7b) gpu7b ;;
 esac 2>&1 | tee "$OUT/gpu_box_$what.log"
