@@ -81,13 +81,14 @@ gpu7a() {
   [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
   python3 -m pytest tests/models/test_vram_cache.py tests/models/test_streaming.py \
     tests/models/test_gpu.py tests/bench/test_tune.py tests/models/test_cpu_kernels.py \
-    -q -p no:cacheprovider -rs 2>&1 | tail -12
+    -q -p no:cacheprovider --tb=line -rf 2>&1 | tail -15
   [ -f "$DATA/q30.ftw" ] || flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
-  B="flint bench $DATA/q30.ftw -p 512 -n 64 -r 2 --tg-random -t 16"
-  echo "== V1: VRAM 4 GiB, all experts in RAM"; $B --mode resident,full --ram-budget 20 --vram-budget 4 || true
-  echo "== V1, CPU experts through torch (dequant)"; $B --mode full --ram-budget 20 --vram-budget 4 --expert-kernels dequant || true
-  echo "== S1: VRAM 4 GiB, RAM 6 GiB"; $B --mode full,naive --ram-budget 6 --vram-budget 4 || true
-  echo "== V1 deterministic"; $B --mode full --ram-budget 20 --vram-budget 4 --deterministic -p 0 || true
+  B="flint bench $DATA/q30.ftw -n 32 --tg-random -t 16"
+  echo "== V1: VRAM 4 GiB, all experts in RAM"
+  $B -p 512 -r 2 --mode resident,full --ram-budget 20 --vram-budget 4 || true
+  echo "== S1: VRAM 4 GiB, RAM 6 GiB"; $B -p 0 -r 2 --mode full,naive --ram-budget 6 --vram-budget 4 || true
+  echo "== V1 deterministic"; $B -p 0 -r 1 --mode full --ram-budget 20 --vram-budget 4 --deterministic || true
+  python3 benches/cpu_kernels.py --threads 1,16 --calls 10
 }
 
 # P8 (8k-token prompt at V1 budgets), CPU kernel bandwidth on the AVX-512 box, tune.
