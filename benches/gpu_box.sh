@@ -100,6 +100,13 @@ gpu7b() {
   XDG_CACHE_HOME="$DATA/cache" flint tune "$DATA/q30.ftw" --ram-budget 20 2>&1 | tail -20
 }
 
+# The last device minutes of a session: the streaming GPU tests only.
+gputests() {
+  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
+  python3 -m pytest tests/models/test_vram_cache.py tests/models/test_streaming.py \
+    -q -p no:cacheprovider --tb=line -rf -m gpu 2>&1 | tail -15
+}
+
 case $what in
   install) install ;;
   format) install; format ;;
@@ -111,4 +118,5 @@ case $what in
   vram) install; vram ;;
   gpu7a) install; gpu7a ;;
   gpu7b) gpu7b ;;
+  gputests) install; gputests ;;
 esac 2>&1 | tee "$OUT/gpu_box_$what.log"

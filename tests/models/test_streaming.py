@@ -100,13 +100,20 @@ def test_streaming_needs_a_ftw_file(tiny_models: dict[str, tuple[Path, object]])
 @pytest.mark.gpu
 @pytest.mark.parametrize("family", FAMILY_NAMES)
 def test_streamed_on_cuda_equals_resident_on_cuda(family: str, tiny_ftw: dict[str, Path]) -> None:
-    """Experts streamed through RAM slots and copied to the GPU per use compute exactly
-    what resident GPU experts compute."""
+    """Experts streamed through RAM slots and copied to the GPU per use (no VRAM
+    cache, every expert on the GPU) compute exactly what resident GPU experts compute."""
     path = tiny_ftw[family]
     budget = _slab_gib(path, 2)
     with (
         flint.LLM(path, device="cuda", context_length=64) as resident,
-        flint.LLM(path, device="cuda", context_length=64, ram_budget=budget) as streamed,
+        flint.LLM(
+            path,
+            device="cuda",
+            context_length=64,
+            ram_budget=budget,
+            vram_budget=0,
+            deterministic=True,
+        ) as streamed,
     ):
         for ids in PROMPTS:
             resident.model.reset()

@@ -195,12 +195,15 @@ def test_cuda_cpu_and_gpu_experts_in_parallel_stay_within_tolerance(
     greedy tokens may part; the trained model's must not, below)."""
     path = tiny_ftw[family]
     cuda = torch.device("cuda")
-    with flint.LLM(path, device="cuda", context_length=64) as resident:
-        want = resident.model.forward(torch.tensor(PROMPTS[2]), all_logits=True)
-    with _open(path, ram_slots=2, vram_slots=1, device=cuda) as streamed:
-        got = streamed.model.forward(torch.tensor(PROMPTS[2]), all_logits=True)
+    with (
+        flint.LLM(path, device="cuda", context_length=64) as resident,
+        _open(path, ram_slots=2, vram_slots=1, device=cuda) as streamed,
+    ):
+        for ids in (PROMPTS[1], [11], [42]):  # decode-sized batches: CPU experts
+            want = resident.model.forward(torch.tensor(ids), all_logits=True)
+            got = streamed.model.forward(torch.tensor(ids), all_logits=True)
+            torch.testing.assert_close(got.float(), want.float(), atol=0.05, rtol=0.02)
         s = streamed.stats()
-    torch.testing.assert_close(got.float(), want.float(), atol=0.05, rtol=0.02)
     assert s is not None and s["cpu_experts"] > 0 and s["gpu_experts"] > 0
 
 
@@ -248,3 +251,27 @@ def test_quantized_experts_held_packed_equal_resident(
             assert torch.equal(streamed.model.forward(ids, all_logits=True), want)
         s = streamed.stats()
     assert s is not None and s["vram_hits"] > 0 and s["demands"] > 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("quant", "group"), [("int8", 32), ("int4", 16)])
+def test_cuda_cpu_experts_of_quantized_files_stay_within_tolerance(
+    quant: str, group: int, tiny_models: dict[str, tuple[Path, object]], tmp_path: Path
+) -> None:
+    """int8/int4 experts outside VRAM computed on the CPU (fused kernels, decode-sized
+    batches) beside the GPU's: logits within the stated tolerance of resident CUDA."""
+    from flint.convert import ConvertOptions, convert
+
+    path = tmp_path / f"{quant}.ftw"
+    convert(str(tiny_models["qwen3_moe"][0]), path, ConvertOptions(quant=quant, group_size=group))
+    cuda = torch.device("cuda")
+    with (
+        flint.LLM(path, device="cuda", context_length=64) as resident,
+        _open(path, ram_slots=2, vram_slots=1, device=cuda) as streamed,
+    ):
+        for ids in ([5, 17, 250, 3, 99], [7]):  # a short prompt, then a decode step
+            want = resident.model.forward(torch.tensor(ids), all_logits=True)
+            got = streamed.model.forward(torch.tensor(ids), all_logits=True)
+            torch.testing.assert_close(got.float(), want.float(), atol=0.05, rtol=0.02)
+        s = streamed.stats()
+    assert s is not None and s["cpu_experts"] > 0 and s["vram_hits"] > 0

@@ -70,7 +70,11 @@ class Target:
     kernel: ProjectionKernel | None
 
 
-HOST_FUSED_MAX_TOKENS = 8  # CPU experts of batches up to this size: one fused call
+# On CUDA, experts outside VRAM are computed on the CPU only in forwards of at most
+# this many tokens (decode steps); a prompt's are copied up and computed on the GPU,
+# where PCIe (~55 GB/s pinned on the H200 box) beats CPU compute of a many-row batch:
+# V1 pp512 ran at 23 tok/s with those experts on the CPU (docs/benchmarks.md).
+HOST_MAX_TOKENS = 8
 
 
 class HostBatch:
@@ -341,7 +345,8 @@ class StreamedExperts:
 
         host = self.host
         x_host = None
-        if host is not None and selected:  # before the GPU work below is queued
+        if host is not None and selected and tokens <= HOST_MAX_TOKENS:
+            # copied now, before the GPU work below is queued
             x_host = HostBatch(x, ids, order, host.dtype)
         for expert in held:  # queued on the GPU; runs while the CPU works below
             rows = rows_of(expert)
@@ -376,15 +381,15 @@ class StreamedExperts:
         counts: list[int],
         outputs: torch.Tensor,  # [T*K, H] fp32 on the GPU
     ) -> None:
-        """Experts computed on the CPU beside the GPU (model on CUDA): decode steps in
-        one fused call (waits inside), larger batches per expert through torch; the
-        results go up to ``outputs``."""
+        """Experts computed on the CPU beside the GPU (model on CUDA, a decode-sized
+        batch): one fused call (waits inside), or per expert through torch with
+        ``expert_kernels="dequant"``; the results go up to ``outputs``."""
         host, k = self.host, b.ids.shape[1]
         assert host is not None
         rows = torch.cat([b.order[starts[e] : starts[e] + counts[e]] for e, _, _ in experts])
         self.counters.host_experts += len(experts)
         fused = self.host_fused
-        if fused is not None and b.ids.shape[0] <= HOST_FUSED_MAX_TOKENS:
+        if fused is not None:
             listed = [(e, *slab_addresses(a, self.layout)) for e, a, _ in experts]
             hits = [e for e, _, hit in experts if hit]
             fused.expert_outputs(b.x32, b.ids, listed, b.y, self.engine, layer, hits)
