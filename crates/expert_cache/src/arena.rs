@@ -14,7 +14,9 @@
 //!   `Arena` is dropped. Pointers from [`Arena::as_ptr`] / [`Arena::slot_ptr`] are
 //!   valid for exactly that long, and holders (the I/O engine, a Python buffer or
 //!   tensor view) must keep the `Arena` alive while they use them.
-//! - The arena never reads or writes the bytes itself. Who may touch a slot is decided
+//! - The arena never reads or writes the bytes itself, except that
+//!   [`Arena::release_slot`] gives a slot's pages back to the OS (they read as zeros
+//!   until written again), under the caller's promise that nobody uses the slot. Who may touch a slot is decided
 //!   by the cache: a slot is written only while pinned for a read into it, and read
 //!   only while its expert is resident (pinned while a GPU copy is in flight). The
 //!   arena does not enforce this; two writers to one slot are the caller's data race.
@@ -173,6 +175,62 @@ impl Arena {
         let offset = self.slot_offset(layer, slot)?;
         Ok(self.as_ptr().wrapping_add(offset))
     }
+
+    /// Gives the memory of `slot` of `layer` back to the OS: `madvise(MADV_DONTNEED)` on
+    /// the whole pages inside the slot, so its resident memory drops now; the slot
+    /// reads as zeros and its pages fault back in (zeroed) when next written. The
+    /// address stays valid. Returns the bytes given back (0 on platforms without the
+    /// call, where nothing changes).
+    ///
+    /// # Safety
+    /// Nobody may read or write the slot's bytes during the call or rely on them after
+    /// it (no pin, no expert resident in it, no view of it in use), and the arena must
+    /// not be page-locked for a device (`cudaHostRegister`): the device would keep
+    /// the old pages.
+    pub unsafe fn release_slot(&self, layer: usize, slot: usize) -> Result<usize> {
+        let offset = self.slot_offset(layer, slot)?;
+        let len = usize::try_from(self.plan.slot_bytes)
+            .map_err(|_| CacheError::Overflow { what: "slot size" })?;
+        let start = self.as_ptr() as usize + offset;
+        release_pages(start, len).map_err(|source| CacheError::Release {
+            layer,
+            slot,
+            source,
+        })
+    }
+}
+
+/// `madvise(MADV_DONTNEED)` on the whole pages inside `[start, start + len)`; returns
+/// their bytes. The range is inside one live allocation (checked by the caller).
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn release_pages(start: usize, len: usize) -> std::io::Result<usize> {
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    let page = usize::try_from(page)
+        .ok()
+        .filter(|p| p.is_power_of_two())
+        .unwrap_or(SLOT_ALIGN as usize);
+    let first = start.next_multiple_of(page);
+    let end = (start + len) / page * page;
+    if end <= first {
+        return Ok(0);
+    }
+    let bytes = end - first;
+    // SAFETY: [first, end) is whole pages inside the arena's allocation (rounded inward
+    // from the slot's range), so no memory outside the arena is affected; the caller
+    // promised nobody uses these bytes (see `Arena::release_slot`). MADV_DONTNEED on
+    // private anonymous memory only drops the pages; later accesses read zeros.
+    let rc = unsafe { libc::madvise(first as *mut libc::c_void, bytes, libc::MADV_DONTNEED) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(bytes)
+}
+
+/// No way to give pages back here: nothing happens.
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+fn release_pages(_start: usize, _len: usize) -> std::io::Result<usize> {
+    Ok(0)
 }
 
 impl Drop for Arena {
@@ -210,6 +268,48 @@ mod tests {
             ArenaPlan::from_budget(u64::MAX, 2, 8, u64::MAX),
             Err(CacheError::Overflow { .. })
         ));
+    }
+
+    fn bytes_at(p: *const u8, len: usize) -> Vec<u8> {
+        // SAFETY: the tests pass a slot of a live arena that nobody writes meanwhile.
+        unsafe { std::slice::from_raw_parts(p, len) }.to_vec()
+    }
+
+    #[test]
+    fn a_released_slot_reads_zero_and_takes_writes_again() -> Result<()> {
+        let arena = Arena::new(ArenaPlan::from_budget(4 * 4096 * 2, 2, 8, 4096)?)?;
+        let len = arena.plan().slot_bytes as usize;
+        let (a, b) = (arena.slot_ptr(1, 2)?, arena.slot_ptr(1, 3)?);
+        // SAFETY: both slots are inside the arena and used by nobody else.
+        unsafe {
+            std::ptr::write_bytes(a, 0xAB, len);
+            std::ptr::write_bytes(b, 0xCD, len);
+        }
+        // SAFETY: nobody uses slot (1, 2); the arena is not page-locked.
+        let given = unsafe { arena.release_slot(1, 2)? };
+        if cfg!(target_os = "linux") {
+            assert_eq!(given, len, "a 4 KiB-page machine gives the whole slot");
+            assert!(
+                bytes_at(a, len).iter().all(|&x| x == 0),
+                "released pages read 0"
+            );
+        }
+        assert!(
+            bytes_at(b, len).iter().all(|&x| x == 0xCD),
+            "the next slot is kept"
+        );
+        // SAFETY: the slot is inside the arena and used by nobody else.
+        unsafe { std::ptr::write_bytes(a, 0x11, len) };
+        assert!(
+            bytes_at(a, len).iter().all(|&x| x == 0x11),
+            "writes fault pages in"
+        );
+        // SAFETY: nobody uses the slot.
+        assert!(
+            unsafe { arena.release_slot(2, 0) }.is_err(),
+            "bounds checked"
+        );
+        Ok(())
     }
 
     #[test]

@@ -20,7 +20,10 @@ use crate::pool::SlotPool;
 use crate::usage::UsageTable;
 
 mod fill;
+mod lend;
 mod marks;
+
+pub use lend::Lent;
 
 /// Outcome of [`ExpertCache::admit`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

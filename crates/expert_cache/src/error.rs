@@ -64,6 +64,16 @@ pub enum CacheError {
         /// Slots in that pool.
         capacity: usize,
     },
+    /// The OS refused to take back a slot's pages (`madvise`).
+    #[error("could not give slot {slot} of layer {layer} back to the OS: {source}")]
+    Release {
+        /// Layer of the slot.
+        layer: usize,
+        /// The slot.
+        slot: usize,
+        /// The OS error.
+        source: std::io::Error,
+    },
     /// `evict` of an expert whose slot is still pinned (being read into or copied).
     #[error("expert {expert} of layer {layer} is pinned {pins} time(s) and cannot be evicted")]
     Pinned {

@@ -4,7 +4,7 @@
 //!
 //! - [`arena`]: the aligned memory behind the slots and its lifetime contract.
 //! - [`cache`]: [`ExpertCache`], the rules shared by all policies (pins, protection,
-//!   ties) and idle fill.
+//!   ties), idle fill, and slots lent to a prompt's working memory.
 //! - [`policy`]: the [`Policy`] interface; [`decay`] (the default), [`lru`], [`lfu`]
 //!   and [`belady`] (the offline bound) implement it.
 //! - [`usage`]: the persisted per-expert usage table.
@@ -25,7 +25,7 @@ pub mod trace;
 pub mod usage;
 
 pub use arena::{Arena, ArenaPlan, SLOT_ALIGN};
-pub use cache::{Admission, ExpertCache};
+pub use cache::{Admission, ExpertCache, Lent};
 pub use error::{CacheError, Result};
 pub use policy::{AdmitKind, AnyPolicy, Mode, Policy, PolicyKind};
 pub use replay::{replay, Predictor, ReplayConfig, ReplayStats};

@@ -3,8 +3,10 @@
 //! Slots are numbered 0..capacity and never move; a slot's bytes live in the arena at
 //! [`crate::Arena::slot_offset`]. The pool keeps both directions of the mapping
 //! (expert -> slot for O(1) lookup, slot -> expert for the victim scan) and a free
-//! list, and keeps them consistent: every slot is either free or holds exactly one
-//! expert whose entry points back at it.
+//! list, and keeps them consistent: every slot is free, lent, or holds exactly one
+//! expert whose entry points back at it. A lent slot (its memory given back to the OS
+//! while a prompt runs, see [`crate::ExpertCache::lend`]) is on neither side: not in
+//! the free list, so nothing is placed in it, and empty, so no scan picks it.
 //!
 //! Protection uses a generation number instead of per-slot flags: a slot is protected
 //! while its stamp equals the pool's generation, and ending protection for the whole
@@ -38,6 +40,8 @@ pub struct SlotPool {
     expert_slot: Vec<u32>,
     /// Free slots, popped from the end; filled so that slot 0 is handed out first.
     free: Vec<u32>,
+    /// Lent slots (empty, not free), in the order they were lent.
+    lent: Vec<u32>,
     /// Starts at 1 so that a fresh slot's stamp (0) means "unprotected".
     generation: u64,
 }
@@ -63,6 +67,7 @@ impl SlotPool {
             slots: vec![FREE_SLOT; capacity as usize],
             expert_slot: vec![EMPTY; n_experts as usize],
             free: (0..capacity).rev().collect(),
+            lent: Vec::new(),
             generation: 1,
         }
     }
@@ -73,6 +78,45 @@ impl SlotPool {
 
     pub(crate) fn free_count(&self) -> usize {
         self.free.len()
+    }
+
+    /// Slots lent out now.
+    pub(crate) fn lent_count(&self) -> usize {
+        self.lent.len()
+    }
+
+    /// Free slots, in the order they would be handed out (the last one first).
+    pub(crate) fn free_slots(&self) -> &[u32] {
+        &self.free
+    }
+
+    /// Takes free `slot` out of use: it leaves the free list and stays empty until
+    /// [`Self::reclaim`]. False (nothing changed) if `slot` is not free.
+    pub(crate) fn lend(&mut self, slot: u32) -> bool {
+        let Some(pos) = self.free.iter().position(|&s| s == slot) else {
+            return false;
+        };
+        self.free.remove(pos);
+        self.lent.push(slot);
+        true
+    }
+
+    /// Lent `slot` is free again; false if it was not lent.
+    pub(crate) fn unlend(&mut self, slot: u32) -> bool {
+        let Some(pos) = self.lent.iter().position(|&s| s == slot) else {
+            return false;
+        };
+        self.lent.remove(pos);
+        self.free.push(slot);
+        true
+    }
+
+    /// Every lent slot is free again (lowest slot handed out first); returns them.
+    pub(crate) fn reclaim(&mut self) -> Vec<u32> {
+        let back = std::mem::take(&mut self.lent);
+        self.free.extend_from_slice(&back);
+        self.free.sort_unstable_by(|a, b| b.cmp(a));
+        back
     }
 
     pub(crate) fn slot_of(&self, expert: u32) -> Option<u32> {

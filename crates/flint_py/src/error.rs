@@ -188,9 +188,10 @@ impl IntoPyErr for CacheErr {
             | E::Pinned { .. }
             | E::NotPinned { .. } => CacheStateError::new_err(msg),
             E::AllPinned { .. } => CacheFullError::new_err(msg),
-            E::Overflow { .. } | E::BudgetTooSmall { .. } | E::AllocFailed { .. } => {
-                ArenaError::new_err(msg)
-            }
+            E::Overflow { .. }
+            | E::BudgetTooSmall { .. }
+            | E::AllocFailed { .. }
+            | E::Release { .. } => ArenaError::new_err(msg),
             E::TraceShape { .. } | E::TraceExpert { .. } => TraceError::new_err(msg),
             E::UsageIo { .. } | E::UsageCorrupt { .. } | E::UsageForeign { .. } => {
                 UsageTableError::new_err(msg)

@@ -255,6 +255,26 @@ impl PyIoEngine {
         self.inner.set_prompt_mode(prompt);
     }
 
+    /// Lends at least `nbytes` of slot memory (whole slots) to a prompt's working
+    /// memory: empty slots first, then the coldest unpinned residents; never a pinned
+    /// slot, never a layer's last usable slot. Their pages go back to the OS and no
+    /// expert is placed in them until `reclaim`. Returns the bytes given back. The
+    /// arena must not be page-locked (cudaHostRegister) while slots are lent.
+    fn lend(&self, py: Python<'_>, nbytes: u64) -> PyResult<u64> {
+        detach(py, || self.inner.lend(nbytes))
+    }
+
+    /// Every lent slot is usable again; returns how many came back.
+    fn reclaim(&self, py: Python<'_>) -> usize {
+        py.allow_threads(|| self.inner.reclaim())
+    }
+
+    /// Usable slots (slots minus lent ones) of each streamed layer, in the order of
+    /// `streamed`: a wave holds at most this many experts.
+    fn usable_slots(&self) -> Vec<usize> {
+        self.inner.usable_slots()
+    }
+
     /// The token is done (cache decay clock).
     fn tick(&self) {
         self.inner.tick();
@@ -269,6 +289,7 @@ impl PyIoEngine {
     /// Counters as a dict.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let (s, c) = self.inner.stats();
+        let lc = self.inner.lend_counts();
         let d = PyDict::new(py);
         for (k, v) in [
             ("demands", s.demands),
@@ -289,6 +310,11 @@ impl PyIoEngine {
             ("in_flight_at_start", c.in_flight),
             ("demand_placements", c.demand),
             ("fills", c.fills),
+            ("lent_slots", lc.lent_slots),
+            ("lent_bytes", lc.lent_bytes),
+            ("lends", lc.lends),
+            ("given_back_bytes", lc.given_bytes),
+            ("lend_evicted", lc.evicted),
             ("demand_p50_us", s.demand_latency.quantile_us(0.5)),
             ("demand_p99_us", s.demand_latency.quantile_us(0.99)),
         ] {

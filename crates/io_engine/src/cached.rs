@@ -10,14 +10,18 @@
 //!    by the policy;
 //! 4. `wait` for each projection before computing with it, then `unpin` the wave.
 //!
-//! Lock order: engine state, then cache. The cache lock is never held while calling
-//! into the engine.
+//! While a prompt runs, `lend` takes slots out of use and gives their memory back to
+//! the OS for the prompt's activations; `reclaim` takes them back (at the first decode
+//! token). Waves must then fit the layer's usable slots (`usable_slots`).
+//!
+//! Lock order: engine state, then cache; lending, then cache. The cache lock is never
+//! held while calling into the engine.
 
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use expert_cache::{Admission, AdmitKind, AnyPolicy, Arena, ExpertCache, Mode, UsageTable};
+use expert_cache::{Admission, AdmitKind, AnyPolicy, Arena, ExpertCache, Lent, Mode, UsageTable};
 use ftw_format::ExpertEntry;
 
 use crate::config::EngineConfig;
@@ -131,6 +135,13 @@ fn cache_error(e: expert_cache::CacheError) -> IoError {
     IoError::Config(format!("expert cache: {e}"))
 }
 
+/// Residents evicted among `lent` (slots whose lending was undone still lost them).
+fn count_evicted(lent: Option<&[Lent]>) -> u64 {
+    lent.map_or(0, |l| {
+        l.iter().filter(|x| x.evicted.is_some()).count() as u64
+    })
+}
+
 /// Counters of the cache side, per layer start.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct LayerCounts {
@@ -144,12 +155,29 @@ pub struct LayerCounts {
     pub fills: u64,
 }
 
+/// Slots lent to a prompt's working memory ([`CachedEngine::lend`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LendCounts {
+    /// Slots lent out now.
+    pub lent_slots: u64,
+    /// Bytes given back to the OS for the slots lent now.
+    pub lent_bytes: u64,
+    /// Calls to `lend` that lent at least one slot.
+    pub lends: u64,
+    /// Bytes given back over all lends.
+    pub given_bytes: u64,
+    /// Residents evicted to lend their slots, over all lends.
+    pub evicted: u64,
+}
+
 /// An [`Engine`] whose slots are the RAM expert cache's.
 #[derive(Debug)]
 pub struct CachedEngine {
     slots: Arc<CacheSlots>,
     engine: Engine,
     counts: Mutex<LayerCounts>,
+    /// Held through `lend` and `reclaim` (before the cache lock), so they never overlap.
+    lending: Mutex<LendCounts>,
 }
 
 impl CachedEngine {
@@ -166,6 +194,7 @@ impl CachedEngine {
             slots,
             engine,
             counts: Mutex::new(LayerCounts::default()),
+            lending: Mutex::new(LendCounts::default()),
         })
     }
 
@@ -482,6 +511,88 @@ impl CachedEngine {
     /// The token is done (decay clock, protections end).
     pub fn tick(&self) {
         self.slots.cache().tick();
+    }
+
+    /// Lends at least `bytes` of slot memory (whole slots) to a prompt's working memory,
+    /// as far as the rules allow: empty slots first, then the coldest unpinned
+    /// residents (evicted by the policy's order); never a pinned slot, and every layer
+    /// keeps at least one usable slot. Each lent slot's pages are given back to the OS
+    /// (`madvise`) and no expert is placed in it until [`Self::reclaim`]. A slot whose
+    /// pages could not be given back (a platform without the call, pages larger than
+    /// a slot) is usable again at once. Returns the bytes given back.
+    ///
+    /// The arena must not be page-locked for a device while slots are lent (a device
+    /// would keep the old pages); the streaming runtime lends only for CPU prompts.
+    pub fn lend(&self, bytes: u64) -> Result<u64> {
+        let slot_bytes = self.slots.arena.plan().slot_bytes.max(1);
+        let n = usize::try_from(bytes.div_ceil(slot_bytes)).unwrap_or(usize::MAX);
+        if n == 0 {
+            return Ok(0);
+        }
+        let mut counts = self.lending.lock().unwrap_or_else(|p| p.into_inner());
+        let mut c = self.slots.cache();
+        let lent = c.lend(n, 1);
+        let mut given = 0u64;
+        let mut kept = 0u64;
+        let mut evicted = 0u64;
+        for (i, l) in lent.iter().enumerate() {
+            // SAFETY: the cache lock is held and the slot was just lent: it is unpinned
+            // (no read into it, no copy from it), holds no expert (no view of it is in
+            // use) and is not free, so nothing is placed in it until `reclaim`, which
+            // takes the lending lock held here. The arena is not page-locked (see above).
+            let released = unsafe { self.slots.arena.release_slot(l.layer, l.slot as usize) };
+            match released {
+                Ok(b) if b > 0 => {
+                    given += b as u64;
+                    kept += 1;
+                    evicted += u64::from(l.evicted.is_some());
+                }
+                Ok(_) => {
+                    c.reclaim_slot(l.layer, l.slot).map_err(cache_error)?;
+                    evicted += u64::from(l.evicted.is_some());
+                }
+                Err(e) => {
+                    for back in lent.iter().skip(i) {
+                        c.reclaim_slot(back.layer, back.slot).map_err(cache_error)?;
+                    }
+                    counts.lent_bytes += given;
+                    counts.given_bytes += given;
+                    counts.evicted += evicted + count_evicted(lent.get(i..));
+                    counts.lent_slots = c.total_lent() as u64;
+                    return Err(cache_error(e));
+                }
+            }
+        }
+        counts.lent_slots = c.total_lent() as u64;
+        counts.lent_bytes += given;
+        counts.given_bytes += given;
+        counts.evicted += evicted;
+        counts.lends += u64::from(kept > 0);
+        Ok(given)
+    }
+
+    /// Every lent slot is usable again (empty; its pages fault back in when a read
+    /// writes it). Returns how many slots came back.
+    pub fn reclaim(&self) -> usize {
+        let mut counts = self.lending.lock().unwrap_or_else(|p| p.into_inner());
+        let back = self.slots.cache().reclaim().len();
+        counts.lent_slots = 0;
+        counts.lent_bytes = 0;
+        back
+    }
+
+    /// Usable slots (slots minus lent ones) of every streamed layer, in the order of
+    /// the `streamed` layers the cache was built with: a wave holds at most this many.
+    pub fn usable_slots(&self) -> Vec<usize> {
+        let c = self.slots.cache();
+        (0..c.n_layers())
+            .map(|l| c.usable_slots(l).unwrap_or(0))
+            .collect()
+    }
+
+    /// Counters of lent slots and memory given back.
+    pub fn lend_counts(&self) -> LendCounts {
+        *self.lending.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Engine counters and the cache-side counts.

@@ -20,7 +20,7 @@ mod slots;
 mod stats;
 
 pub use aligned::AlignedBuf;
-pub use cached::{CacheSlots, CachedEngine, LayerCounts, Placement};
+pub use cached::{CacheSlots, CachedEngine, LayerCounts, LendCounts, Placement};
 pub use config::{EngineConfig, FaultHook};
 pub use engine::Engine;
 pub use error::{IoError, Result};

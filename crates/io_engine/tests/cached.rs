@@ -215,3 +215,63 @@ fn a_wave_pins_its_residents_before_its_demand_reads_evict() {
     eng.unpin(0, &[2, 0]).unwrap();
     assert_eq!(eng.resident(0).unwrap(), vec![0, 2]);
 }
+
+#[test]
+fn lent_slots_give_memory_back_and_are_never_read_into_until_reclaimed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (r, eng) = open(dir.path(), 4);
+    let len = r.experts()[0].len as usize;
+    let slot = eng.slots().arena().plan().slot_bytes;
+    // Layer 0 holds 0, 1, 2 (slot 3 empty); 1 is used again, so 0 is the coldest;
+    // 2 stays pinned (in use).
+    let (_, _) = start(&eng, 0, &[0, 1, 2]);
+    for e in [0, 1, 2] {
+        eng.wait(0, e, Proj::Down, T).unwrap();
+    }
+    eng.unpin(0, &[0, 1]).unwrap();
+    eng.tick();
+    let (_, _) = start(&eng, 0, &[1]);
+    eng.unpin(0, &[1]).unwrap();
+    // 7 slots asked; each layer keeps one usable slot: layer 0 lends its empty slot,
+    // then 0 and 1 (2 is pinned and is its last usable slot), layer 1 three empties.
+    let given = eng.lend(6 * slot + 1).unwrap();
+    assert_eq!(given, 6 * slot);
+    assert_eq!(eng.usable_slots(), vec![1, 1]);
+    assert_eq!(eng.resident(0).unwrap(), vec![2]);
+    let lc = eng.lend_counts();
+    assert_eq!(
+        (
+            lc.lent_slots,
+            lc.lent_bytes,
+            lc.lends,
+            lc.given_bytes,
+            lc.evicted
+        ),
+        (6, 6 * slot, 1, 6 * slot, 2)
+    );
+    assert_eq!(eng.lend(slot).unwrap(), 0, "nothing more can be lent");
+    // A wave fits the usable slots: read into the one slot left, never a lent one.
+    eng.unpin(0, &[2]).unwrap();
+    for (layer, expert, want_slot) in [(0u32, 5u32, 2u32), (1, 3, 0)] {
+        let (placed, _) = start(&eng, layer, &[expert]);
+        assert_eq!(placed[0].slot.index, want_slot);
+        let s = eng.wait(layer, expert, Proj::Down, T).unwrap();
+        assert_eq!(slot_bytes(s, len), slab_bytes(&r, layer, expert));
+        eng.unpin(layer, &[expert]).unwrap();
+    }
+    assert_eq!(eng.reclaim(), 6);
+    assert_eq!(eng.usable_slots(), vec![4, 4]);
+    let lc = eng.lend_counts();
+    assert_eq!(
+        (lc.lent_slots, lc.lent_bytes, lc.given_bytes),
+        (0, 0, 6 * slot)
+    );
+    // The given-back pages fault in again when read into: a full wave is exact.
+    let sel = [0, 1, 2, 5];
+    let (placed, _) = start(&eng, 0, &sel);
+    for p in &placed {
+        let s = eng.wait(0, p.expert, Proj::Down, T).unwrap();
+        assert_eq!(slot_bytes(s, len), slab_bytes(&r, 0, p.expert));
+    }
+    eng.unpin(0, &sel).unwrap();
+}
