@@ -7,7 +7,9 @@ The forward bounds attention and dense-MLP intermediates itself (chunks of
 MoE layer's per-(token, rank) expert outputs. When those would not fit the activation
 budget (free GPU memory on CUDA, free RAM on the CPU, or the caller's), the prompt is
 split into the fewest forwards that fit, with one printed line: each extra forward
-reads the layers' experts again.
+reads the layers' experts again. Before splitting, a streamed model's RAM expert cache
+lends the shortfall (``MoEModel.prompt_memory``: slots given back to the OS until the
+first decode token) when the budget is the default one taken from free memory.
 """
 
 from __future__ import annotations
@@ -108,15 +110,20 @@ def prefill(
 ) -> torch.Tensor:
     """Runs the prompt ids [T] after the cached positions, layer-major, in as few
     forwards as the activation budget allows (bytes; None: ``model.activation_budget``,
-    else a share of free memory); returns the last position's logits [V] (fp32)."""
+    else a share of free memory); returns the last position's logits [V] (fp32).
+    With the budget from free memory, a prompt that would not fit first asks the
+    expert backend to lend the shortfall from its cache (``model.prompt_memory``)."""
     tokens = ids.shape[0]
     if tokens == 0:
         raise ValueError("the prompt is empty")
     if budget is None:
         budget = model.activation_budget
+    start = model.cache.length
     if budget is None:
         budget = free_activation_memory(model.place.device)
-    start = model.cache.length
+        need = activation_bytes(model.config, tokens, start + tokens, model.place.dtype, chunk)
+        if need > budget and model.prompt_memory is not None:
+            budget += model.prompt_memory(need - budget)
     split = split_prompt(model.config, tokens, start, model.place.dtype, budget, chunk)
     if split.note is not None:
         notice(split.note)

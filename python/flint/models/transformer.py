@@ -101,6 +101,9 @@ class MoEModel:
         # Bytes a prompt's activations may take (None: a share of free memory), see
         # flint.models.prefill.
         self.activation_budget: int | None = None
+        # Set by a streamed backend: lends RAM cache memory (bytes asked -> bytes given)
+        # to a prompt whose activations would not fit beside the cache.
+        self.prompt_memory: Callable[[int], int] | None = None
         self.embed = place.load(source, "model.embed_tokens.weight")  # [V, H]
         self.norm = place.load(source, "model.norm.weight")
         head = place.load_optional(source, "lm_head.weight")

@@ -95,6 +95,7 @@ def streamed_backend(
         idle_fill=usage,
         vram=vram,
         deterministic=deterministic,
+        notice=notice,
     )
     if usage:
         experts.load_usage(usage_path(source.path), notice)

@@ -36,6 +36,7 @@ from flint.models.quant_experts import QUANT_SCHEMES
 from flint.models.quant_linear import ProjectionKernel, select_kernel
 from flint.stream.lookahead import Lookahead
 from flint.stream.plan import StreamPlan, plan_vram
+from flint.stream.prompt_mem import PromptMemory
 from flint.stream.readahead import ReadAhead
 from flint.stream.slab import slot_bytes
 from flint.stream.vram import VramCache
@@ -45,6 +46,10 @@ from flint.stream.waves import plan_waves
 
 
 IDLE_FILL_AFTER_S = 0.5  # no forward call for this long: fill empty slots
+
+
+def _stderr(line: str) -> None:
+    print(f"flint: {line}", file=sys.stderr)
 
 
 @dataclass(slots=True)
@@ -128,6 +133,7 @@ class StreamedExperts:
         idle_fill: bool = True,
         vram: VramRequest | None = None,
         deterministic: bool = False,
+        notice: Callable[[str], None] | None = None,
     ) -> None:
         self.cfg, self.layout, self.engine, self.plan = config, layout, engine, plan
         self.device, self.dtype = device, dtype
@@ -141,6 +147,12 @@ class StreamedExperts:
             config.top_k,
             depth=2 if lookahead else 0,  # no prediction at all with lookahead 0
         )
+        # prompt memory (issue 7): slots lent while a prompt runs; waves and read-ahead
+        # use the layers' usable slots meanwhile
+        self.prompt_memory = PromptMemory(
+            engine, plan.streamed_layers, self.capacity, notice or _stderr
+        )
+        self.read_ahead.capacity = self.prompt_memory.capacity
         self.counters = Counters()
         self._last_call = time.monotonic()
         self._last_tokens = 1
@@ -189,6 +201,7 @@ class StreamedExperts:
             if router is not None:
                 self.lookahead.add_layer(i, layer.post_norm, router)
             layer.observe = self.observe
+        model.prompt_memory = self.lend_for_prompt  # prompt memory (issue 7)
         if self.vram_request is not None:
             self._start_vram(self.vram_request)
 
@@ -431,9 +444,10 @@ class StreamedExperts:
         A prompt: ``plan_waves`` (residents first, the experts the end of the prompt
         used last, each selected expert placed once). Experts the VRAM cache holds are
         not in ``selected`` and are left out of every wave."""
+        cap = self.prompt_memory.capacity(layer)  # fewer while slots are lent
         if ids.shape[0] == 1:
-            return [selected[i : i + self.capacity] for i in range(0, len(selected), self.capacity)]
-        plan = plan_waves(ids, self.cfg.num_experts, self.capacity, self.engine.resident(layer))
+            return [selected[i : i + cap] for i in range(0, len(selected), cap)]
+        plan = plan_waves(ids, self.cfg.num_experts, cap, self.engine.resident(layer))
         if plan.protect:
             self.engine.protect(layer, list(plan.protect))
         c = self.counters
@@ -446,6 +460,17 @@ class StreamedExperts:
 
     # --- end prompt waves ---
 
+    # --- prompt memory (issue 7) ---
+    def lend_for_prompt(self, nbytes: int) -> int:
+        """A prompt's activations need ``nbytes`` more than is free: lends RAM cache
+        slots (empty, then coldest) for it until the first decode token; returns the
+        bytes given back. On CUDA the activations are in VRAM: nothing is lent."""
+        if self.device.type != "cpu":
+            return 0
+        return self.prompt_memory.lend(nbytes)
+
+    # --- end prompt memory ---
+
     def _new_forward(self, tokens: int) -> None:
         """The previous forward pass is over: age the cache by its token count (a prompt
         batch of T tokens ages like T decode steps); evict LRU during prompt batches."""
@@ -453,6 +478,8 @@ class StreamedExperts:
             self.engine.forward_done(self._last_tokens)
             if self.vram is not None and self.vram.token_done(self._last_tokens):
                 self._swap_round(self.vram)
+        if tokens == 1:  # the first decode token takes lent slots back
+            self.prompt_memory.reclaim()
         self.engine.set_prompt_mode(tokens > 1)
         self._last_tokens = tokens
         self.counters.tokens += 1

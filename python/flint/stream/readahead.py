@@ -13,7 +13,7 @@ target layer does not select are cancelled when it starts (``begin_layer``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 # E = experts per layer
@@ -34,6 +34,8 @@ class ReadAhead:
     ) -> None:
         self.streamed, self.slots, self.depth = list(streamed), slots, depth
         self.n_experts, self.top_k = n_experts, top_k
+        # usable slots of a layer (fewer while slots are lent to a prompt's memory)
+        self.capacity: Callable[[int], int] = lambda layer: slots
         self.issued = 0  # predictions sent, for the statistics
 
     def long_enough(self, tokens: int) -> bool:
@@ -50,7 +52,7 @@ class ReadAhead:
         out: list[tuple[int, int, int, int]] = []
         for d, target in enumerate(self.streamed[i + 1 : i + 1 + self.depth], start=1):
             held = engine.resident(target)
-            free = self.slots - len(held)
+            free = self.capacity(target) - len(held)
             if held:
                 engine.protect(target, held)
             if free <= 0:
