@@ -1,8 +1,9 @@
 //! Property tests: random call sequences against a shadow model of pins and
 //! protection. After every call: capacity is never exceeded, slots are conserved
-//! (every slot free or holding one expert that maps back to it), a pinned expert is
-//! never evicted, a protected one only by a demand when every other candidate is
-//! protected too; and the same calls always give the same decisions.
+//! (every slot free, lent, or holding one expert that maps back to it), a pinned
+//! expert is never evicted (nor lent), a protected one only by a demand when every
+//! other candidate is protected too, lending never leaves a layer below its floor and
+//! nothing is placed in a lent slot; and the same calls always give the same decisions.
 
 use std::collections::{HashMap, HashSet};
 
@@ -24,6 +25,8 @@ enum Op {
     Tick,
     PromptBatch(u64),
     SetMode(Mode),
+    Lend(usize, usize),
+    Reclaim,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -44,6 +47,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::Tick),
         1 => (0u64..200).prop_map(Op::PromptBatch),
         1 => prop_oneof![Just(Mode::Prompt), Just(Mode::Decode)].prop_map(Op::SetMode),
+        1 => (0usize..6, 0usize..3).prop_map(|(n, keep)| Op::Lend(n, keep)),
+        1 => Just(Op::Reclaim),
     ]
 }
 
@@ -157,6 +162,28 @@ fn step(c: &mut ExpertCache<AnyPolicy>, s: &mut Shadow, op: &Op) -> Result<Strin
             c.set_mode(m);
             String::new()
         }
+        Op::Lend(n, keep) => {
+            let before: Vec<usize> = (0..LAYERS)
+                .map(|l| c.usable_slots(l))
+                .collect::<Result<_, _>>()
+                .map_err(fail)?;
+            let lent = c.lend(n, keep);
+            prop_assert!(lent.len() <= n);
+            for x in &lent {
+                if let Some(e) = x.evicted {
+                    prop_assert_eq!(s.pins.get(&(x.layer, e)).copied().unwrap_or(0), 0);
+                    s.protected.remove(&(x.layer, e));
+                }
+            }
+            for (l, &was) in before.iter().enumerate() {
+                let now = c.usable_slots(l).map_err(fail)?;
+                let taken = lent.iter().filter(|x| x.layer == l).count();
+                prop_assert_eq!(now + taken, was);
+                prop_assert!(taken == 0 || now >= keep.max(1), "below the floor");
+            }
+            format!("{lent:?}")
+        }
+        Op::Reclaim => format!("{:?}", c.reclaim()),
     };
     check_slots(c)?;
     Ok(out)
@@ -170,11 +197,13 @@ fn fail(e: CacheError) -> TestCaseError {
 fn check_slots(c: &ExpertCache<AnyPolicy>) -> Result<(), TestCaseError> {
     for l in 0..LAYERS {
         let resident = c.resident(l).map_err(fail)?;
-        prop_assert!(resident.len() <= c.capacity());
+        let usable = c.usable_slots(l).map_err(fail)?;
+        prop_assert!(resident.len() <= usable, "an expert in a lent slot");
         prop_assert_eq!(
-            resident.len() + c.free_slots(l).map_err(fail)?,
+            resident.len() + c.free_slots(l).map_err(fail)? + c.lent_slots(l).map_err(fail)?,
             c.capacity()
         );
+        prop_assert!(usable >= 1);
         let slots: HashSet<u32> = resident.iter().map(|&(s, _)| s).collect();
         let experts: HashSet<u32> = resident.iter().map(|&(_, e)| e).collect();
         prop_assert_eq!(
