@@ -45,7 +45,7 @@ class Engine:
     lookahead_width: float = 1.0  # experts predicted per layer, x top-k (benches/ only)
     vram_budget: float | None = None  # CUDA: GiB for the VRAM expert cache (0: none)
     deterministic: bool = False  # CUDA: every expert on the GPU
-    lookahead_from: str = "input"  # predict from each layer's MoE input or output
+    lookahead_from: str = "output"  # predict from each layer's MoE input or output
 
     def validate(self) -> None:
         if self.ram_budget is not None and not self.ram_budget >= 0:

@@ -126,7 +126,7 @@ def register(app: typer.Typer) -> None:
                 " or its output (after the MoE add; closer to the next layers).",
                 rich_help_panel=ENGINE,
             ),
-        ] = "input",
+        ] = "output",
         io_workers: Annotated[
             int | None,
             typer.Option(

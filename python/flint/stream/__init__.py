@@ -43,7 +43,7 @@ def streamed_backend(
     vram_device: torch.device | None = None,
     vram_free_bytes: Callable[[], int] | None = None,
     backend: type[StreamedExperts] = StreamedExperts,
-    lookahead_from: str = "input",
+    lookahead_from: str = "output",
 ) -> StreamedExperts:
     """A ``StreamedExperts`` for ``source`` with a RAM cache planned from
     ``ram_budget_gib`` (or free memory); plan notes go to ``notice``, one line each.
