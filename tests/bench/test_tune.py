@@ -137,6 +137,7 @@ def test_bench_uses_the_profile(tiny: Path) -> None:
     assert "tuned profile" in r.stderr
     assert json.loads(r.stdout)["engine"] == {
         "lookahead": 3,
+        "lookahead_from": "output",
         "io_workers": 5,
         "chunking": True,
         "policy": "decay",

@@ -123,7 +123,7 @@ def test_budgets_are_shown_in_the_plan_line(chat: Chat, chat_model: Path, tmp_pa
     convert(str(chat_model), ftw, ConvertOptions())
     result = chat([str(ftw), "--ram-budget", "8G", "--vram-budget", "512M"], "")
     assert result.exit_code == 0, result.output
-    line = "budgets RAM 8 GiB (streaming experts), VRAM 512 MiB (VRAM cache not in this build)"
+    line = "budgets RAM 8 GiB (streaming experts), VRAM 512 MiB"
     assert line in flat(result.output)
     result = chat([str(chat_model), "--ram-budget", "1G"], "")
     assert result.exit_code == 2 and "streaming needs a .ftw model file" in flat(result.output)

@@ -214,3 +214,69 @@ def test_prompt_batches_age_the_cache_by_their_token_count(tiny_ftw: dict[str, P
     prompt, decode = ("set_prompt_mode", True), ("set_prompt_mode", False)
     assert calls[:3] == [prompt, ("forward_done", 5), decode], calls
     assert calls[3:] == [("forward_done", 1), decode], calls
+
+
+@pytest.mark.parametrize("family", ["qwen3_moe", "olmoe"])
+def test_lookahead_from_the_layer_output_stays_exact(
+    family: str, tiny_ftw: dict[str, Path]
+) -> None:
+    """Predicting from each layer's output (after the MoE add) instead of its MoE input
+    changes only what is read early, never the output."""
+    from flint.models import parse_config
+    from flint.models.ftw_source import FtwSource
+    from flint.stream import streamed_backend
+
+    path = tiny_ftw[family]
+    source = FtwSource(path)
+    backend = streamed_backend(
+        source,
+        parse_config(source.config),
+        torch.device("cpu"),
+        torch.float32,
+        _slab_gib(path, 2),
+        usage=False,
+        lookahead_from="output",
+    )
+    with (
+        flint.LLM(path, device="cpu", context_length=64) as resident,
+        flint.LLM(source, device="cpu", context_length=64, expert_backend=backend) as streamed,
+    ):
+        kw = {"max_tokens": 12, "ignore_eos": True}
+        assert (
+            streamed.generate([5, 17, 250], **kw).token_ids
+            == resident.generate([5, 17, 250], **kw).token_ids
+        )
+        s = streamed.stats()
+    assert s is not None and s["predictions"] > 0 and s["recall_d1"] is not None
+    with pytest.raises(ValueError, match="lookahead_from"):
+        streamed_backend(
+            FtwSource(path), parse_config(source.config), torch.device("cpu"), torch.float32,
+            usage=False, lookahead_from="middle",
+        )  # fmt: skip
+
+
+def test_the_first_streamed_layer_is_predicted_from_the_dense_layer_before_it(
+    tiny_ftw: dict[str, Path],
+) -> None:
+    """A model whose first layers are dense: their residual predicts the first streamed
+    layer's experts, so its reads start before it does."""
+    with flint.LLM(tiny_ftw["qwen3_moe"], device="cpu", context_length=64, stream=True) as llm:
+        sparse = llm.model.config.sparse_layers
+        first = sparse.index(True)
+        assert first > 0, "the tiny qwen3_moe model starts with a dense layer"
+        backend = llm.expert_backend
+        sent: list[tuple[int, int, int, int]] = []
+        engine = backend.engine  # type: ignore[attr-defined]
+
+        class Spy:
+            def __getattr__(self, name: str) -> object:
+                return getattr(engine, name)
+
+            def predict(self, p: list[tuple[int, int, int, int]]) -> None:
+                sent.extend(p)
+                engine.predict(p)
+
+        backend.engine = Spy()  # type: ignore[attr-defined]
+        llm.generate([5, 17, 250], max_tokens=3, ignore_eos=True)
+        backend.engine = engine  # type: ignore[attr-defined]
+    assert any(layer == first and d == 1 for layer, _, d, _ in sent), sent[:8]

@@ -45,6 +45,7 @@ class Engine:
     lookahead_width: float = 1.0  # experts predicted per layer, x top-k (benches/ only)
     vram_budget: float | None = None  # CUDA: GiB for the VRAM expert cache (0: none)
     deterministic: bool = False  # CUDA: every expert on the GPU
+    lookahead_from: str = "output"  # predict from each layer's MoE input or output
 
     def validate(self) -> None:
         if self.ram_budget is not None and not self.ram_budget >= 0:
@@ -55,6 +56,10 @@ class Engine:
             raise ValueError(f"--lookahead must be 0..3, got {self.lookahead}")
         if not 1 <= self.io_workers <= 256:
             raise ValueError(f"--io-workers must be 1..256, got {self.io_workers}")
+        if self.lookahead_from not in ("input", "output"):
+            raise ValueError(
+                f"--lookahead-from must be input or output, not {self.lookahead_from!r}"
+            )
         if self.policy not in POLICIES:
             raise ValueError(f"--policy must be one of {', '.join(POLICIES)}, not {self.policy!r}")
 
@@ -141,6 +146,7 @@ def load(mode: str, setup: Setup, notice: Callable[[str], None]) -> LLM:
         notice=notice,
         vram_budget_gib=e.vram_budget,
         deterministic=e.deterministic,
+        lookahead_from=e.lookahead_from,
         backend=NoWaitExperts if mode == "nowait" else StreamedExperts,
     )
     if isinstance(backend, NoWaitExperts):

@@ -120,6 +120,7 @@ def _meta(setup: Setup, out: Outcome) -> dict[str, Any]:
         "io_mode": info.get("io_mode"),
         "engine": {
             "lookahead": e.lookahead,
+            "lookahead_from": e.lookahead_from,
             "io_workers": e.io_workers,
             "chunking": e.chunking,
             "policy": e.policy,
@@ -165,7 +166,8 @@ def _header(doc: dict[str, Any]) -> str:
                 + (", deterministic (all experts on the GPU)" if doc["deterministic"] else "")
             )
         parts.append(
-            f"full: lookahead {e['lookahead']}, {e['policy']}, chunking "
+            f"full: lookahead {e['lookahead']} from the MoE {e['lookahead_from']}, "
+            f"{e['policy']}, chunking "
             f"{'on' if e['chunking'] else 'off'}, {e['io_workers']} I/O workers"
         )
     run = "warm" if doc["warm"] else "cold"

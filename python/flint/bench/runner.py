@@ -70,7 +70,7 @@ def _counters(llm: LLM) -> dict[str, Any] | None:
         return None
     s: dict[str, Any] = dict(backend.engine.stats())
     q = backend.lookahead.quality
-    s["stall_s"] = backend.counters.stall_s
+    s["stall_s"] = s["wait_us"] / 1e6  # blocked waits, timed in the engine (every path)
     s["forward_calls"] = backend.counters.tokens
     full = backend.stats()
     for key in ("vram_hits", "gpu_experts", "cpu_experts", "pcie_bytes"):

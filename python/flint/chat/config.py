@@ -24,8 +24,8 @@ class ChatConfig:
     device: str | None = None  # None: CUDA when present, else CPU
     chat_template: str | None = None  # template text that replaces the model's own
     hide_thinking: bool = False
-    ram_budget: int | None = None  # bytes; shown, applied by the streaming runtime
-    vram_budget: int | None = None
+    ram_budget: int | None = None  # bytes: stream experts through a RAM cache this big
+    vram_budget: int | None = None  # bytes: VRAM expert cache when streaming on CUDA
     history_file: Path | None = None  # None: no input history
 
 

@@ -48,6 +48,7 @@ def load(config: ChatConfig, console: Console) -> tuple[LLM, float]:
             ram_budget=ram,
             lookahead=lookahead,
             io_workers=io_workers,
+            vram_budget=None if config.vram_budget is None else config.vram_budget / 2**30,
         )
     if config.chat_template is not None:
         llm.tokenizer.chat_template = config.chat_template
@@ -60,7 +61,7 @@ def _budgets(config: ChatConfig) -> str:
     ram = format_size(config.ram_budget) if config.ram_budget else "none"
     vram = format_size(config.vram_budget) if config.vram_budget else "none"
     streaming = " (streaming experts)" if config.ram_budget else ""
-    return f" · budgets RAM {ram}{streaming}, VRAM {vram} (VRAM cache not in this build)"
+    return f" · budgets RAM {ram}{streaming}, VRAM {vram}"
 
 
 def plan_line(llm: LLM, config: ChatConfig, seconds: float) -> str:

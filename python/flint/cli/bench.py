@@ -119,6 +119,14 @@ def register(app: typer.Typer) -> None:
                 rich_help_panel=ENGINE,
             ),
         ] = None,
+        lookahead_from: Annotated[
+            str,
+            typer.Option(
+                help="Predict from each layer's MoE input (residual after attention; earlier)"
+                " or its output (after the MoE add; closer to the next layers).",
+                rich_help_panel=ENGINE,
+            ),
+        ] = "output",
         io_workers: Annotated[
             int | None,
             typer.Option(
@@ -203,6 +211,7 @@ def register(app: typer.Typer) -> None:
                 policy,
                 vram_budget=vram_budget,
                 deterministic=deterministic,
+                lookahead_from=lookahead_from,
             )
             engine.validate()
             setup = Setup(

@@ -117,4 +117,4 @@ def register(app: typer.Typer, console: Console) -> None:
                 text += chunk.text
                 stats = llm.stats() or {}
                 live.update(_table(stats, n, time.perf_counter() - t0, ram_budget))
-        console.print(f"text (noise): {text!r}")
+        console.print(f"\ntext (noise): {text!r}")

@@ -90,6 +90,14 @@ def serve_command(
             min=0,
         ),
     ] = None,
+    vram_budget: Annotated[
+        float | None,
+        typer.Option(
+            help="GiB of GPU memory for the VRAM expert cache when streaming on CUDA "
+            "(default: what is free after loading; 0: none).",
+            min=0,
+        ),
+    ] = None,
     queue: Annotated[int, typer.Option(help="Requests that may wait; more get 429.", min=1)] = 8,
     max_body_mb: Annotated[float, typer.Option(help="Request body cap in MiB.")] = 4.0,
     tool_parser: Annotated[
@@ -117,6 +125,7 @@ def serve_command(
     )
     options: dict[str, Any] = {"device": device, "dtype": dtype, "context_length": ctx_size}
     options |= {"ram_budget": ram_budget, "lookahead": lookahead, "io_workers": io_workers}
+    options |= {"vram_budget": vram_budget}
     loader = _Loader(model, template, options)
     console.print(f"flint serve: http://{host}:{port}/v1 (model '{name}'), loading {model}")
     loader.start(app.state.flint, server)

@@ -47,6 +47,9 @@ class DecoderLayer:
         # Called with the MoE input (residual after attention) when set: the streaming
         # backend's router lookahead.
         self.observe: Callable[[int, torch.Tensor], None] | None = None
+        # Called with the layer's output (residual after the MLP) when set: lookahead
+        # from the output instead (later, but closer to the next layers' inputs).
+        self.observe_output: Callable[[int, torch.Tensor], None] | None = None
         self.input_norm = place.load(source, p + "input_layernorm.weight")
         self.post_norm = place.load(source, p + "post_attention_layernorm.weight")
         self.attn = Attention(config, layer, source, place)
@@ -80,8 +83,12 @@ class DecoderLayer:
             self.observe(self.index, h)
         normed = rms_norm(h, self.post_norm, self.eps)  # [T, H]
         if isinstance(self.mlp, MoEBlock):
-            return h + self.mlp(normed, chunk)
-        return h + by_rows(self.mlp, normed, chunk)
+            out = h + self.mlp(normed, chunk)
+        else:
+            out = h + by_rows(self.mlp, normed, chunk)
+        if self.observe_output is not None:
+            self.observe_output(self.index, out)
+        return out
 
 
 class MoEModel:

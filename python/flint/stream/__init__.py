@@ -43,6 +43,7 @@ def streamed_backend(
     vram_device: torch.device | None = None,
     vram_free_bytes: Callable[[], int] | None = None,
     backend: type[StreamedExperts] = StreamedExperts,
+    lookahead_from: str = "output",
 ) -> StreamedExperts:
     """A ``StreamedExperts`` for ``source`` with a RAM cache planned from
     ``ram_budget_gib`` (or free memory); plan notes go to ``notice``, one line each.
@@ -54,6 +55,7 @@ def streamed_backend(
     GPU (none on the CPU), so placement cannot change a bit of the output.
     ``vram_device``/``vram_free_bytes`` put the "VRAM" cache on another device with a
     simulated free size (tests of its logic on a CPU-only machine).
+    ``lookahead_from``: predict from each layer's MoE "input" or its "output".
     ``backend``: the class built over the engine (``flint.bench`` passes its ``nowait``
     yardstick)."""
     layout = source.expert_layout
@@ -95,6 +97,7 @@ def streamed_backend(
         idle_fill=usage,
         vram=vram,
         deterministic=deterministic,
+        lookahead_from=lookahead_from,
         notice=notice,
     )
     if usage:

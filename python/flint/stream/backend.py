@@ -45,6 +45,10 @@ from flint.stream.waves import plan_waves
 # T = tokens, H = hidden, K = top-k, E = experts per layer, N = rows routed to one expert
 
 
+# Lookahead predicts layers L+1..L+d from layer L's MoE input (the residual after
+# attention: early, more time for the read) or from its output (after the MoE add:
+# later, closer to what those layers see). Measured end to end: docs/benchmarks.md.
+LOOKAHEAD_FROM = ("input", "output")
 IDLE_FILL_AFTER_S = 0.5  # no forward call for this long: fill empty slots
 
 
@@ -55,7 +59,6 @@ def _stderr(line: str) -> None:
 @dataclass(slots=True)
 class Counters:
     tokens: int = 0
-    stall_s: float = 0.0
     gpu_experts: int = 0  # expert computations on the model's device (CUDA)
     host_experts: int = 0  # expert computations on the CPU while the model is on CUDA
     copy_bytes: int = 0  # slab bytes copied to the device for a single use
@@ -130,6 +133,7 @@ class StreamedExperts:
         lookahead: int = 2,
         lookahead_width: float = 1.0,
         expert_kernels: str = "auto",
+        lookahead_from: str = "output",
         idle_fill: bool = True,
         vram: VramRequest | None = None,
         deterministic: bool = False,
@@ -140,6 +144,11 @@ class StreamedExperts:
         self.capacity = plan.slots_per_layer
         self.first_layer = plan.streamed_layers[0]
         self.lookahead = Lookahead(lookahead, config.top_k, config.rms_norm_eps, lookahead_width)
+        if lookahead_from not in LOOKAHEAD_FROM:
+            raise ValueError(
+                f"lookahead_from must be one of {LOOKAHEAD_FROM}, not {lookahead_from!r}"
+            )
+        self.lookahead_from = lookahead_from
         self.read_ahead = ReadAhead(
             plan.streamed_layers,
             self.capacity,
@@ -201,6 +210,8 @@ class StreamedExperts:
             if router is not None:
                 self.lookahead.add_layer(i, layer.post_norm, router)
             layer.observe = self.observe
+            if self.lookahead_from == "output":
+                layer.observe_output = self.observe_output
         model.prompt_memory = self.lend_for_prompt  # prompt memory (issue 7)
         if self.vram_request is not None:
             self._start_vram(self.vram_request)
@@ -228,15 +239,26 @@ class StreamedExperts:
             self.vram.seed(self.engine.usage, req.read_slab)
 
     def observe(self, layer: int, h: torch.Tensor) -> None:
-        """Layer ``layer``'s MoE input (residual after attention, [T, H]) is known."""
-        if self.lookahead.depth and h.shape[0] == 1:
-            predictions = self.lookahead.predict(layer, h)
-            if self.vram is not None:  # what VRAM holds needs no read
-                held = self.vram.where
-                predictions = [p for p in predictions if p[1] not in held.get(p[0], ())]
-            self.engine.predict(predictions)
-        elif h.shape[0] > 1:
+        """Layer ``layer``'s MoE input (residual after attention, [T, H]) is known: a
+        decode step predicts from it (``lookahead_from="input"``), a prompt reads ahead."""
+        if h.shape[0] > 1:
             self.read_ahead(self.engine, layer, h.shape[0])
+        elif self.lookahead_from == "input":
+            self._predict(layer, h)
+
+    def observe_output(self, layer: int, h: torch.Tensor) -> None:
+        """Layer ``layer``'s output is known (``lookahead_from="output"``)."""
+        if h.shape[0] == 1:
+            self._predict(layer, h)
+
+    def _predict(self, layer: int, h: torch.Tensor) -> None:
+        if not self.lookahead.depth:
+            return
+        predictions = self.lookahead.predict(layer, h)
+        if self.vram is not None:  # what VRAM holds needs no read
+            held = self.vram.where
+            predictions = [p for p in predictions if p[1] not in held.get(p[0], ())]
+        self.engine.predict(predictions)
 
     def _linear(self, t: Target, xs: torch.Tensor, slab: torch.Tensor, p: int) -> torch.Tensor:
         """xs @ projection p^T on ``t``: float weights, or the quantized kernel on packed
@@ -249,9 +271,7 @@ class StreamedExperts:
         return t.kernel(xs, t.kernel.pack(lay.raw(slab, p), *lay.shapes[p]))
 
     def _wait(self, layer: int, expert: int, proj: int) -> None:
-        t0 = time.perf_counter()
-        self.engine.wait(layer, expert, proj)
-        self.counters.stall_s += time.perf_counter() - t0
+        self.engine.wait(layer, expert, proj)  # a blocked wait counts in "wait_us"
 
     def _expert(
         self,
@@ -505,7 +525,9 @@ class StreamedExperts:
         placed = s["hits"] + s["in_flight_at_start"] + s["demand_placements"]
         s.update(
             forward_calls=c.tokens,
-            stall_s=c.stall_s,
+            # blocked waits for bytes, timed in the engine: the torch path's waits and
+            # the ones the fused kernels make inside their call alike
+            stall_s=s["wait_us"] / 1e6,
             prompt_layers=c.prompt_layers,
             prompt_distinct=c.prompt_distinct,
             prompt_waves=c.prompt_waves,
