@@ -94,3 +94,17 @@ pub(crate) unsafe fn dot_avx2(p: &crate::format::Proj<'_>, r: usize, x: &[f32]) 
     // SAFETY: the features are enabled here (caller's guarantee).
     unsafe { crate::simd::dot::<Avx2>(p, r, x) }
 }
+
+/// [`crate::simd::dots`] on Avx2.
+///
+/// # Safety
+/// The CPU must have the features enabled here.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dots_avx2(
+    p: &crate::format::Proj<'_>,
+    r: usize,
+    xs: [&[f32]; crate::simd::TOKENS],
+) -> [f32; crate::simd::TOKENS] {
+    // SAFETY: the features are enabled here (caller's guarantee).
+    unsafe { crate::simd::dots::<Avx2>(p, r, xs) }
+}

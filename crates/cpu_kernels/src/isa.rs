@@ -110,4 +110,28 @@ impl Dot {
             Isa::Avx2 | Isa::Avx512 => crate::scalar::dot(p, r, x),
         }
     }
+
+    /// [`Self::dot`] of row `r` with each of `xs` (each result bit-identical to it),
+    /// reading and widening the row's weights once for all of them.
+    #[inline]
+    pub fn dots(
+        self,
+        p: &Proj<'_>,
+        r: usize,
+        xs: [&[f32]; crate::simd::TOKENS],
+    ) -> [f32; crate::simd::TOKENS] {
+        match self.isa {
+            Isa::Scalar => xs.map(|x| crate::scalar::dot(p, r, x)),
+            // SAFETY: plain Rust; the trait contract holds for any CPU.
+            Isa::Portable => unsafe { crate::simd::dots::<crate::portable::Portable>(p, r, xs) },
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: `Dot::new` checked avx2, fma and f16c.
+            Isa::Avx2 => unsafe { crate::avx2::dots_avx2(p, r, xs) },
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: `Dot::new` checked avx512f (and the AVX2 set).
+            Isa::Avx512 => unsafe { crate::avx512::dots_avx512(p, r, xs) },
+            #[cfg(not(target_arch = "x86_64"))]
+            Isa::Avx2 | Isa::Avx512 => xs.map(|x| crate::scalar::dot(p, r, x)),
+        }
+    }
 }

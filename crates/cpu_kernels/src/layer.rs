@@ -10,9 +10,10 @@
 use rayon::prelude::*;
 
 use crate::error::{KernelError, Result};
-use crate::format::{ExpertFormat, Proj};
+use crate::format::{ExpertFormat, Proj, WeightKind};
 use crate::isa::{Dot, Isa};
 use crate::scalar::silu;
+use crate::simd::TOKENS;
 
 /// Multiply-adds a task should at least do, so that scheduling a task (~1-2 us with
 /// rayon on the CPU box) stays small against it: 32 Ki is one 64 x 256 bf16 gate+up
@@ -169,9 +170,15 @@ impl Kernels {
                 .ok_or(KernelError::MissingExpert { expert: 0 })?;
             wait(ready, job.expert, 1)?;
             let mut out = Vec::with_capacity((t.rows.1 - t.rows.0) * job.positions.len());
+            let xs: Vec<&[f32]> = job.positions.iter().map(|&p| row_of(x, p / k, h)).collect();
             for r in t.rows.0..t.rows.1 {
-                for &p in &job.positions {
-                    let xt = row_of(x, p / k, h);
+                let (quads, rest) = by_fours(&xs, job.w.gate.kind);
+                for &four in quads {
+                    let g = self.dot.dots(&job.w.gate, r, four);
+                    let u = self.dot.dots(&job.w.up, r, four);
+                    out.extend(g.iter().zip(u).map(|(&g, u)| silu(g) * u));
+                }
+                for &xt in rest {
                     let g = self.dot.dot(&job.w.gate, r, xt);
                     let u = self.dot.dot(&job.w.up, r, xt);
                     out.push(silu(g) * u);
@@ -204,9 +211,14 @@ impl Kernels {
             let hj = hidden.get(t.job).map(Vec::as_slice).unwrap_or_default();
             wait(ready, job.expert, 2)?;
             let mut out = Vec::with_capacity((t.rows.1 - t.rows.0) * job.positions.len());
+            let hs: Vec<&[f32]> = (0..job.positions.len()).map(|m| row_of(hj, m, i)).collect();
             for r in t.rows.0..t.rows.1 {
-                for m in 0..job.positions.len() {
-                    out.push(self.dot.dot(&job.w.down, r, row_of(hj, m, i)));
+                let (quads, rest) = by_fours(&hs, job.w.down.kind);
+                for &four in quads {
+                    out.extend(self.dot.dots(&job.w.down, r, four));
+                }
+                for &ht in rest {
+                    out.push(self.dot.dot(&job.w.down, r, ht));
                 }
             }
             Ok(out)
@@ -251,6 +263,19 @@ impl Kernels {
         self.expert_outputs(format, routing, experts, &AllReady, &mut y)?;
         weighted_sum(&y, weights, routing.top_k, format.hidden(), out)
     }
+}
+
+/// Activation rows in fours for [`Dot::dots`] (one read of each weight row per four
+/// tokens) and the rest one by one. int4 rows go one by one: their four-token loop
+/// measured slower than one token at a time (docs/cpu-kernels.md).
+fn by_fours<'a, 'x>(
+    rows: &'a [&'x [f32]],
+    kind: WeightKind,
+) -> (&'a [[&'x [f32]; TOKENS]], &'a [&'x [f32]]) {
+    if matches!(kind, WeightKind::Int4 { .. }) {
+        return (&[], rows);
+    }
+    rows.as_chunks::<TOKENS>()
 }
 
 fn wait<R: Ready>(ready: &R, expert: u32, proj: usize) -> Result<()> {

@@ -140,3 +140,110 @@ unsafe fn lanes<S: Simd>(main: usize, load: impl Fn(usize) -> S::V, xp: *const f
 fn tail(main: usize, cols: usize, w: impl Fn(usize) -> f32, x: &[f32]) -> f32 {
     (main..cols).fold(0.0, |acc, c| acc + w(c) * x.get(c).copied().unwrap_or(0.0))
 }
+
+/// Tokens one [`dots`] call serves: each weight vector is loaded and widened once and
+/// multiplied with this many activation rows.
+pub(crate) const TOKENS: usize = 4;
+
+/// Row `r` of `p` dotted with each of `xs`: every result is bit-identical to
+/// [`dot`]`(p, r, xs[t])` (the same accumulators, the same order of operations per
+/// token); the weights are only read and widened once for all of them.
+///
+/// # Safety
+/// `S`'s instructions must be available on this CPU.
+#[inline(always)]
+pub(crate) unsafe fn dots<S: Simd>(p: &Proj<'_>, r: usize, xs: [&[f32]; TOKENS]) -> [f32; TOKENS] {
+    let w = p.row(r);
+    let cols = p.cols;
+    if w.len() < row_needs(p.kind, cols) || xs.iter().any(|x| x.len() != cols) {
+        // SAFETY: the caller's guarantee, passed on.
+        return xs.map(|x| unsafe { dot::<S>(p, r, x) });
+    }
+    let s = p.row_scales(r);
+    let wp = w.as_ptr();
+    let xp = xs.map(<[f32]>::as_ptr);
+    let main = cols - cols % S::W;
+    // SAFETY: as in `dot`: a whole row of `cols` elements and `cols` values per token
+    // (checked above), reads of elements `< main <= cols` only, `S` available.
+    unsafe {
+        match p.kind {
+            WeightKind::F32 => {
+                let wf = wp.cast::<f32>();
+                let v = lanes_n::<S>(main, |c| S::load_f32(wf.add(c)), xp);
+                finish(v, xs, |x| {
+                    tail(main, cols, |c| crate::format::le_f32(w, c), x)
+                })
+            }
+            WeightKind::Bf16 => {
+                let v = lanes_n::<S>(main, |c| S::load_bf16(wp.add(2 * c)), xp);
+                finish(v, xs, |x| {
+                    tail(main, cols, |c| bf16_to_f32(le_u16(w, c)), x)
+                })
+            }
+            WeightKind::F16 => {
+                let v = lanes_n::<S>(main, |c| S::load_f16(wp.add(2 * c)), xp);
+                finish(v, xs, |x| {
+                    tail(main, cols, |c| crate::format::f16_to_f32(le_u16(w, c)), x)
+                })
+            }
+            WeightKind::Int8 => {
+                let v = lanes_n::<S>(main, |c| S::load_i8(wp.add(c)), xp);
+                let scale = crate::format::le_f32(s, 0);
+                let q = |c: usize| f32::from(i8::from_le_bytes([w.get(c).copied().unwrap_or(0)]));
+                finish(v, xs, |x| tail(main, cols, q, x)).map(|d| d * scale)
+            }
+            // One token at a time: the four-token loop measured 2x slower here (743 vs
+            // 1416 prompt tok/s on tiny-code-moe int4, AVX-512, 1 thread), its eight
+            // accumulators and per-group scales not kept in registers.
+            WeightKind::Int4 { .. } => xs.map(|x| dot::<S>(p, r, x)),
+        }
+    }
+}
+
+/// `lanes` for [`TOKENS`] activation rows at once, each with its own two accumulators
+/// in the same order as `lanes`.
+#[inline(always)]
+unsafe fn lanes_n<S: Simd>(
+    main: usize,
+    load: impl Fn(usize) -> S::V,
+    xp: [*const f32; TOKENS],
+) -> [f32; TOKENS] {
+    // SAFETY: as `lanes`, for every token's pointer.
+    unsafe {
+        let (mut a0, mut a1) = ([S::zero(); TOKENS], [S::zero(); TOKENS]);
+        let mut c = 0;
+        while c + 2 * S::W <= main {
+            let (w0, w1) = (load(c), load(c + S::W));
+            for ((b0, b1), x) in a0.iter_mut().zip(a1.iter_mut()).zip(xp) {
+                *b0 = S::fmadd(w0, S::load_f32(x.add(c)), *b0);
+                *b1 = S::fmadd(w1, S::load_f32(x.add(c + S::W)), *b1);
+            }
+            c += 2 * S::W;
+        }
+        if c < main {
+            let w0 = load(c);
+            for (b0, x) in a0.iter_mut().zip(xp) {
+                *b0 = S::fmadd(w0, S::load_f32(x.add(c)), *b0);
+            }
+        }
+        let mut out = [0.0; TOKENS];
+        for ((o, b0), b1) in out.iter_mut().zip(a0).zip(a1) {
+            *o = S::hsum(S::add(b0, b1));
+        }
+        out
+    }
+}
+
+/// The vector part of each token plus its scalar tail, as `dot` adds them.
+#[inline(always)]
+fn finish(
+    v: [f32; TOKENS],
+    xs: [&[f32]; TOKENS],
+    tail_of: impl Fn(&[f32]) -> f32,
+) -> [f32; TOKENS] {
+    let mut out = v;
+    for (o, x) in out.iter_mut().zip(xs) {
+        *o += tail_of(x);
+    }
+    out
+}

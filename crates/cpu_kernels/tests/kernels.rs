@@ -216,6 +216,39 @@ fn row_dots_match_the_reference() {
     }
 }
 
+#[test]
+fn four_token_dots_equal_one_token_dots_bit_for_bit() {
+    // The layer call serves tokens four at a time from one read of each weight row;
+    // a token's result must not depend on the batch it came in.
+    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    for kind in KINDS {
+        for (inter, hidden) in shapes(kind) {
+            let format =
+                ExpertFormat::new(kind, [(inter, hidden), (inter, hidden), (hidden, inter)])
+                    .unwrap();
+            let (bytes, _) = projection(&mut rng, kind, inter, hidden);
+            let proj = format.view(0, &bytes).unwrap();
+            let xs: Vec<Vec<f32>> = (0..4)
+                .map(|_| (0..hidden).map(|_| rng.f()).collect())
+                .collect();
+            for isa in available() {
+                let dot = cpu_kernels::Dot::new(isa).unwrap();
+                for r in 0..inter {
+                    let four = dot.dots(&proj, r, [&xs[0], &xs[1], &xs[2], &xs[3]]);
+                    for (t, got) in four.iter().enumerate() {
+                        let want = dot.dot(&proj, r, &xs[t]);
+                        assert_eq!(
+                            got.to_bits(),
+                            want.to_bits(),
+                            "{isa:?} {kind:?} {inter}x{hidden} row {r} token {t}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
 struct Layer {
     format: ExpertFormat,
     slabs: Vec<[Vec<u8>; 3]>,
