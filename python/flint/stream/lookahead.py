@@ -1,6 +1,8 @@
-"""Router lookahead: the routers of layers L+1..L+d applied to layer L's MoE input (the
-residual after attention), each through its own post-attention norm, predict which
-experts those layers will select; the I/O engine reads them early.
+"""Router lookahead: the routers of layers L+1..L+d applied to layer L's output (or its
+MoE input, the residual after attention), each through its own post-attention norm,
+predict which experts those layers will select; the I/O engine reads them early. All
+targets of a layer are one fused op: one RMS normalisation, one matmul with their
+stacked routers (norm weights folded in), one top-k, one copy to the CPU.
 
 Measured on tiny-code-moe (README of the model): recall 74.5 / 63.1 / 54.7 % at
 distance 1 / 2 / 3 from the MoE input."""
@@ -11,8 +13,6 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
-
-from flint.models.norm import rms_norm
 
 # H = hidden, E = experts, K = top-k
 
@@ -53,24 +53,48 @@ class Lookahead:
         self.routers: dict[int, torch.Tensor] = {}  # layer -> router [E, H]
         self.pending: dict[tuple[int, int], set[int]] = {}  # (layer, distance) -> experts
         self.quality = Recall()
+        # layer -> (targets [(layer, distance)], the targets' routers with their norm
+        # weights folded in, stacked [n*E, H]): one matmul per prediction
+        self._fused: dict[int, tuple[list[tuple[int, int]], torch.Tensor]] = {}
 
     def add_layer(self, layer: int, norm: torch.Tensor, router: torch.Tensor) -> None:
         self.norms[layer], self.routers[layer] = norm, router
+        self._fused.clear()
+
+    def _stack(self, layer: int) -> tuple[list[tuple[int, int]], torch.Tensor]:
+        """Layer ``layer``'s targets and their routers x norm weights, stacked."""
+        if layer not in self._fused:
+            targets = [
+                (layer + d, d) for d in range(1, self.depth + 1) if layer + d in self.routers
+            ]
+            rows = [self.routers[t] * self.norms[t] for t, _ in targets]  # [E, H] each
+            stacked = torch.cat(rows) if rows else torch.empty(0)
+            self._fused[layer] = (targets, stacked)
+        return self._fused[layer]
+
+    def logits(self, layer: int, h: torch.Tensor) -> tuple[list[tuple[int, int]], torch.Tensor]:
+        """The targets after ``layer`` and their router logits [n, E] (fp32) for h
+        [1, H], in one fused op: RMS-normalise once, then one matmul with the targets'
+        routers (each scaled by its layer's norm weight; a prediction, so rounding
+        differs from the router's own only in the last bits)."""
+        targets, stacked = self._stack(layer)
+        if not targets:
+            return targets, torch.empty(0)
+        h32 = h.to(torch.float32)
+        xn = (h32 * torch.rsqrt(h32.pow(2).mean(-1, keepdim=True) + self.eps)).to(h.dtype)
+        return targets, F.linear(xn, stacked).view(len(targets), -1).float()
 
     def predict(self, layer: int, h: torch.Tensor) -> list[tuple[int, int, int, int]]:
         """(layer, expert, distance, rank) for the layers after ``layer``; h [1, H]."""
+        targets, logits = self.logits(layer, h)
+        if not targets:
+            return []
+        n = min(self.width, logits.shape[-1])
+        top = torch.topk(logits, n, dim=-1).indices.tolist()  # one copy to the CPU
         out: list[tuple[int, int, int, int]] = []
-        for d in range(1, self.depth + 1):
-            target = layer + d
-            router = self.routers.get(target)
-            if router is None:
-                continue
-            x = rms_norm(h, self.norms[target], self.eps)  # [1, H]
-            logits = F.linear(x, router)  # [1, E]
-            n = min(self.width, logits.shape[-1])
-            top = torch.topk(logits.float(), n, dim=-1).indices[0].tolist()
-            self.pending[(target, d)] = set(top)
-            out.extend((target, e, d, rank) for rank, e in enumerate(top))
+        for (target, d), experts in zip(targets, top, strict=True):
+            self.pending[(target, d)] = set(experts)
+            out.extend((target, e, d, rank) for rank, e in enumerate(experts))
         return out
 
     def score(self, layer: int, selected: set[int]) -> None:
