@@ -107,6 +107,7 @@ def register(app: typer.Typer, console: Console) -> None:
             context_length=512,
             ram_budget=ram_budget,
             lookahead=2,
+            expert_kernels="fused",  # one Rust call per layer from the cache slots
         )
         with llm, Live(console=console, refresh_per_second=4) as live:
             text, t0, n = "", time.perf_counter(), 0
