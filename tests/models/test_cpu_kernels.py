@@ -21,6 +21,7 @@ from flint.models.cpu_kernels import FusedKernel, FusedResidentExperts
 from flint.models.loading import Placement
 from flint.models.mlp import swiglu
 from flint.models.moe import route, weighted_sum
+from flint.models.quant_experts import fused_supported
 
 CPU32 = Placement(torch.device("cpu"), torch.float32)
 TOL = 1e-5  # of the largest |output|: fp32 with a different summation order (docs)
@@ -169,14 +170,21 @@ def test_bad_inputs_are_value_errors() -> None:
         FusedKernel("raw", "f32", 0, ((4, 8), (4, 8), (8, 4)), 2, isa="neon")
 
 
-def test_logits_match_transformers_with_fused_kernels(tiny_models: dict[str, Any]) -> None:
+def test_logits_match_transformers_with_fused_kernels(
+    tiny_models: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
     for family in FAMILY_NAMES:
         path, ref = tiny_models[family]
         model = load_model(
             SafetensorsSource(path), torch.device("cpu"), torch.float32, 64, None, "fused"
         )
         backends = [getattr(layer.mlp, "backend", None) for layer in model.layers]
-        assert any(isinstance(b, FusedResidentExperts) for b in backends)
+        fused = any(isinstance(b, FusedResidentExperts) for b in backends)
+        # GPT-OSS's experts (biases, clamped GLU) are not what the kernels compute: one
+        # line, then torch's path
+        assert fused == fused_supported(model.config), family
+        if not fused:
+            assert "SwiGLU experts without biases" in capsys.readouterr().err
         prompt = [5, 17, 250, 3, 99, 42, 7]
         with torch.no_grad():
             want = ref(torch.tensor([prompt])).logits[0]

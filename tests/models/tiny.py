@@ -32,9 +32,9 @@ _CORPUS = [
     "You are a helpful assistant. Hello! How can I help you today?",
 ]
 
-FAMILY_NAMES = ("qwen3_moe", "qwen2_moe", "mixtral", "olmoe")
+FAMILY_NAMES = ("qwen3_moe", "qwen2_moe", "mixtral", "olmoe", "gpt_oss")
 # Seeds whose random models do not fall into repeating one token under greedy decoding.
-SEEDS = {"qwen3_moe": 3, "qwen2_moe": 1, "mixtral": 2, "olmoe": 3}
+SEEDS = {"qwen3_moe": 3, "qwen2_moe": 1, "mixtral": 2, "olmoe": 3, "gpt_oss": 0}
 
 _COMMON: dict[str, Any] = {
     "vocab_size": VOCAB,
@@ -97,7 +97,45 @@ def hf_config(family: str) -> Any:
             clip_qkv=3.0,
             norm_topk_prob=False,
         )
+    if family == "gpt_oss":
+        return gpt_oss_config()
     raise ValueError(family)
+
+
+def gpt_oss_config(**overrides: Any) -> Any:
+    """GPT-OSS: sliding (window 4) and full layers, YaRN without truncation, a swiglu
+    limit low enough that the tiny model's activations are clamped."""
+    import transformers as tf
+
+    kw: dict[str, Any] = {
+        **_COMMON,
+        "head_dim": 8,
+        "intermediate_size": 16,
+        "num_local_experts": 6,
+        "sliding_window": 4,
+        "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
+        "swiglu_limit": 1.5,
+        "rope_parameters": {
+            "rope_type": "yarn",
+            "rope_theta": 150000.0,
+            "factor": 4.0,
+            "beta_fast": 32.0,
+            "beta_slow": 1.0,
+            "truncate": False,
+            "original_max_position_embeddings": 32,
+        },
+    }
+    kw.update(overrides)
+    return tf.GptOssConfig(**kw)
+
+
+# routers far from near-ties; GPT-OSS's sinks large enough to matter
+_ROUTERS_AND_SINKS = (
+    "mlp.gate.weight",
+    "block_sparse_moe.gate.weight",
+    "mlp.router.weight",
+    "self_attn.sinks",
+)
 
 
 def build(family: str, path: Path, seed: int = 0) -> Any:
@@ -108,7 +146,7 @@ def build(family: str, path: Path, seed: int = 0) -> Any:
     model = tf.AutoModelForCausalLM.from_config(hf_config(family), dtype=torch.float32)
     with torch.no_grad():
         for name, param in model.named_parameters():
-            if name.endswith("mlp.gate.weight") or name.endswith("block_sparse_moe.gate.weight"):
+            if name.endswith(_ROUTERS_AND_SINKS):
                 param.normal_(0.0, 1.0)
             elif name.endswith("norm.weight"):
                 param.uniform_(0.5, 1.5)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 QKNorm = Literal["none", "per_head", "full"]
+ExpertActKind = Literal["swiglu", "gpt_oss"]
 
 
 @dataclass(slots=True, frozen=True)
@@ -28,6 +29,21 @@ class RopeConfig:
     mscale: float | None = None
     mscale_all_dim: float | None = None
     truncate: bool = True
+
+
+@dataclass(slots=True, frozen=True)
+class ExpertActivation:
+    """How a routed expert combines its gate and up projections (biases already added).
+
+    "swiglu": ``silu(gate) * up``. "gpt_oss": gate clamped above at ``limit``, up
+    clamped to [-limit, limit], then ``(up + 1) * gate * sigmoid(alpha * gate)``."""
+
+    kind: ExpertActKind = "swiglu"
+    alpha: float = 1.702
+    limit: float = 7.0
+
+
+SWIGLU = ExpertActivation()
 
 
 @dataclass(slots=True, frozen=True)
@@ -58,6 +74,14 @@ class ModelConfig:
     sparse_layers: tuple[bool, ...]  # per layer: MoE block (True) or dense MLP
     tie_word_embeddings: bool
     moe_prefix: str  # module name of the MoE block under model.layers.N ("mlp", ...)
+    # GPT-OSS (the defaults are every other family's):
+    router_name: str = "gate"  # the router's module under the MoE block
+    router_bias: bool = False  # router.bias added to the logits
+    router_topk_first: bool = False  # top-k on the logits, then softmax over the k
+    expert_act: ExpertActivation = SWIGLU
+    expert_bias: bool = False  # per-expert gate/up/down biases (dense, resident)
+    attention_sinks: bool = False  # per-head learned sink logit in the softmax
+    layer_windows: tuple[int, ...] = ()  # per layer: sliding window (0: full); (): all full
 
 
 def get(config: dict[str, Any], key: str, default: Any = None) -> Any:

@@ -8,6 +8,8 @@ import torch
 
 from flint.models.weights import WeightSource
 
+ALIGN = 64  # bytes; torch's CPU allocator aligns at least this much
+
 
 @dataclass(slots=True, frozen=True)
 class Placement:
@@ -23,4 +25,10 @@ class Placement:
         return self.load(source, name) if source.has_tensor(name) else None
 
     def put(self, tensor: torch.Tensor) -> torch.Tensor:
-        return tensor.to(device=self.device, dtype=self.dtype).contiguous()
+        """``tensor`` on the device in the dtype, contiguous and 64-byte aligned: CPU BLAS
+        rounds a matrix-vector product differently for differently aligned weights
+        (seen with a GPT-OSS checkpoint, whose sinks and biases leave later tensors at
+        odd offsets in the safetensors file: decode logits differed from the .ftw's in
+        the last bit), so every source must give the model aligned copies."""
+        out = tensor.to(device=self.device, dtype=self.dtype).contiguous()
+        return out.clone() if out.data_ptr() % ALIGN else out

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from flint.models.config import ExpertActivation
 from flint.models.loading import Placement
 from flint.models.weights import WeightSource
 
@@ -16,6 +17,17 @@ def swiglu(
 ) -> torch.Tensor:
     """``down(silu(gate(x)) * up(x))``: x [T, H], gate/up [I, H], down [H, I] -> [T, H]."""
     return F.linear(F.silu(F.linear(x, gate)) * F.linear(x, up), down)
+
+
+def activate(act: ExpertActivation, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """The expert's hidden activation [N, I] from its gate and up outputs [N, I], with the
+    ops (and their order) of the family's transformers code."""
+    if act.kind == "swiglu":
+        return F.silu(gate) * up
+    # GptOssExperts._apply_gate
+    gate = gate.clamp(min=None, max=act.limit)
+    up = up.clamp(min=-act.limit, max=act.limit)
+    return (up + 1) * (gate * torch.sigmoid(gate * act.alpha))
 
 
 class DenseMLP:

@@ -9,14 +9,16 @@ Every backend sums the K expert outputs of a token in fp32, in router-rank order
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol
 
 import torch
 import torch.nn.functional as F
 
-from flint.models.config import ModelConfig
+from flint.models import gpt_oss
+from flint.models.config import ExpertActivation, ModelConfig
 from flint.models.loading import Placement
-from flint.models.mlp import DenseMLP, swiglu
+from flint.models.mlp import DenseMLP, activate
 from flint.models.weights import WeightSource
 
 # T = tokens, H = hidden, E = experts per layer, K = top-k, I = expert intermediate,
@@ -37,14 +39,18 @@ class ExpertBackend(Protocol):
 
 
 def route(
-    x: torch.Tensor, router: torch.Tensor, config: ModelConfig
+    x: torch.Tensor, router: torch.Tensor, config: ModelConfig, bias: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Softmax in fp32 over all E experts -> top-k -> optional renormalisation.
+    """Softmax in fp32 over all E experts -> top-k -> optional renormalisation; GPT-OSS
+    (``router_topk_first``): top-k on the biased logits, softmax over the k in x's dtype.
 
     Returns (ids [T, K], weights [T, K]); weights are cast back to x's dtype unless the
     family keeps them in fp32 (Mixtral), exactly as transformers does.
     """
-    logits = F.linear(x, router)  # [T, E]
+    logits = F.linear(x, router, bias)  # [T, E]
+    if config.router_topk_first:
+        top, ids = torch.topk(logits, config.top_k, dim=-1)  # [T, K]
+        return ids, torch.softmax(top, dim=-1, dtype=top.dtype)
     probs = torch.softmax(logits, dim=-1, dtype=torch.float32)
     weights, ids = torch.topk(probs, config.top_k, dim=-1)  # [T, K]
     if config.norm_topk_prob:
@@ -63,10 +69,71 @@ def weighted_sum(outputs: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     return acc
 
 
+@dataclass(slots=True, frozen=True)
+class ExpertBiases:
+    """One MoE layer's per-expert biases: gate and up [E, I], down [E, H]."""
+
+    gate: torch.Tensor
+    up: torch.Tensor
+    down: torch.Tensor
+
+
+class ExpertMath:
+    """What surrounds an expert's three projections: the biases (GPT-OSS; resident, the
+    slab holds only the matrices) and the activation. Every backend computes an expert
+    as ``output(e, down(hidden(e, gate(x), up(x))))``, so they agree bit for bit; for
+    SwiGLU without biases that is exactly ``swiglu``'s ops."""
+
+    def __init__(
+        self, act: ExpertActivation, biases: dict[int, ExpertBiases] | None = None
+    ) -> None:
+        self.act = act
+        self.biases = biases or {}  # layer -> biases, on the model's device
+        self._moved: dict[tuple[int, str], ExpertBiases] = {}  # copies for other devices
+
+    @property
+    def plain(self) -> bool:
+        """SwiGLU without biases: what flint's fused CPU kernels compute."""
+        return self.act.kind == "swiglu" and not self.biases
+
+    def _on(self, layer: int, device: torch.device) -> ExpertBiases | None:
+        b = self.biases.get(layer)
+        if b is None or b.gate.device == device:
+            return b
+        key = (layer, str(device))
+        if key not in self._moved:
+            self._moved[key] = ExpertBiases(*(t.to(device) for t in (b.gate, b.up, b.down)))
+        return self._moved[key]
+
+    def hidden(self, layer: int, expert: int, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+        """gate(x), up(x) [N, I] -> the activation [N, I] (biases added first)."""
+        b = self._on(layer, gate.device)
+        if b is not None:
+            gate, up = gate + b.gate[expert], up + b.up[expert]
+        return activate(self.act, gate, up)
+
+    def output(self, layer: int, expert: int, y: torch.Tensor) -> torch.Tensor:
+        """down(h) [N, H] -> the expert's output [N, H] (down's bias added)."""
+        b = self._on(layer, y.device)
+        return y if b is None else y + b.down[expert]
+
+
+def expert_math(config: ModelConfig, source: gpt_oss.Tensors, place: Placement) -> ExpertMath:
+    """The ``ExpertMath`` of ``config``'s family, biases loaded from ``source``."""
+    biases: dict[int, ExpertBiases] = {}
+    if config.expert_bias:
+        for layer, sparse in enumerate(config.sparse_layers):
+            if sparse:
+                gate, up, down = gpt_oss.expert_biases(source, layer)
+                biases[layer] = ExpertBiases(place.put(gate), place.put(up), place.put(down))
+    return ExpertMath(config.expert_act, biases)
+
+
 class ResidentExperts:
     """Every routed expert of every MoE layer held in memory (RAM or VRAM)."""
 
     def __init__(self, config: ModelConfig, source: WeightSource, place: Placement) -> None:
+        self.math = expert_math(config, source, place)
         self.gate: dict[int, torch.Tensor] = {}  # layer -> [E, I, H]
         self.up: dict[int, torch.Tensor] = {}  # layer -> [E, I, H]
         self.down: dict[int, torch.Tensor] = {}  # layer -> [E, H, I]
@@ -91,10 +158,11 @@ class ResidentExperts:
     def __call__(
         self, layer: int, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor
     ) -> torch.Tensor:
-        gate, up, down = self.gate[layer], self.up[layer], self.down[layer]
+        gate, up, down, m = self.gate[layer], self.up[layer], self.down[layer], self.math
 
-        def run(expert: int, xs: torch.Tensor) -> torch.Tensor:
-            return swiglu(xs, gate[expert], up[expert], down[expert])
+        def run(e: int, xs: torch.Tensor) -> torch.Tensor:  # [N, H] -> [N, H]
+            h = m.hidden(layer, e, F.linear(xs, gate[e]), F.linear(xs, up[e]))  # [N, I]
+            return m.output(layer, e, F.linear(h, down[e]))
 
         return dispatch(x, ids, weights, gate.shape[0], run)
 
@@ -136,7 +204,10 @@ class MoEBlock:
     ) -> None:
         p = f"model.layers.{layer}.{config.moe_prefix}."
         self.cfg, self.layer, self.backend = config, layer, backend
-        self.router = place.load(source, p + "gate.weight")  # [E, H]
+        self.router = place.load(source, p + config.router_name + ".weight")  # [E, H]
+        self.router_bias = (
+            place.load(source, p + config.router_name + ".bias") if config.router_bias else None
+        )  # [E]
         self.shared: DenseMLP | None = None
         self.shared_gate: torch.Tensor | None = None
         if config.shared_expert_intermediate_size > 0:
@@ -146,7 +217,7 @@ class MoEBlock:
     def __call__(self, x: torch.Tensor, chunk: int | None = None) -> torch.Tensor:
         """x [T, H] -> [T, H]. The routed experts see all T tokens in one backend call
         (each selected expert once); the shared expert runs in ``chunk``-row pieces."""
-        ids, weights = route(x, self.router, self.cfg)  # [T, K] each
+        ids, weights = route(x, self.router, self.cfg, self.router_bias)  # [T, K] each
         out = self.backend(self.layer, x, ids, weights)  # [T, H]
         if self.shared is not None and self.shared_gate is not None:
             rows = chunk or x.shape[0]

@@ -12,13 +12,12 @@ from __future__ import annotations
 from typing import Protocol, runtime_checkable
 
 import torch
-import torch.nn.functional as F
 
 from flint.format.reader import ExpertLayout
 from flint.models.config import ModelConfig
 from flint.models.cpu_kernels import FusedResidentExperts
 from flint.models.loading import Placement
-from flint.models.moe import ExpertBackend, ResidentExperts, dispatch
+from flint.models.moe import ExpertBackend, ResidentExperts, dispatch, expert_math
 from flint.models.quant_linear import KERNEL_MODES, Notice, Packed, select_kernel, stderr_notice
 from flint.models.weights import WeightSource
 
@@ -35,6 +34,8 @@ class PackedExpertSource(Protocol):
     def expert_layout(self) -> ExpertLayout | None: ...
 
     def expert_slab(self, layer: int, expert: int) -> torch.Tensor: ...
+
+    def tensor(self, name: str) -> torch.Tensor: ...
 
 
 class QuantizedResidentExperts:
@@ -55,6 +56,7 @@ class QuantizedResidentExperts:
         if layout.shapes != ((inter, hidden), (inter, hidden), (hidden, inter)):
             raise ValueError(f"expert shapes {layout.shapes} do not fit the model's config")
         self.layout = layout
+        self.math = expert_math(config, source, place)
         self.kernel = select_kernel(
             layout.scheme, layout.group_size, layout.shapes, place.device, place.dtype, mode, notice
         )
@@ -73,13 +75,19 @@ class QuantizedResidentExperts:
     def __call__(
         self, layer: int, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor
     ) -> torch.Tensor:
-        experts, mm = self.experts[layer], self.kernel
+        experts, mm, m = self.experts[layer], self.kernel, self.math
 
-        def run(expert: int, xs: torch.Tensor) -> torch.Tensor:  # [N, H] -> [N, H]
-            gate, up, down = experts[expert]
-            return mm(F.silu(mm(xs, gate)) * mm(xs, up), down)  # via [N, I]
+        def run(e: int, xs: torch.Tensor) -> torch.Tensor:  # [N, H] -> [N, H]
+            gate, up, down = experts[e]
+            return m.output(layer, e, mm(m.hidden(layer, e, mm(xs, gate), mm(xs, up)), down))
 
         return dispatch(x, ids, weights, len(experts), run)
+
+
+def fused_supported(config: ModelConfig) -> bool:
+    """Whether flint's fused CPU kernels compute this family's experts: SwiGLU, no
+    biases (not GPT-OSS)."""
+    return config.expert_act.kind == "swiglu" and not config.expert_bias
 
 
 def resident_experts(
@@ -95,6 +103,12 @@ def resident_experts(
     and uses "auto")."""
     if mode not in KERNEL_MODES:
         raise ValueError(f"expert kernels must be one of {', '.join(KERNEL_MODES)}, not {mode!r}")
+    if mode == "fused" and not fused_supported(config):
+        notice(
+            "flint: the fused expert kernels compute SwiGLU experts without biases; "
+            f"{config.family}'s experts use auto"
+        )
+        mode = "auto"
     if mode == "fused":
         if place.device.type == "cpu":
             return FusedResidentExperts(config, source, place)

@@ -15,6 +15,7 @@ from flint.models.mlp import DenseMLP
 from flint.models.moe import ExpertBackend, MoEBlock
 from flint.models.norm import rms_norm
 from flint.models.rope import cos_sin_tables
+from flint.models.sink_attention import SinkAttention
 from flint.models.weights import WeightSource
 
 # T = new tokens, H = hidden, V = vocabulary, S = context length, D = head dim,
@@ -52,7 +53,8 @@ class DecoderLayer:
         self.observe_output: Callable[[int, torch.Tensor], None] | None = None
         self.input_norm = place.load(source, p + "input_layernorm.weight")
         self.post_norm = place.load(source, p + "post_attention_layernorm.weight")
-        self.attn = Attention(config, layer, source, place)
+        attention = SinkAttention if config.attention_sinks else Attention
+        self.attn = attention(config, layer, source, place)
         self.mlp: Callable[[torch.Tensor], torch.Tensor]
         if config.sparse_layers[layer]:
             self.mlp = MoEBlock(config, layer, source, place, backend)

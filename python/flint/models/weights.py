@@ -17,6 +17,8 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 from safetensors import safe_open
 
+from flint.models import gpt_oss
+
 # I = expert intermediate size, H = hidden size, E = experts per layer
 
 
@@ -93,6 +95,8 @@ class SafetensorsSource:
 
     def expert(self, layer: int, expert: int) -> ExpertWeights:
         base = f"model.layers.{layer}."
+        if self.config.get("model_type") == "gpt_oss":
+            return self._gpt_oss_expert(f"{base}mlp.experts.", expert)
         for module, gate, up, down in _EXPERT_LAYOUTS:
             prefix = f"{base}{module}.{expert}."
             if prefix + gate + ".weight" in self._files:
@@ -113,6 +117,17 @@ class SafetensorsSource:
         down = self._handle(self._files[down_name]).get_slice(down_name)[expert]
         gate, up = gate_up.chunk(2, dim=0)
         return ExpertWeights(gate=gate.contiguous(), up=up.contiguous(), down=down)
+
+    def _gpt_oss_expert(self, prefix: str, expert: int) -> ExpertWeights:
+        def row(name: str) -> torch.Tensor | None:
+            file = self._files.get(prefix + name)
+            if file is None:
+                return None
+            out: torch.Tensor = self._handle(file).get_slice(prefix + name)[expert]
+            return out
+
+        gate, up, down = gpt_oss.expert_projections(row)
+        return ExpertWeights(gate=gate, up=up, down=down)
 
     def _handle(self, file: Path) -> Any:
         handle = self._handles.get(file)

@@ -16,6 +16,8 @@ import torch
 from flint import _core
 from flint.models.config import ModelConfig
 from flint.models.ftw_source import FtwSource
+from flint.models.loading import Placement
+from flint.models.moe import expert_math
 from flint.stream.backend import StreamedExperts, VramRequest
 from flint.stream.plan import StreamPlan, plan_cache
 
@@ -99,6 +101,7 @@ def streamed_backend(
         deterministic=deterministic,
         lookahead_from=lookahead_from,
         notice=notice,
+        math=expert_math(config, source, Placement(device, dtype)),
     )
     if usage:
         experts.load_usage(usage_path(source.path), notice)

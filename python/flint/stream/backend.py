@@ -31,8 +31,8 @@ from flint import _core
 from flint.format.reader import ExpertLayout
 from flint.models.config import ModelConfig
 from flint.models.cpu_kernels import FusedKernel, slab_addresses
-from flint.models.moe import weighted_sum
-from flint.models.quant_experts import QUANT_SCHEMES
+from flint.models.moe import ExpertMath, weighted_sum
+from flint.models.quant_experts import QUANT_SCHEMES, fused_supported
 from flint.models.quant_linear import ProjectionKernel, select_kernel
 from flint.stream.lookahead import Lookahead
 from flint.stream.plan import StreamPlan, plan_vram
@@ -138,8 +138,13 @@ class StreamedExperts:
         vram: VramRequest | None = None,
         deterministic: bool = False,
         notice: Callable[[str], None] | None = None,
+        math: ExpertMath | None = None,
     ) -> None:
         self.cfg, self.layout, self.engine, self.plan = config, layout, engine, plan
+        # the activation and (GPT-OSS) resident biases around each expert's projections
+        self.math = math if math is not None else ExpertMath(config.expert_act)
+        if config.expert_bias and not self.math.biases:
+            raise ValueError(f"{config.family} experts need their biases (pass math)")
         self.device, self.dtype = device, dtype
         self.capacity = plan.slots_per_layer
         self.first_layer = plan.streamed_layers[0]
@@ -195,12 +200,20 @@ class StreamedExperts:
         # their slots, waiting on each projection's ready flag itself; the resident
         # backend makes the same calls, so streamed equals resident here too.
         self.fused: FusedKernel | None = None
+        fusable = self.math.plain and fused_supported(config)
         if expert_kernels == "fused" and device.type == "cpu":
-            self.fused = FusedKernel.for_layout(layout)
+            if fusable:
+                self.fused = FusedKernel.for_layout(layout)
+            else:
+                (notice or _stderr)(
+                    "the fused expert kernels compute SwiGLU experts without biases; "
+                    f"{config.family}'s experts use auto"
+                )
         # On CUDA the CPU's share of decode steps goes through the fused kernels unless
-        # "dequant" asks for torch's (measured faster there: docs/benchmarks.md).
+        # "dequant" asks for torch's (measured faster there: docs/benchmarks.md), or the
+        # family's experts are not what they compute (GPT-OSS: torch's then).
         self.host_fused: FusedKernel | None = None
-        if self.host is not None and expert_kernels != "dequant":
+        if self.host is not None and expert_kernels != "dequant" and fusable:
             self.host_fused = FusedKernel.for_layout(layout)
 
     def attach(self, model: Any) -> None:
@@ -208,7 +221,8 @@ class StreamedExperts:
         for i, layer in enumerate(model.layers):
             router = getattr(layer.mlp, "router", None)
             if router is not None:
-                self.lookahead.add_layer(i, layer.post_norm, router)
+                bias = getattr(layer.mlp, "router_bias", None)
+                self.lookahead.add_layer(i, layer.post_norm, router, bias)
             layer.observe = self.observe
             if self.lookahead_from == "output":
                 layer.observe_output = self.observe_output
@@ -282,20 +296,21 @@ class StreamedExperts:
         hit: bool,
         xs: torch.Tensor,
     ) -> torch.Tensor:
-        """``swiglu(xs, gate, up, down)`` (same ops, same order) on ``t``, starting on
-        gate and up as soon as their bytes are in and waiting for down, which is flagged
-        only once the whole slab matched its checksum: no output comes from unverified
-        bytes."""
+        """The expert as the resident backends compute it (same ops, same order:
+        ``ExpertMath``) on ``t``, starting on gate and up as soon as their bytes are in
+        and waiting for down, which is flagged only once the whole slab matched its
+        checksum: no output comes from unverified bytes."""
         if t.device.type == "cuda":
             self.counters.gpu_experts += 1
         elif self.main.device.type == "cuda":
             self.counters.host_experts += 1
         if not hit:
             self._wait(layer, expert, 1)  # up landed, so gate too
-        h = F.silu(self._linear(t, xs, slab, 0)) * self._linear(t, xs, slab, 1)  # [N, I]
+        m = self.math
+        h = m.hidden(layer, expert, self._linear(t, xs, slab, 0), self._linear(t, xs, slab, 1))
         if not hit:
             self._wait(layer, expert, 2)
-        return self._linear(t, h, slab, 2)  # [N, H]
+        return m.output(layer, expert, self._linear(t, h, slab, 2))  # [N, H]
 
     def _vram_expert(self, layer: int, expert: int, xs: torch.Tensor) -> torch.Tensor:
         """The expert computed on the GPU from its VRAM copy (the same ops as
@@ -307,8 +322,9 @@ class StreamedExperts:
         if kernel is None or vram.pack is None:
             return self._expert(self.main, layer, expert, w, True, xs)
         self.counters.gpu_experts += 1
-        h = F.silu(kernel(xs, w[0])) * kernel(xs, w[1])  # [N, I]
-        return kernel(h, w[2])  # [N, H]
+        m = self.math
+        h = m.hidden(layer, expert, kernel(xs, w[0]), kernel(xs, w[1]))  # [N, I]
+        return m.output(layer, expert, kernel(h, w[2]))  # [N, H]
 
     def _idle_loop(self) -> None:
         """Fills empty slots with the most-used experts (usage table) once no forward

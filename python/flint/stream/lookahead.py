@@ -2,7 +2,9 @@
 MoE input, the residual after attention), each through its own post-attention norm,
 predict which experts those layers will select; the I/O engine reads them early. All
 targets of a layer are one fused op: one RMS normalisation, one matmul with their
-stacked routers (norm weights folded in), one top-k, one copy to the CPU.
+stacked routers (norm weights folded in, router biases added: GPT-OSS), one top-k,
+one copy to the CPU. Top-k of the logits is top-k of their softmax, so families that
+take top-k before (GPT-OSS) or after the softmax predict alike.
 
 Measured on tiny-code-moe (README of the model): recall 74.5 / 63.1 / 54.7 % at
 distance 1 / 2 / 3 from the MoE input."""
@@ -51,25 +53,38 @@ class Lookahead:
         self.width = max(top_k, round(top_k * width))  # experts predicted per layer
         self.norms: dict[int, torch.Tensor] = {}  # layer -> post-attention norm [H]
         self.routers: dict[int, torch.Tensor] = {}  # layer -> router [E, H]
+        self.biases: dict[int, torch.Tensor] = {}  # layer -> router bias [E] (GPT-OSS)
         self.pending: dict[tuple[int, int], set[int]] = {}  # (layer, distance) -> experts
         self.quality = Recall()
         # layer -> (targets [(layer, distance)], the targets' routers with their norm
-        # weights folded in, stacked [n*E, H]): one matmul per prediction
-        self._fused: dict[int, tuple[list[tuple[int, int]], torch.Tensor]] = {}
+        # weights folded in, stacked [n*E, H], and their biases [n*E] or None): one
+        # matmul per prediction
+        self._fused: dict[int, tuple[list[tuple[int, int]], torch.Tensor, torch.Tensor | None]]
+        self._fused = {}
 
-    def add_layer(self, layer: int, norm: torch.Tensor, router: torch.Tensor) -> None:
+    def add_layer(
+        self,
+        layer: int,
+        norm: torch.Tensor,
+        router: torch.Tensor,
+        bias: torch.Tensor | None = None,
+    ) -> None:
         self.norms[layer], self.routers[layer] = norm, router
+        if bias is not None:
+            self.biases[layer] = bias
         self._fused.clear()
 
-    def _stack(self, layer: int) -> tuple[list[tuple[int, int]], torch.Tensor]:
-        """Layer ``layer``'s targets and their routers x norm weights, stacked."""
+    def _stack(self, layer: int) -> tuple[list[tuple[int, int]], torch.Tensor, torch.Tensor | None]:
+        """Layer ``layer``'s targets, their routers x norm weights and biases, stacked."""
         if layer not in self._fused:
             targets = [
                 (layer + d, d) for d in range(1, self.depth + 1) if layer + d in self.routers
             ]
             rows = [self.routers[t] * self.norms[t] for t, _ in targets]  # [E, H] each
             stacked = torch.cat(rows) if rows else torch.empty(0)
-            self._fused[layer] = (targets, stacked)
+            biased = targets and all(t in self.biases for t, _ in targets)
+            bias = torch.cat([self.biases[t] for t, _ in targets]) if biased else None
+            self._fused[layer] = (targets, stacked, bias)
         return self._fused[layer]
 
     def logits(self, layer: int, h: torch.Tensor) -> tuple[list[tuple[int, int]], torch.Tensor]:
@@ -77,12 +92,12 @@ class Lookahead:
         [1, H], in one fused op: RMS-normalise once, then one matmul with the targets'
         routers (each scaled by its layer's norm weight; a prediction, so rounding
         differs from the router's own only in the last bits)."""
-        targets, stacked = self._stack(layer)
+        targets, stacked, bias = self._stack(layer)
         if not targets:
             return targets, torch.empty(0)
         h32 = h.to(torch.float32)
         xn = (h32 * torch.rsqrt(h32.pow(2).mean(-1, keepdim=True) + self.eps)).to(h.dtype)
-        return targets, F.linear(xn, stacked).view(len(targets), -1).float()
+        return targets, F.linear(xn, stacked, bias).view(len(targets), -1).float()
 
     def predict(self, layer: int, h: torch.Tensor) -> list[tuple[int, int, int, int]]:
         """(layer, expert, distance, rank) for the layers after ``layer``; h [1, H]."""
