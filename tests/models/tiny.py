@@ -138,12 +138,14 @@ _ROUTERS_AND_SINKS = (
 )
 
 
-def build(family: str, path: Path, seed: int = 0) -> Any:
-    """Builds, re-initialises (large router weights: no near-ties) and saves a model."""
+def build(family: str, path: Path, seed: int = 0, config: Any = None) -> Any:
+    """Builds, re-initialises (large router weights: no near-ties) and saves a model
+    (``config``: another transformers config than the family's tiny one)."""
     import transformers as tf
 
     torch.manual_seed(seed)
-    model = tf.AutoModelForCausalLM.from_config(hf_config(family), dtype=torch.float32)
+    config = hf_config(family) if config is None else config
+    model = tf.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     with torch.no_grad():
         for name, param in model.named_parameters():
             if name.endswith(_ROUTERS_AND_SINKS):
