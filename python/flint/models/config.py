@@ -31,6 +31,30 @@ class RopeConfig:
 
 
 @dataclass(slots=True, frozen=True)
+class MlaConfig:
+    """Multi-head latent attention (DeepSeek-V2/V3): low-rank queries and a compressed,
+    cached key/value latent plus one shared rotary key per position."""
+
+    q_lora_rank: int | None  # None: a full-rank q_proj
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+    rope_interleave: bool  # rotary dims stored as interleaved pairs (x0, x1), (x2, x3)...
+    softmax_scale: float
+
+
+@dataclass(slots=True, frozen=True)
+class GroupRouterConfig:
+    """DeepSeek-V3's router: sigmoid scores, a correction bias used only to choose,
+    top-k limited to the best ``topk_group`` of ``n_group`` expert groups."""
+
+    n_group: int
+    topk_group: int
+    routed_scaling_factor: float
+
+
+@dataclass(slots=True, frozen=True)
 class ModelConfig:
     """The shape and numerics of one decoder-only MoE model."""
 
@@ -58,6 +82,11 @@ class ModelConfig:
     sparse_layers: tuple[bool, ...]  # per layer: MoE block (True) or dense MLP
     tie_word_embeddings: bool
     moe_prefix: str  # module name of the MoE block under model.layers.N ("mlp", ...)
+    mla: MlaConfig | None = None  # None: grouped-query attention
+    group_router: GroupRouterConfig | None = None  # None: softmax top-k router
+    # Qwen2-MoE: one "shared_expert" scaled by sigmoid(shared_expert_gate); DeepSeek:
+    # "shared_experts" added as they are.
+    shared_expert_gated: bool = True
 
 
 def get(config: dict[str, Any], key: str, default: Any = None) -> Any:
@@ -80,8 +109,9 @@ def head_dim(config: dict[str, Any]) -> int:
 
 
 def num_experts(config: dict[str, Any]) -> int:
-    """Routed experts per layer; transformers 5 writes ``num_local_experts`` for all."""
-    for key in ("num_experts", "num_local_experts"):
+    """Routed experts per layer; transformers 5 writes ``num_local_experts`` for most,
+    DeepSeek configs ``n_routed_experts``."""
+    for key in ("num_experts", "num_local_experts", "n_routed_experts"):
         if config.get(key) is not None:
             return int(config[key])
     raise ValueError("config.json lacks 'num_experts' / 'num_local_experts'")
