@@ -75,10 +75,22 @@ def tiny_model(arch: str) -> Any:
             v_head_dim=8,
         )
         return tf.DeepseekV3ForCausalLM(cfg)
+    if arch == "glm4_moe":
+        cfg = tf.Glm4MoeConfig(
+            **c,
+            head_dim=8,
+            intermediate_size=48,
+            moe_intermediate_size=16,
+            n_routed_experts=4,
+            num_experts_per_tok=2,
+            use_qk_norm=True,
+            attention_bias=True,
+        )
+        return tf.Glm4MoeForCausalLM(cfg)
     raise ValueError(arch)
 
 
-ARCHS = ["qwen3_moe", "qwen2_moe", "mixtral", "olmoe", "deepseek_v3"]
+ARCHS = ["qwen3_moe", "qwen2_moe", "mixtral", "olmoe", "deepseek_v3", "glm4_moe"]
 
 
 @pytest.fixture(scope="session")

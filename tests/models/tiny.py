@@ -32,9 +32,9 @@ _CORPUS = [
     "You are a helpful assistant. Hello! How can I help you today?",
 ]
 
-FAMILY_NAMES = ("qwen3_moe", "qwen2_moe", "mixtral", "olmoe", "deepseek_v3")
+FAMILY_NAMES = ("qwen3_moe", "qwen2_moe", "mixtral", "olmoe", "deepseek_v3", "glm4_moe")
 # Seeds whose random models do not fall into repeating one token under greedy decoding.
-SEEDS = {"qwen3_moe": 3, "qwen2_moe": 1, "mixtral": 2, "olmoe": 3, "deepseek_v3": 0}
+SEEDS = {"qwen3_moe": 3, "qwen2_moe": 1, "mixtral": 2, "olmoe": 3, "deepseek_v3": 0, "glm4_moe": 0}
 
 _COMMON: dict[str, Any] = {
     "vocab_size": VOCAB,
@@ -99,7 +99,37 @@ def hf_config(family: str) -> Any:
         )
     if family == "deepseek_v3":
         return deepseek_v3_config()
+    if family == "glm4_moe":
+        return glm4_moe_config()
     raise ValueError(family)
+
+
+def glm4_moe_config(**overrides: Any) -> Any:
+    """A tiny GLM-4.5: partial rotary (a quarter of each head), q/k norm, q/k/v bias,
+    4 groups of 2 experts with the best 2 eligible, one dense layer, a shared expert."""
+    import transformers as tf
+
+    fields: dict[str, Any] = {
+        **_COMMON,
+        "head_dim": 16,
+        "intermediate_size": 48,
+        "moe_intermediate_size": 16,
+        "n_routed_experts": 8,
+        "n_shared_experts": 1,
+        "n_group": 4,
+        "topk_group": 2,
+        "routed_scaling_factor": 1.5,
+        "first_k_dense_replace": 1,
+        "use_qk_norm": True,
+        "attention_bias": True,
+        "rope_parameters": {
+            "rope_type": "default",
+            "rope_theta": 10000.0,
+            "partial_rotary_factor": 0.25,
+        },
+    }
+    fields.update(overrides)
+    return tf.Glm4MoeConfig(**fields)
 
 
 def deepseek_v3_config(**overrides: Any) -> Any:

@@ -11,7 +11,7 @@ import torch
 
 from flint.convert.source import Checkpoint
 
-SUPPORTED_ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral", "olmoe", "deepseek_v3")
+SUPPORTED_ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral", "olmoe", "deepseek_v3", "glm4_moe")
 
 # model.layers.L.(mlp|block_sparse_moe).experts.E.(gate_proj|up_proj|down_proj|w1|w3|w2).weight
 _PER_EXPERT = re.compile(

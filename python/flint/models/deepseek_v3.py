@@ -12,15 +12,18 @@ import math
 from typing import Any
 
 from flint.models.config import (
-    GroupRouterConfig,
     MlaConfig,
     ModelConfig,
     RopeConfig,
     check_silu,
     common_fields,
     get,
+    group_router_config,
     require,
 )
+
+# n_group, topk_group, routed_scaling_factor of DeepseekV3Config
+ROUTER_DEFAULTS = (8, 4, 2.5)
 
 
 def softmax_scale(qk_head_dim: int, rope: RopeConfig) -> float:
@@ -51,25 +54,6 @@ def mla_config(hf: dict[str, Any], rope: RopeConfig) -> MlaConfig:
     )
 
 
-def group_router_config(hf: dict[str, Any], experts: int, top_k: int) -> GroupRouterConfig:
-    """The sigmoid group router's parameters, checked against the expert count."""
-    groups = int(get(hf, "n_group", 8))
-    best = int(get(hf, "topk_group", 4))
-    if groups < 1 or experts % groups:
-        raise ValueError(f"n_group {groups} does not divide {experts} routed experts")
-    if experts // groups < 2:
-        raise ValueError("group-limited routing needs at least 2 experts per group")
-    if not 1 <= best <= groups:
-        raise ValueError(f"topk_group must be 1..n_group ({groups}), got {best}")
-    if top_k > best * (experts // groups):
-        raise ValueError(f"num_experts_per_tok {top_k} exceeds the experts of {best} groups")
-    return GroupRouterConfig(
-        n_group=groups,
-        topk_group=best,
-        routed_scaling_factor=float(get(hf, "routed_scaling_factor", 2.5)),
-    )
-
-
 def parse_config(hf: dict[str, Any]) -> ModelConfig:
     check_silu(hf)
     fields = common_fields(hf, 1e-6, 10000.0)
@@ -95,6 +79,8 @@ def parse_config(hf: dict[str, Any]) -> ModelConfig:
         sparse_layers=tuple(i >= dense for i in range(layers)),
         moe_prefix="mlp",
         mla=mla,
-        group_router=group_router_config(hf, fields["num_experts"], fields["top_k"]),
+        group_router=group_router_config(
+            hf, ROUTER_DEFAULTS, fields["num_experts"], fields["top_k"]
+        ),
         shared_expert_gated=False,
     )
