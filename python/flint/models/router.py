@@ -18,6 +18,19 @@ from flint.models.config import GroupRouterConfig
 # T = tokens, H = hidden, E = experts, G = groups, K = top-k
 
 
+def eligible_choice(choice: torch.Tensor, cfg: GroupRouterConfig) -> torch.Tensor:
+    """Biased scores [T, E] with the experts outside each token's ``topk_group`` best
+    groups (ranked by the sum of their two best scores) set to -inf."""
+    tokens, experts = choice.shape
+    per_group = choice.view(tokens, cfg.n_group, experts // cfg.n_group)  # [T, G, E/G]
+    group_scores = per_group.topk(2, dim=-1).values.sum(dim=-1)  # [T, G]
+    best_groups = torch.topk(group_scores, cfg.topk_group, dim=-1).indices  # [T, topk_group]
+    keep = torch.zeros_like(group_scores, dtype=torch.bool)
+    keep.scatter_(1, best_groups, True)
+    eligible = keep.unsqueeze(-1).expand_as(per_group).reshape(tokens, experts)  # [T, E]
+    return choice.masked_fill(~eligible, float("-inf"))
+
+
 def route_grouped(
     x: torch.Tensor,  # [T, H], any float dtype
     router: torch.Tensor,  # [E, H] fp32
@@ -28,16 +41,8 @@ def route_grouped(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Returns (ids [T, K] int64, weights [T, K] fp32), ids in descending order of
     their biased score (the router-rank order the expert sum follows)."""
-    tokens, experts = x.shape[0], router.shape[0]
     scores = torch.sigmoid(F.linear(x.to(torch.float32), router))  # [T, E]
-    choice = scores + bias  # [T, E]
-    per_group = choice.view(tokens, cfg.n_group, experts // cfg.n_group)  # [T, G, E/G]
-    group_scores = per_group.topk(2, dim=-1).values.sum(dim=-1)  # [T, G]
-    best_groups = torch.topk(group_scores, cfg.topk_group, dim=-1).indices  # [T, topk_group]
-    keep = torch.zeros_like(group_scores, dtype=torch.bool)
-    keep.scatter_(1, best_groups, True)
-    eligible = keep.unsqueeze(-1).expand_as(per_group).reshape(tokens, experts)  # [T, E]
-    choice = choice.masked_fill(~eligible, float("-inf"))
+    choice = eligible_choice(scores + bias, cfg)  # [T, E]
     ids = torch.topk(choice, top_k, dim=-1).indices  # [T, K]
     weights = scores.gather(1, ids)  # [T, K]
     if normalize:

@@ -14,6 +14,9 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
+from flint.models.config import GroupRouterConfig
+from flint.models.router import eligible_choice
+
 # H = hidden, E = experts, K = top-k
 
 
@@ -51,14 +54,25 @@ class Lookahead:
         self.width = max(top_k, round(top_k * width))  # experts predicted per layer
         self.norms: dict[int, torch.Tensor] = {}  # layer -> post-attention norm [H]
         self.routers: dict[int, torch.Tensor] = {}  # layer -> router [E, H]
+        # layer -> (correction bias [E] fp32, its group config): sigmoid routers rank
+        # experts by sigmoid(logit) + bias within the best groups, as the router does
+        self.grouped: dict[int, tuple[torch.Tensor, GroupRouterConfig]] = {}
         self.pending: dict[tuple[int, int], set[int]] = {}  # (layer, distance) -> experts
         self.quality = Recall()
         # layer -> (targets [(layer, distance)], the targets' routers with their norm
         # weights folded in, stacked [n*E, H]): one matmul per prediction
         self._fused: dict[int, tuple[list[tuple[int, int]], torch.Tensor]] = {}
 
-    def add_layer(self, layer: int, norm: torch.Tensor, router: torch.Tensor) -> None:
+    def add_layer(
+        self,
+        layer: int,
+        norm: torch.Tensor,
+        router: torch.Tensor,
+        grouped: tuple[torch.Tensor, GroupRouterConfig] | None = None,
+    ) -> None:
         self.norms[layer], self.routers[layer] = norm, router
+        if grouped is not None:
+            self.grouped[layer] = grouped
         self._fused.clear()
 
     def _stack(self, layer: int) -> tuple[list[tuple[int, int]], torch.Tensor]:
@@ -90,7 +104,15 @@ class Lookahead:
         if not targets:
             return []
         n = min(self.width, logits.shape[-1])
-        top = torch.topk(logits, n, dim=-1).indices.tolist()  # one copy to the CPU
+        rows = []
+        for (target, _), row in zip(targets, logits, strict=True):
+            g = self.grouped.get(target)
+            if g is not None:  # rank as the sigmoid group router will
+                bias, cfg = g
+                row = eligible_choice((torch.sigmoid(row) + bias)[None], cfg)[0]
+            rows.append(row)
+        ranked = torch.stack(rows) if self.grouped else logits
+        top = torch.topk(ranked, n, dim=-1).indices.tolist()  # one copy to the CPU
         out: list[tuple[int, int, int, int]] = []
         for (target, d), experts in zip(targets, top, strict=True):
             self.pending[(target, d)] = set(experts)
