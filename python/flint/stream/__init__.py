@@ -16,8 +16,9 @@ import torch
 from flint import _core
 from flint.models.config import ModelConfig
 from flint.models.ftw_source import FtwSource
-from flint.stream.backend import StreamedExperts, VramRequest
+from flint.stream.backend import StreamedExperts
 from flint.stream.plan import StreamPlan, plan_cache
+from flint.stream.vram import VramRequest
 
 
 def _stderr(line: str) -> None:

@@ -149,5 +149,20 @@ class VramCache:
         self._put(layer, slot, comer, src)
         self.counters.swaps += 1
 
-    def resident(self, layer: int) -> set[int]:
-        return set(self.where[layer])
+
+@dataclass(slots=True, frozen=True)
+class VramRequest:
+    """Asks for a VRAM expert cache on ``device``, planned when the model is built."""
+
+    device: torch.device
+    budget_gib: float | None  # --vram-budget; None: what is free
+    notice: Callable[[str], None]
+    read_slab: Callable[[int, int], torch.Tensor] | None = None  # seeds from the file
+    free_bytes: Callable[[], int] | None = None  # tests simulate a device's free memory
+
+
+def free_vram(device: torch.device) -> int:
+    """Free bytes on ``device`` (CUDA: the driver's count, other programs included)."""
+    if device.type != "cuda":
+        raise ValueError(f"no free-memory probe for {device}; pass free_bytes")
+    return int(torch.cuda.mem_get_info(device)[0])
