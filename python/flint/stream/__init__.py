@@ -103,6 +103,10 @@ def streamed_backend(
     )
     if usage:
         experts.load_usage(usage_path(source.path), notice)
+    if plan.slots_per_layer >= layout.n_experts:
+        # every expert fits: read them all now (in the background), none is streamed
+        notice("every routed expert fits the RAM budget: reading them all now")
+        engine.idle_fill()
     return experts
 
 

@@ -100,10 +100,14 @@ class VramCache:
         self, counts: Callable[[int], list[int]], read: Callable[[int, int], torch.Tensor]
     ) -> None:
         """Fills each layer with its most-used experts (``counts(layer)``, the usage
-        table), read by ``read(layer, expert)``; unused experts are not loaded."""
+        table), read by ``read(layer, expert)``; unused experts are not loaded, except
+        where a layer has a slot for every expert: it is loaded whole and never
+        streamed."""
         for layer in self.layers:
             c = counts(layer)
-            ranked = sorted((e for e in range(self.n_experts) if c[e] > 0), key=lambda e: -c[e])
+            whole = self.slots >= self.n_experts  # the layer fits: kept whole
+            used = (e for e in range(self.n_experts) if c[e] > 0 or whole)
+            ranked = sorted(used, key=lambda e: -c[e])
             for expert in ranked[: len(self.free[layer])]:
                 self.admit(layer, expert, read(layer, expert))
                 self.counters.seeded += 1
