@@ -142,7 +142,11 @@ fn a_layer_with_a_slot_for_every_expert_is_filled_whole() -> Result<()> {
     let plan = c.idle_fill();
     assert_eq!(plan.first(), Some(&(0, 3)), "the used one first");
     assert_eq!(plan.iter().filter(|&&(l, _)| l == 0).count(), 16);
-    assert_eq!(plan.iter().filter(|&&(l, _)| l == 1).count(), 15, "9 is resident");
+    assert_eq!(
+        plan.iter().filter(|&&(l, _)| l == 1).count(),
+        15,
+        "9 is resident"
+    );
     Ok(())
 }
 
