@@ -58,10 +58,39 @@ def tiny_model(arch: str) -> Any:
     if arch == "olmoe":
         cfg = tf.OlmoeConfig(**c, intermediate_size=16, num_experts=4, num_experts_per_tok=2)
         return tf.OlmoeForCausalLM(cfg)
+    if arch == "deepseek_v3":
+        cfg = tf.DeepseekV3Config(
+            **{**c, "num_key_value_heads": 4},
+            intermediate_size=48,
+            moe_intermediate_size=16,
+            n_routed_experts=4,
+            num_experts_per_tok=2,
+            n_group=2,
+            topk_group=1,
+            first_k_dense_replace=1,
+            q_lora_rank=16,
+            kv_lora_rank=16,
+            qk_nope_head_dim=8,
+            qk_rope_head_dim=8,
+            v_head_dim=8,
+        )
+        return tf.DeepseekV3ForCausalLM(cfg)
+    if arch == "glm4_moe":
+        cfg = tf.Glm4MoeConfig(
+            **c,
+            head_dim=8,
+            intermediate_size=48,
+            moe_intermediate_size=16,
+            n_routed_experts=4,
+            num_experts_per_tok=2,
+            use_qk_norm=True,
+            attention_bias=True,
+        )
+        return tf.Glm4MoeForCausalLM(cfg)
     raise ValueError(arch)
 
 
-ARCHS = ["qwen3_moe", "qwen2_moe", "mixtral", "olmoe"]
+ARCHS = ["qwen3_moe", "qwen2_moe", "mixtral", "olmoe", "deepseek_v3", "glm4_moe"]
 
 
 @pytest.fixture(scope="session")

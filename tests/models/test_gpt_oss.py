@@ -200,7 +200,7 @@ def test_lookahead_adds_the_router_bias_and_predicts_the_routers_choice() -> Non
     norm, router = 1 + 0.1 * torch.randn(hidden, generator=g), torch.randn(experts, hidden)
     bias = 3 * torch.randn(experts, generator=g)  # large: changes the choice
     look.add_layer(0, torch.ones(hidden), torch.randn(experts, hidden))
-    look.add_layer(1, norm, router, bias)
+    look.add_layer(1, norm, router, bias=bias)
     h = torch.randn(1, hidden, generator=g)
     _, logits = look.logits(0, h)
     xn = rms_norm(h, norm, 1e-5)

@@ -29,3 +29,24 @@ def test_fused_logits_match_each_layers_norm_and_router() -> None:
         want = set(torch.topk(logits[targets.index((target, d))], 4).indices.tolist())
         assert look.pending[(target, d)] == want
     assert look.predict(4, h) == [], "nothing after the last layer"
+
+
+def test_a_group_routers_predictions_are_what_it_would_select() -> None:
+    """DeepSeek-V3-style targets are ranked as their router ranks: sigmoid scores plus
+    the correction bias, within the best groups."""
+    from flint.models.config import GroupRouterConfig
+    from flint.models.router import route_grouped
+
+    g = torch.Generator().manual_seed(1)
+    hidden, experts, k = 32, 16, 4
+    cfg = GroupRouterConfig(n_group=4, topk_group=2, routed_scaling_factor=2.5)
+    look = Lookahead(depth=1, top_k=k, eps=1e-6)
+    norm = 1 + 0.1 * torch.randn(hidden, generator=g)
+    router = torch.randn(experts, hidden, generator=g)
+    bias = torch.randn(experts, generator=g)  # large: it decides much of the choice
+    look.add_layer(2, norm, router, grouped=(bias, cfg))
+    for _ in range(20):
+        h = torch.randn(1, hidden, generator=g)
+        look.predict(1, h)
+        ids, _ = route_grouped(rms_norm(h, norm, 1e-6), router, bias, cfg, k, True)
+        assert look.pending[(2, 1)] == set(ids[0].tolist())

@@ -280,3 +280,23 @@ def test_the_first_streamed_layer_is_predicted_from_the_dense_layer_before_it(
         llm.generate([5, 17, 250], max_tokens=3, ignore_eos=True)
         backend.engine = engine  # type: ignore[attr-defined]
     assert any(layer == first and d == 1 for layer, _, d, _ in sent), sent[:8]
+
+
+def test_a_budget_that_holds_every_expert_keeps_them_whole(
+    tiny_ftw: dict[str, Path], capfd: pytest.CaptureFixture[str]
+) -> None:
+    """When every routed expert fits the RAM budget they are all read at start, in the
+    background, and then never streamed: the generation makes no demand reads."""
+    path = tiny_ftw["olmoe"]
+    with flint.LLM(path, device="cpu", context_length=64) as probe:
+        n = probe.model.config.num_experts
+    with flint.LLM(path, device="cpu", context_length=64, ram_budget=_slab_gib(path, n)) as s:
+        assert s.expert_backend.engine.wait_idle(30)  # type: ignore[attr-defined]
+        before = s.stats()
+        s.generate([5, 17, 250], max_tokens=6, ignore_eos=True)
+        after = s.stats()
+    assert before is not None and after is not None
+    assert before["fills"] == n * before["streamed_layers"]
+    assert after["demands"] == before["demands"], "the fill's reads only"
+    assert after["demand_placements"] == 0 and after["hits"] > 0
+    assert "fits the RAM budget" in capfd.readouterr().err

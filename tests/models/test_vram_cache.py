@@ -275,3 +275,17 @@ def test_cuda_cpu_experts_of_quantized_files_stay_within_tolerance(
             torch.testing.assert_close(got.float(), want.float(), atol=0.05, rtol=0.02)
         s = streamed.stats()
     assert s is not None and s["cpu_experts"] > 0 and s["vram_hits"] > 0
+
+
+def test_a_vram_cache_with_a_slot_for_every_expert_is_seeded_whole(
+    tiny_ftw: dict[str, Path],
+) -> None:
+    path = tiny_ftw["olmoe"]
+    with flint.LLM(path, device="cpu", context_length=16) as probe:
+        n = probe.model.config.num_experts
+    with _open(path, ram_slots=1, vram_slots=n) as llm:
+        vram: VramCache = llm.expert_backend.vram  # type: ignore[attr-defined]
+        assert vram.counters.seeded == n * len(vram.layers)
+        llm.generate([1, 2, 3], max_tokens=3, ignore_eos=True)
+        s = llm.stats()
+    assert s is not None and s["vram_hit_rate"] == 1.0 and s["demands"] == 0

@@ -32,9 +32,25 @@ _CORPUS = [
     "You are a helpful assistant. Hello! How can I help you today?",
 ]
 
-FAMILY_NAMES = ("qwen3_moe", "qwen2_moe", "mixtral", "olmoe", "gpt_oss")
+FAMILY_NAMES = (
+    "qwen3_moe",
+    "qwen2_moe",
+    "mixtral",
+    "olmoe",
+    "deepseek_v3",
+    "glm4_moe",
+    "gpt_oss",
+)
 # Seeds whose random models do not fall into repeating one token under greedy decoding.
-SEEDS = {"qwen3_moe": 3, "qwen2_moe": 1, "mixtral": 2, "olmoe": 3, "gpt_oss": 0}
+SEEDS = {
+    "qwen3_moe": 3,
+    "qwen2_moe": 1,
+    "mixtral": 2,
+    "olmoe": 3,
+    "deepseek_v3": 0,
+    "glm4_moe": 0,
+    "gpt_oss": 0,
+}
 
 _COMMON: dict[str, Any] = {
     "vocab_size": VOCAB,
@@ -97,9 +113,77 @@ def hf_config(family: str) -> Any:
             clip_qkv=3.0,
             norm_topk_prob=False,
         )
+    if family == "deepseek_v3":
+        return deepseek_v3_config()
+    if family == "glm4_moe":
+        return glm4_moe_config()
     if family == "gpt_oss":
         return gpt_oss_config()
     raise ValueError(family)
+
+
+def glm4_moe_config(**overrides: Any) -> Any:
+    """A tiny GLM-4.5: partial rotary (a quarter of each head), q/k norm, q/k/v bias,
+    4 groups of 2 experts with the best 2 eligible, one dense layer, a shared expert."""
+    import transformers as tf
+
+    fields: dict[str, Any] = {
+        **_COMMON,
+        "head_dim": 16,
+        "intermediate_size": 48,
+        "moe_intermediate_size": 16,
+        "n_routed_experts": 8,
+        "n_shared_experts": 1,
+        "n_group": 4,
+        "topk_group": 2,
+        "routed_scaling_factor": 1.5,
+        "first_k_dense_replace": 1,
+        "use_qk_norm": True,
+        "attention_bias": True,
+        "rope_parameters": {
+            "rope_type": "default",
+            "rope_theta": 10000.0,
+            "partial_rotary_factor": 0.25,
+        },
+    }
+    fields.update(overrides)
+    return tf.Glm4MoeConfig(**fields)
+
+
+def deepseek_v3_config(**overrides: Any) -> Any:
+    """A tiny DeepSeek-V3: low-rank queries, 4 groups of 2 experts with the best 2 groups
+    eligible, one dense layer, a shared expert, interleaved rope with yarn and mscale
+    (``overrides`` replace any of these)."""
+    import transformers as tf
+
+    fields: dict[str, Any] = {
+        **_COMMON,
+        "num_key_value_heads": 4,
+        "intermediate_size": 48,
+        "moe_intermediate_size": 16,
+        "n_routed_experts": 8,
+        "n_shared_experts": 1,
+        "n_group": 4,
+        "topk_group": 2,
+        "first_k_dense_replace": 1,
+        "q_lora_rank": 24,
+        "kv_lora_rank": 16,
+        "qk_nope_head_dim": 8,
+        "qk_rope_head_dim": 8,
+        "v_head_dim": 12,
+        "routed_scaling_factor": 2.5,
+        "rope_interleave": True,
+        "rope_parameters": {
+            "rope_type": "yarn",
+            "rope_theta": 10000.0,
+            "factor": 2.0,
+            "original_max_position_embeddings": 64,
+            "mscale": 1.0,
+            "mscale_all_dim": 0.8,
+        },
+    }
+    fields.update(overrides)
+    return tf.DeepseekV3Config(**fields)
 
 
 def gpt_oss_config(**overrides: Any) -> Any:
@@ -140,13 +224,16 @@ _ROUTERS_AND_SINKS = (
 
 def build(family: str, path: Path, seed: int = 0, config: Any = None) -> Any:
     """Builds, re-initialises (large router weights: no near-ties) and saves a model
-    (``config``: another transformers config than the family's tiny one)."""
+    (``config``: a transformers config to use instead of the family's tiny one)."""
     import transformers as tf
 
     torch.manual_seed(seed)
-    config = hf_config(family) if config is None else config
+    config = config if config is not None else hf_config(family)
     model = tf.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     with torch.no_grad():
+        for name, buf in model.named_buffers():
+            if name.endswith("e_score_correction_bias"):
+                buf.uniform_(-0.3, 0.3)  # large enough to change which experts win
         for name, param in model.named_parameters():
             if name.endswith(_ROUTERS_AND_SINKS):
                 param.normal_(0.0, 1.0)

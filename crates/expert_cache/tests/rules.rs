@@ -133,6 +133,24 @@ fn idle_fill_lists_the_most_used_missing_experts_and_never_evicts() -> Result<()
 }
 
 #[test]
+fn a_layer_with_a_slot_for_every_expert_is_filled_whole() -> Result<()> {
+    let mut c = cache(16, PolicyKind::Decay)?; // 16 experts, 16 slots
+    c.admit(0, 3, AdmitKind::Demand)?;
+    c.touch(0, 3)?;
+    c.evict(0, 3)?;
+    c.admit(1, 9, AdmitKind::Demand)?;
+    let plan = c.idle_fill();
+    assert_eq!(plan.first(), Some(&(0, 3)), "the used one first");
+    assert_eq!(plan.iter().filter(|&&(l, _)| l == 0).count(), 16);
+    assert_eq!(
+        plan.iter().filter(|&&(l, _)| l == 1).count(),
+        15,
+        "9 is resident"
+    );
+    Ok(())
+}
+
+#[test]
 fn usage_counts_router_selections_only() -> Result<()> {
     let mut c = cache(3, PolicyKind::Decay)?;
     c.admit(0, 1, AdmitKind::Demand)?;

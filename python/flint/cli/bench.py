@@ -8,11 +8,11 @@ from typing import Annotated
 
 import torch
 import typer
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from flint.bench import MODES, Case, Engine, Plan, Setup, run_plan, to_json, to_markdown
 from flint.bench.suite import CONTROL, Outcome
 from flint.cli.errors import USER_ERRORS, fail, fail_from, stderr
+from flint.cli.progress import spinner
 from flint.tune.profile import resolve_engine
 
 MISMATCH_EXIT = 3
@@ -222,19 +222,12 @@ def register(app: typer.Typer) -> None:
                 expert_kernels,
                 engine,
             )
-            with Progress(
-                SpinnerColumn(),
-                TextColumn("{task.description}"),
-                TimeElapsedColumn(),
-                console=stderr,
-                transient=True,
-            ) as bar:
-                task = bar.add_task("loading", total=None)
+            with spinner("loading", stderr) as say:
                 out = run_plan(
                     plan,
                     setup,
                     notice=lambda line: stderr.print(f"flint: {line}"),
-                    step=lambda what: bar.update(task, description=what),
+                    step=say,
                 )
         except USER_ERRORS as err:
             raise fail_from(err, model) from None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -12,6 +12,7 @@ from rich.progress import (
     DownloadColumn,
     MofNCompleteColumn,
     Progress,
+    SpinnerColumn,
     TaskID,
     TextColumn,
     TimeElapsedColumn,
@@ -59,3 +60,18 @@ def count_progress(description: str, total: int, console: Console) -> Iterator[B
         transient=False,
     ) as p:
         yield ByteBar(p, p.add_task(description, total=total))
+
+
+@contextmanager
+def spinner(first: str, console: Console) -> Iterator[Callable[[str], None]]:
+    """A transient spinner with elapsed time for work of unknown length; yields the
+    function that sets its text (first ``first``)."""
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as bar:
+        task = bar.add_task(first, total=None)
+        yield lambda what: bar.update(task, description=what)

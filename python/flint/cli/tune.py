@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from flint.bench.modes import Setup
 from flint.cli.bench import parse_counts
 from flint.cli.errors import USER_ERRORS, fail, fail_from, stderr
+from flint.cli.progress import spinner
 from flint.tune.profile import profile_path, save_profile
 from flint.tune.tuner import TuneOptions, TuneResult, model_exists, tune
 
@@ -94,15 +94,8 @@ def register(app: typer.Typer) -> None:
                 None if dtype == "auto" else dtype,
                 context_length=tokens + 80,
             )
-            with Progress(
-                SpinnerColumn(),
-                TextColumn("{task.description}"),
-                TimeElapsedColumn(),
-                console=stderr,
-                transient=True,
-            ) as bar:
-                task = bar.add_task("tuning", total=None)
-                result = tune(setup, opts, lambda what: bar.update(task, description=what))
+            with spinner("tuning", stderr) as say:
+                result = tune(setup, opts, say)
         except USER_ERRORS as err:
             raise fail_from(err, model) from None
         except RuntimeError as err:

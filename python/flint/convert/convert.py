@@ -85,7 +85,7 @@ def _write_dense(
             quantized.append(name)
         else:
             w.add_tensor(name, t)
-        progress(t.numel() * t.element_size())
+        progress(ck.nbytes(name))
     return quantized
 
 
@@ -125,7 +125,7 @@ def _write_experts(
             if got != shapes:
                 raise ValueError(f"expert {e} of layer {layer} has shapes {got}, expected {shapes}")
             w.add_expert(layer, e, [_encode(p, scheme, dtype, group) for p in projs])
-            progress(sum(p.numel() * p.element_size() for p in projs))
+            progress(em.source_bytes(ck, layer, e))
     src = DTYPE_NAMES.get(first[0].dtype)
     return {
         "scheme": scheme,
@@ -134,6 +134,7 @@ def _write_experts(
         "source_dtype": src,
         "moe_layers": em.layers(),
         "keys": "fused" if em.fused else "per-expert",
+        "source_fp8": bool(ck.scales),
     }
 
 
@@ -211,4 +212,5 @@ def convert(
         "bytes": size,
         "seconds": time.perf_counter() - t0,
         "experts": experts,
+        "skipped_tensors": len(ck.skipped),
     }

@@ -12,7 +12,15 @@ import torch
 from flint.convert.source import Checkpoint
 from flint.models import gpt_oss
 
-SUPPORTED_ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral", "olmoe", "gpt_oss")
+SUPPORTED_ARCHS = (
+    "qwen3_moe",
+    "qwen2_moe",
+    "mixtral",
+    "olmoe",
+    "deepseek_v3",
+    "glm4_moe",
+    "gpt_oss",
+)
 
 # model.layers.L.(mlp|block_sparse_moe).experts.E.(gate_proj|up_proj|down_proj|w1|w3|w2).weight
 _PER_EXPERT = re.compile(
@@ -69,6 +77,12 @@ class ExpertMap:
 
     def layers(self) -> list[int]:
         return sorted({k[0] for k in self.per_expert} | set(self.fused_names))
+
+    def source_bytes(self, ck: Checkpoint, layer: int, expert: int) -> int:
+        """Bytes of the source tensors one expert is read from (the progress unit)."""
+        if not self.fused:
+            return sum(ck.nbytes(n) for n in self.per_expert[(layer, expert)])
+        return sum(ck.nbytes(n) for n in self.fused_names[layer].values()) // self.n_experts
 
     def load(self, ck: Checkpoint, layer: int, expert: int) -> list[torch.Tensor]:
         """Gate [I,H], up [I,H], down [H,I] of one expert."""

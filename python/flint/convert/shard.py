@@ -26,6 +26,7 @@ _DTYPES: dict[str, torch.dtype] = {
     "I8": torch.int8,
     "U8": torch.uint8,
     "BOOL": torch.bool,
+    "F8_E4M3": torch.float8_e4m3fn,
 }
 _MAX_HEADER = 100 << 20
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -14,6 +15,7 @@ from typing import Any
 import torch
 
 from flint.convert.shard import ShardMap
+from flint.models.fp8 import FP8_DTYPES, SCALE_SUFFIX, dequantize_fp8
 
 
 def hf_cache_dirs() -> list[Path]:
@@ -63,14 +65,22 @@ def resolve_source(source: str) -> Path:
 _MAX_OPEN_SHARDS = 1
 
 
+_LAYER = re.compile(r"^model\.layers\.(\d+)\.")
+
+
 @dataclass
 class Checkpoint:
-    """The files of one checkpoint and a name -> shard map of its tensors."""
+    """The files of one checkpoint and a name -> shard map of the tensors the model
+    uses. Left out: layers at index >= ``num_hidden_layers`` (DeepSeek-V3 stores its
+    next-token-prediction module there; the model never runs it), listed in
+    ``skipped``; and FP8 ``*_scale_inv`` tensors, folded into their weights by ``get``."""
 
     root: Path
     config: dict[str, Any]
     shards: list[Path]
     where: dict[str, Path] = field(default_factory=dict)
+    scales: dict[str, Path] = field(default_factory=dict)  # "<weight>_scale_inv" -> shard
+    skipped: list[str] = field(default_factory=list)
     _open: OrderedDict[Path, ShardMap] = field(default_factory=OrderedDict)
 
     @classmethod
@@ -90,9 +100,18 @@ class Checkpoint:
         if missing:
             raise FileNotFoundError(f"shard listed in the index is missing: {missing[0]}")
         ck = cls(root, config, shards)
+        layers = config.get("num_hidden_layers")
         for s in shards:
             for name in ck._handle(s).names():
-                ck.where[name] = s
+                m = _LAYER.match(name)
+                if m and isinstance(layers, int) and int(m[1]) >= layers:
+                    ck.skipped.append(name)
+                elif name.endswith(SCALE_SUFFIX):
+                    ck.scales[name] = s
+                else:
+                    ck.where[name] = s
+        for name in [n for n in ck.scales if n.removesuffix(SCALE_SUFFIX) not in ck.where]:
+            ck.where[name] = ck.scales.pop(name)  # not an FP8 scale: an ordinary tensor
         return ck
 
     def _handle(self, shard: Path) -> ShardMap:
@@ -117,8 +136,15 @@ class Checkpoint:
         return self._handle(self.where[name]).nbytes(name)
 
     def get(self, name: str) -> torch.Tensor:
-        """A zero-copy view of the tensor in its shard's map."""
-        return self._handle(self.where[name]).tensor(name)
+        """A zero-copy view of the tensor in its shard's map; an FP8 weight with a
+        ``_scale_inv`` comes back dequantized to bf16 (a new tensor)."""
+        t = self._handle(self.where[name]).tensor(name)
+        if t.dtype not in FP8_DTYPES:
+            return t
+        scale = name + SCALE_SUFFIX
+        if scale not in self.scales:
+            raise ValueError(f"FP8 tensor {name!r} has no {scale!r} to dequantize it with")
+        return dequantize_fp8(t, self._handle(self.scales[scale]).tensor(scale))
 
     def get_row(self, name: str, i: int) -> torch.Tensor:
         """Row ``i`` of a stacked tensor (a view: only that row's pages are read)."""

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from flint.models import gpt_oss, mixtral, olmoe, qwen2_moe, qwen3_moe
+from flint.models import deepseek_v3, glm4_moe, gpt_oss, mixtral, olmoe, qwen2_moe, qwen3_moe
 from flint.models.config import ModelConfig
 from flint.models.ftw_source import FtwSource
 from flint.models.loading import Placement
@@ -25,6 +25,8 @@ FAMILIES: dict[str, Callable[[dict[str, Any]], ModelConfig]] = {
     "qwen2_moe": qwen2_moe.parse_config,
     "mixtral": mixtral.parse_config,
     "olmoe": olmoe.parse_config,
+    "deepseek_v3": deepseek_v3.parse_config,
+    "glm4_moe": glm4_moe.parse_config,
     "gpt_oss": gpt_oss.parse_config,
 }
 

@@ -29,6 +29,31 @@ class RopeConfig:
     mscale: float | None = None
     mscale_all_dim: float | None = None
     truncate: bool = True
+    partial_rotary_factor: float = 1.0  # the share of each head's dims that rotate
+
+
+@dataclass(slots=True, frozen=True)
+class MlaConfig:
+    """Multi-head latent attention (DeepSeek-V2/V3): low-rank queries and a compressed,
+    cached key/value latent plus one shared rotary key per position."""
+
+    q_lora_rank: int | None  # None: a full-rank q_proj
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+    rope_interleave: bool  # rotary dims stored as interleaved pairs (x0, x1), (x2, x3)...
+    softmax_scale: float
+
+
+@dataclass(slots=True, frozen=True)
+class GroupRouterConfig:
+    """DeepSeek-V3's router: sigmoid scores, a correction bias used only to choose,
+    top-k limited to the best ``topk_group`` of ``n_group`` expert groups."""
+
+    n_group: int
+    topk_group: int
+    routed_scaling_factor: float
 
 
 @dataclass(slots=True, frozen=True)
@@ -74,6 +99,11 @@ class ModelConfig:
     sparse_layers: tuple[bool, ...]  # per layer: MoE block (True) or dense MLP
     tie_word_embeddings: bool
     moe_prefix: str  # module name of the MoE block under model.layers.N ("mlp", ...)
+    mla: MlaConfig | None = None  # None: grouped-query attention
+    group_router: GroupRouterConfig | None = None  # None: softmax top-k router
+    # Qwen2-MoE: one "shared_expert" scaled by sigmoid(shared_expert_gate); DeepSeek:
+    # "shared_experts" added as they are.
+    shared_expert_gated: bool = True
     # GPT-OSS (the defaults are every other family's):
     router_name: str = "gate"  # the router's module under the MoE block
     router_bias: bool = False  # router.bias added to the logits
@@ -104,8 +134,9 @@ def head_dim(config: dict[str, Any]) -> int:
 
 
 def num_experts(config: dict[str, Any]) -> int:
-    """Routed experts per layer; transformers 5 writes ``num_local_experts`` for all."""
-    for key in ("num_experts", "num_local_experts"):
+    """Routed experts per layer; transformers 5 writes ``num_local_experts`` for most,
+    DeepSeek configs ``n_routed_experts``."""
+    for key in ("num_experts", "num_local_experts", "n_routed_experts"):
         if config.get(key) is not None:
             return int(config[key])
     raise ValueError("config.json lacks 'num_experts' / 'num_local_experts'")
@@ -127,15 +158,23 @@ def sparse_layers(config: dict[str, Any], num_layers: int) -> tuple[bool, ...]:
     return tuple(i not in dense and experts > 0 and (i + 1) % step == 0 for i in range(num_layers))
 
 
-def rope_config(config: dict[str, Any], default_theta: float) -> RopeConfig:
-    """Reads ``rope_parameters`` (transformers 5) or ``rope_theta`` + ``rope_scaling``."""
+def rope_config(
+    config: dict[str, Any], default_theta: float, default_partial: float | None = None
+) -> RopeConfig:
+    """Reads ``rope_parameters`` (transformers 5) or ``rope_theta`` + ``rope_scaling``.
+    ``default_partial``: the family's ``partial_rotary_factor`` when the config names
+    none (None: the family rotates whole heads and refuses any other factor)."""
     params = config.get("rope_parameters")
     if not isinstance(params, dict):
         params = dict(get(config, "rope_scaling", {}))
         params.setdefault("rope_theta", get(config, "rope_theta", default_theta))
     rope_type = params.get("rope_type", params.get("type", "default"))
-    if float(params.get("partial_rotary_factor", 1.0)) != 1.0:
-        raise ValueError("partial_rotary_factor != 1 is not supported")
+    fallback = get(config, "partial_rotary_factor", default_partial or 1.0)
+    partial = float(params.get("partial_rotary_factor", fallback))
+    if default_partial is None and partial != 1.0:
+        raise ValueError("partial_rotary_factor != 1 is not supported for this family")
+    if not 0.0 < partial <= 1.0:
+        raise ValueError(f"partial_rotary_factor must be in (0, 1], got {partial}")
     factor = params.get("factor")
     return RopeConfig(
         rope_type=str(rope_type),
@@ -150,6 +189,7 @@ def rope_config(config: dict[str, Any], default_theta: float) -> RopeConfig:
         mscale=params.get("mscale"),
         mscale_all_dim=params.get("mscale_all_dim"),
         truncate=bool(params.get("truncate", True)),
+        partial_rotary_factor=partial,
     )
 
 
@@ -160,9 +200,34 @@ def no_sliding_window(config: dict[str, Any], enabled: bool) -> None:
         raise ValueError(f"sliding-window attention (window {window}) is not supported")
 
 
-def common_fields(hf: dict[str, Any], eps: float, rope_theta: float) -> dict[str, Any]:
-    """The ``ModelConfig`` fields every family reads the same way (``eps`` and
-    ``rope_theta`` are the family's defaults when the config omits them)."""
+def group_router_config(
+    hf: dict[str, Any], defaults: tuple[int, int, float], experts: int, top_k: int
+) -> GroupRouterConfig:
+    """The sigmoid group router's parameters (``defaults``: the family's n_group,
+    topk_group and routed_scaling_factor for absent keys), checked against the experts."""
+    groups = int(get(hf, "n_group", defaults[0]))
+    best = int(get(hf, "topk_group", defaults[1]))
+    if groups < 1 or experts % groups:
+        raise ValueError(f"n_group {groups} does not divide {experts} routed experts")
+    if experts // groups < 2:
+        raise ValueError("group-limited routing needs at least 2 experts per group")
+    if not 1 <= best <= groups:
+        raise ValueError(f"topk_group must be 1..n_group ({groups}), got {best}")
+    if top_k > best * (experts // groups):
+        raise ValueError(f"num_experts_per_tok {top_k} exceeds the experts of {best} groups")
+    return GroupRouterConfig(
+        n_group=groups,
+        topk_group=best,
+        routed_scaling_factor=float(get(hf, "routed_scaling_factor", defaults[2])),
+    )
+
+
+def common_fields(
+    hf: dict[str, Any], eps: float, rope_theta: float, partial_rotary: float | None = None
+) -> dict[str, Any]:
+    """The ``ModelConfig`` fields every family reads the same way (``eps``,
+    ``rope_theta`` and ``partial_rotary`` are the family's defaults when the config omits
+    them; ``partial_rotary`` None: whole heads rotate, see ``rope_config``)."""
     return {
         "vocab_size": int(require(hf, "vocab_size")),
         "hidden_size": int(require(hf, "hidden_size")),
@@ -172,7 +237,7 @@ def common_fields(hf: dict[str, Any], eps: float, rope_theta: float) -> dict[str
         "head_dim": head_dim(hf),
         "rms_norm_eps": float(get(hf, "rms_norm_eps", eps)),
         "max_position_embeddings": int(require(hf, "max_position_embeddings")),
-        "rope": rope_config(hf, rope_theta),
+        "rope": rope_config(hf, rope_theta, partial_rotary),
         "num_experts": num_experts(hf),
         "top_k": int(require(hf, "num_experts_per_tok")),
         "intermediate_size": int(require(hf, "intermediate_size")),

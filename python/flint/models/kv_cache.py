@@ -8,7 +8,9 @@ import torch
 
 
 class KVCache:
-    """Keys and values of every layer, [L, N, S, D] each, written in place.
+    """Keys and values of every layer, [L, N, S, D] each, written in place (values
+    [L, N, S, value_dim] where that differs: latent attention caches its latents as
+    "keys" and its rotated shared key as "values").
 
     ``length`` is the number of positions filled; the model advances it once per
     forward, after every layer has written its keys and values. ``tokens`` [S] holds
@@ -24,12 +26,14 @@ class KVCache:
         head_dim: int,
         dtype: torch.dtype,
         device: torch.device,
+        value_dim: int | None = None,
     ) -> None:
         if context_length < 1:
             raise ValueError(f"context_length must be >= 1, got {context_length}")
         shape = (layers, kv_heads, context_length, head_dim)
+        v_shape = (layers, kv_heads, context_length, value_dim or head_dim)
         self.keys = torch.zeros(shape, dtype=dtype, device=device)
-        self.values = torch.zeros(shape, dtype=dtype, device=device)
+        self.values = torch.zeros(v_shape, dtype=dtype, device=device)
         self.tokens = torch.full((context_length,), -1, dtype=torch.int64, device=device)
         self.context_length = context_length
         self.length = 0

@@ -19,6 +19,7 @@ from flint.models import gpt_oss
 from flint.models.config import ExpertActivation, ModelConfig
 from flint.models.loading import Placement
 from flint.models.mlp import DenseMLP, activate
+from flint.models.router import route_grouped
 from flint.models.weights import WeightSource
 
 # T = tokens, H = hidden, E = experts per layer, K = top-k, I = expert intermediate,
@@ -192,7 +193,8 @@ def dispatch(
 
 
 class MoEBlock:
-    """Router + routed experts (through the backend) + optional gated shared expert."""
+    """Router + routed experts (through the backend) + optional shared expert(s): Qwen2's
+    sigmoid-gated ``shared_expert`` or DeepSeek's ungated ``shared_experts``."""
 
     def __init__(
         self,
@@ -204,27 +206,49 @@ class MoEBlock:
     ) -> None:
         p = f"model.layers.{layer}.{config.moe_prefix}."
         self.cfg, self.layer, self.backend = config, layer, backend
-        self.router = place.load(source, p + config.router_name + ".weight")  # [E, H]
+        router = p + config.router_name
+        self.router = place.load(source, router + ".weight")  # [E, H]
         self.router_bias = (
-            place.load(source, p + config.router_name + ".bias") if config.router_bias else None
-        )  # [E]
+            place.load(source, router + ".bias") if config.router_bias else None
+        )  # [E] (GPT-OSS)
+        # The group router runs in fp32 on fp32 weights (transformers keeps them fp32).
+        self.router32: torch.Tensor | None = None  # [E, H]
+        self.bias32: torch.Tensor | None = None  # [E] correction bias
+        if config.group_router is not None:
+            fp32 = Placement(place.device, torch.float32)
+            self.router32 = fp32.load(source, router + ".weight")
+            self.bias32 = fp32.load(source, router + ".e_score_correction_bias")
         self.shared: DenseMLP | None = None
         self.shared_gate: torch.Tensor | None = None
-        if config.shared_expert_intermediate_size > 0:
+        if config.shared_expert_intermediate_size > 0 and config.shared_expert_gated:
             self.shared = DenseMLP(source, p + "shared_expert", place)
             self.shared_gate = place.load(source, p + "shared_expert_gate.weight")  # [1, H]
+        elif config.shared_expert_intermediate_size > 0:
+            self.shared = DenseMLP(source, p + "shared_experts", place)
+
+    def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The family's router: (ids [T, K], weights [T, K]) for x [T, H]."""
+        cfg = self.cfg
+        if cfg.group_router is None:
+            return route(x, self.router, cfg, self.router_bias)
+        assert self.router32 is not None and self.bias32 is not None
+        return route_grouped(
+            x, self.router32, self.bias32, cfg.group_router, cfg.top_k, cfg.norm_topk_prob
+        )
 
     def __call__(self, x: torch.Tensor, chunk: int | None = None) -> torch.Tensor:
         """x [T, H] -> [T, H]. The routed experts see all T tokens in one backend call
         (each selected expert once); the shared expert runs in ``chunk``-row pieces."""
-        ids, weights = route(x, self.router, self.cfg, self.router_bias)  # [T, K] each
+        ids, weights = self.route(x)  # [T, K] each
         out = self.backend(self.layer, x, ids, weights)  # [T, H]
-        if self.shared is not None and self.shared_gate is not None:
+        if self.shared is not None:
             rows = chunk or x.shape[0]
             parts = [self._shared(x[s : s + rows]) for s in range(0, x.shape[0], rows)]
             out = out + (parts[0] if len(parts) == 1 else torch.cat(parts))
         return out
 
     def _shared(self, x: torch.Tensor) -> torch.Tensor:
-        assert self.shared is not None and self.shared_gate is not None
+        assert self.shared is not None
+        if self.shared_gate is None:
+            return self.shared(x)
         return torch.sigmoid(F.linear(x, self.shared_gate)) * self.shared(x)

@@ -41,6 +41,10 @@ def activation_bytes(
     residual = 4 * t * h * b  # x, h, the normed input, the layer's output [T, H]
     heads = cfg.num_heads + 2 * cfg.num_kv_heads
     attention = c * heads * cfg.head_dim * b * 2 + cfg.num_heads * c * positions * 4
+    if cfg.mla is not None:  # every position's latent expanded to per-head keys and values
+        m = cfg.mla
+        per_head = 2 * m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim
+        attention += cfg.num_heads * positions * per_head * b * 2
     dense = 3 * c * max(cfg.intermediate_size, cfg.shared_expert_intermediate_size) * b
     moe = 0
     if any(cfg.sparse_layers):

@@ -13,7 +13,7 @@ import torch
 
 from flint.models.config import ModelConfig, RopeConfig
 
-# P = positions, D = head dim
+# P = positions, D = head dim, Dr = rotated dims (D unless the rotary is partial)
 
 
 def inv_freq(rope: RopeConfig, dim: int, max_positions: int) -> tuple[torch.Tensor, float]:
@@ -89,8 +89,10 @@ def _yarn(rope: RopeConfig, dim: int, max_positions: int) -> tuple[torch.Tensor,
 def cos_sin_tables(
     config: ModelConfig, positions: int, dtype: torch.dtype, device: torch.device
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin, each [P, D], for positions 0..P-1."""
-    freq, scale = inv_freq(config.rope, config.head_dim, config.max_position_embeddings)
+    """cos and sin, each [P, Dr], for positions 0..P-1 (Dr = the rotated dims: D, or
+    ``int(D * partial_rotary_factor)``)."""
+    dim = int(config.head_dim * config.rope.partial_rotary_factor)
+    freq, scale = inv_freq(config.rope, dim, config.max_position_embeddings)
     pos = torch.arange(positions, dtype=torch.int64).float()
     freqs = pos[:, None] * freq[None, :]  # [P, D/2]
     emb = torch.cat((freqs, freqs), dim=-1)  # [P, D]
@@ -104,5 +106,10 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x [N, T, D] (N = heads) rotated by cos/sin [T, D]."""
-    return (x * cos) + (rotate_half(x) * sin)
+    """x [N, T, D] (N = heads) rotated by cos/sin [T, Dr]: the first Dr dims rotate, the
+    rest pass through (partial rotary, as transformers' GLM-4.5)."""
+    rotary = cos.shape[-1]
+    if rotary == x.shape[-1]:
+        return (x * cos) + (rotate_half(x) * sin)
+    x_rot, x_pass = x[..., :rotary], x[..., rotary:]
+    return torch.cat(((x_rot * cos) + (rotate_half(x_rot) * sin), x_pass), dim=-1)

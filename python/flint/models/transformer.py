@@ -11,6 +11,7 @@ from flint.models.attention import Attention, causal_mask
 from flint.models.config import ModelConfig
 from flint.models.kv_cache import KVCache
 from flint.models.loading import Placement
+from flint.models.mla import LatentAttention, latent_cache
 from flint.models.mlp import DenseMLP
 from flint.models.moe import ExpertBackend, MoEBlock
 from flint.models.norm import rms_norm
@@ -53,8 +54,13 @@ class DecoderLayer:
         self.observe_output: Callable[[int, torch.Tensor], None] | None = None
         self.input_norm = place.load(source, p + "input_layernorm.weight")
         self.post_norm = place.load(source, p + "post_attention_layernorm.weight")
-        attention = SinkAttention if config.attention_sinks else Attention
-        self.attn = attention(config, layer, source, place)
+        self.attn: Attention | LatentAttention
+        if config.mla is not None:
+            self.attn = LatentAttention(config, layer, source, place)
+        elif config.attention_sinks:
+            self.attn = SinkAttention(config, layer, source, place)
+        else:
+            self.attn = Attention(config, layer, source, place)
         self.mlp: Callable[[torch.Tensor], torch.Tensor]
         if config.sparse_layers[layer]:
             self.mlp = MoEBlock(config, layer, source, place, backend)
@@ -123,13 +129,17 @@ class MoEModel:
             DecoderLayer(config, i, source, place, backend) for i in range(config.num_layers)
         ]
         self.cos, self.sin = cos_sin_tables(config, context_length, place.dtype, place.device)
-        self.cache = KVCache(
-            config.num_layers,
-            config.num_kv_heads,
-            context_length,
-            config.head_dim,
-            place.dtype,
-            place.device,
+        self.cache = (
+            latent_cache(config, config.mla, context_length, place)
+            if config.mla is not None
+            else KVCache(
+                config.num_layers,
+                config.num_kv_heads,
+                context_length,
+                config.head_dim,
+                place.dtype,
+                place.device,
+            )
         )
 
     @property

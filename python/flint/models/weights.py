@@ -18,6 +18,7 @@ import torch
 from safetensors import safe_open
 
 from flint.models import gpt_oss
+from flint.models.fp8 import FP8_DTYPES, SCALE_SUFFIX, dequantize_fp8
 
 # I = expert intermediate size, H = hidden size, E = experts per layer
 
@@ -91,6 +92,11 @@ class SafetensorsSource:
         if file is None:
             raise KeyError(f"tensor {name!r} not found in {self.path}")
         out: torch.Tensor = self._handle(file).get_tensor(name)
+        if out.dtype in FP8_DTYPES:  # block-scaled FP8 (DeepSeek-V3): back to bf16
+            scale = self._files.get(name + SCALE_SUFFIX)
+            if scale is None:
+                raise ValueError(f"FP8 tensor {name!r} has no {name + SCALE_SUFFIX!r} scale")
+            return dequantize_fp8(out, self._handle(scale).get_tensor(name + SCALE_SUFFIX))
         return out
 
     def expert(self, layer: int, expert: int) -> ExpertWeights:

@@ -18,8 +18,9 @@ from flint.models.config import ModelConfig
 from flint.models.ftw_source import FtwSource
 from flint.models.loading import Placement
 from flint.models.moe import expert_math
-from flint.stream.backend import StreamedExperts, VramRequest
+from flint.stream.backend import StreamedExperts
 from flint.stream.plan import StreamPlan, plan_cache
+from flint.stream.vram import VramRequest
 
 
 def _stderr(line: str) -> None:
@@ -105,6 +106,10 @@ def streamed_backend(
     )
     if usage:
         experts.load_usage(usage_path(source.path), notice)
+    if plan.slots_per_layer >= layout.n_experts:
+        # every expert fits: read them all now (in the background), none is streamed
+        notice("every routed expert fits the RAM budget: reading them all now")
+        engine.idle_fill()
     return experts
 
 

@@ -33,13 +33,14 @@ from flint.models.config import ModelConfig
 from flint.models.cpu_kernels import FusedKernel, slab_addresses
 from flint.models.moe import ExpertMath, weighted_sum
 from flint.models.quant_experts import QUANT_SCHEMES, fused_supported
-from flint.models.quant_linear import ProjectionKernel, select_kernel
+from flint.models.quant_linear import select_kernel
 from flint.stream.lookahead import Lookahead
+from flint.stream.placement import HOST_MAX_TOKENS, HostBatch, Target
 from flint.stream.plan import StreamPlan, plan_vram
 from flint.stream.prompt_mem import PromptMemory
 from flint.stream.readahead import ReadAhead
 from flint.stream.slab import slot_bytes
-from flint.stream.vram import VramCache
+from flint.stream.vram import VramCache, VramRequest, free_vram
 from flint.stream.waves import plan_waves
 
 # T = tokens, H = hidden, K = top-k, E = experts per layer, N = rows routed to one expert
@@ -67,56 +68,6 @@ class Counters:
     prompt_layers: int = 0
     prompt_distinct: int = 0
     prompt_waves: int = 0
-
-
-@dataclass(slots=True, frozen=True)
-class Target:
-    """Where an expert is computed: device, activation dtype, quantized kernel."""
-
-    device: torch.device
-    dtype: torch.dtype
-    kernel: ProjectionKernel | None
-
-
-# On CUDA, experts outside VRAM are computed on the CPU only in forwards of at most
-# this many tokens (decode steps); a prompt's are copied up and computed on the GPU,
-# where PCIe (~55 GB/s pinned on the H200 box) beats CPU compute of a many-row batch:
-# V1 pp512 ran at 23 tok/s with those experts on the CPU (docs/benchmarks.md).
-HOST_MAX_TOKENS = 8
-
-
-class HostBatch:
-    """A forward's tokens on the CPU, copied once before the GPU's work is queued:
-    x in the host target's dtype (torch path) and in fp32 (fused path), ids, the row
-    order, and a fp32 output buffer for the fused call."""
-
-    def __init__(
-        self, x: torch.Tensor, ids: torch.Tensor, order: torch.Tensor, dtype: torch.dtype
-    ) -> None:
-        cpu = torch.device("cpu")
-        self.x32 = x.to(cpu, torch.float32).contiguous()  # [T, H]
-        self.x = self.x32 if dtype == torch.float32 else x.to(cpu, dtype)
-        self.ids = ids.to(cpu).contiguous()  # [T, K]
-        self.order = order.cpu()  # [T*K]
-        self.y = torch.empty(ids.numel(), x.shape[1], dtype=torch.float32)  # [T*K, H]
-
-
-@dataclass(slots=True, frozen=True)
-class VramRequest:
-    """Asks for a VRAM expert cache on ``device``, planned when the model is built."""
-
-    device: torch.device
-    budget_gib: float | None  # --vram-budget; None: what is free
-    notice: Callable[[str], None]
-    read_slab: Callable[[int, int], torch.Tensor] | None = None  # seeds from the file
-    free_bytes: Callable[[], int] | None = None  # tests simulate a device's free memory
-
-
-def free_vram(device: torch.device) -> int:
-    """Free bytes on ``device`` (CUDA: the driver's count, other programs included)."""
-    if device.type != "cuda":
-        raise ValueError(f"no free-memory probe for {device}; pass free_bytes")
-    return int(torch.cuda.mem_get_info(device)[0])
 
 
 class StreamedExperts:
@@ -222,7 +173,11 @@ class StreamedExperts:
             router = getattr(layer.mlp, "router", None)
             if router is not None:
                 bias = getattr(layer.mlp, "router_bias", None)
-                self.lookahead.add_layer(i, layer.post_norm, router, bias)
+                bias32 = getattr(layer.mlp, "bias32", None)
+                grouped = None
+                if bias32 is not None and self.cfg.group_router is not None:
+                    grouped = (bias32, self.cfg.group_router)
+                self.lookahead.add_layer(i, layer.post_norm, router, bias=bias, grouped=grouped)
             layer.observe = self.observe
             if self.lookahead_from == "output":
                 layer.observe_output = self.observe_output
@@ -432,7 +387,8 @@ class StreamedExperts:
     ) -> None:
         """Experts computed on the CPU beside the GPU (model on CUDA, a decode-sized
         batch): one fused call (waits inside), or per expert through torch with
-        ``expert_kernels="dequant"``; the results go up to ``outputs``."""
+        ``expert_kernels="dequant"`` or for experts the fused kernels do not compute
+        (GPT-OSS: ``ExpertMath``); the results go up to ``outputs``."""
         host, k = self.host, b.ids.shape[1]
         assert host is not None
         rows = torch.cat([b.order[starts[e] : starts[e] + counts[e]] for e, _, _ in experts])

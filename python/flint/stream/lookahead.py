@@ -4,7 +4,8 @@ predict which experts those layers will select; the I/O engine reads them early.
 targets of a layer are one fused op: one RMS normalisation, one matmul with their
 stacked routers (norm weights folded in, router biases added: GPT-OSS), one top-k,
 one copy to the CPU. Top-k of the logits is top-k of their softmax, so families that
-take top-k before (GPT-OSS) or after the softmax predict alike.
+take top-k before (GPT-OSS) or after the softmax predict alike; a sigmoid group
+router's targets (DeepSeek-V3, GLM-4.5) are ranked as that router ranks them.
 
 Measured on tiny-code-moe (README of the model): recall 74.5 / 63.1 / 54.7 % at
 distance 1 / 2 / 3 from the MoE input."""
@@ -15,6 +16,9 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
+
+from flint.models.config import GroupRouterConfig
+from flint.models.router import eligible_choice
 
 # H = hidden, E = experts, K = top-k
 
@@ -54,6 +58,9 @@ class Lookahead:
         self.norms: dict[int, torch.Tensor] = {}  # layer -> post-attention norm [H]
         self.routers: dict[int, torch.Tensor] = {}  # layer -> router [E, H]
         self.biases: dict[int, torch.Tensor] = {}  # layer -> router bias [E] (GPT-OSS)
+        # layer -> (correction bias [E] fp32, its group config): sigmoid routers rank
+        # experts by sigmoid(logit) + bias within the best groups, as the router does
+        self.grouped: dict[int, tuple[torch.Tensor, GroupRouterConfig]] = {}
         self.pending: dict[tuple[int, int], set[int]] = {}  # (layer, distance) -> experts
         self.quality = Recall()
         # layer -> (targets [(layer, distance)], the targets' routers with their norm
@@ -67,11 +74,17 @@ class Lookahead:
         layer: int,
         norm: torch.Tensor,
         router: torch.Tensor,
+        *,
         bias: torch.Tensor | None = None,
+        grouped: tuple[torch.Tensor, GroupRouterConfig] | None = None,
     ) -> None:
+        """``bias``: the router's own bias [E], part of its logits (GPT-OSS);
+        ``grouped``: a sigmoid group router's correction bias and config (DeepSeek-V3)."""
         self.norms[layer], self.routers[layer] = norm, router
         if bias is not None:
             self.biases[layer] = bias
+        if grouped is not None:
+            self.grouped[layer] = grouped
         self._fused.clear()
 
     def _stack(self, layer: int) -> tuple[list[tuple[int, int]], torch.Tensor, torch.Tensor | None]:
@@ -82,16 +95,23 @@ class Lookahead:
             ]
             rows = [self.routers[t] * self.norms[t] for t, _ in targets]  # [E, H] each
             stacked = torch.cat(rows) if rows else torch.empty(0)
-            biased = targets and all(t in self.biases for t, _ in targets)
-            bias = torch.cat([self.biases[t] for t, _ in targets]) if biased else None
+            bias = None  # router biases (GPT-OSS); zeros for a target without one
+            if any(t in self.biases for t, _ in targets):
+                bias = torch.cat(
+                    [
+                        self.biases.get(t, self.routers[t].new_zeros(len(self.routers[t])))
+                        for t, _ in targets
+                    ]
+                )
             self._fused[layer] = (targets, stacked, bias)
         return self._fused[layer]
 
     def logits(self, layer: int, h: torch.Tensor) -> tuple[list[tuple[int, int]], torch.Tensor]:
         """The targets after ``layer`` and their router logits [n, E] (fp32) for h
         [1, H], in one fused op: RMS-normalise once, then one matmul with the targets'
-        routers (each scaled by its layer's norm weight; a prediction, so rounding
-        differs from the router's own only in the last bits)."""
+        routers (each scaled by its layer's norm weight, its router bias added where it
+        has one; a prediction, so rounding differs from the router's own only in the
+        last bits)."""
         targets, stacked, bias = self._stack(layer)
         if not targets:
             return targets, torch.empty(0)
@@ -105,7 +125,15 @@ class Lookahead:
         if not targets:
             return []
         n = min(self.width, logits.shape[-1])
-        top = torch.topk(logits, n, dim=-1).indices.tolist()  # one copy to the CPU
+        rows = []
+        for (target, _), row in zip(targets, logits, strict=True):
+            g = self.grouped.get(target)
+            if g is not None:  # rank as the sigmoid group router will
+                bias, cfg = g
+                row = eligible_choice((torch.sigmoid(row) + bias)[None], cfg)[0]
+            rows.append(row)
+        ranked = torch.stack(rows) if self.grouped else logits
+        top = torch.topk(ranked, n, dim=-1).indices.tolist()  # one copy to the CPU
         out: list[tuple[int, int, int, int]] = []
         for (target, d), experts in zip(targets, top, strict=True):
             self.pending[(target, d)] = set(experts)

@@ -96,6 +96,25 @@ class StreamPlan:
         )
 
 
+def _budget(
+    flag: str, asked_gib: float | None, free: int, headroom_min: int, notes: list[str]
+) -> int:
+    """Bytes for experts: ``free`` minus headroom (10%, at least ``headroom_min``),
+    capped by the ``flag`` budget when one is given (a larger one says so in ``notes``)."""
+    if asked_gib is not None and not asked_gib >= 0:
+        raise ValueError(f"{flag} must be a number of GiB >= 0, got {asked_gib}")
+    room = max(0, free - max(headroom_min, int(free * HEADROOM_FRACTION)))
+    if asked_gib is None:
+        return room
+    asked = int(asked_gib * GIB)
+    if asked > room:
+        notes.append(
+            f"{flag} {asked_gib:g} GiB is more than is free "
+            f"({room / GIB:.2f} GiB after headroom); using what is free"
+        )
+    return min(asked, room)
+
+
 def plan_cache(
     streamed_layers: list[int],
     n_experts: int,
@@ -105,20 +124,8 @@ def plan_cache(
 ) -> StreamPlan:
     """Slots per layer within ``ram_budget_gib`` (what flint may hold of routed
     experts) or, without one, within free memory minus headroom."""
-    if ram_budget_gib is not None and not ram_budget_gib >= 0:
-        raise ValueError(f"--ram-budget must be a number of GiB >= 0, got {ram_budget_gib}")
     notes: list[str] = []
-    free = available()
-    headroom = max(HEADROOM_MIN, int(free * HEADROOM_FRACTION))
-    budget = max(0, free - headroom)
-    if ram_budget_gib is not None:
-        asked = int(ram_budget_gib * GIB)
-        if asked > budget:
-            notes.append(
-                f"--ram-budget {ram_budget_gib:g} GiB is more than is free "
-                f"({budget / GIB:.2f} GiB after headroom); using what is free"
-            )
-        budget = min(asked, budget)
+    budget = _budget("--ram-budget", ram_budget_gib, available(), HEADROOM_MIN, notes)
     per_layer = budget // max(1, slot_bytes * len(streamed_layers))
     slots = min(n_experts, per_layer)
     if slots < 1:
@@ -130,8 +137,7 @@ def plan_cache(
     return StreamPlan(tuple(streamed_layers), n_experts, slot_bytes, slots, budget, tuple(notes))
 
 
-VRAM_HEADROOM_FRACTION = 0.10  # of free VRAM left for activations, the allocator, others
-VRAM_HEADROOM_MIN = 1 << 30
+VRAM_HEADROOM_MIN = 1 << 30  # and 10% of free VRAM, for activations, the allocator, others
 
 
 @dataclass(slots=True, frozen=True)
@@ -165,20 +171,8 @@ def plan_vram(
     routed experts in VRAM) and within ``free_vram`` (bytes, measured after the dense
     weights and KV cache are in place) minus headroom. Never refuses: too little room
     means no VRAM cache (every expert then runs from RAM), said in one line."""
-    if vram_budget_gib is not None and not vram_budget_gib >= 0:
-        raise ValueError(f"--vram-budget must be a number of GiB >= 0, got {vram_budget_gib}")
     notes: list[str] = []
-    headroom = max(VRAM_HEADROOM_MIN, int(free_vram * VRAM_HEADROOM_FRACTION))
-    room = max(0, free_vram - headroom)
-    budget = room
-    if vram_budget_gib is not None:
-        asked = int(vram_budget_gib * GIB)
-        if asked > room:
-            notes.append(
-                f"--vram-budget {vram_budget_gib:g} GiB is more than is free "
-                f"({room / GIB:.2f} GiB after headroom); using what is free"
-            )
-        budget = min(asked, room)
+    budget = _budget("--vram-budget", vram_budget_gib, free_vram, VRAM_HEADROOM_MIN, notes)
     slots = min(n_experts, budget // max(1, slot_bytes * n_layers))
     if slots < 1 and vram_budget_gib != 0:
         notes.append(

@@ -100,10 +100,14 @@ class VramCache:
         self, counts: Callable[[int], list[int]], read: Callable[[int, int], torch.Tensor]
     ) -> None:
         """Fills each layer with its most-used experts (``counts(layer)``, the usage
-        table), read by ``read(layer, expert)``; unused experts are not loaded."""
+        table), read by ``read(layer, expert)``; unused experts are not loaded, except
+        where a layer has a slot for every expert: it is loaded whole and never
+        streamed."""
         for layer in self.layers:
             c = counts(layer)
-            ranked = sorted((e for e in range(self.n_experts) if c[e] > 0), key=lambda e: -c[e])
+            whole = self.slots >= self.n_experts  # the layer fits: kept whole
+            used = (e for e in range(self.n_experts) if c[e] > 0 or whole)
+            ranked = sorted(used, key=lambda e: -c[e])
             for expert in ranked[: len(self.free[layer])]:
                 self.admit(layer, expert, read(layer, expert))
                 self.counters.seeded += 1
@@ -149,5 +153,20 @@ class VramCache:
         self._put(layer, slot, comer, src)
         self.counters.swaps += 1
 
-    def resident(self, layer: int) -> set[int]:
-        return set(self.where[layer])
+
+@dataclass(slots=True, frozen=True)
+class VramRequest:
+    """Asks for a VRAM expert cache on ``device``, planned when the model is built."""
+
+    device: torch.device
+    budget_gib: float | None  # --vram-budget; None: what is free
+    notice: Callable[[str], None]
+    read_slab: Callable[[int, int], torch.Tensor] | None = None  # seeds from the file
+    free_bytes: Callable[[], int] | None = None  # tests simulate a device's free memory
+
+
+def free_vram(device: torch.device) -> int:
+    """Free bytes on ``device`` (CUDA: the driver's count, other programs included)."""
+    if device.type != "cuda":
+        raise ValueError(f"no free-memory probe for {device}; pass free_bytes")
+    return int(torch.cuda.mem_get_info(device)[0])

@@ -18,16 +18,18 @@ impl<P: Policy> ExpertCache<P> {
     }
 
     /// Idle fill: for every empty slot, the most-used (by the usage table) expert of
-    /// that layer that is not resident, as `(layer, expert)`; ties to the lower id,
-    /// experts never used are not listed. Lists only, never evicts: admit each with
-    /// [`AdmitKind::Fill`], which takes free slots only.
+    /// that layer that is not resident, as `(layer, expert)`; ties to the lower id.
+    /// Experts never used are not listed, except in a layer with a slot for every
+    /// expert: that layer is kept whole, every expert read. Lists only, never evicts:
+    /// admit each with [`AdmitKind::Fill`], which takes free slots only.
     pub fn idle_fill(&self) -> Vec<(usize, u32)> {
         let mut plan = Vec::new();
         for (layer, pool) in self.pools.iter().enumerate() {
+            let whole = pool.capacity() >= self.n_experts as usize;
             let mut wanted: Vec<(u64, u32)> = (0..self.n_experts)
                 .filter(|&e| pool.slot_of(e).is_none())
                 .map(|e| (self.usage.count(layer, e), e))
-                .filter(|&(count, _)| count > 0)
+                .filter(|&(count, _)| count > 0 || whole)
                 .collect();
             wanted.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
             plan.extend(
