@@ -124,30 +124,27 @@ class LingCheckpoint(Checkpoint):
     def names(self) -> list[str]:
         return list(self.parts) + list(self.zeros)
 
-    def _source(self, name: str) -> tuple[str, int, int]:
-        return self.parts[name]
-
     def shape(self, name: str) -> list[int]:
         if name in self.zeros:
             return [self.zeros[name]]
-        src, _, rows = self._source(name)
+        src, _, rows = self.parts[name]
         full = super().shape(src)
         return full if rows < 0 else [rows, *full[1:]]
 
     def dtype_name(self, name: str) -> str:
-        return "f32" if name in self.zeros else super().dtype_name(self._source(name)[0])
+        return "f32" if name in self.zeros else super().dtype_name(self.parts[name][0])
 
     def nbytes(self, name: str) -> int:
         if name in self.zeros:
             return 4 * self.zeros[name]
-        src, _, rows = self._source(name)
+        src, _, rows = self.parts[name]
         whole = super().nbytes(src)
         return whole if rows < 0 else whole // super().shape(src)[0] * rows
 
     def get(self, name: str) -> torch.Tensor:
         if name in self.zeros:
             return torch.zeros(self.zeros[name], dtype=torch.float32)
-        src, first, rows = self._source(name)
+        src, first, rows = self.parts[name]
         t = super().get(src)
         return t if rows < 0 else t[first : first + rows]
 
@@ -162,8 +159,11 @@ def adapt(ck: Checkpoint) -> Checkpoint:
         ck.root, cfg, ck.shards, dict(ck.where), dict(ck.scales), list(ck.skipped), ck._open
     )
     heads, kv, dim = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
-    splits = (("q_proj", 0, heads * dim), ("k_proj", heads * dim, kv * dim))
-    splits += (("v_proj", (heads + kv) * dim, kv * dim),)
+    splits = [
+        ("q_proj", 0, heads * dim),
+        ("k_proj", heads * dim, kv * dim),
+        ("v_proj", (heads + kv) * dim, kv * dim),
+    ]
     for name in ck.where:
         m = _LAYER.match(name)
         if name == "model.word_embeddings.weight":
