@@ -11,7 +11,15 @@ import torch
 
 from flint.convert.source import Checkpoint
 
-SUPPORTED_ARCHS = ("qwen3_moe", "qwen2_moe", "mixtral", "olmoe", "deepseek_v3", "glm4_moe")
+SUPPORTED_ARCHS = (
+    "qwen3_moe",
+    "qwen2_moe",
+    "mixtral",
+    "olmoe",
+    "deepseek_v3",
+    "glm4_moe",
+    "deepseek_v2",
+)
 
 # model.layers.L.(mlp|block_sparse_moe).experts.E.(gate_proj|up_proj|down_proj|w1|w3|w2).weight
 _PER_EXPERT = re.compile(

@@ -159,10 +159,9 @@ class StreamedExperts:
         for i, layer in enumerate(model.layers):
             router = getattr(layer.mlp, "router", None)
             if router is not None:
-                bias = getattr(layer.mlp, "bias32", None)
                 grouped = None
-                if bias is not None and self.cfg.group_router is not None:
-                    grouped = (bias, self.cfg.group_router)
+                if self.cfg.group_router is not None:
+                    grouped = (getattr(layer.mlp, "bias32", None), self.cfg.group_router)
                 self.lookahead.add_layer(i, layer.post_norm, router, grouped)
             layer.observe = self.observe
             if self.lookahead_from == "output":

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from flint.models.config import GroupRouterConfig
-from flint.models.router import eligible_choice
+from flint.models.router import selection_scores
 
 # H = hidden, E = experts, K = top-k
 
@@ -54,9 +54,10 @@ class Lookahead:
         self.width = max(top_k, round(top_k * width))  # experts predicted per layer
         self.norms: dict[int, torch.Tensor] = {}  # layer -> post-attention norm [H]
         self.routers: dict[int, torch.Tensor] = {}  # layer -> router [E, H]
-        # layer -> (correction bias [E] fp32, its group config): sigmoid routers rank
-        # experts by sigmoid(logit) + bias within the best groups, as the router does
-        self.grouped: dict[int, tuple[torch.Tensor, GroupRouterConfig]] = {}
+        # layer -> (correction bias [E] fp32 or None, its group config): group routers
+        # rank experts by their choice score within the best groups, as the router does
+        # (sigmoid(logit) + bias; DeepSeek-V2: softmax)
+        self.grouped: dict[int, tuple[torch.Tensor | None, GroupRouterConfig]] = {}
         self.pending: dict[tuple[int, int], set[int]] = {}  # (layer, distance) -> experts
         self.quality = Recall()
         # layer -> (targets [(layer, distance)], the targets' routers with their norm
@@ -68,7 +69,7 @@ class Lookahead:
         layer: int,
         norm: torch.Tensor,
         router: torch.Tensor,
-        grouped: tuple[torch.Tensor, GroupRouterConfig] | None = None,
+        grouped: tuple[torch.Tensor | None, GroupRouterConfig] | None = None,
     ) -> None:
         self.norms[layer], self.routers[layer] = norm, router
         if grouped is not None:
@@ -107,9 +108,9 @@ class Lookahead:
         rows = []
         for (target, _), row in zip(targets, logits, strict=True):
             g = self.grouped.get(target)
-            if g is not None:  # rank as the sigmoid group router will
+            if g is not None:  # rank as the group router will
                 bias, cfg = g
-                row = eligible_choice((torch.sigmoid(row) + bias)[None], cfg)[0]
+                row = selection_scores(row[None], bias, cfg)[1][0]
             rows.append(row)
         ranked = torch.stack(rows) if self.grouped else logits
         top = torch.topk(ranked, n, dim=-1).indices.tolist()  # one copy to the CPU
