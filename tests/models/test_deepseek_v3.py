@@ -9,10 +9,9 @@ from typing import Any
 import pytest
 import torch
 from tiny import build, deepseek_v3_config, save_tokenizer
+from variants import assert_logits_match, assert_streamed_equals_resident
 
-import flint
-from flint.convert import ConvertOptions, convert
-from flint.models import SafetensorsSource, load_model, parse_config
+from flint.models import parse_config
 from flint.models.router import route_grouped
 
 CPU = torch.device("cpu")
@@ -69,14 +68,7 @@ def variant(
 
 def test_variant_logits_match_transformers(variant: tuple[Path, Any]) -> None:
     path, ref = variant
-    model = load_model(SafetensorsSource(path), CPU, torch.float32, context_length=64)
-    for prompt in PROMPTS:
-        with torch.no_grad():
-            want = ref(torch.tensor([prompt])).logits[0]
-        model.reset()
-        got = model.forward(torch.tensor(prompt), all_logits=True)
-        assert (got - want).abs().max().item() <= 1e-4
-        assert want.abs().max().item() > 1.0
+    model = assert_logits_match(path, ref, PROMPTS)
     # decoding token by token reads the latent cache: same logits as the full forward
     ids = torch.tensor(PROMPTS[1][:12])
     model.reset()
@@ -88,23 +80,8 @@ def test_variant_logits_match_transformers(variant: tuple[Path, Any]) -> None:
 
 
 def test_variant_streamed_equals_resident(variant: tuple[Path, Any], tmp_path: Path) -> None:
-    path, _ = variant
-    ftw = tmp_path / "m.ftw"
-    convert(str(path), ftw, ConvertOptions(quant="none"))
-    with (
-        flint.LLM(ftw, device="cpu", context_length=64) as resident,
-        flint.LLM(ftw, device="cpu", context_length=64, ram_budget=1e-6, lookahead=2) as s,
-    ):
-        for ids in PROMPTS:
-            resident.model.reset()
-            s.model.reset()
-            want = resident.model.forward(torch.tensor(ids), all_logits=True)
-            assert torch.equal(s.model.forward(torch.tensor(ids), all_logits=True), want)
-            for step in (11, 42):
-                want = resident.model.forward(torch.tensor([step]))
-                assert torch.equal(s.model.forward(torch.tensor([step])), want)
-        stats = s.stats()
-    assert stats is not None and stats["demands"] > 0
+    stats = assert_streamed_equals_resident(variant[0], tmp_path, PROMPTS, (11, 42))
+    assert stats["demands"] > 0
 
 
 @pytest.mark.parametrize(

@@ -9,10 +9,9 @@ from typing import Any
 import pytest
 import torch
 from tiny import build, glm4_moe_config, save_tokenizer
+from variants import assert_logits_match, assert_streamed_equals_resident
 
-import flint
-from flint.convert import ConvertOptions, convert
-from flint.models import SafetensorsSource, load_model, parse_config
+from flint.models import parse_config
 
 CPU = torch.device("cpu")
 PROMPTS = ([5, 17, 250, 3, 99], list(range(40, 77)), [11])
@@ -58,31 +57,12 @@ def variant(
 
 def test_variant_logits_match_transformers(variant: tuple[Path, Any]) -> None:
     path, ref = variant
-    model = load_model(SafetensorsSource(path), CPU, torch.float32, context_length=64)
-    for prompt in PROMPTS:
-        with torch.no_grad():
-            want = ref(torch.tensor([prompt])).logits[0]
-        model.reset()
-        got = model.forward(torch.tensor(prompt), all_logits=True)
-        assert (got - want).abs().max().item() <= 1e-4
-        assert want.abs().max().item() > 1.0
+    assert_logits_match(path, ref, PROMPTS)
 
 
 def test_variant_streamed_equals_resident(variant: tuple[Path, Any], tmp_path: Path) -> None:
-    path, _ = variant
-    ftw = tmp_path / "m.ftw"
-    convert(str(path), ftw, ConvertOptions(quant="none"))
-    with (
-        flint.LLM(ftw, device="cpu", context_length=64) as resident,
-        flint.LLM(ftw, device="cpu", context_length=64, ram_budget=1e-6, lookahead=2) as s,
-    ):
-        for ids in PROMPTS:
-            resident.model.reset()
-            s.model.reset()
-            want = resident.model.forward(torch.tensor(ids), all_logits=True)
-            assert torch.equal(s.model.forward(torch.tensor(ids), all_logits=True), want)
-            want = resident.model.forward(torch.tensor([42]))
-            assert torch.equal(s.model.forward(torch.tensor([42])), want)
+    stats = assert_streamed_equals_resident(variant[0], tmp_path, PROMPTS, (42,))
+    assert stats["demands"] > 0
 
 
 def test_partial_rotary_from_every_config_form() -> None:

@@ -44,9 +44,30 @@ def test_a_group_routers_predictions_are_what_it_would_select() -> None:
     norm = 1 + 0.1 * torch.randn(hidden, generator=g)
     router = torch.randn(experts, hidden, generator=g)
     bias = torch.randn(experts, generator=g)  # large: it decides much of the choice
-    look.add_layer(2, norm, router, grouped=(bias, cfg))
+    look.add_layer(2, norm, router, (bias, cfg))
     for _ in range(20):
         h = torch.randn(1, hidden, generator=g)
         look.predict(1, h)
         ids, _ = route_grouped(rms_norm(h, norm, 1e-6), router, bias, cfg, k, True)
         assert look.pending[(2, 1)] == set(ids[0].tolist())
+
+
+def test_a_softmax_group_routers_predictions_are_what_it_would_select() -> None:
+    """DeepSeek-V2's targets (no bias; groups ranked by their best softmax score) are
+    ranked as their router ranks."""
+    from flint.models.config import GroupRouterConfig
+    from flint.models.router import route_grouped
+
+    g = torch.Generator().manual_seed(2)
+    hidden, experts, k = 32, 16, 3
+    cfg = GroupRouterConfig(n_group=4, topk_group=1, routed_scaling_factor=16.0, scoring="softmax")
+    look = Lookahead(depth=1, top_k=k, eps=1e-6)
+    norm = 1 + 0.1 * torch.randn(hidden, generator=g)
+    router = torch.randn(experts, hidden, generator=g)
+    look.add_layer(2, norm, router, (None, cfg))
+    for _ in range(20):
+        h = torch.randn(1, hidden, generator=g)
+        look.predict(1, h)
+        ids, _ = route_grouped(rms_norm(h, norm, 1e-6), router, None, cfg, k, False)
+        assert look.pending[(2, 1)] == set(ids[0].tolist())
+        assert len({e // 4 for e in ids[0].tolist()}) == 1, "one group eligible"

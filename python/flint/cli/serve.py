@@ -101,7 +101,10 @@ def serve_command(
     queue: Annotated[int, typer.Option(help="Requests that may wait; more get 429.", min=1)] = 8,
     max_body_mb: Annotated[float, typer.Option(help="Request body cap in MiB.")] = 4.0,
     tool_parser: Annotated[
-        str, typer.Option(help="Tool-call syntax: auto (from the chat template), qwen, none.")
+        str,
+        typer.Option(
+            help="Tool-call syntax: auto (from the chat template), qwen, glm4, deepseek, none."
+        ),
     ] = "auto",
 ) -> None:
     import uvicorn

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from flint._version import __version__
+from flint.convert import ling
 from flint.convert.experts import ExpertMap, check_arch, map_experts
 from flint.convert.source import Checkpoint, resolve_source
 from flint.format.constants import (
@@ -168,7 +169,7 @@ def convert(
     source bytes before work begins, ``progress`` the bytes of each tensor done."""
     opts.validate()
     root = resolve_source(source)
-    ck = Checkpoint.open(root)
+    ck = ling.adapt(Checkpoint.open(root))  # Ling: seen as the GLM-4.5 it computes
     arch = check_arch(ck.config)
     em = map_experts(ck)
     tick = progress or (lambda n: None)

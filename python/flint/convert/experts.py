@@ -19,6 +19,7 @@ SUPPORTED_ARCHS = (
     "olmoe",
     "deepseek_v3",
     "glm4_moe",
+    "deepseek_v2",
     "gpt_oss",
 )
 

@@ -11,7 +11,16 @@ from typing import Any
 
 import torch
 
-from flint.models import deepseek_v3, glm4_moe, gpt_oss, mixtral, olmoe, qwen2_moe, qwen3_moe
+from flint.models import (
+    deepseek_v2,
+    deepseek_v3,
+    glm4_moe,
+    gpt_oss,
+    mixtral,
+    olmoe,
+    qwen2_moe,
+    qwen3_moe,
+)
 from flint.models.config import ModelConfig
 from flint.models.ftw_source import FtwSource
 from flint.models.loading import Placement
@@ -27,6 +36,7 @@ FAMILIES: dict[str, Callable[[dict[str, Any]], ModelConfig]] = {
     "olmoe": olmoe.parse_config,
     "deepseek_v3": deepseek_v3.parse_config,
     "glm4_moe": glm4_moe.parse_config,
+    "deepseek_v2": deepseek_v2.parse_config,
     "gpt_oss": gpt_oss.parse_config,
 }
 

@@ -44,16 +44,22 @@ class MlaConfig:
     v_head_dim: int
     rope_interleave: bool  # rotary dims stored as interleaved pairs (x0, x1), (x2, x3)...
     softmax_scale: float
+    # DeepSeek-V2: the pairs are rotated as complex numbers in fp32 (fp32 cos/sin) and
+    # stay interleaved; DeepSeek-V3 de-interleaves them (all first members, then seconds).
+    rope_pairs_kept: bool = False
 
 
 @dataclass(slots=True, frozen=True)
 class GroupRouterConfig:
-    """DeepSeek-V3's router: sigmoid scores, a correction bias used only to choose,
-    top-k limited to the best ``topk_group`` of ``n_group`` expert groups."""
+    """DeepSeek's fp32 routers, top-k limited to the best ``topk_group`` of ``n_group``
+    expert groups. "sigmoid" (V3): sigmoid scores, a correction bias used only to
+    choose, groups ranked by the sum of their two best; "softmax" (V2): softmax scores,
+    no bias, groups ranked by their best score, never renormalised."""
 
     n_group: int
     topk_group: int
     routed_scaling_factor: float
+    scoring: Literal["sigmoid", "softmax"] = "sigmoid"
 
 
 @dataclass(slots=True, frozen=True)

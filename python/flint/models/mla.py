@@ -1,5 +1,5 @@
 """Multi-head latent attention (DeepSeek-V2/V3), numerically transformers'
-``DeepseekV3Attention``.
+``DeepseekV3Attention`` and ``DeepseekV2Attention`` (which differ only in the rope).
 
 Queries: ``q_proj`` or the low-rank ``q_b(norm(q_a(x)))``; each head is a no-rope part
 and a rotary part. Keys and values come from one compressed latent per position
@@ -36,6 +36,18 @@ def apply_rope_interleaved(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
     c, s = cos[..., :half], sin[..., :half]  # [T, Dr/2]
     x1, x2 = x[..., 0::2], x[..., 1::2]  # [N, T, Dr/2]
     return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1)
+
+
+def apply_rope_pairs(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """DeepSeek-V2's rotation (transformers' ``apply_rotary_emb``): x [N, T, Dr] holds
+    interleaved pairs, each rotated as a complex number in fp32, and they stay
+    interleaved; the result is cast back to x's dtype. cos/sin [T, Dr] (fp32) hold each
+    angle twice."""
+    half = cos.shape[-1] // 2
+    c, s = cos[..., :half].float(), sin[..., :half].float()  # [T, Dr/2]
+    xf = x.float()
+    x1, x2 = xf[..., 0::2], xf[..., 1::2]  # [N, T, Dr/2]
+    return torch.stack((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1).flatten(-2).to(x.dtype)
 
 
 class LatentAttention:
@@ -82,6 +94,8 @@ class LatentAttention:
         return q.view(x.shape[0], self.heads, -1).transpose(0, 1)
 
     def _rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        if self.m.rope_pairs_kept:
+            return apply_rope_pairs(x, cos, sin)
         if self.m.rope_interleave:
             return apply_rope_interleaved(x, cos, sin)
         return apply_rope(x, cos, sin)

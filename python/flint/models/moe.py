@@ -217,7 +217,8 @@ class MoEBlock:
         if config.group_router is not None:
             fp32 = Placement(place.device, torch.float32)
             self.router32 = fp32.load(source, router + ".weight")
-            self.bias32 = fp32.load(source, router + ".e_score_correction_bias")
+            if config.group_router.scoring == "sigmoid":
+                self.bias32 = fp32.load(source, router + ".e_score_correction_bias")
         self.shared: DenseMLP | None = None
         self.shared_gate: torch.Tensor | None = None
         if config.shared_expert_intermediate_size > 0 and config.shared_expert_gated:
@@ -231,7 +232,7 @@ class MoEBlock:
         cfg = self.cfg
         if cfg.group_router is None:
             return route(x, self.router, cfg, self.router_bias)
-        assert self.router32 is not None and self.bias32 is not None
+        assert self.router32 is not None
         return route_grouped(
             x, self.router32, self.bias32, cfg.group_router, cfg.top_k, cfg.norm_topk_prob
         )

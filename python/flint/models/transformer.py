@@ -128,7 +128,10 @@ class MoEModel:
         self.layers = [
             DecoderLayer(config, i, source, place, backend) for i in range(config.num_layers)
         ]
-        self.cos, self.sin = cos_sin_tables(config, context_length, place.dtype, place.device)
+        # DeepSeek-V2 rotates in fp32 with fp32 tables; the others in the model's dtype
+        pairs = config.mla is not None and config.mla.rope_pairs_kept
+        rope_dtype = torch.float32 if pairs else place.dtype
+        self.cos, self.sin = cos_sin_tables(config, context_length, rope_dtype, place.device)
         self.cache = (
             latent_cache(config, config.mla, context_length, place)
             if config.mla is not None

@@ -28,7 +28,7 @@ from flint.server.responses import (
     usage,
 )
 from flint.server.schemas import ChatRequest, Message
-from flint.server.tools import ToolCall, ToolStream, ToolSyntax
+from flint.server.tools import ToolCall, ToolStream, ToolSyntax, for_request
 
 
 @dataclass(slots=True, frozen=True)
@@ -42,7 +42,7 @@ class ChatSetup:
     tools: ToolSyntax | None  # parse tool calls with this syntax
 
 
-def _template_message(m: Message) -> dict[str, Any]:
+def _template_message(m: Message, args_as_text: bool = False) -> dict[str, Any]:
     out: dict[str, Any] = {"role": "system" if m.role == "developer" else m.role}
     out["content"] = m.text()
     for key in ("name", "tool_call_id", "reasoning_content"):
@@ -53,15 +53,21 @@ def _template_message(m: Message) -> dict[str, Any]:
             {
                 "id": c.id,
                 "type": "function",
-                "function": {"name": c.function.name, "arguments": _args(c.function.arguments)},
+                "function": {
+                    "name": c.function.name,
+                    "arguments": _args(c.function.arguments, args_as_text),
+                },
             }
             for c in m.tool_calls
         ]
     return out
 
 
-def _args(arguments: str | dict[str, Any]) -> str | dict[str, Any]:
-    """Arguments as an object when they are JSON text (templates expect a mapping)."""
+def _args(arguments: str | dict[str, Any], as_text: bool = False) -> str | dict[str, Any]:
+    """Arguments as an object when they are JSON text (templates expect a mapping);
+    ``as_text``: as JSON text (DeepSeek's templates concatenate them as a string)."""
+    if as_text:
+        return arguments if isinstance(arguments, str) else json.dumps(arguments)
     if isinstance(arguments, str):
         try:
             parsed = json.loads(arguments)
@@ -83,8 +89,11 @@ def prepare(req: ChatRequest, backend: Backend, syntax: ToolSyntax | None) -> Ch
     use_tools = bool(req.tools) and req.tool_choice != "none"
     tools = [t.model_dump(exclude_none=True) for t in req.tools or ()] if use_tools else None
     try:
+        as_text = bool(getattr(syntax, "arguments_as_text", False))
         text = backend.render_chat(
-            [_template_message(m) for m in req.messages], tools, req.chat_template_kwargs or {}
+            [_template_message(m, as_text) for m in req.messages],
+            tools,
+            req.chat_template_kwargs or {},
         )
     except ValueError as err:
         raise bad_request(str(err), param="messages") from None
@@ -92,7 +101,8 @@ def prepare(req: ChatRequest, backend: Backend, syntax: ToolSyntax | None) -> Ch
     params = build_params(backend, len(ids), req.limit(), req.sampling())
     logprobs = (req.top_logprobs or 0) if req.logprobs else None
     think = prompt_opens_think(text) if CLOSE in template else None
-    return ChatSetup(ids, params, logprobs, think, syntax if use_tools else None)
+    bound = for_request(syntax, tools) if use_tools and syntax is not None else None
+    return ChatSetup(ids, params, logprobs, think, bound)
 
 
 class ChatOutput:

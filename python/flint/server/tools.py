@@ -1,17 +1,20 @@
 """Tool calls in the model's output, in the syntax its chat template teaches.
 
-A ``ToolSyntax`` knows the markers around one call and how to read the text between
-them; ``ToolStream`` finds calls in streamed text with any syntax. Qwen/Hermes
-(``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``) is the first syntax;
+A ``ToolSyntax`` knows the markers around one call (or one block of calls) and how to
+read the text between them; ``ToolStream`` finds calls in streamed text with any
+syntax. Syntaxes: Qwen/Hermes (``<tool_call>{"name": ..., "arguments": {...}}
+</tool_call>``), GLM-4.5 (``<tool_call>name<arg_key>..</arg_key><arg_value>..
+</arg_value></tool_call>``) and DeepSeek V3/R1/V3.1 (``<|tool_calls_begin|>`` ...);
 another one plugs in by adding it to ``SYNTAXES``.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from flint.server.reasoning import _partial_suffix
 
@@ -36,8 +39,9 @@ class ToolSyntax(Protocol):
     start: str
     end: str
 
-    def parse(self, body: str) -> ToolCall | None:
-        """The call written between the markers, or None when it is not one."""
+    def parse(self, body: str) -> ToolCall | list[ToolCall] | None:
+        """The call (or block of calls) written between the markers, or None when it
+        is not one."""
         ...
 
 
@@ -69,15 +73,137 @@ class QwenToolSyntax:
         return ToolCall(obj["name"], json.dumps(args, ensure_ascii=False), new_call_id())
 
 
-SYNTAXES: dict[str, ToolSyntax] = {"qwen": QwenToolSyntax()}
+def _argument_types(tools: list[dict[str, Any]] | None) -> dict[str, dict[str, Any]]:
+    """tool name -> argument name -> its JSON-schema type, from the request's tools."""
+    out: dict[str, dict[str, Any]] = {}
+    for tool in tools or ():
+        fn = tool.get("function") or {}
+        props = (fn.get("parameters") or {}).get("properties") or {}
+        if isinstance(fn.get("name"), str) and isinstance(props, dict):
+            out[fn["name"]] = {k: v.get("type") for k, v in props.items() if isinstance(v, dict)}
+    return out
+
+
+_GLM_PAIR = re.compile(r"<arg_key>(.*?)</arg_key>\s*<arg_value>(.*?)</arg_value>", re.DOTALL)
+
+
+class GlmToolSyntax:
+    """GLM-4.5's ``<tool_call>name\n<arg_key>k</arg_key>\n<arg_value>v</arg_value>\n
+    ...</tool_call>`` (its chat template writes string values as they are, others as
+    JSON). A value is kept as text when the request's tool schema types it "string",
+    else read as JSON when it is JSON (``bind`` gives the schema)."""
+
+    start = "<tool_call>"
+    end = "</tool_call>"
+    marker = "<arg_key>"  # what tells GLM's template from Qwen's
+
+    def __init__(self, types: dict[str, dict[str, Any]] | None = None) -> None:
+        self.types = types or {}  # tool -> argument -> schema type
+
+    def bind(self, tools: list[dict[str, Any]] | None) -> GlmToolSyntax:
+        return GlmToolSyntax(types=_argument_types(tools))
+
+    def parse(self, body: str) -> ToolCall | None:
+        at = body.find("<arg_key>")
+        name = (body if at < 0 else body[:at]).strip()
+        if not name or any(c.isspace() or c in "<>{}" for c in name):
+            return None
+        rest = "" if at < 0 else body[at:]
+        if _GLM_PAIR.sub("", rest).strip():
+            return None  # something besides key/value pairs
+        types = self.types.get(name, {})
+        args = {k.strip(): self._value(v, types.get(k.strip())) for k, v in _GLM_PAIR.findall(rest)}
+        return ToolCall(name, json.dumps(args, ensure_ascii=False), new_call_id())
+
+    @staticmethod
+    def _value(text: str, kind: Any) -> Any:
+        if kind == "string":
+            return text
+        try:
+            return json.loads(text)
+        except ValueError:
+            return text
+
+
+# DeepSeek's markers, with fullwidth bars (U+FF5C) and lower one-eighth blocks (U+2581);
+# written below with ASCII | and _ for them.
+_BAR, _SP = "\uff5c", "\u2581"
+
+
+def _ds(name: str) -> str:
+    return f"<{_BAR}{name.replace('_', _SP)}{_BAR}>"
+
+
+DS_CALLS_BEGIN, DS_CALLS_END = _ds("tool_calls_begin"), _ds("tool_calls_end")
+DS_CALL_BEGIN, DS_CALL_END, DS_SEP = _ds("tool_call_begin"), _ds("tool_call_end"), _ds("tool_sep")
+_DS_FENCED = re.compile(r"^(.+?)\n```(?:json)?\n(.*)\n```$", re.DOTALL)
+
+
+class DeepSeekToolSyntax:
+    """DeepSeek's block of calls ``<|tool_calls_begin|>CALL(\nCALL)...<|tool_calls_end|>``
+    (DeepSeek-V3 and R1's templates), each CALL either V3/R1's
+    ``<|tool_call_begin|>function<|tool_sep|>NAME\n```json\nARGS\n```<|tool_call_end|>``
+    or V3.1's ``<|tool_call_begin|>NAME<|tool_sep|>ARGS<|tool_call_end|>`` (bars and
+    underscores stand for U+FF5C and U+2581). The block's calls come out together when
+    it closes (or at the end of the output)."""
+
+    start = DS_CALLS_BEGIN
+    end = DS_CALLS_END
+    arguments_as_text = True  # the templates concatenate the arguments as a string
+
+    def parse(self, body: str) -> list[ToolCall] | None:
+        calls: list[ToolCall] = []
+        rest = body.strip()
+        while rest:
+            if not rest.startswith(DS_CALL_BEGIN):
+                return None
+            end = rest.find(DS_CALL_END)
+            inner = rest[len(DS_CALL_BEGIN) : end if end >= 0 else len(rest)]
+            call = self._one(inner)
+            if call is None:
+                return None
+            calls.append(call)
+            rest = "" if end < 0 else rest[end + len(DS_CALL_END) :].strip()
+        return calls or None
+
+    @staticmethod
+    def _one(inner: str) -> ToolCall | None:
+        head, sep, tail = inner.partition(DS_SEP)
+        if not sep:
+            return None
+        fenced = _DS_FENCED.match(tail.strip("\n")) if head.strip() == "function" else None
+        name, args_text = (fenced[1], fenced[2]) if fenced else (head, tail)
+        name = name.strip()
+        try:
+            args = json.loads(args_text)
+        except ValueError:
+            return None
+        if not name or not isinstance(args, dict):
+            return None
+        return ToolCall(name, json.dumps(args, ensure_ascii=False), new_call_id())
+
+
+# Order matters for detection: GLM's template also names <tool_call>.
+SYNTAXES: dict[str, ToolSyntax] = {
+    "glm4": GlmToolSyntax(),
+    "deepseek": DeepSeekToolSyntax(),
+    "qwen": QwenToolSyntax(),
+}
 
 
 def detect_syntax(template: str | None) -> ToolSyntax | None:
     """The syntax a chat template teaches, found by its markers."""
     for syntax in SYNTAXES.values():
-        if template is not None and syntax.start in template:
+        marker = getattr(syntax, "marker", syntax.start)
+        if template is not None and marker in template:
             return syntax
     return None
+
+
+def for_request(syntax: ToolSyntax, tools: list[dict[str, Any]] | None) -> ToolSyntax:
+    """``syntax`` bound to the request's tool schemas, where it reads them."""
+    bind = getattr(syntax, "bind", None)
+    return syntax if bind is None else bind(tools)
 
 
 class ToolStream:
@@ -144,9 +270,10 @@ class ToolStream:
         if call is None:
             self._text(gap + self.syntax.start + body + end, out)
             return
-        self.calls += 1
+        calls = call if isinstance(call, list) else [call]
+        self.calls += len(calls)
         self.after_call = True
-        out.append(call)
+        out.extend(calls)
 
 
 def parse_tool_calls(syntax: ToolSyntax, text: str) -> tuple[str, list[ToolCall]]:

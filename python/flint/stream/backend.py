@@ -172,12 +172,11 @@ class StreamedExperts:
         for i, layer in enumerate(model.layers):
             router = getattr(layer.mlp, "router", None)
             if router is not None:
-                bias = getattr(layer.mlp, "router_bias", None)
-                bias32 = getattr(layer.mlp, "bias32", None)
                 grouped = None
-                if bias32 is not None and self.cfg.group_router is not None:
-                    grouped = (bias32, self.cfg.group_router)
-                self.lookahead.add_layer(i, layer.post_norm, router, bias=bias, grouped=grouped)
+                if self.cfg.group_router is not None:
+                    grouped = (getattr(layer.mlp, "bias32", None), self.cfg.group_router)
+                bias = getattr(layer.mlp, "router_bias", None)  # GPT-OSS
+                self.lookahead.add_layer(i, layer.post_norm, router, grouped, bias=bias)
             layer.observe = self.observe
             if self.lookahead_from == "output":
                 layer.observe_output = self.observe_output

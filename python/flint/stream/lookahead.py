@@ -4,8 +4,9 @@ predict which experts those layers will select; the I/O engine reads them early.
 targets of a layer are one fused op: one RMS normalisation, one matmul with their
 stacked routers (norm weights folded in, router biases added: GPT-OSS), one top-k,
 one copy to the CPU. Top-k of the logits is top-k of their softmax, so families that
-take top-k before (GPT-OSS) or after the softmax predict alike; a sigmoid group
-router's targets (DeepSeek-V3, GLM-4.5) are ranked as that router ranks them.
+take top-k before (GPT-OSS) or after the softmax predict alike; a group router's
+targets (sigmoid: DeepSeek-V3, GLM-4.5; softmax: DeepSeek-V2) are ranked as that router
+ranks them.
 
 Measured on tiny-code-moe (README of the model): recall 74.5 / 63.1 / 54.7 % at
 distance 1 / 2 / 3 from the MoE input."""
@@ -18,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from flint.models.config import GroupRouterConfig
-from flint.models.router import eligible_choice
+from flint.models.router import selection_scores
 
 # H = hidden, E = experts, K = top-k
 
@@ -58,9 +59,10 @@ class Lookahead:
         self.norms: dict[int, torch.Tensor] = {}  # layer -> post-attention norm [H]
         self.routers: dict[int, torch.Tensor] = {}  # layer -> router [E, H]
         self.biases: dict[int, torch.Tensor] = {}  # layer -> router bias [E] (GPT-OSS)
-        # layer -> (correction bias [E] fp32, its group config): sigmoid routers rank
-        # experts by sigmoid(logit) + bias within the best groups, as the router does
-        self.grouped: dict[int, tuple[torch.Tensor, GroupRouterConfig]] = {}
+        # layer -> (correction bias [E] fp32 or None, its group config): group routers
+        # rank experts by their choice score within the best groups, as the router does
+        # (sigmoid(logit) + bias; DeepSeek-V2: softmax)
+        self.grouped: dict[int, tuple[torch.Tensor | None, GroupRouterConfig]] = {}
         self.pending: dict[tuple[int, int], set[int]] = {}  # (layer, distance) -> experts
         self.quality = Recall()
         # layer -> (targets [(layer, distance)], the targets' routers with their norm
@@ -74,12 +76,13 @@ class Lookahead:
         layer: int,
         norm: torch.Tensor,
         router: torch.Tensor,
+        grouped: tuple[torch.Tensor | None, GroupRouterConfig] | None = None,
         *,
         bias: torch.Tensor | None = None,
-        grouped: tuple[torch.Tensor, GroupRouterConfig] | None = None,
     ) -> None:
-        """``bias``: the router's own bias [E], part of its logits (GPT-OSS);
-        ``grouped``: a sigmoid group router's correction bias and config (DeepSeek-V3)."""
+        """``grouped``: a group router's correction bias (None for DeepSeek-V2's softmax
+        router) and config; ``bias``: the router's own bias [E], part of its logits
+        (GPT-OSS)."""
         self.norms[layer], self.routers[layer] = norm, router
         if bias is not None:
             self.biases[layer] = bias
@@ -128,9 +131,9 @@ class Lookahead:
         rows = []
         for (target, _), row in zip(targets, logits, strict=True):
             g = self.grouped.get(target)
-            if g is not None:  # rank as the sigmoid group router will
+            if g is not None:  # rank as the group router will
                 bias, cfg = g
-                row = eligible_choice((torch.sigmoid(row) + bias)[None], cfg)[0]
+                row = selection_scores(row[None], bias, cfg)[1][0]
             rows.append(row)
         ranked = torch.stack(rows) if self.grouped else logits
         top = torch.topk(ranked, n, dim=-1).indices.tolist()  # one copy to the CPU
