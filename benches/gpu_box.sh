@@ -100,11 +100,13 @@ gpu7b() {
   XDG_CACHE_HOME="$DATA/cache" flint tune "$DATA/q30.ftw" --ram-budget 20 2>&1 | tail -20
 }
 
-# The last device minutes of a session: the streaming GPU tests only.
+# Every gpu-marked test (all families: the family lists parametrise them), first thing
+# in a session with device time: the last changes of 2026-11-29 never ran on CUDA.
 gputests() {
   [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
   python3 -m pytest tests/models/test_vram_cache.py tests/models/test_streaming.py \
-    -q -p no:cacheprovider --tb=line -rf -m gpu 2>&1 | tail -15
+    tests/models/test_gpu.py tests/bench/test_tune.py \
+    -q -p no:cacheprovider --tb=line -rf -m gpu 2>&1 | tail -20
 }
 
 case $what in
