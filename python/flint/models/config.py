@@ -117,6 +117,7 @@ class ModelConfig:
     expert_act: ExpertActivation = SWIGLU
     expert_bias: bool = False  # per-expert gate/up/down biases (dense, resident)
     attention_sinks: bool = False  # per-head learned sink logit in the softmax
+    norm_weight_fp32: bool = False  # RMSNorm weight multiplied in fp32, then cast (GPT-OSS)
     layer_windows: tuple[int, ...] = ()  # per layer: sliding window (0: full); (): all full
 
 

@@ -75,6 +75,7 @@ def parse_config(hf: dict[str, Any]) -> ModelConfig:
         expert_act=act,
         expert_bias=True,
         attention_sinks=True,
+        norm_weight_fp32=True,
         layer_windows=_windows(hf, layers),
     )
 

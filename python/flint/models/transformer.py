@@ -46,6 +46,7 @@ class DecoderLayer:
     ) -> None:
         p = f"model.layers.{layer}."
         self.index, self.eps = layer, config.rms_norm_eps
+        self.norm_fp32 = config.norm_weight_fp32
         # Called with the MoE input (residual after attention) when set: the streaming
         # backend's router lookahead.
         self.observe: Callable[[int, torch.Tensor], None] | None = None
@@ -84,12 +85,12 @@ class DecoderLayer:
         h = torch.empty_like(x)  # [T, H]
         for s in range(0, tokens, chunk):
             e = min(tokens, s + chunk)
-            xs = rms_norm(x[s:e], self.input_norm, self.eps)  # [C, H]
+            xs = rms_norm(x[s:e], self.input_norm, self.eps, self.norm_fp32)  # [C, H]
             mask = causal_mask(start + s, e - s, x.device)  # [C, start+e] or None
             h[s:e] = x[s:e] + self.attn(xs, start + s, cache, cos[s:e], sin[s:e], mask)
         if self.observe is not None:
             self.observe(self.index, h)
-        normed = rms_norm(h, self.post_norm, self.eps)  # [T, H]
+        normed = rms_norm(h, self.post_norm, self.eps, self.norm_fp32)  # [T, H]
         if isinstance(self.mlp, MoEBlock):
             out = h + self.mlp(normed, chunk)
         else:
@@ -174,7 +175,9 @@ class MoEModel:
         self.cache.length = start + tokens
         if not all_logits:
             x = x[-1:]
-        return F.linear(rms_norm(x, self.norm, self.config.rms_norm_eps), self.lm_head).float()
+        cfg = self.config
+        x = rms_norm(x, self.norm, cfg.rms_norm_eps, cfg.norm_weight_fp32)
+        return F.linear(x, self.lm_head).float()
 
     def reset(self, length: int = 0) -> None:
         """Keeps the first ``length`` cached positions (0: start a new sequence)."""
