@@ -249,3 +249,87 @@ def test_streamed_equals_resident(qwen3_next: tuple[Path, Any], tmp_path: Path) 
     prompts = (LONG[:50], [5, 17, 250, 3, 99], [11])
     stats = assert_streamed_equals_resident(qwen3_next[0], tmp_path, prompts, (42, 7, 300))
     assert stats["demands"] > 0
+
+
+ANCHOR = 2  # <|im_end|> in the tiny tokenizer
+
+
+def _states(model: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    return model.states.conv.clone(), model.states.recurrent.clone()
+
+
+def test_anchor_checkpoints_resume_like_a_cold_prefill(qwen3_next: tuple[Path, Any]) -> None:
+    """States are checkpointed after anchor tokens, inside a prompt's forward (one in
+    each delta-rule block, one at a block's end) and in a decode step; rewinding to one
+    and running an edited suffix equals a cold prefill of the edited prompt."""
+    path = qwen3_next[0]
+    prompt = list(LONG)
+    for i in (9, 63, 80):
+        prompt[i] = ANCHOR
+    model, cold = _load(path), _load(path)
+    model.anchor_tokens = frozenset({ANCHOR})
+    model.forward(torch.tensor(prompt))
+    model.forward(torch.tensor([ANCHOR]))  # a decoded anchor: checkpoint 101
+    model.forward(torch.tensor([5]))
+    assert sorted(model.states.checkpoints) == [10, 64, 81, 101]
+    seq = [*prompt, ANCHOR]
+    for cut in (10, 64, 81, 101):  # each checkpoint is the state a cold prefill ends with
+        cold.reset()
+        cold.forward(torch.tensor(seq[:cut]))
+        conv, rec = model.states.checkpoints[cut]  # fp32: equal up to rounding
+        assert (conv - cold.states.conv).abs().max().item() <= 1e-4
+        assert (rec - cold.states.recurrent).abs().max().item() <= 1e-4
+        assert rec.abs().max().item() > 0.1
+    edited = [*prompt[:85], 7, 8, 9]  # an edit after the anchor at 80
+    assert model.cached_prefix(edited) == 81
+    assert model.cached_prefix([*prompt[:30], 1, 2]) == 10
+    assert model.cached_prefix([1, *prompt]) == 0
+    model.reset(81)
+    assert sorted(model.states.checkpoints) == [10, 64, 81]  # later ones dropped
+    got = model.forward(torch.tensor(edited[81:]), all_logits=True)
+    cold.reset()
+    want = cold.forward(torch.tensor(edited), all_logits=True)[81:]
+    assert (got - want).abs().max().item() <= 1e-4
+    with pytest.raises(ValueError, match="no checkpoint"):
+        model.reset(50)
+
+
+def test_delta_rule_cuts_change_nothing() -> None:
+    q, k, v, g, beta, state = _delta_inputs(90, torch.float64)
+    plain = state.clone()
+    want = gated_delta_rule(q, k, v, g, beta, plain)
+    seen: dict[int, torch.Tensor] = {}
+    s = state.clone()
+    got = gated_delta_rule(
+        q, k, v, g, beta, s, cuts=(3, 64, 70, 90), on_cut=lambda c, st: seen.update({c: st.clone()})
+    )
+    assert (got - want).abs().max().item() <= 1e-10 and (s - plain).abs().max().item() <= 1e-10
+    assert sorted(seen) == [3, 64, 70, 90]
+    s3 = state.clone()
+    gated_delta_rule(q[:3], k[:3], v[:3], g[:3], beta[:3], s3)
+    assert (seen[3] - s3).abs().max().item() <= 1e-10
+
+
+def test_llm_edit_after_the_last_anchor_prefills_only_the_suffix(
+    qwen3_next: tuple[Path, Any], tmp_path: Path
+) -> None:
+    """Through flint.LLM (anchors from the tokenizer's special tokens): a request that
+    edits the conversation after its last anchor prefills only what follows it, and
+    continues as a cold prefill does."""
+    import flint
+
+    ftw = tmp_path / "m.ftw"
+    convert(str(qwen3_next[0]), ftw, ConvertOptions(quant="none"))
+    with (
+        flint.LLM(ftw, device="cpu", context_length=160) as warm,
+        flint.LLM(ftw, device="cpu", context_length=160) as cold,
+    ):
+        assert ANCHOR in warm.model.anchor_tokens
+        turn = [*LONG[:40], ANCHOR, *LONG[40:50]]
+        opts = {"max_tokens": 5, "temperature": 0.0, "ignore_eos": True}
+        collect(turn, warm.stream(turn, reuse_prefix=True, **opts))
+        edited = [*turn[:41], 17, 250, 3]  # everything after the anchor rewritten
+        got = collect(edited, warm.stream(edited, reuse_prefix=True, **opts))
+        assert got.timings.cached_tokens == 41  # only the 3 new tokens were prefilled
+        want = collect(edited, cold.stream(edited, **opts))
+        assert got.token_ids == want.token_ids

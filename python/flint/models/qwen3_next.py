@@ -16,6 +16,7 @@ Absent config keys take transformers' ``Qwen3NextConfig`` defaults.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -112,10 +113,18 @@ def cache_slots(config: ModelConfig) -> tuple[list[int], list[int]]:
     return kv, lin
 
 
+# Chat-template tokens after which the linear-attention states are checkpointed (the
+# end of a thinking block, a tool call, a tool result, a turn): an edit after one of
+# them resumes from its checkpoint instead of prefilling from the start.
+ANCHOR_TOKENS = ("</think>", "</tool_call>", "</tool_response>", "<|im_end|>")
+MAX_CHECKPOINTS = 16  # the deepest ones are kept
+
+
 class LinearStates:
     """The conv inputs [L, C, K-1] (model dtype) and delta-rule states [L, Hv, Dk, Dv]
     (fp32, or the model's dtype if wider) of the L linear-attention layers, after the
-    last cached position."""
+    last cached position; and copies of both after earlier positions (checkpoints,
+    position -> (conv, recurrent)), taken during the forward that passes them."""
 
     def __init__(self, config: ModelConfig, place: Placement) -> None:
         la = config.linear_attention
@@ -130,10 +139,46 @@ class LinearStates:
             dtype=torch.promote_types(place.dtype, torch.float32),
             device=place.device,
         )
+        self.checkpoints: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.marks: tuple[int, ...] = ()  # positions the running forward checkpoints
+        self._pending: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def clear(self) -> None:
         self.conv.zero_()
         self.recurrent.zero_()
+        self.checkpoints.clear()
+
+    def begin(self, marks: list[int]) -> None:
+        """Before a forward: checkpoint the states after each of these positions (the
+        deepest ``MAX_CHECKPOINTS``) once the forward completes (``commit``)."""
+        self.marks = tuple(sorted(marks)[-MAX_CHECKPOINTS:])
+        self._pending = {
+            p: (torch.empty_like(self.conv), torch.empty_like(self.recurrent)) for p in self.marks
+        }
+
+    def keep(self, slot: int, position: int, conv: torch.Tensor, recurrent: torch.Tensor) -> None:
+        """Layer ``slot``'s states after ``position`` (one of ``marks``)."""
+        self._pending[position][0][slot].copy_(conv)
+        self._pending[position][1][slot].copy_(recurrent)
+
+    def commit(self) -> None:
+        """After a forward: its checkpoints join the earlier ones."""
+        self.checkpoints.update(self._pending)
+        for p in sorted(self.checkpoints)[:-MAX_CHECKPOINTS]:
+            del self.checkpoints[p]
+        self.marks, self._pending = (), {}
+
+    def rewind(self, length: int) -> bool:
+        """Restores the states after ``length`` positions from its checkpoint (False:
+        none); drops the checkpoints past it."""
+        if length not in self.checkpoints:
+            return False
+        conv, recurrent = self.checkpoints[length]
+        self.conv.copy_(conv)
+        self.recurrent.copy_(recurrent)
+        for p in [p for p in self.checkpoints if p > length]:
+            del self.checkpoints[p]
+        return True
 
 
 class GatedAttention:
@@ -194,13 +239,17 @@ def gated_delta_rule(
     beta: torch.Tensor,  # [T, Hv]
     state: torch.Tensor,  # [Hv, Dk, Dv] fp32, updated in place
     block: int = DELTA_BLOCK,
+    cuts: Sequence[int] = (),
+    on_cut: Callable[[int, torch.Tensor], None] | None = None,
 ) -> torch.Tensor:
     """The gated delta rule, in fp32 with L2-normalised q and k and q scaled by
     Dk^-1/2, per value head h and token t:
     ``S = exp(g_t) S; S += k_t (beta_t (v_t - S^T k_t))^T; o_t = S^T q_t``
     (in fp32, or the state's wider dtype).
     One token steps the recurrence; more run in blocks of ``block`` tokens (the
-    WY/UT form: one triangular solve per block, then one state update). Returns the
+    WY/UT form: one triangular solve per block, then one state update); a block also
+    ends after each of ``cuts`` tokens, where ``on_cut(cut, state)`` sees the state.
+    Returns the
     outputs [T, Hv, Dv] in the state's dtype."""
     tokens, k_heads, dk = k.shape
     rep = v.shape[1] // k_heads
@@ -215,10 +264,12 @@ def gated_delta_rule(
         delta = (v[:, 0] - kv) * beta  # [Hv, Dv]
         s = s + k.transpose(1, 2) * delta[:, None, :]
         state.copy_(s)
+        if on_cut is not None and 1 in cuts:
+            on_cut(1, state)
         return (s * q.transpose(1, 2)).sum(dim=1)[None]  # [1, Hv, Dv]
     out = torch.empty_like(v)  # [Hv, T, Dv]
-    for s0 in range(0, tokens, block):
-        e = min(tokens, s0 + block)
+    ends = sorted({*range(block, tokens, block), *(c for c in cuts if 0 < c < tokens), tokens})
+    for s0, e in zip([0, *ends[:-1]], ends, strict=True):
         qb, kb, vb = q[:, s0:e], k[:, s0:e], v[:, s0:e]  # [Hv, B, D]
         bb = beta[:, s0:e, None]  # [Hv, B, 1]
         gam = g[:, s0:e].cumsum(dim=-1)  # [Hv, B] log decay from the block start
@@ -235,6 +286,8 @@ def gated_delta_rule(
         last = gam[:, -1:]  # [Hv, 1]
         k_to_end = kb * (last - gam).exp()[..., None]  # [Hv, B, Dk]
         state.copy_(state * last.exp()[..., None] + k_to_end.transpose(1, 2) @ u)
+        if on_cut is not None and e in cuts:
+            on_cut(e, state)
     return out.transpose(0, 1)  # [T, Hv, Dv]
 
 
@@ -267,14 +320,19 @@ class GatedDeltaNet:
         if tuple(self.conv_w.shape) != (channels, 1, la.conv_kernel):
             raise ValueError(f"{p}conv1d.weight is not [{channels}, 1, {la.conv_kernel}]")
 
-    def _conv(self, mixed: torch.Tensor) -> torch.Tensor:
+    def _conv(
+        self, mixed: torch.Tensor, cuts: list[int]
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """Causal depthwise conv + SiLU over mixed [C, T], continuing from the stored last
-        K-1 inputs (zeros at the start), which it then replaces."""
+        K-1 inputs (zeros at the start), which it then replaces. Also returns the conv
+        inputs as they stood after each of ``cuts`` tokens."""
         conv = self.states.conv[self.slot]  # [C, K-1]
+        width = conv.shape[1]
         full = torch.cat((conv, mixed), dim=-1)  # [C, K-1+T]
-        conv.copy_(full[:, full.shape[1] - conv.shape[1] :])
+        at_cuts = [full[:, c : c + width].clone() for c in cuts]
+        conv.copy_(full[:, full.shape[1] - width :])
         out = F.conv1d(full.unsqueeze(0), self.conv_w, self.conv_b, groups=full.shape[0])
-        return F.silu(out[0])  # [C, T]
+        return F.silu(out[0]), at_cuts  # [C, T]
 
     def __call__(
         self,
@@ -295,7 +353,15 @@ class GatedDeltaNet:
         ba = F.linear(x, self.ba_w).view(tokens, la.k_heads, 2 * rep)
         b, a = ba[..., :rep].reshape(tokens, -1), ba[..., rep:].reshape(tokens, -1)  # [T, Hv]
         mixed = torch.cat((q.reshape(tokens, -1), k.reshape(tokens, -1), v.reshape(tokens, -1)), -1)
-        mixed = self._conv(mixed.t()).t()  # [T, C]
+        # checkpoints this call passes: after `cut` of its tokens
+        cuts = [p - start for p in self.states.marks if start < p <= start + tokens]
+        mixed, conv_at = self._conv(mixed.t(), cuts)
+        mixed = mixed.t()  # [T, C]
+        convs = dict(zip(cuts, conv_at, strict=True))
+
+        def keep(cut: int, state: torch.Tensor) -> None:
+            self.states.keep(self.slot, start + cut, convs[cut], state)
+
         key_dim = la.k_heads * dk
         q, k, v = torch.split(mixed, [key_dim, key_dim, la.v_heads * dv], dim=-1)
         beta = torch.sigmoid(b)
@@ -308,6 +374,8 @@ class GatedDeltaNet:
             g,
             beta,
             self.states.recurrent[self.slot],
+            cuts=cuts,
+            on_cut=keep,
         ).to(x.dtype)  # [T, Hv, Dv]
         out = gated_rms_norm(out.reshape(-1, dv), z.reshape(-1, dv), self.norm, self.eps)
         return F.linear(out.reshape(tokens, -1), self.out_w)  # [T, H]

@@ -151,6 +151,9 @@ class MoEModel:
             for i in range(config.num_layers)
         ]
         self.final_norm = rms_norm_offset if config.norm_offset else rms_norm
+        # Token ids after which the linear-attention states are checkpointed (set from
+        # the tokenizer; see flint.models.qwen3_next.ANCHOR_TOKENS)
+        self.anchor_tokens: frozenset[int] = frozenset()
         # DeepSeek-V2 rotates in fp32 with fp32 tables; the others in the model's dtype
         pairs = config.mla is not None and config.mla.rope_pairs_kept
         rope_dtype = torch.float32 if pairs else place.dtype
@@ -191,10 +194,16 @@ class MoEModel:
             )
         x = self.embed[ids.to(self.place.device)]  # [T, H]
         cos, sin = self.cos[start : start + tokens], self.sin[start : start + tokens]  # [T, D]
+        if self.states is not None:
+            anchors = self.anchor_tokens
+            marks = [start + i + 1 for i, t in enumerate(ids.tolist()) if t in anchors]
+            self.states.begin(marks)
         for layer in self.layers:
             x = layer(x, start, self.cache, cos, sin, chunk)
         self.cache.tokens[start : start + tokens] = ids.to(self.cache.tokens.device)
         self.cache.length = start + tokens
+        if self.states is not None:
+            self.states.commit()
         if not all_logits:
             x = x[-1:]
         normed = self.final_norm(x, self.norm, self.config.rms_norm_eps)
@@ -202,27 +211,34 @@ class MoEModel:
 
     def reset(self, length: int = 0) -> None:
         """Keeps the first ``length`` cached positions (0: start a new sequence). With
-        linear-attention layers (Qwen3-Next) only 0 or all of them: their recurrent
-        state holds the sequence up to the last cached position and cannot be rewound."""
-        if self.states is not None and length not in (0, self.cache.length):
+        linear-attention layers (Qwen3-Next) only 0, all of them, or a checkpoint (a
+        position right after an anchor token): their recurrent state holds the sequence
+        up to one position and cannot be rewound otherwise."""
+        states = self.states
+        if (
+            states is not None
+            and length not in (0, self.cache.length)
+            and (not 0 <= length <= self.cache.length or not states.rewind(length))
+        ):
             raise ValueError(
-                f"cannot rewind the recurrent state of {self.cache.length} positions to "
-                f"{length}: keep all of them or none"
+                f"cannot rewind the recurrent state of {self.cache.length} positions "
+                f"to {length}: no checkpoint there"
             )
         self.cache.reset(length)
-        if self.states is not None and length == 0:
-            self.states.clear()
+        if states is not None and length == 0:
+            states.clear()
 
     def cached_prefix(self, ids: list[int]) -> int:
         """How many leading tokens of ``ids`` the cache already holds and a forward
         could continue from (the positions it would otherwise compute again). With
         linear-attention layers, whose state cannot be rewound, that is every cached
-        position when they all lead ``ids`` with at least one token left to run, else 0
-        (a full prefill)."""
+        position when they all lead ``ids`` with at least one token left to run, else
+        the deepest checkpoint within the shared prefix (0: a full prefill)."""
         held = self.cache.tokens[: min(self.cache.length, len(ids))].tolist()
         n = 0
         while n < len(held) and held[n] == ids[n]:
             n += 1
         if self.states is not None and (n != self.cache.length or n >= len(ids)):
-            return 0
+            limit = min(n, len(ids) - 1)
+            return max((p for p in self.states.checkpoints if p <= limit), default=0)
         return n
