@@ -25,6 +25,7 @@ from flint.generation import Completion, StreamChunk, collect, generate_stream
 from flint.models import load_model
 from flint.models.ftw_source import FtwSource
 from flint.models.moe import ExpertBackend
+from flint.models.qwen3_next import ANCHOR_TOKENS
 from flint.models.transformer import MoEModel
 from flint.models.weights import SafetensorsSource, WeightSource
 from flint.sampling import SamplingParams
@@ -182,6 +183,9 @@ class LLM:
             eos_token_ids=_eos_ids(source),
         )
         self.generation_config: dict[str, Any] = dict(source.generation_config)
+        if self._model.states is not None:  # Qwen3-Next: checkpoint after these tokens
+            anchors = (self.tokenizer.token_to_id(t) for t in ANCHOR_TOKENS)
+            self._model.anchor_tokens = frozenset(i for i in anchors if i is not None)
 
     @property
     def model(self) -> MoEModel:

@@ -213,6 +213,38 @@ def gpt_oss_config(**overrides: Any) -> Any:
     return tf.GptOssConfig(**kw)
 
 
+def qwen3_next_config(**overrides: Any) -> Any:
+    """A tiny Qwen3-Next: linear attention, full (gated) attention, linear, full; 2 key
+    heads of 8 dims serving 4 value heads of 12; a quarter of each attention head
+    rotates; the first layer's MLP dense, the others MoE with a gated shared expert."""
+    import transformers as tf
+
+    kw: dict[str, Any] = {
+        **_COMMON,
+        "num_hidden_layers": 4,
+        "head_dim": 16,
+        "intermediate_size": 40,
+        "moe_intermediate_size": 16,
+        "shared_expert_intermediate_size": 24,
+        "num_experts": 6,
+        "mlp_only_layers": [0],
+        "norm_topk_prob": True,
+        "linear_num_key_heads": 2,
+        "linear_num_value_heads": 4,
+        "linear_key_head_dim": 8,
+        "linear_value_head_dim": 12,
+        "linear_conv_kernel_dim": 4,
+        "full_attention_interval": 2,
+        "rope_parameters": {
+            "rope_type": "default",
+            "rope_theta": 10000.0,
+            "partial_rotary_factor": 0.25,
+        },
+    }
+    kw.update(overrides)
+    return tf.Qwen3NextConfig(**kw)
+
+
 # routers far from near-ties; GPT-OSS's sinks large enough to matter
 _ROUTERS_AND_SINKS = (
     "mlp.gate.weight",
@@ -230,6 +262,7 @@ def build(family: str, path: Path, seed: int = 0, config: Any = None) -> Any:
     torch.manual_seed(seed)
     config = config if config is not None else hf_config(family)
     model = tf.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    zero_centred = config.model_type == "qwen3_next"
     with torch.no_grad():
         for name, buf in model.named_buffers():
             if name.endswith("e_score_correction_bias"):
@@ -237,6 +270,10 @@ def build(family: str, path: Path, seed: int = 0, config: Any = None) -> Any:
         for name, param in model.named_parameters():
             if name.endswith(_ROUTERS_AND_SINKS):
                 param.normal_(0.0, 1.0)
+            elif name.endswith("A_log"):  # Qwen3-Next: decays from slow to fast
+                param.uniform_(-4.0, 0.5)
+            elif name.endswith("norm.weight") and zero_centred and "linear_attn" not in name:
+                param.uniform_(-0.5, 0.5)  # Qwen3-Next scales by 1 + weight
             elif name.endswith("norm.weight"):
                 param.uniform_(0.5, 1.5)
             elif name.endswith("bias"):

@@ -21,6 +21,7 @@ SUPPORTED_ARCHS = (
     "glm4_moe",
     "deepseek_v2",
     "gpt_oss",
+    "qwen3_next",
 )
 
 # model.layers.L.(mlp|block_sparse_moe).experts.E.(gate_proj|up_proj|down_proj|w1|w3|w2).weight

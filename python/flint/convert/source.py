@@ -72,8 +72,9 @@ _LAYER = re.compile(r"^model\.layers\.(\d+)\.")
 class Checkpoint:
     """The files of one checkpoint and a name -> shard map of the tensors the model
     uses. Left out: layers at index >= ``num_hidden_layers`` (DeepSeek-V3 stores its
-    next-token-prediction module there; the model never runs it), listed in
-    ``skipped``; and FP8 ``*_scale_inv`` tensors, folded into their weights by ``get``."""
+    next-token-prediction module there; the model never runs it) and Qwen3-Next's
+    ``mtp.*`` module, listed in ``skipped``; and FP8 ``*_scale_inv`` tensors, folded into
+    their weights by ``get``."""
 
     root: Path
     config: dict[str, Any]
@@ -104,7 +105,9 @@ class Checkpoint:
         for s in shards:
             for name in ck._handle(s).names():
                 m = _LAYER.match(name)
-                if m and isinstance(layers, int) and int(m[1]) >= layers:
+                if (m and isinstance(layers, int) and int(m[1]) >= layers) or name.startswith(
+                    "mtp."
+                ):
                     ck.skipped.append(name)
                 elif name.endswith(SCALE_SUFFIX):
                     ck.scales[name] = s

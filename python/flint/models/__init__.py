@@ -20,6 +20,7 @@ from flint.models import (
     olmoe,
     qwen2_moe,
     qwen3_moe,
+    qwen3_next,
 )
 from flint.models.config import ModelConfig
 from flint.models.ftw_source import FtwSource
@@ -38,6 +39,7 @@ FAMILIES: dict[str, Callable[[dict[str, Any]], ModelConfig]] = {
     "glm4_moe": glm4_moe.parse_config,
     "deepseek_v2": deepseek_v2.parse_config,
     "gpt_oss": gpt_oss.parse_config,
+    "qwen3_next": qwen3_next.parse_config,
 }
 
 

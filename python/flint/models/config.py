@@ -78,6 +78,20 @@ SWIGLU = ExpertActivation()
 
 
 @dataclass(slots=True, frozen=True)
+class LinearAttentionConfig:
+    """Qwen3-Next's gated DeltaNet layers: a causal depthwise conv over q/k/v, then the
+    gated delta rule with one recurrent state [v_heads, k_head_dim, v_head_dim] per
+    layer; each key head serves ``v_heads // k_heads`` consecutive value heads."""
+
+    layers: tuple[bool, ...]  # per layer: gated DeltaNet (True) or full attention
+    k_heads: int
+    v_heads: int
+    k_head_dim: int
+    v_head_dim: int
+    conv_kernel: int
+
+
+@dataclass(slots=True, frozen=True)
 class ModelConfig:
     """The shape and numerics of one decoder-only MoE model."""
 
@@ -119,6 +133,11 @@ class ModelConfig:
     attention_sinks: bool = False  # per-head learned sink logit in the softmax
     norm_weight_fp32: bool = False  # RMSNorm weight multiplied in fp32, then cast (GPT-OSS)
     layer_windows: tuple[int, ...] = ()  # per layer: sliding window (0: full); (): all full
+    # Qwen3-Next: RMSNorms scale by (1 + weight) in fp32 (zero-centred weights), q_proj
+    # also yields a per-head output gate, and the linear-attention layers (None: none).
+    norm_offset: bool = False
+    attn_output_gate: bool = False
+    linear_attention: LinearAttentionConfig | None = None
 
 
 def get(config: dict[str, Any], key: str, default: Any = None) -> Any:

@@ -14,7 +14,8 @@ from flint.models.loading import Placement
 from flint.models.mla import LatentAttention, latent_cache
 from flint.models.mlp import DenseMLP
 from flint.models.moe import ExpertBackend, MoEBlock
-from flint.models.norm import rms_norm
+from flint.models.norm import norm_for
+from flint.models.qwen3_next import GatedAttention, GatedDeltaNet, LinearStates, cache_slots
 from flint.models.rope import cos_sin_tables
 from flint.models.sink_attention import SinkAttention
 from flint.models.weights import WeightSource
@@ -43,10 +44,15 @@ class DecoderLayer:
         source: WeightSource,
         place: Placement,
         backend: ExpertBackend,
+        slots: tuple[int, int] | None = None,
+        states: LinearStates | None = None,
     ) -> None:
+        """``slots``: the layer's KV cache slot and linear-attention state slot (-1:
+        not that kind; None: KV slot = layer index); ``states``: the model's
+        linear-attention states (Qwen3-Next)."""
         p = f"model.layers.{layer}."
         self.index, self.eps = layer, config.rms_norm_eps
-        self.norm_fp32 = config.norm_weight_fp32
+        self.norm = norm_for(config)
         # Called with the MoE input (residual after attention) when set: the streaming
         # backend's router lookahead.
         self.observe: Callable[[int, torch.Tensor], None] | None = None
@@ -55,8 +61,16 @@ class DecoderLayer:
         self.observe_output: Callable[[int, torch.Tensor], None] | None = None
         self.input_norm = place.load(source, p + "input_layernorm.weight")
         self.post_norm = place.load(source, p + "post_attention_layernorm.weight")
-        self.attn: Attention | LatentAttention
-        if config.mla is not None:
+        # what post_norm multiplies the normalised input by (router lookahead folds it in)
+        self.post_scale = 1.0 + self.post_norm if config.norm_offset else self.post_norm
+        kv_slot, state_slot = slots if slots is not None else (layer, -1)
+        self.attn: Attention | LatentAttention | GatedAttention | GatedDeltaNet
+        if state_slot >= 0:
+            assert states is not None
+            self.attn = GatedDeltaNet(config, layer, state_slot, source, place, states)
+        elif config.attn_output_gate:
+            self.attn = GatedAttention(config, layer, kv_slot, source, place)
+        elif config.mla is not None:
             self.attn = LatentAttention(config, layer, source, place)
         elif config.attention_sinks:
             self.attn = SinkAttention(config, layer, source, place)
@@ -85,12 +99,12 @@ class DecoderLayer:
         h = torch.empty_like(x)  # [T, H]
         for s in range(0, tokens, chunk):
             e = min(tokens, s + chunk)
-            xs = rms_norm(x[s:e], self.input_norm, self.eps, self.norm_fp32)  # [C, H]
+            xs = self.norm(x[s:e], self.input_norm, self.eps)  # [C, H]
             mask = causal_mask(start + s, e - s, x.device)  # [C, start+e] or None
             h[s:e] = x[s:e] + self.attn(xs, start + s, cache, cos[s:e], sin[s:e], mask)
         if self.observe is not None:
             self.observe(self.index, h)
-        normed = rms_norm(h, self.post_norm, self.eps, self.norm_fp32)  # [T, H]
+        normed = self.norm(h, self.post_norm, self.eps)  # [T, H]
         if isinstance(self.mlp, MoEBlock):
             out = h + self.mlp(normed, chunk)
         else:
@@ -126,9 +140,20 @@ class MoEModel:
         if head is None and not config.tie_word_embeddings:
             raise ValueError("checkpoint has no lm_head.weight and does not tie embeddings")
         self.lm_head = self.embed if head is None else head  # [V, H]
+        # Qwen3-Next: KV cache slots for the full-attention layers only, and the
+        # recurrent states of the linear-attention layers
+        kv_slots, state_slots = cache_slots(config)
+        self.states = LinearStates(config, place) if config.linear_attention else None
         self.layers = [
-            DecoderLayer(config, i, source, place, backend) for i in range(config.num_layers)
+            DecoderLayer(
+                config, i, source, place, backend, (kv_slots[i], state_slots[i]), self.states
+            )
+            for i in range(config.num_layers)
         ]
+        self.final_norm = norm_for(config)
+        # Token ids after which the linear-attention states are checkpointed (set from
+        # the tokenizer; see flint.models.qwen3_next.ANCHOR_TOKENS)
+        self.anchor_tokens: frozenset[int] = frozenset()
         # DeepSeek-V2 rotates in fp32 with fp32 tables; the others in the model's dtype
         pairs = config.mla is not None and config.mla.rope_pairs_kept
         rope_dtype = torch.float32 if pairs else place.dtype
@@ -137,7 +162,7 @@ class MoEModel:
             latent_cache(config, config.mla, context_length, place)
             if config.mla is not None
             else KVCache(
-                config.num_layers,
+                max(1, sum(1 for slot in kv_slots if slot >= 0)),
                 config.num_kv_heads,
                 context_length,
                 config.head_dim,
@@ -169,25 +194,51 @@ class MoEModel:
             )
         x = self.embed[ids.to(self.place.device)]  # [T, H]
         cos, sin = self.cos[start : start + tokens], self.sin[start : start + tokens]  # [T, D]
+        if self.states is not None:
+            anchors = self.anchor_tokens
+            marks = [start + i + 1 for i, t in enumerate(ids.tolist()) if t in anchors]
+            self.states.begin(marks)
         for layer in self.layers:
             x = layer(x, start, self.cache, cos, sin, chunk)
         self.cache.tokens[start : start + tokens] = ids.to(self.cache.tokens.device)
         self.cache.length = start + tokens
+        if self.states is not None:
+            self.states.commit()
         if not all_logits:
             x = x[-1:]
-        cfg = self.config
-        x = rms_norm(x, self.norm, cfg.rms_norm_eps, cfg.norm_weight_fp32)
-        return F.linear(x, self.lm_head).float()
+        normed = self.final_norm(x, self.norm, self.config.rms_norm_eps)
+        return F.linear(normed, self.lm_head).float()
 
     def reset(self, length: int = 0) -> None:
-        """Keeps the first ``length`` cached positions (0: start a new sequence)."""
+        """Keeps the first ``length`` cached positions (0: start a new sequence). With
+        linear-attention layers (Qwen3-Next) only 0, all of them, or a checkpoint (a
+        position right after an anchor token): their recurrent state holds the sequence
+        up to one position and cannot be rewound otherwise."""
+        states = self.states
+        if (
+            states is not None
+            and length not in (0, self.cache.length)
+            and (not 0 <= length <= self.cache.length or not states.rewind(length))
+        ):
+            raise ValueError(
+                f"cannot rewind the recurrent state of {self.cache.length} positions "
+                f"to {length}: no checkpoint there"
+            )
         self.cache.reset(length)
+        if states is not None and length == 0:
+            states.clear()
 
     def cached_prefix(self, ids: list[int]) -> int:
-        """How many leading tokens of ``ids`` the KV cache already holds (the positions
-        a forward of the same tokens would compute again)."""
+        """How many leading tokens of ``ids`` the cache already holds and a forward
+        could continue from (the positions it would otherwise compute again). With
+        linear-attention layers, whose state cannot be rewound, that is every cached
+        position when they all lead ``ids`` with at least one token left to run, else
+        the deepest checkpoint within the shared prefix (0: a full prefill)."""
         held = self.cache.tokens[: min(self.cache.length, len(ids))].tolist()
         n = 0
         while n < len(held) and held[n] == ids[n]:
             n += 1
+        if self.states is not None and (n != self.cache.length or n >= len(ids)):
+            limit = min(n, len(ids) - 1)
+            return max((p for p in self.states.checkpoints if p <= limit), default=0)
         return n

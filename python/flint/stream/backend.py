@@ -176,7 +176,7 @@ class StreamedExperts:
                 if self.cfg.group_router is not None:
                     grouped = (getattr(layer.mlp, "bias32", None), self.cfg.group_router)
                 bias = getattr(layer.mlp, "router_bias", None)  # GPT-OSS
-                self.lookahead.add_layer(i, layer.post_norm, router, grouped, bias=bias)
+                self.lookahead.add_layer(i, layer.post_scale, router, grouped, bias=bias)
             layer.observe = self.observe
             if self.lookahead_from == "output":
                 layer.observe_output = self.observe_output
