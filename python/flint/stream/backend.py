@@ -323,16 +323,19 @@ class StreamedExperts:
         if layer == self.first_layer:
             self._new_forward(tokens)
         flat = ids.reshape(-1)  # [T*K], entry t*K + k
-        order = torch.argsort(flat, stable=True)
-        counts = torch.bincount(flat, minlength=self.cfg.num_experts).tolist()
+        # The ids reach the CPU in one copy, ordered on the model's stream (no device-
+        # wide synchronisation); everything the host decides is computed from it.
+        flat_host = flat.cpu()
+        order = torch.argsort(flat, stable=True)  # stays on the device, for indexing
+        counts = torch.bincount(flat_host, minlength=self.cfg.num_experts).tolist()
         starts = [0] * len(counts)
         for e in range(1, len(counts)):
             starts[e] = starts[e - 1] + counts[e - 1]
-        selected = list(dict.fromkeys(flat.tolist()))  # rank order of first selection
+        selected = list(dict.fromkeys(flat_host.tolist()))  # rank order of first selection
         self.lookahead.score(layer, set(selected))
         vram, held = self.vram, []
         if vram is not None:
-            vram.note(layer, flat)
+            vram.note(layer, flat_host)
             held = [e for e in selected if e in vram.where[layer]]
             selected = [e for e in selected if e not in vram.where[layer]]
             self.engine.record_use(layer, held)
