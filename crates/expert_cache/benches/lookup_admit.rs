@@ -88,7 +88,7 @@ fn bench(c: &mut Criterion) {
                     b.iter(|| {
                         i = i.wrapping_add(1);
                         step(&mut cache, i % LAYERS, at(i));
-                        if i % (8 * LAYERS) == 0 {
+                        if i.is_multiple_of(8 * LAYERS) {
                             cache.tick();
                         }
                     })

@@ -147,7 +147,7 @@ fn check_projections(e: &ExpertEntry, sizes: &[u64; 3], what: &str) -> Result<()
 }
 
 fn aligned(what: &str, value: u64, align: u64) -> Result<()> {
-    if value % align == 0 {
+    if value.is_multiple_of(align) {
         Ok(())
     } else {
         Err(FtwError::Misaligned {

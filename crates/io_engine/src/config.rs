@@ -69,7 +69,7 @@ impl EngineConfig {
                 self.workers
             )));
         }
-        if self.chunk_bytes == 0 || self.chunk_bytes % 4096 != 0 {
+        if self.chunk_bytes == 0 || !self.chunk_bytes.is_multiple_of(4096) {
             return Err(IoError::Config(format!(
                 "chunk size {} must be a positive multiple of 4096",
                 self.chunk_bytes

@@ -161,7 +161,7 @@ impl Scheduler {
 
     fn new_job(&mut self, key: ExpertKey, class: ReadClass, slot: Slot) -> Result<Job> {
         let info = self.info(key)?;
-        if slot.len < info.len || slot.addr % 4096 != 0 || slot.addr == 0 {
+        if slot.len < info.len || !slot.addr.is_multiple_of(4096) || slot.addr == 0 {
             let detail = format!(
                 "{} bytes at {:#x} for a {}-byte slab",
                 slot.len, slot.addr, info.len
