@@ -11,10 +11,15 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 from tiny import _COMMON, build, save_tokenizer
+from variants import (
+    assert_incremental_equals_full,
+    assert_logits_match,
+    assert_streamed_equals_resident,
+)
 
 import flint
 from flint.convert import ConvertOptions, convert
-from flint.models import SafetensorsSource, load_model, parse_config
+from flint.models import parse_config
 from flint.models.router import route_grouped
 
 CPU = torch.device("cpu")
@@ -103,22 +108,9 @@ def variant(
 
 def test_variant_logits_match_transformers(variant: tuple[Path, Any]) -> None:
     path, ref = variant
-    model = load_model(SafetensorsSource(path), CPU, torch.float32, context_length=64)
-    for prompt in PROMPTS:
-        with torch.no_grad():
-            want = ref(torch.tensor([prompt])).logits[0]
-        model.reset()
-        got = model.forward(torch.tensor(prompt), all_logits=True)
-        assert (got - want).abs().max().item() <= 1e-4
-        assert want.abs().max().item() > 1.0
+    model = assert_logits_match(path, ref, PROMPTS)
     # decoding token by token reads the latent cache: same logits as the full forward
-    ids = torch.tensor(PROMPTS[1][:12])
-    model.reset()
-    full = model.forward(ids, all_logits=True)
-    model.reset()
-    steps = [model.forward(ids[:5], all_logits=True)]
-    steps += [model.forward(ids[i : i + 1], all_logits=True) for i in range(5, 12)]
-    assert (torch.cat(steps) - full).abs().max().item() <= 1e-4
+    assert_incremental_equals_full(model, PROMPTS[1][:12])
 
 
 def test_greedy_generation_matches_transformers(variant: tuple[Path, Any]) -> None:
@@ -138,25 +130,15 @@ def test_greedy_generation_matches_transformers(variant: tuple[Path, Any]) -> No
 
 def test_converted_streamed_equals_resident(variant: tuple[Path, Any], tmp_path: Path) -> None:
     path, ref = variant
-    ftw = tmp_path / "m.ftw"
-    convert(str(path), ftw, ConvertOptions(quant="none"))
-    with (
-        flint.LLM(ftw, device="cpu", context_length=64) as resident,
-        flint.LLM(ftw, device="cpu", context_length=64, ram_budget=1e-6, lookahead=2) as s,
-    ):
-        for ids in PROMPTS:
-            resident.model.reset()
-            s.model.reset()
-            want = resident.model.forward(torch.tensor(ids), all_logits=True)
+    stats = assert_streamed_equals_resident(path, tmp_path, PROMPTS, (11, 42))
+    assert stats["demands"] > 0
+    with flint.LLM(tmp_path / "m.ftw", device="cpu", context_length=64) as converted:
+        for ids in PROMPTS:  # the converted file is the model
+            converted.model.reset()
+            got = converted.model.forward(torch.tensor(ids), all_logits=True)
             with torch.no_grad():
                 hf = ref(torch.tensor([ids])).logits[0]
-            assert (want - hf).abs().max().item() <= 1e-4, "the converted file is the model"
-            assert torch.equal(s.model.forward(torch.tensor(ids), all_logits=True), want)
-            for step in (11, 42):
-                want = resident.model.forward(torch.tensor([step]))
-                assert torch.equal(s.model.forward(torch.tensor([step])), want)
-        stats = s.stats()
-    assert stats is not None and stats["demands"] > 0
+            assert (got - hf).abs().max().item() <= 1e-4
 
 
 def test_fused_expert_keys_convert_to_the_same_model(

@@ -9,7 +9,11 @@ from typing import Any
 import pytest
 import torch
 from tiny import build, deepseek_v3_config, save_tokenizer
-from variants import assert_logits_match, assert_streamed_equals_resident
+from variants import (
+    assert_incremental_equals_full,
+    assert_logits_match,
+    assert_streamed_equals_resident,
+)
 
 from flint.models import parse_config
 from flint.models.router import route_grouped
@@ -70,13 +74,7 @@ def test_variant_logits_match_transformers(variant: tuple[Path, Any]) -> None:
     path, ref = variant
     model = assert_logits_match(path, ref, PROMPTS)
     # decoding token by token reads the latent cache: same logits as the full forward
-    ids = torch.tensor(PROMPTS[1][:12])
-    model.reset()
-    full = model.forward(ids, all_logits=True)
-    model.reset()
-    steps = [model.forward(ids[:5], all_logits=True)]
-    steps += [model.forward(ids[i : i + 1], all_logits=True) for i in range(5, 12)]
-    assert (torch.cat(steps) - full).abs().max().item() <= 1e-4
+    assert_incremental_equals_full(model, PROMPTS[1][:12])
 
 
 def test_variant_streamed_equals_resident(variant: tuple[Path, Any], tmp_path: Path) -> None:

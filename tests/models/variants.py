@@ -31,6 +31,18 @@ def assert_logits_match(path: Path, ref: Any, prompts: Sequence[list[int]]) -> M
     return model
 
 
+def assert_incremental_equals_full(model: MoEModel, ids: list[int], first: int = 5) -> None:
+    """A prompt of ``first`` tokens then one token at a time (through the model's
+    cache) gives the logits of one forward of all ``ids``, within 1e-4."""
+    x = torch.tensor(ids)
+    model.reset()
+    full = model.forward(x, all_logits=True)
+    model.reset()
+    steps = [model.forward(x[:first], all_logits=True)]
+    steps += [model.forward(x[i : i + 1], all_logits=True) for i in range(first, len(ids))]
+    assert (torch.cat(steps) - full).abs().max().item() <= 1e-4
+
+
 def assert_streamed_equals_resident(
     path: Path, tmp_path: Path, prompts: Sequence[list[int]], steps: Sequence[int]
 ) -> dict[str, Any]:
