@@ -19,9 +19,7 @@ CHAT = "Chat"
 
 ModelArg = Annotated[
     str,
-    typer.Argument(
-        metavar="MODEL", help="A Hugging Face checkpoint directory (a .ftw file once supported)."
-    ),
+    typer.Argument(metavar="MODEL", help="A .ftw file or a Hugging Face checkpoint directory."),
 ]
 DeviceOpt = Annotated[
     str | None,
@@ -54,8 +52,8 @@ VramBudgetOpt = Annotated[
     typer.Option(
         "--vram-budget",
         metavar="SIZE",
-        help="GPU memory for experts, e.g. 8G. Accepted and shown; the VRAM expert cache "
-        "is not in this build yet.",
+        help="GPU memory for the VRAM expert cache when streaming on CUDA, e.g. 8G "
+        "(default: what is free after loading; 0: none).",
         rich_help_panel=RUNTIME,
     ),
 ]
