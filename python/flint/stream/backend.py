@@ -393,16 +393,15 @@ class StreamedExperts:
         (GPT-OSS: ``ExpertMath``); the results go up to ``outputs``."""
         host, k = self.host, b.ids.shape[1]
         assert host is not None
-        rows = torch.cat([b.order[starts[e] : starts[e] + counts[e]] for e, _, _ in experts])
-        self.counters.host_experts += len(experts)
         fused = self.host_fused
-        if fused is not None:
+        if fused is not None:  # counted here; ``_expert`` counts the torch path's
+            self.counters.host_experts += len(experts)
+            rows = torch.cat([b.order[starts[e] : starts[e] + counts[e]] for e, _, _ in experts])
             listed = [(e, *slab_addresses(a, self.layout)) for e, a, _ in experts]
             hits = [e for e, _, hit in experts if hit]
             fused.expert_outputs(b.x32, b.ids, listed, b.y, self.engine, layer, hits)
             outputs[rows.to(outputs.device)] = b.y[rows].to(outputs.device)
             return
-        self.counters.host_experts -= len(experts)  # _expert counts them
         for e, address, hit in experts:
             r = b.order[starts[e] : starts[e] + counts[e]]
             slab = slot_bytes(address, self.layout.slab_bytes)

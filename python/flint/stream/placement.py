@@ -37,8 +37,9 @@ class HostBatch:
         self, x: torch.Tensor, ids: torch.Tensor, order: torch.Tensor, dtype: torch.dtype
     ) -> None:
         cpu = torch.device("cpu")
-        self.x32 = x.to(cpu, torch.float32).contiguous()  # [T, H]
-        self.x = self.x32 if dtype == torch.float32 else x.to(cpu, dtype)
+        host = x.to(cpu)  # one copy off the device; the casts below are on the CPU
+        self.x32 = host.to(torch.float32).contiguous()  # [T, H]
+        self.x = self.x32 if dtype == torch.float32 else host.to(dtype)
         self.ids = ids.to(cpu).contiguous()  # [T, K]
         self.order = order.cpu()  # [T*K]
         self.y = torch.empty(ids.numel(), x.shape[1], dtype=torch.float32)  # [T*K, H]
