@@ -190,19 +190,25 @@ def test_cuda_deterministic_with_a_small_vram_cache_equals_resident(
 def test_cuda_cpu_and_gpu_experts_in_parallel_stay_within_tolerance(
     family: str, tiny_ftw: dict[str, Path]
 ) -> None:
-    """Experts outside VRAM run on the CPU beside the GPU's: logits stay within the
-    stated tolerance of a resident GPU run (random tiny models have near-ties, so their
-    greedy tokens may part; the trained model's must not, below)."""
+    """Experts outside VRAM run on the CPU beside the GPU's. The CPU computes them in
+    fp32 where the GPU rounds to bf16 between projections, so the two placements round
+    differently: measured against the fp32 CPU reference, the split run's logits stay
+    as close as bf16 itself allows (within twice the resident GPU run's own error, plus
+    a margin). Random tiny models have near-ties, so their greedy tokens may part; the
+    trained model's must not (below)."""
     path = tiny_ftw[family]
     cuda = torch.device("cuda")
     with (
+        flint.LLM(path, device="cpu", context_length=64) as exact,  # fp32
         flint.LLM(path, device="cuda", context_length=64) as resident,
         _open(path, ram_slots=2, vram_slots=1, device=cuda) as streamed,
     ):
         for ids in (PROMPTS[1], [11], [42]):  # decode-sized batches: CPU experts
-            want = resident.model.forward(torch.tensor(ids), all_logits=True)
-            got = streamed.model.forward(torch.tensor(ids), all_logits=True)
-            torch.testing.assert_close(got.float(), want.float(), atol=0.05, rtol=0.02)
+            ref = exact.model.forward(torch.tensor(ids), all_logits=True)
+            want = resident.model.forward(torch.tensor(ids), all_logits=True).cpu()
+            got = streamed.model.forward(torch.tensor(ids), all_logits=True).cpu()
+            bf16_error = (want - ref).abs().max().item()
+            assert (got - ref).abs().max().item() <= 2 * bf16_error + 0.02
         s = streamed.stats()
     assert s is not None and s["cpu_experts"] > 0 and s["gpu_experts"] > 0
 
@@ -274,7 +280,9 @@ def test_cuda_cpu_experts_of_quantized_files_stay_within_tolerance(
             got = streamed.model.forward(torch.tensor(ids), all_logits=True)
             torch.testing.assert_close(got.float(), want.float(), atol=0.05, rtol=0.02)
         s = streamed.stats()
-    assert s is not None and s["cpu_experts"] > 0 and s["vram_hits"] > 0
+    # the first selected expert of each layer fills its one VRAM slot (whether a later
+    # token selects it again depends on the random routing)
+    assert s is not None and s["cpu_experts"] > 0 and s["vram_admitted"] > 0
 
 
 def test_a_vram_cache_with_a_slot_for_every_expert_is_seeded_whole(
