@@ -14,6 +14,7 @@ Example::
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -49,6 +50,24 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
     if dev.type not in ("cpu", "cuda"):
         raise ValueError(f"device {device!r} is not supported (cpu or cuda)")
     return dev
+
+
+def resolve_devices(device: str | torch.device | None) -> list[torch.device]:
+    """The devices to run on: one, several named with commas ("cuda:0,cuda:1"), or
+    "cuda" for every visible GPU (``CUDA_VISIBLE_DEVICES`` narrows it); the layers are
+    then split across them (``flint.models.split``)."""
+    if isinstance(device, str) and "," in device:
+        devices = [resolve_device(d.strip()) for d in device.split(",") if d.strip()]
+        if len(set(devices)) != len(devices):
+            raise ValueError(f"device {device!r} names a device twice")
+        if len({d.type for d in devices}) != 1:
+            raise ValueError(f"device {device!r} mixes device types; split over GPUs only")
+        return devices
+    dev = resolve_device(device)
+    if dev.type == "cuda" and dev.index is None:
+        count = torch.cuda.device_count()
+        return [torch.device("cuda", i) for i in range(count)] if count > 1 else [dev]
+    return [dev]
 
 
 def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
@@ -93,6 +112,35 @@ def _streamed(
         vram_budget_gib=vram_budget,
         deterministic=deterministic,
     )
+
+
+def _split(
+    source: WeightSource,
+    devices: list[torch.device],
+    dtype: torch.dtype,
+    context_length: int,
+    expert_backend: ExpertBackend | None,
+) -> tuple[torch.device, ...]:
+    """Each decoder layer's device when the layers are split across ``devices``, planned
+    from their free memory; one printed line per device."""
+    from flint.models import parse_config
+    from flint.models.split import layer_costs, plan_split
+
+    config = parse_config(source.config)
+    expert = None  # streamed experts are not on the GPUs
+    if expert_backend is None:
+        layout = getattr(source, "expert_layout", None)
+        elt = torch.tensor([], dtype=dtype).element_size()
+        expert = (
+            layout.slab_bytes
+            if layout is not None
+            else 3 * config.hidden_size * config.moe_intermediate_size * elt
+        )
+    costs, embed, head = layer_costs(config, dtype, context_length, expert)
+    split = plan_split(devices, costs, embed, head)
+    for line in (*split.describe(), *split.notes):
+        print(f"flint: {line}", file=sys.stderr)
+    return split.layer_devices
 
 
 def _eos_ids(source: WeightSource) -> list[int]:
@@ -145,7 +193,8 @@ class LLM:
     ) -> None:
         if activation_budget is not None and not activation_budget > 0:
             raise ValueError(f"activation_budget must be > 0 GiB, got {activation_budget}")
-        self.device = resolve_device(device)
+        self.devices = resolve_devices(device)
+        self.device = self.devices[0]
         self.dtype = resolve_dtype(dtype, self.device)
         source = open_source(model)
         if source.tokenizer_json is None:
@@ -168,8 +217,11 @@ class LLM:
                 deterministic,
             )
         self.expert_backend = expert_backend
+        layer_devices: tuple[torch.device, ...] = ()
+        if len(self.devices) > 1:
+            layer_devices = _split(source, self.devices, self.dtype, ctx, expert_backend)
         self._model: MoEModel | None = load_model(
-            source, self.device, self.dtype, ctx, expert_backend, expert_kernels
+            source, self.device, self.dtype, ctx, expert_backend, expert_kernels, layer_devices
         )
         if activation_budget is not None:
             self._model.activation_budget = int(activation_budget * (1 << 30))

@@ -276,7 +276,7 @@ def test_anchor_checkpoints_resume_like_a_cold_prefill(qwen3_next: tuple[Path, A
     for cut in (10, 64, 81, 101):  # each checkpoint is the state a cold prefill ends with
         cold.reset()
         cold.forward(torch.tensor(seq[:cut]))
-        conv, rec = model.states.checkpoints[cut]  # fp32: equal up to rounding
+        ((conv, rec),) = model.states.checkpoints[cut]  # fp32: equal up to rounding
         assert (conv - cold.states.conv).abs().max().item() <= 1e-4
         assert (rec - cold.states.recurrent).abs().max().item() <= 1e-4
         assert rec.abs().max().item() > 0.1

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from flint.api import LLM, resolve_device, resolve_dtype
+from flint.api import LLM, resolve_devices, resolve_dtype
 from flint.models import parse_config
 from flint.models.ftw_source import FtwSource
 from flint.models.moe import weighted_sum
@@ -127,7 +127,7 @@ def load(mode: str, setup: Setup, notice: Callable[[str], None]) -> LLM:
     if setup.model.is_dir():
         raise ValueError(f"mode {mode} streams from a .ftw file; {setup.model} is a directory")
     source = FtwSource(setup.model)
-    device = resolve_device(setup.device)
+    device = resolve_devices(setup.device)[0]  # the first GPU of a split
     e = setup.engine
     naive = mode == "naive"
     backend = streamed_backend(
@@ -153,7 +153,7 @@ def load(mode: str, setup: Setup, notice: Callable[[str], None]) -> LLM:
         backend.fill()
     return LLM(
         source,
-        device=device,
+        device=setup.device,
         dtype=setup.dtype,
         context_length=setup.context_length,
         expert_backend=backend,

@@ -84,6 +84,9 @@ def to_json(plan: Plan, setup: Setup, out: Outcome) -> dict[str, Any]:
             streamed = any(s.streaming for s in samples)
             for key in STREAM_KEYS:
                 row[key] = _mean([s.streaming.get(key) for s in samples]) if streamed else None
+            per_gpu = {k for s in samples for k in s.streaming if k.startswith("vram_hit_rate ")}
+            for key in sorted(per_gpu):  # layers split across GPUs: each one's hit rate
+                row[key] = _mean([s.streaming.get(key) for s in samples])
             rows.append(row)
     return {
         "model": str(setup.model),
@@ -184,6 +187,14 @@ def _footer(doc: dict[str, Any]) -> str:
     return line + " MISMATCH: greedy tokens differ from resident (see stderr)."
 
 
+def _per_gpu(row: dict[str, Any]) -> str:
+    """The per-GPU VRAM hit rates of a split, as ' (0.412 cuda:0, 0.398 cuda:1)'; else ''."""
+    rates = [(k.split(" ", 1)[1], v) for k, v in row.items() if k.startswith("vram_hit_rate ")]
+    if not rates:
+        return ""
+    return " (" + ", ".join(f"{_num(v, '.3f')} {d}" for d, v in rates) + ")"
+
+
 def to_markdown(doc: dict[str, Any]) -> str:
     """The table of ``to_json``'s document; per-token columns are per generated token
     for ``tg`` rows and per prompt token for ``pp`` rows."""
@@ -206,7 +217,8 @@ def to_markdown(doc: dict[str, Any]) -> str:
             f" | {_pair(r['recall_d1'], r['precision_d1'])}"
             f" | {_pair(r['recall_d2'], r['precision_d2'])}"
             + (
-                f" | {_num(r.get('vram_hit_rate'), '.3f')} | {_num(r.get('pcie_mib'), '.2f')}"
+                f" | {_num(r.get('vram_hit_rate'), '.3f')}{_per_gpu(r)}"
+                f" | {_num(r.get('pcie_mib'), '.2f')}"
                 f" | {_num(r.get('cpu_share'), '.3f')}"
                 if gpu
                 else ""

@@ -77,6 +77,9 @@ def _counters(llm: LLM) -> dict[str, Any] | None:
         s[key] = full.get(key, 0)
     for d in (1, 2, 3):
         s[f"q{d}"] = (q.hits[d], q.selected[d], q.predicted[d])
+    if len(backend.vrams) > 1:  # layers split across GPUs: each one's VRAM cache
+        for device, v in backend.vrams.items():
+            s[f"vram {device}"] = (v.counters.hits, v.counters.selections)
     return s
 
 
@@ -101,6 +104,9 @@ def per_token(before: dict[str, Any], after: dict[str, Any], tokens: int) -> dic
         "pcie_mib": d["pcie_bytes"] / tokens / MIB,
         "cpu_share": _ratio(d["cpu_experts"], d["cpu_experts"] + d["gpu_experts"]),
     }
+    for key in (k for k in after if k.startswith("vram ")):  # per GPU of a split
+        (h1, n1), (h0, n0) = after[key], before[key]
+        out[f"vram_hit_rate {key[5:]}"] = _ratio(h1 - h0, n1 - n0)
     for dist in (1, 2):
         (h1, s1, p1), (h0, s0, p0) = after[f"q{dist}"], before[f"q{dist}"]
         out[f"recall_d{dist}"] = _ratio(h1 - h0, s1 - s0)

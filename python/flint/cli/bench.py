@@ -155,7 +155,12 @@ def register(app: typer.Typer) -> None:
             ),
         ] = True,
         device: Annotated[
-            str, typer.Option(help="cpu, cuda, cuda:N or auto.", rich_help_panel=RUNTIME)
+            str,
+            typer.Option(
+                help="cpu, cuda (every visible GPU, layers split across them), cuda:N, "
+                "or a list such as cuda:0,cuda:1, or auto.",
+                rich_help_panel=RUNTIME,
+            ),
         ] = "auto",
         dtype: Annotated[
             str,

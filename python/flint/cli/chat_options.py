@@ -24,7 +24,10 @@ ModelArg = Annotated[
 DeviceOpt = Annotated[
     str | None,
     typer.Option(
-        "--device", help="cpu, cuda or cuda:N (default: CUDA if present).", rich_help_panel=RUNTIME
+        "--device",
+        help="cpu, cuda (every visible GPU, layers split across them), cuda:N, "
+        "or a list such as cuda:0,cuda:1 (default: CUDA if present).",
+        rich_help_panel=RUNTIME,
     ),
 ]
 CtxSizeOpt = Annotated[

@@ -92,6 +92,9 @@ def streaming_summary(stats: dict[str, Any]) -> str:
             f"VRAM hit rate {stats['vram_hit_rate']:.1%} "
             f"({stats['vram_slots_per_layer']} slots/layer, {stats['vram_swaps']} swaps)"
         )
+        for key, rate in stats.items():  # layers split across GPUs: each one's cache
+            if key.startswith("vram_hit_rate ") and rate is not None:
+                parts.append(f"{key.split(' ', 1)[1]} VRAM hit rate {rate:.1%}")
     if stats.get("gpu_experts") or stats.get("cpu_experts"):
         parts.append(f"CPU share of experts {stats['cpu_share']:.1%}")
         parts.append(f"PCIe {stats['pcie_bytes'] / n / 2**20:.2f} MiB/token")

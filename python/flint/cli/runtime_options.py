@@ -108,7 +108,9 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {  # parameter -> (annotation, default)
         Annotated[
             str,
             typer.Option(
-                help="cpu, cuda, cuda:N, or auto (CUDA when present).", rich_help_panel=PANEL
+                help="cpu, cuda (every visible GPU, layers split across them), cuda:N, a list "
+                "such as cuda:0,cuda:1, or auto (CUDA when present).",
+                rich_help_panel=PANEL,
             ),
         ],
         "auto",

@@ -80,7 +80,13 @@ def serve_command(
         Path | None,
         typer.Option(help="Jinja chat template file, for models without one (or to override)."),
     ] = None,
-    device: Annotated[str | None, typer.Option(help="cpu or cuda (default: cuda if any).")] = None,
+    device: Annotated[
+        str | None,
+        typer.Option(
+            help="cpu, cuda (every visible GPU, layers split across them), cuda:N, "
+            "or a list such as cuda:0,cuda:1 (default: CUDA if present)."
+        ),
+    ] = None,
     dtype: Annotated[str | None, typer.Option(help="float32, bfloat16 or float16.")] = None,
     ram_budget: Annotated[
         float | None,

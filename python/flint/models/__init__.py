@@ -60,13 +60,16 @@ def load_model(
     context_length: int,
     backend: ExpertBackend | None = None,
     expert_kernels: str = "auto",
+    layer_devices: tuple[torch.device, ...] = (),
 ) -> MoEModel:
-    """Builds the model with every dense weight on ``device``; experts come from
-    ``backend`` (default: all resident on the same device, int8/int4 experts through
-    torch's quantized kernels, or dequantize-then-matmul if ``expert_kernels`` is
-    "dequant" or a kernel fails its start-up probe)."""
+    """Builds the model with every dense weight on ``device`` (or, with
+    ``layer_devices``, each decoder layer's on its own device: several GPUs, see
+    ``flint.models.split``); experts come from ``backend`` (default: all resident beside
+    their layer, int8/int4 experts through torch's quantized kernels, or
+    dequantize-then-matmul if ``expert_kernels`` is "dequant" or a kernel fails its
+    start-up probe)."""
     config = parse_config(source.config)
-    place = Placement(device=device, dtype=dtype)
+    place = Placement(device=device, dtype=dtype, layers=layer_devices)
     experts = (
         backend if backend is not None else resident_experts(config, source, place, expert_kernels)
     )

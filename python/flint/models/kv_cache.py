@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 # L = layers, N = kv heads, S = context length (cache slots), T = new tokens, D = head dim
@@ -54,3 +56,47 @@ class KVCache:
         if not 0 <= length <= self.length:
             raise ValueError(f"cannot truncate a cache of {self.length} positions to {length}")
         self.length = length
+
+
+class SplitKVCache(KVCache):
+    """KV cache slots on several devices, for a model whose layers are split across
+    GPUs: slot s is row ``rows[s][1]`` of part ``rows[s][0]`` (a ``KVCache`` on the
+    device of the layer that owns the slot). ``tokens`` and ``length`` are kept once,
+    here; the parts' own are unused."""
+
+    def __init__(
+        self, parts: list[KVCache], rows: list[tuple[int, int]], context_length: int
+    ) -> None:
+        self.parts, self.rows = parts, rows
+        self.tokens = torch.full(
+            (context_length,), -1, dtype=torch.int64, device=parts[0].tokens.device
+        )
+        self.context_length = context_length
+        self.length = 0
+
+    def write(
+        self, layer: int, start: int, k: torch.Tensor, v: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        part, row = self.rows[layer]
+        return self.parts[part].write(row, start, k, v)
+
+
+def split_cache(
+    make: Callable[[int, torch.device], KVCache],
+    slot_devices: list[torch.device],
+    context_length: int,
+) -> KVCache:
+    """One cache for the slots (``slot_devices[s]``: where slot s's layer lives): a plain
+    ``KVCache`` from ``make(slots, device)`` when they share a device, else one part per
+    device holding only that device's slots (a ``SplitKVCache``)."""
+    devices = list(dict.fromkeys(slot_devices))
+    if len(devices) <= 1:
+        return make(max(1, len(slot_devices)), devices[0] if devices else torch.device("cpu"))
+    counts = [0] * len(devices)
+    rows: list[tuple[int, int]] = []
+    for device in slot_devices:
+        part = devices.index(device)
+        rows.append((part, counts[part]))
+        counts[part] += 1
+    parts = [make(n, device) for n, device in zip(counts, devices, strict=True)]
+    return SplitKVCache(parts, rows, context_length)

@@ -13,10 +13,29 @@ ALIGN = 64  # bytes; torch's CPU allocator aligns at least this much
 
 @dataclass(slots=True, frozen=True)
 class Placement:
-    """Where and in what dtype the model's weights live."""
+    """Where and in what dtype the model's weights live. ``layers``: with the layers
+    split across several GPUs, each decoder layer's device (``device`` is the first
+    one's, where the embedding lives; empty: every layer on ``device``)."""
 
     device: torch.device
     dtype: torch.dtype
+    layers: tuple[torch.device, ...] = ()
+
+    def at(self, layer: int) -> Placement:
+        """Where decoder layer ``layer``'s weights live."""
+        if not self.layers or self.layers[layer] == self.device:
+            return Placement(self.device, self.dtype)
+        return Placement(self.layers[layer], self.dtype)
+
+    @property
+    def last(self) -> Placement:
+        """Where the final norm and the LM head live: the last layer's device."""
+        return self.at(len(self.layers) - 1) if self.layers else self
+
+    @property
+    def devices(self) -> tuple[torch.device, ...]:
+        """The distinct devices in layer order (one unless the layers are split)."""
+        return tuple(dict.fromkeys(self.layers)) if self.layers else (self.device,)
 
     def load(self, source: WeightSource, name: str) -> torch.Tensor:
         return self.put(source.tensor(name))

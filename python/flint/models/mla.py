@@ -134,11 +134,16 @@ class LatentAttention:
 
 
 def latent_cache(
-    config: ModelConfig, mla: MlaConfig, context_length: int, place: Placement
+    config: ModelConfig,
+    mla: MlaConfig,
+    context_length: int,
+    place: Placement,
+    layers: int | None = None,
 ) -> KVCache:
-    """The MLA cache: per layer, one "head" of latents [S, R] and rotated keys [S, Dr]."""
+    """The MLA cache: per layer, one "head" of latents [S, R] and rotated keys [S, Dr]
+    (``layers`` rows; default every layer of the model)."""
     return KVCache(
-        config.num_layers,
+        config.num_layers if layers is None else layers,
         1,
         context_length,
         mla.kv_lora_rank,

@@ -152,9 +152,10 @@ class ResidentExperts:
                 raise ValueError(f"expert {e} of layer {layer}: gate/up not {list(shape)}")
             if tuple(w.down.shape) != shape[::-1]:
                 raise ValueError(f"expert {e} of layer {layer}: down not {list(shape[::-1])}")
-        self.gate[layer] = place.put(torch.stack([w.gate for w in experts]))
-        self.up[layer] = place.put(torch.stack([w.up for w in experts]))
-        self.down[layer] = place.put(torch.stack([w.down for w in experts]))
+        at = place.at(layer)  # beside the layer when the layers are split across GPUs
+        self.gate[layer] = at.put(torch.stack([w.gate for w in experts]))
+        self.up[layer] = at.put(torch.stack([w.up for w in experts]))
+        self.down[layer] = at.put(torch.stack([w.down for w in experts]))
 
     def __call__(
         self, layer: int, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor

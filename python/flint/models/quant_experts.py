@@ -18,7 +18,14 @@ from flint.models.config import ModelConfig
 from flint.models.cpu_kernels import FusedResidentExperts
 from flint.models.loading import Placement
 from flint.models.moe import ExpertBackend, ResidentExperts, dispatch, expert_math
-from flint.models.quant_linear import KERNEL_MODES, Notice, Packed, select_kernel, stderr_notice
+from flint.models.quant_linear import (
+    KERNEL_MODES,
+    Notice,
+    Packed,
+    ProjectionKernel,
+    select_kernel,
+    stderr_notice,
+)
 from flint.models.weights import WeightSource
 
 # T = tokens, H = hidden, K = top-k, I = expert intermediate, N = rows routed to one expert
@@ -57,25 +64,33 @@ class QuantizedResidentExperts:
             raise ValueError(f"expert shapes {layout.shapes} do not fit the model's config")
         self.layout = layout
         self.math = expert_math(config, source, place)
-        self.kernel = select_kernel(
-            layout.scheme, layout.group_size, layout.shapes, place.device, place.dtype, mode, notice
-        )
+        # one kernel per device (layers split across GPUs: each packs onto its own)
+        kernels = {
+            device: select_kernel(
+                layout.scheme, layout.group_size, layout.shapes, device, place.dtype, mode, notice
+            )
+            for device in place.devices
+        }
+        self.kernel = kernels[place.device]
+        self.kernels: dict[int, ProjectionKernel] = {}  # layer -> its device's kernel
         self.experts: dict[int, list[tuple[Packed, Packed, Packed]]] = {}  # layer -> [E]
         for layer, sparse in enumerate(config.sparse_layers):
             if sparse:
+                kernel = self.kernels[layer] = kernels[place.at(layer).device]
                 self.experts[layer] = [
-                    self._pack(source.expert_slab(layer, e)) for e in range(config.num_experts)
+                    self._pack(kernel, source.expert_slab(layer, e))
+                    for e in range(config.num_experts)
                 ]
 
-    def _pack(self, slab: torch.Tensor) -> tuple[Packed, Packed, Packed]:
-        lay, pack = self.layout, self.kernel.pack
+    def _pack(self, kernel: ProjectionKernel, slab: torch.Tensor) -> tuple[Packed, Packed, Packed]:
+        lay, pack = self.layout, kernel.pack
         gate, up, down = (pack(lay.raw(slab, p), *lay.shapes[p]) for p in range(3))
         return gate, up, down
 
     def __call__(
         self, layer: int, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor
     ) -> torch.Tensor:
-        experts, mm, m = self.experts[layer], self.kernel, self.math
+        experts, mm, m = self.experts[layer], self.kernels[layer], self.math
 
         def run(e: int, xs: torch.Tensor) -> torch.Tensor:  # [N, H] -> [N, H]
             gate, up, down = experts[e]

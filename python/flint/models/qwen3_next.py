@@ -124,28 +124,76 @@ class LinearStates:
     """The conv inputs [L, C, K-1] (model dtype) and delta-rule states [L, Hv, Dk, Dv]
     (fp32, or the model's dtype if wider) of the L linear-attention layers, after the
     last cached position; and copies of both after earlier positions (checkpoints,
-    position -> (conv, recurrent)), taken during the forward that passes them."""
+    position -> per part (conv, recurrent)), taken during the forward that passes them.
+    With the layers split across GPUs, each device holds its own layers' states (one
+    part per device; ``slot_devices[s]``: where state slot s's layer lives)."""
 
-    def __init__(self, config: ModelConfig, place: Placement) -> None:
+    def __init__(
+        self,
+        config: ModelConfig,
+        place: Placement,
+        slot_devices: list[torch.device] | None = None,
+    ) -> None:
         la = config.linear_attention
         assert la is not None
         layers = sum(la.layers)
+        devices = slot_devices if slot_devices is not None else [place.device] * layers
         channels = 2 * la.k_heads * la.k_head_dim + la.v_heads * la.v_head_dim
-        self.conv = torch.zeros(
-            (layers, channels, la.conv_kernel - 1), dtype=place.dtype, device=place.device
-        )
-        self.recurrent = torch.zeros(
-            (layers, la.v_heads, la.k_head_dim, la.v_head_dim),
-            dtype=torch.promote_types(place.dtype, torch.float32),
-            device=place.device,
-        )
-        self.checkpoints: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.wide = torch.promote_types(place.dtype, torch.float32)
+        self.parts: list[tuple[torch.Tensor, torch.Tensor]] = []  # per device (conv, rec)
+        self.where: list[tuple[int, int]] = []  # slot -> (part, row)
+        order = list(dict.fromkeys(devices))
+        for device in order:
+            n = devices.count(device)
+            self.parts.append(
+                (
+                    torch.zeros(
+                        (n, channels, la.conv_kernel - 1), dtype=place.dtype, device=device
+                    ),
+                    torch.zeros(
+                        (n, la.v_heads, la.k_head_dim, la.v_head_dim),
+                        dtype=self.wide,
+                        device=device,
+                    ),
+                )
+            )
+        rows = [0] * len(order)
+        for device in devices:
+            part = order.index(device)
+            self.where.append((part, rows[part]))
+            rows[part] += 1
+        self.checkpoints: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {}
         self.marks: tuple[int, ...] = ()  # positions the running forward checkpoints
-        self._pending: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._pending: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {}
+
+    @property
+    def conv(self) -> torch.Tensor:
+        """Every layer's conv inputs [L, C, K-1] (a copy on the first device if split)."""
+        return self._whole(0)
+
+    @property
+    def recurrent(self) -> torch.Tensor:
+        """Every layer's delta-rule state [L, Hv, Dk, Dv] (a copy if split)."""
+        return self._whole(1)
+
+    def _whole(self, i: int) -> torch.Tensor:
+        if len(self.parts) == 1:
+            return self.parts[0][i]
+        first = self.parts[0][i].device
+        return torch.cat([part[i].to(first) for part in self.parts])
+
+    def conv_of(self, slot: int) -> torch.Tensor:
+        part, row = self.where[slot]
+        return self.parts[part][0][row]
+
+    def recurrent_of(self, slot: int) -> torch.Tensor:
+        part, row = self.where[slot]
+        return self.parts[part][1][row]
 
     def clear(self) -> None:
-        self.conv.zero_()
-        self.recurrent.zero_()
+        for conv, recurrent in self.parts:
+            conv.zero_()
+            recurrent.zero_()
         self.checkpoints.clear()
 
     def begin(self, marks: list[int]) -> None:
@@ -153,13 +201,15 @@ class LinearStates:
         deepest ``MAX_CHECKPOINTS``) once the forward completes (``commit``)."""
         self.marks = tuple(sorted(marks)[-MAX_CHECKPOINTS:])
         self._pending = {
-            p: (torch.empty_like(self.conv), torch.empty_like(self.recurrent)) for p in self.marks
+            p: [(torch.empty_like(c), torch.empty_like(r)) for c, r in self.parts]
+            for p in self.marks
         }
 
     def keep(self, slot: int, position: int, conv: torch.Tensor, recurrent: torch.Tensor) -> None:
         """Layer ``slot``'s states after ``position`` (one of ``marks``)."""
-        self._pending[position][0][slot].copy_(conv)
-        self._pending[position][1][slot].copy_(recurrent)
+        part, row = self.where[slot]
+        self._pending[position][part][0][row].copy_(conv)
+        self._pending[position][part][1][row].copy_(recurrent)
 
     def commit(self) -> None:
         """After a forward: its checkpoints join the earlier ones."""
@@ -173,9 +223,9 @@ class LinearStates:
         none); drops the checkpoints past it."""
         if length not in self.checkpoints:
             return False
-        conv, recurrent = self.checkpoints[length]
-        self.conv.copy_(conv)
-        self.recurrent.copy_(recurrent)
+        for (conv, recurrent), (c, r) in zip(self.parts, self.checkpoints[length], strict=True):
+            conv.copy_(c)
+            recurrent.copy_(r)
         for p in [p for p in self.checkpoints if p > length]:
             del self.checkpoints[p]
         return True
@@ -326,7 +376,7 @@ class GatedDeltaNet:
         """Causal depthwise conv + SiLU over mixed [C, T], continuing from the stored last
         K-1 inputs (zeros at the start), which it then replaces. Also returns the conv
         inputs as they stood after each of ``cuts`` tokens."""
-        conv = self.states.conv[self.slot]  # [C, K-1]
+        conv = self.states.conv_of(self.slot)  # [C, K-1]
         width = conv.shape[1]
         full = torch.cat((conv, mixed), dim=-1)  # [C, K-1+T]
         at_cuts = [full[:, c : c + width].clone() for c in cuts]
@@ -365,7 +415,7 @@ class GatedDeltaNet:
         key_dim = la.k_heads * dk
         q, k, v = torch.split(mixed, [key_dim, key_dim, la.v_heads * dv], dim=-1)
         beta = torch.sigmoid(b)
-        wide = self.states.recurrent.dtype
+        wide = self.states.wide
         g = -self.a_log.to(wide).exp() * F.softplus(a.to(wide) + self.dt_bias)  # [T, Hv]
         out = gated_delta_rule(
             q.reshape(tokens, la.k_heads, dk),
@@ -373,7 +423,7 @@ class GatedDeltaNet:
             v.reshape(tokens, la.v_heads, dv),
             g,
             beta,
-            self.states.recurrent[self.slot],
+            self.states.recurrent_of(self.slot),
             cuts=cuts,
             on_cut=keep,
         ).to(x.dtype)  # [T, Hv, Dv]

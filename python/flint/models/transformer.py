@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from flint.models.attention import Attention, causal_mask
 from flint.models.config import ModelConfig
-from flint.models.kv_cache import KVCache
+from flint.models.kv_cache import KVCache, split_cache
 from flint.models.loading import Placement
 from flint.models.mla import LatentAttention, latent_cache
 from flint.models.mlp import DenseMLP
@@ -52,6 +52,7 @@ class DecoderLayer:
         linear-attention states (Qwen3-Next)."""
         p = f"model.layers.{layer}."
         self.index, self.eps = layer, config.rms_norm_eps
+        self.device = place.device  # with layers split across GPUs: this layer's
         self.norm = norm_for(config)
         # Called with the MoE input (residual after attention) when set: the streaming
         # backend's router lookahead.
@@ -134,19 +135,40 @@ class MoEModel:
         # Set by a streamed backend: lends RAM cache memory (bytes asked -> bytes given)
         # to a prompt whose activations would not fit beside the cache.
         self.prompt_memory: Callable[[int], int] | None = None
+        # With layers split across GPUs (``place.layers``): the embedding on the first
+        # layer's device, the final norm and LM head on the last one's, and each layer
+        # with its KV cache slots (and linear-attention states) on its own.
+        if place.layers and len(place.layers) != config.num_layers:
+            raise ValueError(f"{len(place.layers)} layer devices for {config.num_layers} layers")
+        last = place.last
         self.embed = place.load(source, "model.embed_tokens.weight")  # [V, H]
-        self.norm = place.load(source, "model.norm.weight")
-        head = place.load_optional(source, "lm_head.weight")
+        self.norm = last.load(source, "model.norm.weight")
+        head = last.load_optional(source, "lm_head.weight")
         if head is None and not config.tie_word_embeddings:
             raise ValueError("checkpoint has no lm_head.weight and does not tie embeddings")
-        self.lm_head = self.embed if head is None else head  # [V, H]
+        self.lm_head = last.put(self.embed) if head is None else head  # [V, H]
         # Qwen3-Next: KV cache slots for the full-attention layers only, and the
         # recurrent states of the linear-attention layers
         kv_slots, state_slots = cache_slots(config)
-        self.states = LinearStates(config, place) if config.linear_attention else None
+        layer_devices = [place.at(i).device for i in range(config.num_layers)]
+        self.states = (
+            LinearStates(
+                config,
+                place,
+                [d for d, s in zip(layer_devices, state_slots, strict=True) if s >= 0],
+            )
+            if config.linear_attention
+            else None
+        )
         self.layers = [
             DecoderLayer(
-                config, i, source, place, backend, (kv_slots[i], state_slots[i]), self.states
+                config,
+                i,
+                source,
+                place.at(i),
+                backend,
+                (kv_slots[i], state_slots[i]),
+                self.states,
             )
             for i in range(config.num_layers)
         ]
@@ -158,17 +180,23 @@ class MoEModel:
         pairs = config.mla is not None and config.mla.rope_pairs_kept
         rope_dtype = torch.float32 if pairs else place.dtype
         self.cos, self.sin = cos_sin_tables(config, context_length, rope_dtype, place.device)
-        self.cache = (
-            latent_cache(config, config.mla, context_length, place)
-            if config.mla is not None
-            else KVCache(
-                max(1, sum(1 for slot in kv_slots if slot >= 0)),
-                config.num_kv_heads,
-                context_length,
-                config.head_dim,
-                place.dtype,
-                place.device,
+        # the same tables on every other device of a split (copies: the same values)
+        self.rope = {d: (self.cos.to(d), self.sin.to(d)) for d in place.devices}
+        mla = config.mla
+
+        def part(slots: int, device: torch.device) -> KVCache:
+            if mla is not None:
+                return latent_cache(
+                    config, mla, context_length, Placement(device, place.dtype), slots
+                )
+            return KVCache(
+                slots, config.num_kv_heads, context_length, config.head_dim, place.dtype, device
             )
+
+        self.cache = split_cache(
+            part,
+            [d for d, slot in zip(layer_devices, kv_slots, strict=True) if slot >= 0],
+            context_length,
         )
 
     @property
@@ -193,12 +221,19 @@ class MoEModel:
                 f"{start + tokens} positions exceed the context length {self.context_length}"
             )
         x = self.embed[ids.to(self.place.device)]  # [T, H]
-        cos, sin = self.cos[start : start + tokens], self.sin[start : start + tokens]  # [T, D]
+        rope = {  # [T, D] each, per device
+            d: (cos[start : start + tokens], sin[start : start + tokens])
+            for d, (cos, sin) in self.rope.items()
+        }
         if self.states is not None:
             anchors = self.anchor_tokens
             marks = [start + i + 1 for i, t in enumerate(ids.tolist()) if t in anchors]
             self.states.begin(marks)
+        split = len(rope) > 1
         for layer in self.layers:
+            if split and x.device != layer.device:  # the hop between two GPUs of a split
+                x = x.to(layer.device)
+            cos, sin = rope[layer.device] if split else rope[self.place.device]
             x = layer(x, start, self.cache, cos, sin, chunk)
         self.cache.tokens[start : start + tokens] = ids.to(self.cache.tokens.device)
         self.cache.length = start + tokens

@@ -137,7 +137,10 @@ class StreamedExperts:
                 )
             return Target(dev, dt, kernel)
 
+        self._target = target
         self.main = target(device, dtype)
+        # with the layers split across GPUs, each other GPU's (``_on``)
+        self._targets: dict[torch.device, Target] = {device: self.main}
         # On CUDA, experts in neither VRAM nor a free VRAM slot run on the CPU, in
         # parallel with the GPU's; --deterministic computes every expert on the GPU.
         self.host: Target | None = None
@@ -146,7 +149,10 @@ class StreamedExperts:
             self.host = target(torch.device("cpu"), dtype)
         self.deterministic = deterministic
         self.vram_request = vram
-        self.vram: VramCache | None = None
+        # one VRAM expert cache per GPU, for the streamed layers it holds
+        self.vrams: dict[torch.device, VramCache] = {}
+        self.vram_of: dict[int, VramCache] = {}  # streamed layer -> its GPU's cache
+        self._layer_device: dict[int, torch.device] = {}  # with the layers split
         # "fused" on the CPU: one Rust call per wave computes the wave's experts from
         # their slots, waiting on each projection's ready flag itself; the resident
         # backend makes the same calls, so streamed equals resident here too.
@@ -167,8 +173,21 @@ class StreamedExperts:
         if self.host is not None and expert_kernels != "dequant" and fusable:
             self.host_fused = FusedKernel.for_layout(layout)
 
+    @property
+    def vram(self) -> VramCache | None:
+        """The VRAM expert cache (the first GPU's when the layers are split)."""
+        return next(iter(self.vrams.values()), None)
+
+    def _on(self, device: torch.device) -> Target:
+        """The target that computes on ``device`` (the model's, or another GPU's)."""
+        if device not in self._targets:
+            self._targets[device] = self._target(device, self.dtype)
+        return self._targets[device]
+
     def attach(self, model: Any) -> None:
         """Takes the routers and norms lookahead needs from the built model."""
+        if len(model.place.devices) > 1:
+            self._layer_device = {i: model.place.at(i).device for i in self.plan.streamed_layers}
         for i, layer in enumerate(model.layers):
             router = getattr(layer.mlp, "router", None)
             if router is not None:
@@ -186,25 +205,39 @@ class StreamedExperts:
 
     def _start_vram(self, req: VramRequest) -> None:
         """Plans the VRAM cache from what is free now (dense weights and KV cache are
-        in place) and seeds it from the usage table."""
-        lay, layers = self.layout, self.plan.streamed_layers
-        free = req.free_bytes() if req.free_bytes is not None else free_vram(req.device)
-        plan = plan_vram(len(layers), lay.n_experts, lay.slab_bytes, free, req.budget_gib)
-        for line in plan.notes:
-            req.notice(line)
-        if plan.slots_per_layer < 1:
-            return
-        req.notice(plan.describe(lay.n_experts))
-        slots, kernel = plan.slots_per_layer, self.main.kernel
-        pack = None
-        if kernel is not None:  # quantized: held packed, as the kernel computes from
+        in place) and seeds it from the usage table. With the layers split across GPUs,
+        each GPU gets its own for its layers, sized from its own free memory (a
+        ``--vram-budget`` is shared in proportion to their streamed layers)."""
+        lay, streamed = self.layout, self.plan.streamed_layers
+        groups: dict[torch.device, list[int]] = {}
+        for layer in streamed:
+            groups.setdefault(self._layer_device.get(layer, req.device), []).append(layer)
+        split = len(groups) > 1
+        for device, layers in groups.items():
+            free = req.free_bytes() if req.free_bytes is not None else free_vram(device)
+            budget = req.budget_gib
+            if budget is not None:
+                budget *= len(layers) / len(streamed)
+            plan = plan_vram(len(layers), lay.n_experts, lay.slab_bytes, free, budget)
+            label = f"{device}: " if split else ""
+            for line in plan.notes:
+                req.notice(label + line)
+            if plan.slots_per_layer < 1:
+                continue
+            req.notice(label + plan.describe(lay.n_experts))
+            kernel, pack = self._on(device).kernel, None
+            if kernel is not None:  # quantized: held packed, as the kernel computes from
 
-            def pack(slab: torch.Tensor) -> list[Any]:
-                return [kernel.pack(lay.raw(slab, p), *lay.shapes[p]) for p in range(3)]
+                def pack(slab: torch.Tensor, kernel: Any = kernel) -> list[Any]:
+                    return [kernel.pack(lay.raw(slab, p), *lay.shapes[p]) for p in range(3)]
 
-        self.vram = VramCache(layers, lay.n_experts, slots, lay.slab_bytes, req.device, pack)
-        if req.read_slab is not None:
-            self.vram.seed(self.engine.usage, req.read_slab)
+            vram = VramCache(
+                tuple(layers), lay.n_experts, plan.slots_per_layer, lay.slab_bytes, device, pack
+            )
+            self.vrams[device] = vram
+            self.vram_of.update(dict.fromkeys(layers, vram))
+            if req.read_slab is not None:
+                vram.seed(self.engine.usage, req.read_slab)
 
     def observe(self, layer: int, h: torch.Tensor) -> None:
         """Layer ``layer``'s MoE input (residual after attention, [T, H]) is known: a
@@ -223,9 +256,11 @@ class StreamedExperts:
         if not self.lookahead.depth:
             return
         predictions = self.lookahead.predict(layer, h)
-        if self.vram is not None:  # what VRAM holds needs no read
-            held = self.vram.where
-            predictions = [p for p in predictions if p[1] not in held.get(p[0], ())]
+        if self.vram_of:  # what VRAM holds needs no read
+            of = self.vram_of
+            predictions = [
+                p for p in predictions if p[0] not in of or p[1] not in of[p[0]].where[p[0]]
+            ]
         self.engine.predict(predictions)
 
     def _linear(self, t: Target, xs: torch.Tensor, slab: torch.Tensor, p: int) -> torch.Tensor:
@@ -269,12 +304,12 @@ class StreamedExperts:
     def _vram_expert(self, layer: int, expert: int, xs: torch.Tensor) -> torch.Tensor:
         """The expert computed on the GPU from its VRAM copy (the same ops as
         ``_expert``; a quantized expert from the packed form the kernel made once)."""
-        vram = self.vram
-        assert vram is not None
+        vram = self.vram_of[layer]
         w = vram.entry(layer, expert)
-        kernel = self.main.kernel
+        t = self._on(vram.device)
+        kernel = t.kernel
         if kernel is None or vram.pack is None:
-            return self._expert(self.main, layer, expert, w, True, xs)
+            return self._expert(t, layer, expert, w, True, xs)
         self.counters.gpu_experts += 1
         m = self.math
         h = m.hidden(layer, expert, kernel(xs, w[0]), kernel(xs, w[1]))  # [N, I]
@@ -333,9 +368,10 @@ class StreamedExperts:
             starts[e] = starts[e - 1] + counts[e - 1]
         selected = list(dict.fromkeys(flat_host.tolist()))  # rank order of first selection
         self.lookahead.score(layer, set(selected))
-        vram, held = self.vram, []
+        vram, held = self.vram_of.get(layer), []
         if vram is not None:
             vram.note(layer, flat_host)
+            vram.counters.selections += len(selected)
             held = [e for e in selected if e in vram.where[layer]]
             selected = [e for e in selected if e not in vram.where[layer]]
             self.engine.record_use(layer, held)
@@ -371,7 +407,7 @@ class StreamedExperts:
                 elif x_host is not None:
                     on_host.append((expert, address, hit))
                 else:
-                    y = self._expert(self.main, layer, expert, slab, hit, x[rows // k])
+                    y = self._expert(self._on(x.device), layer, expert, slab, hit, x[rows // k])
                     outputs[rows] = y.to(torch.float32)
             if on_host and x_host is not None:
                 self._host_experts(layer, on_host, x_host, starts, counts, outputs)
@@ -469,8 +505,9 @@ class StreamedExperts:
         batch of T tokens ages like T decode steps); evict LRU during prompt batches."""
         if self.counters.tokens:
             self.engine.forward_done(self._last_tokens)
-            if self.vram is not None and self.vram.token_done(self._last_tokens):
-                self._swap_round(self.vram)
+            for vram in self.vrams.values():
+                if vram.token_done(self._last_tokens):
+                    self._swap_round(vram)
         if tokens == 1:  # the first decode token takes lent slots back
             self.prompt_memory.reclaim()
         self.engine.set_prompt_mode(tokens > 1)
@@ -518,19 +555,24 @@ class StreamedExperts:
             pcie_bytes=c.copy_bytes,
             deterministic=self.deterministic,
         )
-        v = self.vram
-        if v is not None:
-            vc = v.counters
-            selections = placed + vc.hits
+        if self.vrams:
+            vrams = list(self.vrams.values())
+            hits = sum(v.counters.hits for v in vrams)
+            selections = placed + hits
             s.update(
-                vram_slots_per_layer=v.slots,
-                vram_hits=vc.hits,
-                vram_hit_rate=vc.hits / selections if selections else None,
-                vram_admitted=vc.admitted,
-                vram_swaps=vc.swaps,
-                vram_seeded=vc.seeded,
+                vram_slots_per_layer=vrams[0].slots,
+                vram_hits=hits,
+                vram_hit_rate=hits / selections if selections else None,
+                vram_admitted=sum(v.counters.admitted for v in vrams),
+                vram_swaps=sum(v.counters.swaps for v in vrams),
+                vram_seeded=sum(v.counters.seeded for v in vrams),
             )
-            s["pcie_bytes"] += vc.pcie_bytes
+            s["pcie_bytes"] += sum(v.counters.pcie_bytes for v in vrams)
+            if len(vrams) > 1:  # layers split across GPUs: each GPU's own share
+                for v in vrams:
+                    vc = v.counters
+                    rate = vc.hits / vc.selections if vc.selections else None
+                    s[f"vram_hit_rate {v.device}"] = rate
         for d in range(1, self.lookahead.depth + 1):
             s[f"recall_d{d}"] = q.recall(d)
             s[f"precision_d{d}"] = q.precision(d)

@@ -70,6 +70,8 @@ class Lookahead:
         # matmul per prediction
         self._fused: dict[int, tuple[list[tuple[int, int]], torch.Tensor, torch.Tensor | None]]
         self._fused = {}
+        # (layer, device) -> a group router's correction bias copied to another GPU
+        self._moved: dict[tuple[int, torch.device], torch.Tensor] = {}
 
     def add_layer(
         self,
@@ -90,19 +92,25 @@ class Lookahead:
             self.grouped[layer] = grouped
         self._fused.clear()
 
-    def _stack(self, layer: int) -> tuple[list[tuple[int, int]], torch.Tensor, torch.Tensor | None]:
-        """Layer ``layer``'s targets, their routers x norm weights and biases, stacked."""
+    def _stack(
+        self, layer: int, device: torch.device
+    ) -> tuple[list[tuple[int, int]], torch.Tensor, torch.Tensor | None]:
+        """Layer ``layer``'s targets, their routers x norm weights and biases, stacked on
+        ``device`` (where layer ``layer``'s residual is: with the layers split across
+        GPUs, a target's router may live on the next one)."""
         if layer not in self._fused:
             targets = [
                 (layer + d, d) for d in range(1, self.depth + 1) if layer + d in self.routers
             ]
-            rows = [self.routers[t] * self.norms[t] for t, _ in targets]  # [E, H] each
+            rows = [(self.routers[t] * self.norms[t]).to(device) for t, _ in targets]  # [E, H]
             stacked = torch.cat(rows) if rows else torch.empty(0)
             bias = None  # router biases (GPT-OSS); zeros for a target without one
             if any(t in self.biases for t, _ in targets):
                 bias = torch.cat(
                     [
-                        self.biases.get(t, self.routers[t].new_zeros(len(self.routers[t])))
+                        self.biases.get(t, self.routers[t].new_zeros(len(self.routers[t]))).to(
+                            device
+                        )
                         for t, _ in targets
                     ]
                 )
@@ -115,7 +123,7 @@ class Lookahead:
         routers (each scaled by its layer's norm weight, its router bias added where it
         has one; a prediction, so rounding differs from the router's own only in the
         last bits)."""
-        targets, stacked, bias = self._stack(layer)
+        targets, stacked, bias = self._stack(layer, h.device)
         if not targets:
             return targets, torch.empty(0)
         h32 = h.to(torch.float32)
@@ -133,6 +141,11 @@ class Lookahead:
             g = self.grouped.get(target)
             if g is not None:  # rank as the group router will
                 bias, cfg = g
+                if bias is not None and bias.device != row.device:  # layers split over GPUs
+                    key = (target, row.device)
+                    if key not in self._moved:
+                        self._moved[key] = bias.to(row.device)
+                    bias = self._moved[key]
                 row = selection_scores(row[None], bias, cfg)[1][0]
             rows.append(row)
         ranked = torch.stack(rows) if self.grouped else logits

@@ -106,7 +106,7 @@ def _budget(
     room = max(0, free - max(headroom_min, int(free * HEADROOM_FRACTION)))
     if asked_gib is None:
         return room
-    asked = int(asked_gib * GIB)
+    asked = round(asked_gib * GIB)  # not int(): a budget computed in GiB may land a hair under
     if asked > room:
         notes.append(
             f"{flag} {asked_gib:g} GiB is more than is free "

@@ -32,6 +32,7 @@ RECENT_HALF_LIFE = 32.0  # tokens; "recent count" = selections decayed with this
 @dataclass(slots=True)
 class VramCounters:
     hits: int = 0  # selected experts computed from a VRAM slot
+    selections: int = 0  # distinct experts selected per layer call, held or not
     admitted: int = 0  # copied into a free slot on first use
     swaps: int = 0  # copied in over a colder expert
     seeded: int = 0  # copied in at start from the usage table
