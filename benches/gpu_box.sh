@@ -120,7 +120,7 @@ gpu14() {
     -q -p no:cacheprovider --tb=line -rf -m gpu 2>&1 | tail -15
   python3 benches/split_hop.py --hidden 2048 --tokens 1,512 --reps 1000
   [ -f "$DATA/q30.ftw" ] || flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
-  B="flint bench $DATA/q30.ftw -p 0 -n 32 --tg-random -t 16 -r 2 --mode full"
+  B="flint bench $DATA/q30.ftw -p 0 -n 32 --tg-random -t 16 -r 1 --mode full"
   for dev in cuda:0 cuda:0,cuda:1; do
     echo "== V1 $dev: VRAM 4 GiB total, all experts in RAM"; $B --ram-budget 20 --vram-budget 4 --device $dev || true
     echo "== S1 $dev: VRAM 4 GiB total, RAM 6 GiB"; $B --ram-budget 6 --vram-budget 4 --device $dev || true
