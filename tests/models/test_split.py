@@ -33,8 +33,12 @@ def _free(sizes: dict[torch.device, float]) -> Any:
 
 def test_layers_are_split_in_proportion_to_free_memory() -> None:
     costs = [GIB // 4] * 48
-    even = plan_split([D0, D1], costs, GIB // 2, GIB // 2, _free({D0: 80, D1: 80}))
+    even = plan_split([D0, D1], costs, 0, 0, _free({D0: 80, D1: 80}))
     assert even.layer_device == (0,) * 24 + (1,) * 24
+    # the embedding and the LM head stay on the first GPU: it takes fewer layers
+    headed = plan_split([D0, D1], costs, GIB // 2, GIB // 2, _free({D0: 80, D1: 80}))
+    assert headed.layer_device == (0,) * 22 + (1,) * 26
+    assert headed.planned == (22 * GIB // 4 + GIB, 26 * GIB // 4)
     skewed = plan_split([D0, D1], costs, 0, 0, _free({D0: 60, D1: 20}))
     assert skewed.layer_device == (0,) * 36 + (1,) * 12, "3:1 free -> 3:1 layers"
     assert sorted(skewed.layer_device) == list(skewed.layer_device), "consecutive layers"

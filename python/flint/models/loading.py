@@ -28,11 +28,6 @@ class Placement:
         return Placement(self.layers[layer], self.dtype)
 
     @property
-    def last(self) -> Placement:
-        """Where the final norm and the LM head live: the last layer's device."""
-        return self.at(len(self.layers) - 1) if self.layers else self
-
-    @property
     def devices(self) -> tuple[torch.device, ...]:
         """The distinct devices in layer order (one unless the layers are split)."""
         return tuple(dict.fromkeys(self.layers)) if self.layers else (self.device,)

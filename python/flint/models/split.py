@@ -4,8 +4,8 @@ memory (a pipeline split; the hidden state moves once per boundary per token).
 Each layer's cost is planned from the config's shapes: its dense weights (attention,
 dense MLP or router and shared experts), its routed experts when they are resident (a
 streamed model keeps them in the RAM cache and each GPU's own VRAM expert cache, sized
-after loading from what is left), and its KV cache. The embedding goes with the first
-layer, the final norm and LM head with the last. Layers are cut so each GPU's share of
+after loading from what is left), and its KV cache. The embedding, final norm and LM
+head stay on the first GPU (the logits come back where generation samples them). Layers are cut so each GPU's share of
 the total is proportional to its free memory, which leaves each GPU the same fraction
 free for its VRAM expert cache. The split never changes what a layer computes: every
 op runs on one device with the same inputs."""
@@ -39,7 +39,8 @@ def layer_costs(
     context_length: int,
     expert_bytes: int | None,
 ) -> tuple[list[int], int, int]:
-    """Bytes per decoder layer, then of the embedding and of the final norm + LM head.
+    """Bytes per decoder layer, then of the embedding and of the final norm + LM head
+    (both on the first device).
     ``expert_bytes``: one routed expert's bytes when the experts are resident (None:
     streamed, not on the GPUs)."""
     b = torch.tensor([], dtype=dtype).element_size()
@@ -124,13 +125,13 @@ def plan_split(
         acc += w * scale
         ends.append(acc)
     layer_device: list[int] = []
-    done, d, n = embed, 0, len(costs)
+    done, d, n = embed + head, 0, len(costs)
     for i, cost in enumerate(costs):
         mid = done + cost / 2
         while d < len(devices) - 1 and mid > ends[d]:
             d += 1
-        # leave at least one layer to every device after this one
-        d = max(d, len(devices) - (n - i)) if n >= len(devices) else d
+        if n >= len(devices):  # every device gets at least one layer
+            d = min(max(d, len(devices) - (n - i)), i)
         if layer_device and d < layer_device[-1]:
             d = layer_device[-1]
         layer_device.append(d)
@@ -139,8 +140,7 @@ def plan_split(
     for i, d_i in enumerate(layer_device):
         planned[d_i] += costs[i]
     if layer_device:
-        planned[layer_device[0]] += embed
-        planned[layer_device[-1]] += head
+        planned[layer_device[0]] += embed + head
     notes = []
     for i, device in enumerate(devices):
         usable = room[i] - max(HEADROOM_MIN, int(room[i] * HEADROOM_FRACTION))

@@ -135,18 +135,18 @@ class MoEModel:
         # Set by a streamed backend: lends RAM cache memory (bytes asked -> bytes given)
         # to a prompt whose activations would not fit beside the cache.
         self.prompt_memory: Callable[[int], int] | None = None
-        # With layers split across GPUs (``place.layers``): the embedding on the first
-        # layer's device, the final norm and LM head on the last one's, and each layer
-        # with its KV cache slots (and linear-attention states) on its own.
+        # With layers split across GPUs (``place.layers``): each layer with its KV cache
+        # slots (and linear-attention states) on its own GPU; the embedding, final norm
+        # and LM head on the first, so logits come back where the caller's tensors are
+        # (the hidden state hops back once per forward: [T, H], not [T, V] logits).
         if place.layers and len(place.layers) != config.num_layers:
             raise ValueError(f"{len(place.layers)} layer devices for {config.num_layers} layers")
-        last = place.last
         self.embed = place.load(source, "model.embed_tokens.weight")  # [V, H]
-        self.norm = last.load(source, "model.norm.weight")
-        head = last.load_optional(source, "lm_head.weight")
+        self.norm = place.load(source, "model.norm.weight")
+        head = place.load_optional(source, "lm_head.weight")
         if head is None and not config.tie_word_embeddings:
             raise ValueError("checkpoint has no lm_head.weight and does not tie embeddings")
-        self.lm_head = last.put(self.embed) if head is None else head  # [V, H]
+        self.lm_head = self.embed if head is None else head  # [V, H]
         # Qwen3-Next: KV cache slots for the full-attention layers only, and the
         # recurrent states of the linear-attention layers
         kv_slots, state_slots = cache_slots(config)
@@ -235,6 +235,8 @@ class MoEModel:
                 x = x.to(layer.device)
             cos, sin = rope[layer.device] if split else rope[self.place.device]
             x = layer(x, start, self.cache, cos, sin, chunk)
+        if split:
+            x = x.to(self.place.device)
         self.cache.tokens[start : start + tokens] = ids.to(self.cache.tokens.device)
         self.cache.length = start + tokens
         if self.states is not None:
