@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from flint.generation import Completion, StreamChunk, collect, generate_stream
+from flint.markup import kept_special
 from flint.models import load_model
 from flint.models.ftw_source import FtwSource
 from flint.models.moe import ExpertBackend
@@ -234,6 +235,7 @@ class LLM:
             special_tokens=source.special_tokens,
             eos_token_ids=_eos_ids(source),
         )
+        self.tokenizer.keep_special_tokens(kept_special(source.config.get("model_type")))
         self.generation_config: dict[str, Any] = dict(source.generation_config)
         if self._model.states is not None:  # Qwen3-Next: checkpoint after these tokens
             anchors = (self.tokenizer.token_to_id(t) for t in ANCHOR_TOKENS)

@@ -30,6 +30,10 @@ class Tokenizer:
         self.chat_template = chat_template
         self.special_tokens = dict(special_tokens or {})
         self.eos_token_ids = frozenset(eos_token_ids)
+        decoder = self._tok.get_added_tokens_decoder()
+        self._special = frozenset(int(i) for i, t in decoder.items() if t.special)
+        # Special tokens that decoding keeps anyway (a family's output markup).
+        self.keep_special: frozenset[int] = frozenset()
 
     @property
     def vocab_size(self) -> int:
@@ -41,8 +45,18 @@ class Tokenizer:
             raise ValueError(f"text must be a str, got {type(text).__name__}")
         return list(self._tok.encode(text, add_special_tokens=add_special_tokens).ids)
 
+    def keep_special_tokens(self, tokens: Iterable[str]) -> None:
+        """Decoding keeps these special tokens (those the vocabulary has) even when it
+        skips the others: markup the output parsers read, e.g. GPT-OSS's channels."""
+        ids = (self.token_to_id(t) for t in tokens)
+        self.keep_special = frozenset(i for i in ids if i is not None and i in self._special)
+
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
-        return str(self._tok.decode(list(ids), skip_special_tokens=skip_special_tokens))
+        ids = list(ids)
+        if skip_special_tokens and self.keep_special:
+            ids = [i for i in ids if i in self.keep_special or i not in self._special]
+            skip_special_tokens = False
+        return str(self._tok.decode(ids, skip_special_tokens=skip_special_tokens))
 
     def token_to_id(self, token: str) -> int | None:
         found = self._tok.token_to_id(token)

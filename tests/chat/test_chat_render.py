@@ -91,3 +91,19 @@ def test_tail_keeps_the_last_lines() -> None:
     console = Console(file=out, width=40, color_system=None)
     console.print(_Tail(Text("\n".join(f"line {i}" for i in range(50))), 5))
     assert out.getvalue().split() == [w for i in range(45, 50) for w in ("line", str(i))]
+
+
+@pytest.mark.parametrize("hide", [False, True])
+def test_harmony_reply_shows_channels_not_markers(hide: bool) -> None:
+    """GPT-OSS: the analysis channel is the reasoning, the final channel the answer."""
+    console, out = plain()
+    text = (
+        "<|channel|>analysis<|message|>Greet back.<|end|>"
+        "<|start|>assistant<|channel|>final<|message|>Hi **there**."
+    )
+    with ReplyView(console, markdown=True, hide_thinking=hide, harmony=True) as view:
+        for i in range(0, len(text), 3):
+            view.feed(text[i : i + 3])
+    assert view.text == "Hi **there**."
+    assert "<|" not in out.getvalue()
+    assert ("Greet back." in out.getvalue()) is not hide

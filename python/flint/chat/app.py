@@ -20,6 +20,7 @@ from flint.chat.render import ReplyView
 from flint.chat.session import Conversation, Prompt, build_prompt
 from flint.chat.stats import ReplyMeter, read_cache_stats, status_line
 from flint.chat.think import split_reply
+from flint.harmony import is_harmony
 
 DEFAULT_RESERVE = 256  # positions kept free for a reply when old messages are left out
 
@@ -107,6 +108,11 @@ class ChatApp:
             "seed": self._next_seed(),
         }
 
+    @property
+    def _harmony(self) -> bool:
+        """GPT-OSS's channels in the replies (its template writes them)."""
+        return is_harmony(self.llm.tokenizer.chat_template)
+
     def reply(self) -> None:
         prompt = self._prompt()
         if prompt is None:
@@ -116,6 +122,7 @@ class ChatApp:
             markdown=self.state.templated,
             hide_thinking=self.hide_thinking,
             in_think=prompt.in_think,
+            harmony=self._harmony,
         )
         meter = ReplyMeter()
         # The previous turn's KV cache holds this prompt's prefix: prefill only the rest.
@@ -135,9 +142,12 @@ class ChatApp:
 
     def _record(self, prompt: Prompt, meter: ReplyMeter) -> None:
         text = meter.text
+        reasoning, answer = split_reply(text, prompt.in_think, self._harmony)
+        if self._harmony:  # the template writes the channels itself
+            text = answer
         if text:
             self.state.conv.add("assistant", text)
-        self.state.reasoning = split_reply(text, prompt.in_think)[0]
+        self.state.reasoning = reasoning
         cache = read_cache_stats(self.llm)
         self.state.last = meter.stats(len(prompt.ids), self.context_size, prompt.dropped, cache)
         self.console.print(Text(status_line(self.state.last), style="dim"))

@@ -19,7 +19,7 @@ from rich.segment import Segment
 from rich.spinner import Spinner
 from rich.text import Text
 
-from flint.chat.think import ANSWER, THINK, ThinkSplitter
+from flint.chat.think import ANSWER, THINK, HarmonySplitter, ThinkSplitter
 
 THINK_STYLE = "dim italic"
 REFRESH_PER_SECOND = 12
@@ -42,10 +42,18 @@ class ReplyView:
     """One reply on the console. Use as a context manager; ``feed`` the text pieces."""
 
     def __init__(
-        self, console: Console, *, markdown: bool, hide_thinking: bool, in_think: bool = False
+        self,
+        console: Console,
+        *,
+        markdown: bool,
+        hide_thinking: bool,
+        in_think: bool = False,
+        harmony: bool = False,
     ) -> None:
         self.console, self.markdown, self.hide_thinking = console, markdown, hide_thinking
-        self.splitter = ThinkSplitter(in_think)
+        self.splitter: ThinkSplitter | HarmonySplitter = (
+            HarmonySplitter() if harmony else ThinkSplitter(in_think)
+        )
         self.think: list[str] = []
         self.answer: list[str] = []
         self.t0 = time.perf_counter()

@@ -7,6 +7,8 @@ as reasoning models emit it; later it is ordinary text (a reply about HTML may w
 
 from __future__ import annotations
 
+from flint.harmony import REASONING, HarmonyCall, HarmonyParser
+
 OPEN, CLOSE = "<think>", "</think>"
 THINK, ANSWER = "think", "answer"
 Segment = tuple[str, str]  # (THINK or ANSWER, text)
@@ -88,9 +90,35 @@ def _overlap(text: str, tag: str) -> int:
     return 0
 
 
-def split_reply(text: str, in_think: bool = False) -> tuple[str, str]:
-    """(reasoning, answer) of a whole reply."""
-    splitter = ThinkSplitter(in_think)
+class HarmonySplitter:
+    """GPT-OSS's harmony channels as segments: analysis is THINK, the rest ANSWER (the
+    chat offers no tools, so a call the model writes anyway is shown as text)."""
+
+    def __init__(self) -> None:
+        self.parser = HarmonyParser(tools=False)
+        self.thinking = False
+
+    def feed(self, text: str) -> list[Segment]:
+        return self._segments(self.parser.feed(text))
+
+    def flush(self) -> list[Segment]:
+        return self._segments(self.parser.flush())
+
+    def _segments(self, events: list[tuple[str, str] | HarmonyCall]) -> list[Segment]:
+        # with tools=False every event is text
+        out = [
+            (THINK if e[0] == REASONING else ANSWER, e[1]) for e in events if isinstance(e, tuple)
+        ]
+        if out:
+            self.thinking = out[-1][0] == THINK
+        return out
+
+
+def split_reply(text: str, in_think: bool = False, harmony: bool = False) -> tuple[str, str]:
+    """(reasoning, answer) of a whole reply; ``harmony``: GPT-OSS's channels."""
+    splitter: ThinkSplitter | HarmonySplitter = (
+        HarmonySplitter() if harmony else ThinkSplitter(in_think)
+    )
     parts: dict[str, list[str]] = {THINK: [], ANSWER: []}
     for kind, piece in splitter.feed(text) + splitter.flush():
         parts[kind].append(piece)

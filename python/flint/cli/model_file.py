@@ -40,7 +40,10 @@ def register(app: typer.Typer, console: Any) -> None:
         ] = "none",
         dense_quant: Annotated[
             str,
-            typer.Option(help="Attention, shared-expert and dense-layer matrices: none or int8."),
+            typer.Option(
+                help="Attention (DeltaNet too), shared-expert and dense-layer matrices:"
+                " none or int8."
+            ),
         ] = "none",
         group_size: Annotated[int, typer.Option(help="int4 group size.")] = 32,
     ) -> None:

@@ -109,7 +109,7 @@ def serve_command(
     tool_parser: Annotated[
         str,
         typer.Option(
-            help="Tool-call syntax: auto (from the chat template), qwen, glm4, deepseek, none."
+            help="Tool-call syntax: auto (from the template), qwen, glm4, deepseek, kimi, none."
         ),
     ] = "auto",
 ) -> None:

@@ -30,9 +30,14 @@ from flint.format.writer import FtwFileWriter
 
 Progress = Callable[[int], None]  # called with bytes of source consumed
 
-# Dense matrices that --dense-quant int8 quantizes: attention, shared experts, dense MLPs.
+# Dense matrices that --dense-quant int8 quantizes: attention (Qwen3-Next's DeltaNet
+# projections included; its conv, decay and norm weights are not matrices), shared
+# experts, dense MLPs.
 _DENSE_QUANT_PARTS = (
     "self_attn.",
+    "linear_attn.in_proj_qkvz.",
+    "linear_attn.in_proj_ba.",
+    "linear_attn.out_proj.",
     "shared_expert.",
     "mlp.gate_proj",
     "mlp.up_proj",

@@ -18,6 +18,7 @@ SUPPORTED_ARCHS = (
     "mixtral",
     "olmoe",
     "deepseek_v3",
+    "kimi_k2",  # DeepSeek-V3's architecture (flint.models.FAMILIES)
     "glm4_moe",
     "deepseek_v2",
     "gpt_oss",

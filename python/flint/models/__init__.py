@@ -36,6 +36,9 @@ FAMILIES: dict[str, Callable[[dict[str, Any]], ModelConfig]] = {
     "mixtral": mixtral.parse_config,
     "olmoe": olmoe.parse_config,
     "deepseek_v3": deepseek_v3.parse_config,
+    # Kimi K2 (and K2-Thinking): DeepSeek-V3's architecture (``DeepseekV3ForCausalLM``)
+    # under its own model_type; flint runs it as DeepSeek-V3.
+    "kimi_k2": deepseek_v3.parse_config,
     "glm4_moe": glm4_moe.parse_config,
     "deepseek_v2": deepseek_v2.parse_config,
     "gpt_oss": gpt_oss.parse_config,

@@ -11,6 +11,7 @@ from typing import Any
 from starlette.requests import Request
 
 from flint.generation import TokenLogprob
+from flint.harmony import REASONING, HarmonyCall, HarmonyParser, is_harmony
 from flint.sampling import SamplingParams
 from flint.server.backend import Backend
 from flint.server.errors import bad_request
@@ -28,7 +29,7 @@ from flint.server.responses import (
     usage,
 )
 from flint.server.schemas import ChatRequest, Message
-from flint.server.tools import ToolCall, ToolStream, ToolSyntax, for_request
+from flint.server.tools import ToolCall, ToolStream, ToolSyntax, for_request, new_call_id
 
 
 @dataclass(slots=True, frozen=True)
@@ -40,6 +41,8 @@ class ChatSetup:
     logprobs: int | None  # alternatives per token; None: no logprobs
     think: bool | None  # starts inside <think>; None: no reasoning split
     tools: ToolSyntax | None  # parse tool calls with this syntax
+    harmony: bool = False  # GPT-OSS's channels (then think and tools are None)
+    harmony_tools: bool = False  # read harmony messages to functions as tool calls
 
 
 def _template_message(m: Message, args_as_text: bool = False) -> dict[str, Any]:
@@ -100,6 +103,8 @@ def prepare(req: ChatRequest, backend: Backend, syntax: ToolSyntax | None) -> Ch
     ids = backend.encode(text)
     params = build_params(backend, len(ids), req.limit(), req.sampling())
     logprobs = (req.top_logprobs or 0) if req.logprobs else None
+    if is_harmony(template):
+        return ChatSetup(ids, params, logprobs, None, None, True, use_tools)
     think = prompt_opens_think(text) if CLOSE in template else None
     bound = for_request(syntax, tools) if use_tools and syntax is not None else None
     return ChatSetup(ids, params, logprobs, think, bound)
@@ -111,9 +116,12 @@ class ChatOutput:
     def __init__(self, setup: ChatSetup) -> None:
         self.reasoning = ReasoningSplitter(setup.think) if setup.think is not None else None
         self.tools = ToolStream(setup.tools) if setup.tools is not None else None
+        self.harmony = HarmonyParser(setup.harmony_tools) if setup.harmony else None
         self.calls = 0
 
     def feed(self, text: str, last: bool = False) -> list[dict[str, Any]]:
+        if self.harmony is not None:
+            return self._harmony(text, last)
         reasoning, content = self.reasoning.feed(text) if self.reasoning else ("", text)
         if last and self.reasoning:
             more_r, more_c = self.reasoning.flush()
@@ -127,6 +135,18 @@ class ChatOutput:
                 deltas += self._call(part)
             elif part:
                 deltas.append({"content": part})
+        return deltas
+
+    def _harmony(self, text: str, last: bool) -> list[dict[str, Any]]:
+        assert self.harmony is not None
+        events = self.harmony.feed(text) + (self.harmony.flush() if last else [])
+        deltas: list[dict[str, Any]] = []
+        for event in events:
+            if isinstance(event, HarmonyCall):
+                deltas += self._call(ToolCall(event.name, event.arguments, new_call_id()))
+            else:
+                kind, piece = event
+                deltas.append({"reasoning_content" if kind == REASONING else "content": piece})
         return deltas
 
     def _call(self, call: ToolCall) -> list[dict[str, Any]]:

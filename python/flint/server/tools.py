@@ -4,7 +4,8 @@ A ``ToolSyntax`` knows the markers around one call (or one block of calls) and h
 read the text between them; ``ToolStream`` finds calls in streamed text with any
 syntax. Syntaxes: Qwen/Hermes (``<tool_call>{"name": ..., "arguments": {...}}
 </tool_call>``), GLM-4.5 (``<tool_call>name<arg_key>..</arg_key><arg_value>..
-</arg_value></tool_call>``) and DeepSeek V3/R1/V3.1 (``<|tool_calls_begin|>`` ...);
+</arg_value></tool_call>``), DeepSeek V3/R1/V3.1 (``<|tool_calls_begin|>`` ...) and
+Kimi K2 (``<|tool_calls_section_begin|>`` ...);
 another one plugs in by adding it to ``SYNTAXES``.
 """
 
@@ -12,41 +13,39 @@ from __future__ import annotations
 
 import json
 import re
-import uuid
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from flint.server.reasoning import _partial_suffix
+from flint.server.tool_blocks import (
+    DS_CALL_BEGIN,
+    DS_CALL_END,
+    DS_CALLS_BEGIN,
+    DS_CALLS_END,
+    DS_SEP,
+    DeepSeekToolSyntax,
+    KimiToolSyntax,
+)
+from flint.server.tool_call import ToolCall, ToolSyntax, new_call_id
 
-
-@dataclass(slots=True, frozen=True)
-class ToolCall:
-    """A parsed call: ``arguments`` is a JSON object as text."""
-
-    name: str
-    arguments: str
-    id: str
-
-    def as_openai(self) -> dict[str, object]:
-        return {
-            "id": self.id,
-            "type": "function",
-            "function": {"name": self.name, "arguments": self.arguments},
-        }
-
-
-class ToolSyntax(Protocol):
-    start: str
-    end: str
-
-    def parse(self, body: str) -> ToolCall | list[ToolCall] | None:
-        """The call (or block of calls) written between the markers, or None when it
-        is not one."""
-        ...
-
-
-def new_call_id() -> str:
-    return "call_" + uuid.uuid4().hex[:24]
+__all__ = [
+    "DS_CALLS_BEGIN",
+    "DS_CALLS_END",
+    "DS_CALL_BEGIN",
+    "DS_CALL_END",
+    "DS_SEP",
+    "SYNTAXES",
+    "DeepSeekToolSyntax",
+    "GlmToolSyntax",
+    "KimiToolSyntax",
+    "QwenToolSyntax",
+    "ToolCall",
+    "ToolStream",
+    "ToolSyntax",
+    "detect_syntax",
+    "for_request",
+    "new_call_id",
+    "parse_tool_calls",
+]
 
 
 class QwenToolSyntax:
@@ -125,68 +124,11 @@ class GlmToolSyntax:
             return text
 
 
-# DeepSeek's markers, with fullwidth bars (U+FF5C) and lower one-eighth blocks (U+2581);
-# written below with ASCII | and _ for them.
-_BAR, _SP = "\uff5c", "\u2581"
-
-
-def _ds(name: str) -> str:
-    return f"<{_BAR}{name.replace('_', _SP)}{_BAR}>"
-
-
-DS_CALLS_BEGIN, DS_CALLS_END = _ds("tool_calls_begin"), _ds("tool_calls_end")
-DS_CALL_BEGIN, DS_CALL_END, DS_SEP = _ds("tool_call_begin"), _ds("tool_call_end"), _ds("tool_sep")
-_DS_FENCED = re.compile(r"^(.+?)\n```(?:json)?\n(.*)\n```$", re.DOTALL)
-
-
-class DeepSeekToolSyntax:
-    """DeepSeek's block of calls ``<|tool_calls_begin|>CALL(\nCALL)...<|tool_calls_end|>``
-    (DeepSeek-V3 and R1's templates), each CALL either V3/R1's
-    ``<|tool_call_begin|>function<|tool_sep|>NAME\n```json\nARGS\n```<|tool_call_end|>``
-    or V3.1's ``<|tool_call_begin|>NAME<|tool_sep|>ARGS<|tool_call_end|>`` (bars and
-    underscores stand for U+FF5C and U+2581). The block's calls come out together when
-    it closes (or at the end of the output)."""
-
-    start = DS_CALLS_BEGIN
-    end = DS_CALLS_END
-    arguments_as_text = True  # the templates concatenate the arguments as a string
-
-    def parse(self, body: str) -> list[ToolCall] | None:
-        calls: list[ToolCall] = []
-        rest = body.strip()
-        while rest:
-            if not rest.startswith(DS_CALL_BEGIN):
-                return None
-            end = rest.find(DS_CALL_END)
-            inner = rest[len(DS_CALL_BEGIN) : end if end >= 0 else len(rest)]
-            call = self._one(inner)
-            if call is None:
-                return None
-            calls.append(call)
-            rest = "" if end < 0 else rest[end + len(DS_CALL_END) :].strip()
-        return calls or None
-
-    @staticmethod
-    def _one(inner: str) -> ToolCall | None:
-        head, sep, tail = inner.partition(DS_SEP)
-        if not sep:
-            return None
-        fenced = _DS_FENCED.match(tail.strip("\n")) if head.strip() == "function" else None
-        name, args_text = (fenced[1], fenced[2]) if fenced else (head, tail)
-        name = name.strip()
-        try:
-            args = json.loads(args_text)
-        except ValueError:
-            return None
-        if not name or not isinstance(args, dict):
-            return None
-        return ToolCall(name, json.dumps(args, ensure_ascii=False), new_call_id())
-
-
 # Order matters for detection: GLM's template also names <tool_call>.
 SYNTAXES: dict[str, ToolSyntax] = {
     "glm4": GlmToolSyntax(),
     "deepseek": DeepSeekToolSyntax(),
+    "kimi": KimiToolSyntax(),
     "qwen": QwenToolSyntax(),
 }
 
