@@ -1,14 +1,15 @@
 """Several GPUs in one process: consecutive decoder layers assigned to GPUs by their free
-memory (a pipeline split; the hidden state moves once per boundary per token).
+memory (a pipeline split; the hidden state moves once per boundary per token, and back
+to the first GPU at the end of a forward).
 
 Each layer's cost is planned from the config's shapes: its dense weights (attention,
 dense MLP or router and shared experts), its routed experts when they are resident (a
 streamed model keeps them in the RAM cache and each GPU's own VRAM expert cache, sized
 after loading from what is left), and its KV cache. The embedding, final norm and LM
-head stay on the first GPU (the logits come back where generation samples them). Layers are cut so each GPU's share of
-the total is proportional to its free memory, which leaves each GPU the same fraction
-free for its VRAM expert cache. The split never changes what a layer computes: every
-op runs on one device with the same inputs."""
+head stay on the first GPU (the logits come back where generation samples them).
+Layers are cut so each GPU's share of the total is proportional to its free memory,
+which leaves each GPU the same fraction free for its VRAM expert cache. The split never
+changes what a layer computes: every op runs on one device with the same inputs."""
 
 from __future__ import annotations
 
