@@ -117,10 +117,14 @@ gpu14() {
   nvidia-smi --query-gpu=name,memory.free --format=csv
   python3 -m pytest tests/models/test_split.py tests/models/test_vram_cache.py \
     tests/models/test_streaming.py tests/models/test_gpu.py \
-    -q -p no:cacheprovider --tb=line -rf -m gpu 2>&1 | tail -15
+    -q -p no:cacheprovider --tb=short -rf -m gpu 2>&1 | tail -40
+  echo "== the same on one GPU"
+  CUDA_VISIBLE_DEVICES=0 python3 -m pytest tests/models/test_vram_cache.py \
+    tests/models/test_streaming.py tests/models/test_gpu.py \
+    -q -p no:cacheprovider --tb=short -rf -m gpu 2>&1 | tail -25
   python3 benches/split_hop.py --hidden 2048 --tokens 1,512 --reps 1000
   [ -f "$DATA/q30.ftw" ] || flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
-  B="flint bench $DATA/q30.ftw -p 0 -n 32 --tg-random -t 16 -r 1 --mode full"
+  B="flint bench $DATA/q30.ftw -p 0 -n 32 --tg-random -t 16 -r 2 --mode full"
   for dev in cuda:0 cuda:0,cuda:1; do
     echo "== V1 $dev: VRAM 4 GiB total, all experts in RAM"; $B --ram-budget 20 --vram-budget 4 --device $dev || true
     echo "== S1 $dev: VRAM 4 GiB total, RAM 6 GiB"; $B --ram-budget 6 --vram-budget 4 --device $dev || true
