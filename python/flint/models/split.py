@@ -7,8 +7,9 @@ dense MLP or router and shared experts), its routed experts when they are reside
 streamed model keeps them in the RAM cache and each GPU's own VRAM expert cache, sized
 after loading from what is left), and its KV cache. The embedding, final norm and LM
 head stay on the first GPU (the logits come back where generation samples them).
-Layers are cut so each GPU's share of the total is proportional to its free memory,
-which leaves each GPU the same fraction free for its VRAM expert cache. The split never
+Layers are cut in proportion to each GPU's free memory (less the embedding and head on
+the first), which leaves every GPU about the same free memory per layer for its VRAM
+expert cache. The split never
 changes what a layer computes: every op runs on one device with the same inputs."""
 
 from __future__ import annotations
@@ -111,22 +112,24 @@ def plan_split(
     head: int,
     free: Callable[[torch.device], int] = free_bytes,
 ) -> DeviceSplit:
-    """Consecutive layers to ``devices`` in proportion to their free memory (each gets
-    at least one layer while there are enough). A device whose share does not fit what
-    it has free after headroom is named in ``notes`` (the costs are estimates: the load
-    goes ahead)."""
+    """Consecutive layers to ``devices`` in proportion to what each has free once the
+    first one holds the embedding and LM head, so every device keeps about the same
+    free memory per layer (the room its VRAM expert cache divides among its layers);
+    each gets at least one layer while there are enough. A device whose share does not
+    fit what it has free after headroom is named in ``notes`` (the costs are estimates:
+    the load goes ahead)."""
     if not devices:
         raise ValueError("no device to place the model on")
     room = [free(d) for d in devices]
-    total = embed + sum(costs) + head
-    weights = [max(0, r) for r in room]
-    scale = total / max(1, sum(weights))
+    capacity = [max(0, r) for r in room]
+    capacity[0] = max(0, capacity[0] - embed - head)
+    scale = sum(costs) / max(1, sum(capacity))
     ends, acc = [], 0.0
-    for w in weights:
-        acc += w * scale
+    for c in capacity:
+        acc += c * scale
         ends.append(acc)
     layer_device: list[int] = []
-    done, d, n = embed + head, 0, len(costs)
+    done, d, n = 0, 0, len(costs)
     for i, cost in enumerate(costs):
         mid = done + cost / 2
         while d < len(devices) - 1 and mid > ends[d]:
