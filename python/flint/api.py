@@ -94,6 +94,7 @@ def _streamed(
     expert_kernels: str,
     vram_budget: float | None,
     deterministic: bool,
+    host_split: str,
 ) -> ExpertBackend:
     from flint.models import parse_config
     from flint.models.ftw_source import FtwSource
@@ -112,6 +113,7 @@ def _streamed(
         expert_kernels=expert_kernels,
         vram_budget_gib=vram_budget,
         deterministic=deterministic,
+        host_split=host_split,
     )
 
 
@@ -170,6 +172,9 @@ class LLM:
     (default: what is free once the model is loaded; 0: none). ``deterministic``:
     every streamed expert computed on the GPU, so output is bit-identical to a resident
     GPU run (otherwise experts in neither VRAM cache slot run on the CPU in parallel).
+    ``host_split``: on CUDA, where a decode step's experts outside VRAM are computed:
+    "cpu" (all beside the GPU), "fill" (all copied up over PCIe), or "q" (split
+    between the two so both finish together, from measured bandwidths).
     ``activation_budget``: GiB a prompt's activations may take (default: half of the
     free GPU memory on CUDA, of free RAM on the CPU); a longer prompt is prefilled in
     several layer-major passes, with one printed line.
@@ -191,6 +196,7 @@ class LLM:
         vram_budget: float | None = None,
         deterministic: bool = False,
         activation_budget: float | None = None,
+        host_split: str = "cpu",
     ) -> None:
         if activation_budget is not None and not activation_budget > 0:
             raise ValueError(f"activation_budget must be > 0 GiB, got {activation_budget}")
@@ -216,6 +222,7 @@ class LLM:
                 expert_kernels,
                 vram_budget,
                 deterministic,
+                host_split,
             )
         self.expert_backend = expert_backend
         layer_devices: tuple[torch.device, ...] = ()

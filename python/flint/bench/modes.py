@@ -25,6 +25,7 @@ from flint.models import parse_config
 from flint.models.ftw_source import FtwSource
 from flint.models.moe import weighted_sum
 from flint.stream import StreamedExperts, streamed_backend
+from flint.stream.qsplit import HOST_SPLITS
 from flint.stream.slab import slot_bytes
 
 MODES = ("resident", "full", "naive", "nowait")
@@ -46,6 +47,7 @@ class Engine:
     vram_budget: float | None = None  # CUDA: GiB for the VRAM expert cache (0: none)
     deterministic: bool = False  # CUDA: every expert on the GPU
     lookahead_from: str = "output"  # predict from each layer's MoE input or output
+    host_split: str = "cpu"  # CUDA: a decode step's missing experts: cpu, fill or q*
 
     def validate(self) -> None:
         if self.ram_budget is not None and not self.ram_budget >= 0:
@@ -60,6 +62,8 @@ class Engine:
             raise ValueError(
                 f"--lookahead-from must be input or output, not {self.lookahead_from!r}"
             )
+        if self.host_split not in HOST_SPLITS:
+            raise ValueError(f"--host-split must be one of {', '.join(HOST_SPLITS)}")
         if self.policy not in POLICIES:
             raise ValueError(f"--policy must be one of {', '.join(POLICIES)}, not {self.policy!r}")
 
@@ -147,6 +151,7 @@ def load(mode: str, setup: Setup, notice: Callable[[str], None]) -> LLM:
         vram_budget_gib=e.vram_budget,
         deterministic=e.deterministic,
         lookahead_from=e.lookahead_from,
+        host_split=e.host_split,
         backend=NoWaitExperts if mode == "nowait" else StreamedExperts,
     )
     if isinstance(backend, NoWaitExperts):

@@ -29,6 +29,9 @@ STREAM_KEYS = (
 )
 
 
+_SPLITS = {"cpu": "on the CPU", "fill": "copied up (fill)", "q": "q* split (fill + CPU)"}
+
+
 def git_commit() -> str:
     """The commit of the flint source tree this package runs from, "-dirty" when it has
     uncommitted changes; "unknown" outside a checkout."""
@@ -116,6 +119,7 @@ def _meta(setup: Setup, out: Outcome) -> dict[str, Any]:
         "vram_budget_gib": e.vram_budget,
         "vram_slots_per_layer": info.get("vram_slots_per_layer"),
         "deterministic": e.deterministic,
+        "host_split": e.host_split,
         "slots_per_layer": info.get("slots_per_layer"),
         "n_experts": info.get("n_experts"),
         "cache_gib": info.get("cache_gib"),
@@ -167,6 +171,11 @@ def _header(doc: dict[str, Any]) -> str:
                 f"VRAM budget {'free memory' if vb is None else f'{vb:g}'} GiB = "
                 f"{doc['vram_slots_per_layer']}/{doc['n_experts']} slots/layer"
                 + (", deterministic (all experts on the GPU)" if doc["deterministic"] else "")
+                + (
+                    f", experts outside VRAM: {_SPLITS[doc['host_split']]}"
+                    if doc.get("host_split") and not doc["deterministic"]
+                    else ""
+                )
             )
         parts.append(
             f"full: lookahead {e['lookahead']} from the MoE {e['lookahead_from']}, "

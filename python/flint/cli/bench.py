@@ -112,6 +112,14 @@ def register(app: typer.Typer) -> None:
                 rich_help_panel=ENGINE,
             ),
         ] = False,
+        host_split: Annotated[
+            str,
+            typer.Option(
+                help="CUDA: a decode step's experts outside VRAM on the cpu, copied up (fill), "
+                "or split between both (q, the q* rule).",
+                rich_help_panel=ENGINE,
+            ),
+        ] = "cpu",
         lookahead: Annotated[
             int | None,
             typer.Option(
@@ -217,6 +225,7 @@ def register(app: typer.Typer) -> None:
                 vram_budget=vram_budget,
                 deterministic=deterministic,
                 lookahead_from=lookahead_from,
+                host_split=host_split,
             )
             engine.validate()
             setup = Setup(

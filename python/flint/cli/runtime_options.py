@@ -22,6 +22,7 @@ import typer
 from flint.api import LLM
 from flint.cli.errors import USER_ERRORS, fail_from
 from flint.models.quant_linear import KERNEL_MODES
+from flint.stream.qsplit import HOST_SPLITS
 from flint.tune.profile import resolve_engine
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -44,6 +45,7 @@ class RuntimeOptions:
     profile: bool = True
     vram_budget: float | None = None
     deterministic: bool = False
+    host_split: str = "cpu"
 
     def validate(self) -> None:
         if self.ram_budget is not None and not self.ram_budget >= 0:
@@ -60,6 +62,8 @@ class RuntimeOptions:
             raise ValueError(f"--ctx must be >= 2, got {self.context_length}")
         if self.expert_kernels not in KERNEL_MODES:
             raise ValueError(f"--expert-kernels must be one of {', '.join(KERNEL_MODES)}")
+        if self.host_split not in HOST_SPLITS:
+            raise ValueError(f"--host-split must be one of {', '.join(HOST_SPLITS)}")
 
     def load(self, model: Path) -> LLM:
         """Applies the process-wide settings (threads) and loads ``model``; a streamed
@@ -88,6 +92,7 @@ class RuntimeOptions:
             io_workers=io_workers,
             vram_budget=self.vram_budget,
             deterministic=self.deterministic,
+            host_split=self.host_split,
         )
 
 
@@ -203,6 +208,18 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {  # parameter -> (annotation, default)
         ],
         False,
     ),
+    "host_split": (
+        Annotated[
+            str,
+            typer.Option(
+                help="Where a streamed decode step's experts outside VRAM are computed on"
+                " CUDA: cpu (beside the GPU), fill (copied up over PCIe), or q (split so"
+                " both finish together, from measured bandwidths).",
+                rich_help_panel=PANEL,
+            ),
+        ],
+        "cpu",
+    ),
     "lookahead": (
         Annotated[
             int | None,
@@ -252,6 +269,7 @@ def _build(values: dict[str, Any]) -> RuntimeOptions:
         io_workers=values["io_workers"],
         vram_budget=values["vram_budget"],
         deterministic=values["deterministic"],
+        host_split=values["host_split"],
         profile=values["profile"],
     )
 

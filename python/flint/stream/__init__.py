@@ -47,6 +47,7 @@ def streamed_backend(
     vram_free_bytes: Callable[[], int] | None = None,
     backend: type[StreamedExperts] = StreamedExperts,
     lookahead_from: str = "output",
+    host_split: str = "cpu",
 ) -> StreamedExperts:
     """A ``StreamedExperts`` for ``source`` with a RAM cache planned from
     ``ram_budget_gib`` (or free memory); plan notes go to ``notice``, one line each.
@@ -59,6 +60,8 @@ def streamed_backend(
     ``vram_device``/``vram_free_bytes`` put the "VRAM" cache on another device with a
     simulated free size (tests of its logic on a CPU-only machine).
     ``lookahead_from``: predict from each layer's MoE "input" or its "output".
+    ``host_split`` (CUDA): a decode step's experts outside VRAM all on the CPU ("cpu"),
+    all copied up ("fill"), or split between the two by the q* rule ("q": qsplit.py).
     ``backend``: the class built over the engine (``flint.bench`` passes its ``nowait``
     yardstick)."""
     layout = source.expert_layout
@@ -103,6 +106,7 @@ def streamed_backend(
         lookahead_from=lookahead_from,
         notice=notice,
         math=expert_math(config, source, Placement(device, dtype)),
+        host_split=host_split,
     )
     if usage:
         experts.load_usage(usage_path(source.path), notice)

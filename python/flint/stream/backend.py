@@ -38,6 +38,7 @@ from flint.stream.lookahead import Lookahead
 from flint.stream.placement import HOST_MAX_TOKENS, HostBatch, Target
 from flint.stream.plan import StreamPlan, plan_vram
 from flint.stream.prompt_mem import PromptMemory
+from flint.stream.qsplit import HOST_SPLITS, QSplit, pcie_bandwidth
 from flint.stream.readahead import ReadAhead
 from flint.stream.slab import slot_bytes
 from flint.stream.vram import VramCache, VramRequest, free_vram
@@ -55,6 +56,11 @@ IDLE_FILL_AFTER_S = 0.5  # no forward call for this long: fill empty slots
 
 def _stderr(line: str) -> None:
     print(f"flint: {line}", file=sys.stderr)
+
+
+def _timing_event() -> Any:
+    """A CUDA event that records time (torch's constructor is untyped)."""
+    return torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
 
 
 @dataclass(slots=True)
@@ -90,6 +96,7 @@ class StreamedExperts:
         deterministic: bool = False,
         notice: Callable[[str], None] | None = None,
         math: ExpertMath | None = None,
+        host_split: str = "cpu",
     ) -> None:
         self.cfg, self.layout, self.engine, self.plan = config, layout, engine, plan
         # the activation and (GPT-OSS) resident biases around each expert's projections
@@ -172,6 +179,14 @@ class StreamedExperts:
         self.host_fused: FusedKernel | None = None
         if self.host is not None and expert_kernels != "dequant" and fusable:
             self.host_fused = FusedKernel.for_layout(layout)
+        # The q* split of a decode step's missing experts between PCIe fills and the CPU
+        # (qsplit.py); None: all on the CPU.
+        if host_split not in HOST_SPLITS:
+            raise ValueError(f"host_split must be one of {HOST_SPLITS}, not {host_split!r}")
+        self.qsplit: QSplit | None = None
+        if self.host is not None and host_split != "cpu":
+            pcie = pcie_bandwidth(device)
+            self.qsplit = QSplit(pcie, pcie, host_split)
 
     @property
     def vram(self) -> VramCache | None:
@@ -410,9 +425,77 @@ class StreamedExperts:
                     y = self._expert(self._on(x.device), layer, expert, slab, hit, x[rows // k])
                     outputs[rows] = y.to(torch.float32)
             if on_host and x_host is not None:
-                self._host_experts(layer, on_host, x_host, starts, counts, outputs)
+                fills, on_host = self._split(on_host)
+                queued = self._fill(layer, fills, x, rows_of, outputs) if fills else None
+                t0 = time.perf_counter()
+                if on_host:
+                    self._host_experts(layer, on_host, x_host, starts, counts, outputs)
+                if self.qsplit is not None:
+                    self._observe(queued, on_host, time.perf_counter() - t0)
             self.engine.unpin(layer, wave)
         return weighted_sum(outputs.view(tokens, k, -1), weights).to(x.dtype)
+
+    def _split(
+        self, missing: list[tuple[int, int, bool]]
+    ) -> tuple[list[tuple[int, int, bool]], list[tuple[int, int, bool]]]:
+        """(filled over PCIe, computed on the CPU) of a decode step's missing experts:
+        the q* split (``qsplit.py``), the ones already in RAM filled first (a fill waits
+        for its bytes on this thread; the CPU's fused call waits inside)."""
+        if self.qsplit is None:
+            return [], missing
+        q = self.qsplit.q(len(missing))
+        ranked = sorted(missing, key=lambda e: not e[2])  # hits first, stable
+        self.qsplit.record(q, len(missing) - q)
+        return ranked[:q], ranked[q:]
+
+    def _fill(
+        self,
+        layer: int,
+        fills: list[tuple[int, int, bool]],
+        x: torch.Tensor,  # [T, H] on the GPU
+        rows_of: Callable[[int], torch.Tensor],
+        outputs: torch.Tensor,  # [T*K, H] fp32 on the GPU
+    ) -> tuple[Any, Any, int, float]:
+        """Copies ``fills``' slabs up (asynchronous from a page-locked arena) and queues
+        their computation on the GPU; returns what ``_observe`` times it by."""
+        t, k, lay = self._on(x.device), outputs.shape[0] // x.shape[0], self.layout
+        cuda = x.device.type == "cuda"
+        start = _timing_event() if cuda else None
+        end = _timing_event() if cuda else None
+        if start is not None:
+            start.record()
+        t0 = time.perf_counter()
+        for expert, address, hit in fills:
+            if not hit:
+                self._wait(layer, expert, 2)  # copy verified bytes only
+            slab = slot_bytes(address, lay.slab_bytes).to(x.device, non_blocking=True)
+            self.counters.copy_bytes += lay.slab_bytes
+            rows = rows_of(expert)
+            outputs[rows] = self._expert(t, layer, expert, slab, True, x[rows // k]).float()
+        if end is not None:
+            end.record()
+        return start, end, len(fills) * lay.slab_bytes, time.perf_counter() - t0
+
+    def _observe(
+        self,
+        queued: tuple[Any, Any, int, float] | None,
+        kept: list[tuple[int, int, bool]],
+        host_s: float,
+    ) -> None:
+        """Updates the q* bandwidths from this step: the fills' GPU time (waited for
+        here: their source slots are unpinned next) and the CPU's time when none of its
+        experts had to wait for a read."""
+        qs = self.qsplit
+        assert qs is not None
+        if queued is not None:
+            start, end, nbytes, host_side = queued
+            if end is not None:
+                end.synchronize()
+                qs.observe_pcie(nbytes, start.elapsed_time(end) / 1000)
+            else:
+                qs.observe_pcie(nbytes, host_side)
+        if kept and all(hit for _, _, hit in kept):
+            qs.observe_host(len(kept) * self.layout.slab_bytes, host_s)
 
     def _host_experts(
         self,
@@ -555,6 +638,15 @@ class StreamedExperts:
             pcie_bytes=c.copy_bytes,
             deterministic=self.deterministic,
         )
+        qs = self.qsplit
+        if qs is not None:  # the q* split's decisions and current bandwidths
+            s.update(
+                host_split=qs.mode,
+                split_filled=qs.filled,
+                split_on_cpu=qs.kept,
+                split_pcie_gb_s=qs.pcie / 1e9,
+                split_host_gb_s=qs.host / 1e9,
+            )
         if self.vrams:
             vrams = list(self.vrams.values())
             hits = sum(v.counters.hits for v in vrams)
