@@ -48,6 +48,7 @@ class Engine:
     deterministic: bool = False  # CUDA: every expert on the GPU
     lookahead_from: str = "output"  # predict from each layer's MoE input or output
     host_split: str = "cpu"  # CUDA: a decode step's missing experts: cpu, fill or q*
+    gpu_waves: bool = True  # CUDA: prompt experts through double-buffered VRAM staging
 
     def validate(self) -> None:
         if self.ram_budget is not None and not self.ram_budget >= 0:
@@ -152,6 +153,7 @@ def load(mode: str, setup: Setup, notice: Callable[[str], None]) -> LLM:
         deterministic=e.deterministic,
         lookahead_from=e.lookahead_from,
         host_split=e.host_split,
+        gpu_waves=e.gpu_waves,
         backend=NoWaitExperts if mode == "nowait" else StreamedExperts,
     )
     if isinstance(backend, NoWaitExperts):

@@ -120,6 +120,7 @@ def _meta(setup: Setup, out: Outcome) -> dict[str, Any]:
         "vram_slots_per_layer": info.get("vram_slots_per_layer"),
         "deterministic": e.deterministic,
         "host_split": e.host_split,
+        "gpu_waves": e.gpu_waves,
         "slots_per_layer": info.get("slots_per_layer"),
         "n_experts": info.get("n_experts"),
         "cache_gib": info.get("cache_gib"),

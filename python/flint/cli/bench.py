@@ -120,6 +120,15 @@ def register(app: typer.Typer) -> None:
                 rich_help_panel=ENGINE,
             ),
         ] = "cpu",
+        gpu_waves: Annotated[
+            bool,
+            typer.Option(
+                "--gpu-waves/--no-gpu-waves",
+                help="CUDA: stage a prompt's experts outside VRAM through double-buffered "
+                "VRAM copies on a side stream (off: copied per projection).",
+                rich_help_panel=ENGINE,
+            ),
+        ] = True,
         lookahead: Annotated[
             int | None,
             typer.Option(
@@ -226,6 +235,7 @@ def register(app: typer.Typer) -> None:
                 deterministic=deterministic,
                 lookahead_from=lookahead_from,
                 host_split=host_split,
+                gpu_waves=gpu_waves,
             )
             engine.validate()
             setup = Setup(

@@ -48,6 +48,7 @@ def streamed_backend(
     backend: type[StreamedExperts] = StreamedExperts,
     lookahead_from: str = "output",
     host_split: str = "cpu",
+    gpu_waves: bool = True,
 ) -> StreamedExperts:
     """A ``StreamedExperts`` for ``source`` with a RAM cache planned from
     ``ram_budget_gib`` (or free memory); plan notes go to ``notice``, one line each.
@@ -62,6 +63,8 @@ def streamed_backend(
     ``lookahead_from``: predict from each layer's MoE "input" or its "output".
     ``host_split`` (CUDA): a decode step's experts outside VRAM all on the CPU ("cpu"),
     all copied up ("fill"), or split between the two by the q* rule ("q": qsplit.py).
+    ``gpu_waves`` (CUDA): a prompt's experts outside VRAM staged through double-buffered
+    VRAM copies on a side stream (gpu_waves.py); off: copied per projection.
     ``backend``: the class built over the engine (``flint.bench`` passes its ``nowait``
     yardstick)."""
     layout = source.expert_layout
@@ -107,6 +110,7 @@ def streamed_backend(
         notice=notice,
         math=expert_math(config, source, Placement(device, dtype)),
         host_split=host_split,
+        gpu_waves=gpu_waves,
     )
     if usage:
         experts.load_usage(usage_path(source.path), notice)

@@ -34,6 +34,7 @@ from flint.models.cpu_kernels import FusedKernel, slab_addresses
 from flint.models.moe import ExpertMath, weighted_sum
 from flint.models.quant_experts import QUANT_SCHEMES, fused_supported
 from flint.models.quant_linear import select_kernel
+from flint.stream.gpu_waves import GpuStager
 from flint.stream.lookahead import Lookahead
 from flint.stream.placement import HOST_MAX_TOKENS, HostBatch, Target
 from flint.stream.plan import StreamPlan, plan_vram
@@ -97,6 +98,7 @@ class StreamedExperts:
         notice: Callable[[str], None] | None = None,
         math: ExpertMath | None = None,
         host_split: str = "cpu",
+        gpu_waves: bool = True,
     ) -> None:
         self.cfg, self.layout, self.engine, self.plan = config, layout, engine, plan
         # the activation and (GPT-OSS) resident biases around each expert's projections
@@ -179,6 +181,10 @@ class StreamedExperts:
         self.host_fused: FusedKernel | None = None
         if self.host is not None and expert_kernels != "dequant" and fusable:
             self.host_fused = FusedKernel.for_layout(layout)
+        # A prompt's experts outside VRAM staged through double-buffered VRAM copies on
+        # CUDA (gpu_waves.py); off: copied per projection on the compute stream.
+        self.gpu_waves = gpu_waves
+        self._stagers: dict[torch.device, GpuStager] = {}
         # The q* split of a decode step's missing experts between PCIe fills and the CPU
         # (qsplit.py); None: all on the CPU.
         if host_split not in HOST_SPLITS:
@@ -408,8 +414,10 @@ class StreamedExperts:
         for expert in held:  # queued on the GPU; runs while the CPU works below
             rows = rows_of(expert)
             outputs[rows] = self._vram_expert(layer, expert, x[rows // k]).float()
+        stager = self._stager(x.device) if x_host is None else None
         for wave in self._waves(layer, ids, selected):
             on_host: list[tuple[int, int, bool]] = []
+            staged: list[tuple[int, int, bool]] = []
             for expert, _slot, address, hit in self.engine.place(layer, wave):
                 rows = rows_of(expert)
                 slab = slot_bytes(address, self.layout.slab_bytes)
@@ -421,9 +429,13 @@ class StreamedExperts:
                     outputs[rows] = y.to(torch.float32)
                 elif x_host is not None:
                     on_host.append((expert, address, hit))
+                elif stager is not None:
+                    staged.append((expert, address, hit))
                 else:
                     y = self._expert(self._on(x.device), layer, expert, slab, hit, x[rows // k])
                     outputs[rows] = y.to(torch.float32)
+            if staged and stager is not None:
+                self._staged(layer, stager, staged, x, rows_of, outputs)
             if on_host and x_host is not None:
                 fills, on_host = self._split(on_host)
                 queued = self._fill(layer, fills, x, rows_of, outputs) if fills else None
@@ -434,6 +446,35 @@ class StreamedExperts:
                     self._observe(queued, on_host, time.perf_counter() - t0)
             self.engine.unpin(layer, wave)
         return weighted_sum(outputs.view(tokens, k, -1), weights).to(x.dtype)
+
+    def _stager(self, device: torch.device) -> GpuStager | None:
+        """The GPU-wave buffers of ``device`` (CUDA, ``gpu_waves`` on), made on first use."""
+        if not self.gpu_waves or device.type != "cuda":
+            return None
+        if device not in self._stagers:
+            self._stagers[device] = GpuStager(device, self.layout.slab_bytes)
+        return self._stagers[device]
+
+    def _staged(
+        self,
+        layer: int,
+        stager: GpuStager,
+        experts: list[tuple[int, int, bool]],
+        x: torch.Tensor,  # [T, H] on the GPU
+        rows_of: Callable[[int], torch.Tensor],
+        outputs: torch.Tensor,  # [T*K, H] fp32 on the GPU
+    ) -> None:
+        """A wave's experts outside VRAM through the double-buffered staging copies
+        (gpu_waves.py), computed on the GPU as from their slots."""
+        t, k = self._on(x.device), outputs.shape[0] // x.shape[0]
+
+        def compute(expert: int, slab: torch.Tensor) -> None:
+            rows = rows_of(expert)
+            y = self._expert(t, layer, expert, slab, True, x[rows // k])
+            outputs[rows] = y.to(torch.float32)
+
+        stager.run(experts, lambda e: self._wait(layer, e, 2), compute)
+        self.counters.copy_bytes += len(experts) * self.layout.slab_bytes
 
     def _split(
         self, missing: list[tuple[int, int, bool]]
@@ -638,6 +679,9 @@ class StreamedExperts:
             pcie_bytes=c.copy_bytes,
             deterministic=self.deterministic,
         )
+        if self._stagers:  # GPU waves: prompt experts staged through VRAM buffers
+            s["gpu_wave_experts"] = sum(st.staged for st in self._stagers.values())
+            s["gpu_wave_chunks"] = sum(st.chunks for st in self._stagers.values())
         qs = self.qsplit
         if qs is not None:  # the q* split's decisions and current bandwidths
             s.update(

@@ -1,0 +1,54 @@
+"""GPU waves (issue 8): a prompt's experts outside VRAM staged through double-buffered
+VRAM copies on a side stream. CUDA only (gpu-marked): the staging is CUDA streams and
+events; on the CPU the backend computes from the slots directly."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from test_vram_cache import PROMPTS, _open
+from tiny import FAMILY_NAMES
+
+import flint
+from flint.stream.gpu_waves import GpuStager
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.mark.parametrize("family", FAMILY_NAMES)
+def test_staged_prompt_experts_equal_resident_and_per_use_copies(
+    family: str, tiny_ftw: dict[str, Path]
+) -> None:
+    """Two-slot buffer sets force several chunks per wave and reuse of both sets: the
+    logits equal resident CUDA and the per-projection copy path bit for bit."""
+    cuda = torch.device("cuda", 0)
+    path = tiny_ftw[family]
+    runs = {}
+    for waves in (True, False):
+        with (
+            flint.LLM(path, device="cuda:0", context_length=64) as resident,
+            _open(
+                path, ram_slots=3, vram_slots=1, device=cuda, deterministic=True, gpu_waves=waves
+            ) as streamed,
+        ):
+            backend = streamed.expert_backend
+            if waves:
+                backend._stagers[cuda] = GpuStager(cuda, backend.layout.slab_bytes, 2)  # type: ignore[attr-defined]
+            got = []
+            for ids in PROMPTS[1:]:
+                resident.model.reset()
+                streamed.model.reset()
+                want = resident.model.forward(torch.tensor(ids), all_logits=True)
+                out = streamed.model.forward(torch.tensor(ids), all_logits=True)
+                assert torch.equal(out, want)
+                got.append(out)
+            runs[waves] = got
+            s = streamed.stats()
+        assert s is not None
+        if waves:
+            assert s["gpu_wave_chunks"] > s["forward_calls"], "several chunks per wave"
+        else:
+            assert "gpu_wave_chunks" not in s
+    assert all(torch.equal(a, b) for a, b in zip(runs[True], runs[False], strict=True))
