@@ -9,6 +9,7 @@
 
 use rayon::prelude::*;
 
+use crate::act::Act;
 use crate::error::{KernelError, Result};
 use crate::format::{ExpertFormat, Proj, WeightKind};
 use crate::isa::{Dot, Isa};
@@ -138,6 +139,20 @@ impl Kernels {
         }
     }
 
+    /// `f` over `items` with their indices, on the pool if there is one, in order.
+    fn map<'s, I: Sync, T: Send>(
+        &self,
+        items: &'s [I],
+        f: impl Fn((usize, &'s I)) -> T + Sync + Send,
+    ) -> Vec<T> {
+        match &self.pool {
+            Some(pool) if items.len() > 1 => {
+                pool.install(|| items.par_iter().enumerate().map(f).collect())
+            }
+            _ => items.iter().enumerate().map(f).collect(),
+        }
+    }
+
     /// Writes `y[p]` (`H` values at `p * H`) for every position `p` routed to one of
     /// `experts`: `down(silu(gate(x_t)) * up(x_t))`, in f32. Positions of experts not
     /// listed are left as they are (a later call computes them). Waits on `ready`
@@ -162,6 +177,17 @@ impl Kernels {
         }
         let x = routing.x;
         let k = routing.top_k;
+        // Each token's activation row prepared once for the whole call (the same for every
+        // expert and wave: the kernel a row goes through depends on the row only).
+        let mut used = vec![false; routing.ids.len() / k.max(1)];
+        for p in jobs.iter().flat_map(|j| &j.positions) {
+            if let Some(u) = used.get_mut(p / k) {
+                *u = true;
+            }
+        }
+        let acts: Vec<Option<Act<'_>>> = self.map(&used, |(t, &u)| {
+            u.then(|| self.dot.prepare(format.kind, row_of(x, t, h)))
+        });
         // Phase 1: h[n, r] = silu(gate_r . x_n) * (up_r . x_n), tasks by rows of I.
         let tasks1 = tasks(&jobs, i, h * 2);
         let parts1 = self.run(&tasks1, |t| {
@@ -170,17 +196,21 @@ impl Kernels {
                 .ok_or(KernelError::MissingExpert { expert: 0 })?;
             wait(ready, job.expert, 1)?;
             let mut out = Vec::with_capacity((t.rows.1 - t.rows.0) * job.positions.len());
-            let xs: Vec<&[f32]> = job.positions.iter().map(|&p| row_of(x, p / k, h)).collect();
+            let xs: Vec<&Act<'_>> = job
+                .positions
+                .iter()
+                .filter_map(|&p| acts.get(p / k).and_then(Option::as_ref))
+                .collect();
             for r in t.rows.0..t.rows.1 {
                 let (quads, rest) = by_fours(&xs, job.w.gate.kind);
                 for &four in quads {
-                    let g = self.dot.dots(&job.w.gate, r, four);
-                    let u = self.dot.dots(&job.w.up, r, four);
+                    let g = self.dot.dots_act(&job.w.gate, r, four);
+                    let u = self.dot.dots_act(&job.w.up, r, four);
                     out.extend(g.iter().zip(u).map(|(&g, u)| silu(g) * u));
                 }
                 for &xt in rest {
-                    let g = self.dot.dot(&job.w.gate, r, xt);
-                    let u = self.dot.dot(&job.w.up, r, xt);
+                    let g = self.dot.dot_act(&job.w.gate, r, xt);
+                    let u = self.dot.dot_act(&job.w.up, r, xt);
                     out.push(silu(g) * u);
                 }
             }
@@ -203,22 +233,41 @@ impl Kernels {
             }
         }
         // Phase 2: y[p, r] = down_r . h[n], tasks by rows of H.
+        let rows2: Vec<(usize, usize)> = jobs
+            .iter()
+            .enumerate()
+            .flat_map(|(j, job)| (0..job.positions.len()).map(move |m| (j, m)))
+            .collect();
+        let hacts: Vec<Act<'_>> = self.map(&rows2, |(_, &(j, m))| {
+            let hj = hidden.get(j).map(Vec::as_slice).unwrap_or_default();
+            self.dot.prepare(format.kind, row_of(hj, m, i))
+        });
+        let mut first = Vec::with_capacity(jobs.len());
+        let mut n = 0;
+        for job in &jobs {
+            first.push(n);
+            n += job.positions.len();
+        }
         let tasks2 = tasks(&jobs, h, i);
         let parts2 = self.run(&tasks2, |t| {
             let job = jobs
                 .get(t.job)
                 .ok_or(KernelError::MissingExpert { expert: 0 })?;
-            let hj = hidden.get(t.job).map(Vec::as_slice).unwrap_or_default();
+            let start = first.get(t.job).copied().unwrap_or(0);
+            let hs: Vec<&Act<'_>> = hacts
+                .get(start..start + job.positions.len())
+                .unwrap_or_default()
+                .iter()
+                .collect();
             wait(ready, job.expert, 2)?;
             let mut out = Vec::with_capacity((t.rows.1 - t.rows.0) * job.positions.len());
-            let hs: Vec<&[f32]> = (0..job.positions.len()).map(|m| row_of(hj, m, i)).collect();
             for r in t.rows.0..t.rows.1 {
                 let (quads, rest) = by_fours(&hs, job.w.down.kind);
                 for &four in quads {
-                    out.extend(self.dot.dots(&job.w.down, r, four));
+                    out.extend(self.dot.dots_act(&job.w.down, r, four));
                 }
                 for &ht in rest {
-                    out.push(self.dot.dot(&job.w.down, r, ht));
+                    out.push(self.dot.dot_act(&job.w.down, r, ht));
                 }
             }
             Ok(out)
@@ -268,10 +317,10 @@ impl Kernels {
 /// Activation rows in fours for [`Dot::dots`] (one read of each weight row per four
 /// tokens) and the rest one by one. int4 rows go one by one: their four-token loop
 /// measured slower than one token at a time (docs/cpu-kernels.md).
-fn by_fours<'a, 'x>(
-    rows: &'a [&'x [f32]],
+fn by_fours<'a, 'x, A>(
+    rows: &'a [&'x A],
     kind: WeightKind,
-) -> (&'a [[&'x [f32]; TOKENS]], &'a [&'x [f32]]) {
+) -> (&'a [[&'x A; TOKENS]], &'a [&'x A]) {
     if matches!(kind, WeightKind::Int4 { .. }) {
         return (&[], rows);
     }

@@ -2,8 +2,8 @@
 //! instantiated for AVX-512, AVX2+FMA and a portable 8-lane array (which compilers
 //! vectorize for whatever the target has). Weights are widened to f32 in registers
 //! (bf16 by a shift, f16 by the hardware conversion, int8/int4 by integer widening) and
-//! multiplied with f32 activations: activations are never rounded to bf16 or int8, so
-//! the AVX-512 BF16 and VNNI dot-product instructions are not used (see `lib.rs`).
+//! multiplied with f32 activations. (The AVX-512 kernels that read activations
+//! prepared per call, bf16 planes and the int4 column order, are in `avx512.rs`.)
 
 use crate::format::{bf16_to_f32, le_u16, Proj, WeightKind};
 use crate::scalar;

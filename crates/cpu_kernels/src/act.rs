@@ -1,0 +1,184 @@
+//! Activation rows prepared once per layer call, in the form a kernel reads them: the
+//! f32 row itself, plus (only where the chosen kernel uses them) exact bf16 planes of
+//! the row for the AVX-512 BF16 dot product, or the row reordered for the int4 kernel.
+//!
+//! Preparing is exact: the planes sum to the row, the reordering moves values. The
+//! kernels that read them therefore still compute `sum_c W[r, c] * x[c]` on the f32
+//! activations with exact products; only the summation order differs from the scalar
+//! reference (see `lib.rs`).
+
+use crate::format::WeightKind;
+
+/// Columns per AVX-512 BF16 dot-product step (32 bf16 in a register); planes are
+/// zero-padded to a multiple of it.
+pub(crate) const BF16_BLOCK: usize = 32;
+/// Columns per int4 step of the AVX-512 kernel (16 bytes of nibbles).
+pub(crate) const I4_BLOCK: usize = 32;
+
+/// An activation row and what the kernels of one instruction set need of it.
+#[derive(Debug, Clone)]
+pub struct Act<'a> {
+    pub(crate) x: &'a [f32],
+    /// `planes` bf16 rows, each `x.len()` rounded up to [`BF16_BLOCK`], zero-padded,
+    /// whose sum is `x` exactly; empty when not prepared.
+    pub(crate) bf16: Vec<u16>,
+    pub(crate) planes: usize,
+    /// `x` with every [`I4_BLOCK`] of columns stored as its 16 even columns, then its
+    /// 16 odd ones (the order the int4 kernel unpacks nibbles in); empty when unused.
+    pub(crate) i4: Vec<f32>,
+}
+
+impl<'a> Act<'a> {
+    /// `x` as it is, nothing prepared (every kernel can read this).
+    pub fn plain(x: &'a [f32]) -> Self {
+        Self {
+            x,
+            bf16: Vec::new(),
+            planes: 0,
+            i4: Vec::new(),
+        }
+    }
+
+    /// The f32 row.
+    pub fn x(&self) -> &'a [f32] {
+        self.x
+    }
+
+    /// bf16 planes prepared (0: none; 1: the row is exactly bf16; 2-3: a split).
+    pub fn bf16_planes(&self) -> usize {
+        self.planes
+    }
+
+    /// With exact bf16 planes of `x` (see [`split_bf16`]), if `x` has them.
+    pub(crate) fn with_bf16(mut self) -> Self {
+        if let Some((planes, n)) = split_bf16(self.x) {
+            self.bf16 = planes;
+            self.planes = n;
+        }
+        self
+    }
+
+    /// With the int4 order of `x`, if its length is a multiple of [`I4_BLOCK`].
+    pub(crate) fn with_i4(mut self) -> Self {
+        if self.x.len().is_multiple_of(I4_BLOCK) {
+            let mut out = Vec::with_capacity(self.x.len());
+            for block in self.x.chunks_exact(I4_BLOCK) {
+                out.extend(block.iter().step_by(2));
+                out.extend(block.iter().skip(1).step_by(2));
+            }
+            self.i4 = out;
+        }
+        self
+    }
+}
+
+/// Which preparation `kind` gets on an instruction set that has the BF16 dot product
+/// (`bf16`) and the AVX-512 int4 kernel (`i4`).
+pub(crate) fn prepare(x: &[f32], kind: WeightKind, bf16: bool, i4: bool) -> Act<'_> {
+    let act = Act::plain(x);
+    match kind {
+        WeightKind::Bf16 if bf16 => act.with_bf16(),
+        WeightKind::Int4 { group } if i4 && group.is_multiple_of(I4_BLOCK) => act.with_i4(),
+        _ => act,
+    }
+}
+
+/// `x` as the fewest bf16 planes (1, 2 or 3, each zero-padded to [`BF16_BLOCK`]) whose
+/// element-wise sum is `x` exactly: plane 0 is `x` truncated to bf16, plane 1 the
+/// next 8 significant bits of the remainder, plane 2 the last 8 (an f32 significand
+/// has 24 bits). A row that came from bf16 needs one plane. `None` if `x` has an
+/// infinity or NaN (the split would make NaN of an infinity), or an element whose
+/// remainder would fall below the smallest normal f32 (|x| < 2^-100: the BF16 dot
+/// product flushes subnormals, so such a row is not split; those go to the f32
+/// kernel).
+pub(crate) fn split_bf16(x: &[f32]) -> Option<(Vec<u16>, usize)> {
+    const TINY: f32 = 7.888_609e-31; // 2^-100
+    let len = x.len().next_multiple_of(BF16_BLOCK);
+    let mut planes = vec![0u16; 3 * len];
+    let mut used = 1;
+    for (c, &v) in x.iter().enumerate() {
+        if !v.is_finite() {
+            return None;
+        }
+        let hi = v.to_bits() & 0xffff_0000;
+        let r1 = v - f32::from_bits(hi); // exact: the low 16 bits of v's significand
+        if r1 != 0.0 && v.abs() < TINY {
+            return None;
+        }
+        let mid = r1.to_bits() & 0xffff_0000;
+        let r2 = r1 - f32::from_bits(mid); // exact, at most 8 significant bits
+        if r2.to_bits() & 0xffff != 0 {
+            return None; // not reachable for normal v; kept as a guard of exactness
+        }
+        used = used.max(if r2 != 0.0 {
+            3
+        } else if r1 != 0.0 {
+            2
+        } else {
+            1
+        });
+        for (p, bits) in [hi, mid, r2.to_bits()].into_iter().enumerate() {
+            if let Some(dst) = planes.get_mut(p * len + c) {
+                *dst = (bits >> 16) as u16;
+            }
+        }
+    }
+    planes.truncate(used * len);
+    Some((planes, used))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing)]
+mod tests {
+    use super::*;
+
+    fn sum_of_planes(planes: &[u16], n: usize, len: usize, c: usize) -> f64 {
+        (0..n)
+            .map(|p| f64::from(f32::from_bits(u32::from(planes[p * len + c]) << 16)))
+            .sum()
+    }
+
+    #[test]
+    fn planes_sum_to_the_row_exactly() {
+        let x = [
+            1.0f32,
+            -3.140_625,
+            0.1,
+            -1.0e-20,
+            3.0e30,
+            f32::from_bits(0x3f80_0001),
+            0.0,
+            -0.0,
+            1.5e-25,
+        ];
+        let (planes, n) = split_bf16(&x).unwrap();
+        assert_eq!(n, 3);
+        for (c, &v) in x.iter().enumerate() {
+            assert_eq!(sum_of_planes(&planes, n, 32, c), f64::from(v), "{v}");
+        }
+        let bf: Vec<f32> = x
+            .iter()
+            .map(|v| f32::from_bits(v.to_bits() & 0xffff_0000))
+            .collect();
+        assert_eq!(split_bf16(&bf).unwrap().1, 1);
+        assert!(split_bf16(&[1.0, f32::INFINITY]).is_none());
+        assert!(split_bf16(&[1.0, f32::NAN]).is_none());
+        assert!(split_bf16(&[f32::from_bits(0x0000_1234)]).is_none());
+    }
+
+    #[test]
+    fn int4_order_is_even_then_odd_columns() {
+        let x: Vec<f32> = (0..64).map(|c| c as f32).collect();
+        let a = Act::plain(&x).with_i4();
+        assert_eq!(
+            a.i4[..16],
+            (0..16).map(|j| (2 * j) as f32).collect::<Vec<_>>()[..]
+        );
+        assert_eq!(
+            a.i4[16..32],
+            (0..16).map(|j| (2 * j + 1) as f32).collect::<Vec<_>>()[..]
+        );
+        assert_eq!(a.i4[32], 32.0);
+        assert!(Act::plain(&x[..48]).with_i4().i4.is_empty());
+    }
+}
