@@ -193,7 +193,8 @@ unsafe fn load_bh(p: *const u16) -> __m512bh {
     bh(unsafe { _mm512_loadu_si512(p.cast()) })
 }
 
-/// [`bf16_planes_dot`] for `T` rows of `np` planes each (1 to 3).
+/// [`bf16_planes_dot`] for `T` rows of one plane each (rows exactly bf16; more planes
+/// measured slower than the f32 kernel, see `act.rs`).
 ///
 /// # Safety
 /// The CPU must have avx512f, avx512bw and avx512bf16; the rest as `bf16_planes_dot`.
@@ -203,16 +204,9 @@ pub(crate) unsafe fn dot_bf16_planes<const T: usize>(
     cols: usize,
     xs: [*const u16; T],
     stride: usize,
-    np: usize,
 ) -> [f32; T] {
     // SAFETY: the features are enabled here; pointers as the caller guarantees.
-    unsafe {
-        match np {
-            1 => bf16_planes_dot::<1, T>(w, cols, xs, stride),
-            2 => bf16_planes_dot::<2, T>(w, cols, xs, stride),
-            _ => bf16_planes_dot::<3, T>(w, cols, xs, stride),
-        }
-    }
+    unsafe { bf16_planes_dot::<1, T>(w, cols, xs, stride) }
 }
 
 /// `sum_g scale_g * sum_{c in g} q[c] * x[c]` for `T` activation rows from one read of
@@ -323,6 +317,52 @@ unsafe fn bf16_splat(s: *const u8, g: usize) -> __m512 {
     }
 }
 
+/// The 16-bit permute index that puts scale `(8 i) / group` of a 128-column step (0 for
+/// groups of 128 or more) in the high half of 32-bit lane i.
+///
+/// # Safety
+/// avx512f enabled in the caller.
+#[inline(always)]
+unsafe fn scale_index(group: usize) -> __m512i {
+    let mut sidx = [0u16; 32];
+    for i in 0..16 {
+        if let Some(d) = sidx.get_mut(2 * i + 1) {
+            *d = if group < 128 {
+                (8 * i / group) as u16
+            } else {
+                0
+            };
+        }
+    }
+    // SAFETY: 64 readable bytes; avx512f enabled in the caller.
+    unsafe { _mm512_loadu_si512(sidx.as_ptr().cast()) }
+}
+
+/// The scales of the 128-column step at `c`, lane i holding that of columns 8i..8i+7.
+///
+/// # Safety
+/// avx512f/bw/vl enabled in the caller; `s` readable for `2 * groups` bytes.
+#[inline(always)]
+unsafe fn step_scales(
+    s: *const u8,
+    c: usize,
+    group: usize,
+    groups: usize,
+    sidx: __m512i,
+) -> __m512 {
+    // SAFETY: the masked load reads at most the step's groups, all below `groups`.
+    unsafe {
+        let g0 = c / group;
+        let n = groups.saturating_sub(g0).min(4);
+        let sc = _mm_maskz_loadu_epi16(((1u32 << n) - 1) as u8, s.add(2 * g0).cast());
+        _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16(
+            0xaaaa_aaaa,
+            sidx,
+            _mm512_castsi128_si512(sc),
+        ))
+    }
+}
+
 /// [`i4_dot`] compiled for AVX-512F.
 ///
 /// # Safety
@@ -337,4 +377,123 @@ pub(crate) unsafe fn dot_i4<const T: usize>(
 ) -> [f32; T] {
     // SAFETY: the features are enabled here; pointers as the caller guarantees.
     unsafe { i4_dot::<T>(w, s, cols, group, xs) }
+}
+
+/// The int4 row `w` (`cols / 2` bytes, `cols` a multiple of 128, bf16 scales `s`, one per
+/// `group` of 32, 64 or a multiple of 128) dotted with `T` activation rows given as `NP`
+/// exact bf16 planes in the int4 BF16 order ([`crate::act::Act`]), by the AVX-512 BF16
+/// dot product: q in -8..7 is exact in bf16, so every product is exact. Each 64 bytes
+/// (128 columns) are read once as 32 16-bit words; word j holds columns 4j..4j+3, and
+/// a permute of 32 words through the table of q as bf16 (indexed by the low 5 bits,
+/// the table repeats every 16) turns the word, and the word shifted by 4, 8, 12, into
+/// columns 4j, 4j+1, 4j+2, 4j+3 as bf16 without unpacking. Lane i of the dot product
+/// then sums columns 8i..8i+7 of the step, all of one group; the step's lanes are
+/// scaled by their groups' scales and added to one of two accumulators (even and odd
+/// steps), summed at the end.
+///
+/// # Safety
+/// avx512f, avx512bw, avx512vl and avx512bf16 must be enabled in the caller; `w`
+/// readable for `cols / 2` bytes, `s` for `2 * cols / group` bytes, each plane of each
+/// `xs[t]` (plane `p` at `xs[t] + p * cols`) for `cols` values.
+#[inline(always)]
+unsafe fn i4_bf16_dot<const NP: usize, const T: usize>(
+    w: *const u8,
+    s: *const u8,
+    cols: usize,
+    group: usize,
+    xs: [*const u16; T],
+) -> [f32; T] {
+    // SAFETY: the caller's guarantees; reads stay below cols / 2 bytes of w, below the
+    // group count of s (masked) and below cols values of each plane.
+    unsafe {
+        let mut tab = [0u16; 32];
+        for (i, t) in tab.iter_mut().enumerate() {
+            *t = ((((i & 15) as f32) - 8.0).to_bits() >> 16) as u16;
+        }
+        let table = _mm512_loadu_si512(tab.as_ptr().cast());
+        let sidx = scale_index(group);
+        let groups = cols / group;
+        let mut a0 = [_mm512_setzero_ps(); T];
+        let mut a1 = [_mm512_setzero_ps(); T];
+        let mut c = 0;
+        while c + 2 * crate::act::I4_BF16_BLOCK <= cols {
+            let p0 = i4_bf16_step::<NP, T>(w, s, c, group, groups, cols, table, sidx, xs);
+            let p1 = i4_bf16_step::<NP, T>(w, s, c + 128, group, groups, cols, table, sidx, xs);
+            for ((a, b), (q0, q1)) in a0.iter_mut().zip(a1.iter_mut()).zip(p0.into_iter().zip(p1)) {
+                *a = _mm512_add_ps(*a, q0);
+                *b = _mm512_add_ps(*b, q1);
+            }
+            c += 2 * crate::act::I4_BF16_BLOCK;
+        }
+        if c < cols {
+            let p0 = i4_bf16_step::<NP, T>(w, s, c, group, groups, cols, table, sidx, xs);
+            for (a, q0) in a0.iter_mut().zip(p0) {
+                *a = _mm512_add_ps(*a, q0);
+            }
+        }
+        let mut out = [0.0f32; T];
+        for ((o, x0), x1) in out.iter_mut().zip(a0).zip(a1) {
+            *o = Avx512::hsum(_mm512_add_ps(x0, x1));
+        }
+        out
+    }
+}
+
+/// One 128-column step of [`i4_bf16_dot`]: per token, the lanes' sums of q * x times
+/// their groups' scales.
+///
+/// # Safety
+/// As [`i4_bf16_dot`], `c` a multiple of 128 below `cols`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn i4_bf16_step<const NP: usize, const T: usize>(
+    w: *const u8,
+    s: *const u8,
+    c: usize,
+    group: usize,
+    groups: usize,
+    cols: usize,
+    table: __m512i,
+    sidx: __m512i,
+    xs: [*const u16; T],
+) -> [__m512; T] {
+    // SAFETY: as i4_bf16_dot.
+    unsafe {
+        let v = _mm512_loadu_si512(w.add(c / 2).cast());
+        let q = [
+            bh(_mm512_permutexvar_epi16(v, table)),
+            bh(_mm512_permutexvar_epi16(_mm512_srli_epi16::<4>(v), table)),
+            bh(_mm512_permutexvar_epi16(_mm512_srli_epi16::<8>(v), table)),
+            bh(_mm512_permutexvar_epi16(_mm512_srli_epi16::<12>(v), table)),
+        ];
+        let scale = step_scales(s, c, group, groups, sidx);
+        let mut out = [_mm512_setzero_ps(); T];
+        for (o, x) in out.iter_mut().zip(xs) {
+            let mut part = _mm512_setzero_ps();
+            for (k, qk) in q.iter().enumerate() {
+                for p in 0..NP {
+                    part = _mm512_dpbf16_ps(part, *qk, load_bh(x.add(p * cols + c + 32 * k)));
+                }
+            }
+            *o = _mm512_mul_ps(part, scale);
+        }
+        out
+    }
+}
+
+/// [`i4_bf16_dot`] for `T` rows of one plane each (rows exactly bf16).
+///
+/// # Safety
+/// The CPU must have avx512f, avx512bw, avx512vl and avx512bf16; the rest as
+/// `i4_bf16_dot`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")]
+pub(crate) unsafe fn dot_i4_bf16<const T: usize>(
+    w: *const u8,
+    s: *const u8,
+    cols: usize,
+    group: usize,
+    xs: [*const u16; T],
+) -> [f32; T] {
+    // SAFETY: the features are enabled here; pointers as the caller guarantees.
+    unsafe { i4_bf16_dot::<1, T>(w, s, cols, group, xs) }
 }

@@ -16,8 +16,8 @@ pub enum Isa {
     Avx2,
     /// AVX-512F, 16 lanes (int4 rows through the permute-unpack kernel).
     Avx512,
-    /// AVX-512F + BW + BF16: as [`Isa::Avx512`], and bf16 rows through the BF16 dot
-    /// product on exact bf16 planes of the activations (`act.rs`).
+    /// AVX-512F + BW + VL + BF16: as [`Isa::Avx512`], and bf16 and int4 rows through the
+    /// BF16 dot product where the activation row is exactly bf16 (`act.rs`).
     Avx512Bf16,
 }
 
@@ -73,6 +73,7 @@ impl Isa {
             Isa::Avx512Bf16 => {
                 Isa::Avx512.available()
                     && is_x86_feature_detected!("avx512bw")
+                    && is_x86_feature_detected!("avx512vl")
                     && is_x86_feature_detected!("avx512bf16")
             }
             #[cfg(not(target_arch = "x86_64"))]
@@ -140,7 +141,7 @@ impl Dot {
         if let Some([v]) = self.special(p, r, [a]) {
             return v;
         }
-        self.dot_f32(p, r, a.x)
+        self.dot_f32(p, r, a.f32_row())
     }
 
     /// [`Self::dot_act`] of row `r` with each of `acts`, bit-identical to it, reading
@@ -149,9 +150,11 @@ impl Dot {
     pub fn dots_act(self, p: &Proj<'_>, r: usize, acts: [&Act<'_>; TOKENS]) -> [f32; TOKENS] {
         #[cfg(target_arch = "x86_64")]
         {
-            let same = acts
-                .iter()
-                .all(|a| a.planes == acts[0].planes && a.i4.is_empty() == acts[0].i4.is_empty());
+            let same = acts.iter().all(|a| {
+                a.planes == acts[0].planes
+                    && a.i4_planes == acts[0].i4_planes
+                    && a.i4.len() == acts[0].i4.len()
+            });
             if !same {
                 return acts.map(|a| self.dot_act(p, r, a));
             }
@@ -159,7 +162,7 @@ impl Dot {
                 return v;
             }
         }
-        self.dots_f32(p, r, acts.map(|a| a.x))
+        self.dots_f32(p, r, acts.map(|a| a.f32_row()))
     }
 
     /// The AVX-512 kernels that read prepared activations (bf16 planes, int4 order), for
@@ -181,19 +184,40 @@ impl Dot {
             (Isa::Avx512Bf16, WeightKind::Bf16) => {
                 let np = acts.first()?.planes;
                 let stride = cols.next_multiple_of(crate::act::BF16_BLOCK);
-                let ok = (1..=3).contains(&np)
+                let ok = np == 1
                     && w.len() >= 2 * cols
                     && acts
                         .iter()
-                        .all(|a| a.planes == np && a.bf16.len() >= np * stride);
+                        .all(|a| a.planes == np && a.bf16.as_slice().len() >= np * stride);
                 if !ok {
                     return None;
                 }
-                let xs = acts.map(|a| a.bf16.as_ptr());
+                let xs = acts.map(|a| a.bf16.as_slice().as_ptr());
                 // SAFETY: `Dot::new` checked avx512f/bw/bf16; the row has 2 * cols bytes and
                 // every plane `stride` values (checked above).
+                Some(unsafe { crate::avx512::dot_bf16_planes::<T>(w.as_ptr(), cols, xs, stride) })
+            }
+            (Isa::Avx512Bf16, WeightKind::Int4 { group })
+                if acts.first().is_some_and(|a| a.i4_planes > 0) =>
+            {
+                let s = p.row_scales(r);
+                let np = acts.first()?.i4_planes;
+                let ok = crate::act::i4_bf16_group(group)
+                    && cols.is_multiple_of(crate::act::I4_BF16_BLOCK)
+                    && cols.is_multiple_of(group)
+                    && w.len() >= cols / 2
+                    && s.len() >= cols / group * 2
+                    && acts
+                        .iter()
+                        .all(|a| a.i4_planes == np && a.i4_bf16.as_slice().len() >= np * cols);
+                if !ok || np != 1 {
+                    return None;
+                }
+                let xs = acts.map(|a| a.i4_bf16.as_slice().as_ptr());
+                // SAFETY: `Dot::new` checked avx512f/bw/vl/bf16; the row has cols / 2 bytes,
+                // its scales cols / group bf16, every plane cols values (checked above).
                 Some(unsafe {
-                    crate::avx512::dot_bf16_planes::<T>(w.as_ptr(), cols, xs, stride, np)
+                    crate::avx512::dot_i4_bf16::<T>(w.as_ptr(), s.as_ptr(), cols, group, xs)
                 })
             }
             (Isa::Avx512 | Isa::Avx512Bf16, WeightKind::Int4 { group }) => {
@@ -202,11 +226,11 @@ impl Dot {
                     && cols.is_multiple_of(group)
                     && w.len() >= cols / 2
                     && s.len() >= cols / group * 2
-                    && acts.iter().all(|a| a.i4.len() == cols);
+                    && acts.iter().all(|a| a.i4.as_slice().len() == cols);
                 if !ok {
                     return None;
                 }
-                let xs = acts.map(|a| a.i4.as_ptr());
+                let xs = acts.map(|a| a.i4.as_slice().as_ptr());
                 // SAFETY: `Dot::new` checked avx512f; the row has cols / 2 bytes, its scales
                 // cols / group bf16 and every reordered x cols values (checked above).
                 Some(unsafe { crate::avx512::dot_i4::<T>(w.as_ptr(), s.as_ptr(), cols, group, xs) })

@@ -15,16 +15,16 @@
 //! fused multiply-adds, within 1e-5 of the largest |partial product sum| per row in
 //! f32 (tests: `tests/kernels.rs`).
 //!
-//! The AVX-512 BF16 path ([`Isa::Avx512Bf16`], bf16 experts) keeps that contract: each
-//! activation row is split once per call into the fewest bf16 planes that sum to it
-//! exactly ([`Act`]: one for a row that already holds bf16 values, such as a bf16
-//! model's hidden state into gate/up; up to three for an f32 row, such as the SiLU
-//! product into down), and `vdpbf16ps` multiplies the bf16 weights with each plane:
-//! bf16 x bf16 products are exact in f32, so only the order of the adds differs from
-//! the reference. Rows it cannot split exactly (inf/NaN, or |x| < 2^-100 where the
-//! instruction flushes subnormals) go to the f32 kernel. The choice depends on the row
-//! only, so a streamed layer (in waves) and a resident one take the same kernel. The
-//! VNNI int8 dot product would round activations to 8 bits and is not used.
+//! The AVX-512 BF16 path ([`Isa::Avx512Bf16`]) keeps that contract: `vdpbf16ps`
+//! multiplies bf16 weights (or int4 q in -8..7, exact in bf16) with bf16 activations,
+//! and a product of two bf16 is exact in f32, so only the order of the adds differs
+//! from the reference. It is used only where the activation row is exactly bf16 (its
+//! f32 values have zero low 16 bits, checked per row once per call, [`Act`]): a bf16
+//! model's hidden state into gate/up. The input of down (silu(g) * u in f32) is not
+//! bf16 and stays on the f32 kernels; an exact split into three bf16 planes works
+//! (`act::split_bf16`) but measured slower than the f32 kernel. The choice depends on
+//! the row only, so a streamed layer (in waves) and a resident one take the same
+//! kernel. The VNNI int8 dot product would round activations to 8 bits and is not used.
 
 mod act;
 #[cfg(target_arch = "x86_64")]

@@ -573,6 +573,11 @@ fn prepared_kernels_match_the_reference() {
         (WeightKind::Int4 { group: 32 }, 32, 96),
         (WeightKind::Int4 { group: 64 }, 64, 192),
         (WeightKind::Int4 { group: 128 }, 128, 384),
+        (WeightKind::Int4 { group: 32 }, 32, 128),
+        (WeightKind::Int4 { group: 32 }, 64, 384),
+        (WeightKind::Int4 { group: 64 }, 64, 256),
+        (WeightKind::Int4 { group: 128 }, 128, 256),
+        (WeightKind::Int4 { group: 256 }, 256, 512),
     ];
     for (kind, rows, cols) in cases {
         let format = ExpertFormat::new(kind, [(rows, cols), (rows, cols), (cols, rows)]).unwrap();
@@ -588,7 +593,16 @@ fn prepared_kernels_match_the_reference() {
                 let dot = cpu_kernels::Dot::new(isa).unwrap();
                 let act = dot.prepare(kind, &x);
                 if isa == Isa::Avx512Bf16 && kind == WeightKind::Bf16 {
-                    assert_eq!(act.bf16_planes(), planes, "{cols} columns");
+                    // Only rows that are exactly bf16 take the BF16 kernel.
+                    let want = usize::from(planes == 1);
+                    assert_eq!(act.bf16_planes(), want, "{cols} columns");
+                }
+                if isa == Isa::Avx512Bf16 && matches!(kind, WeightKind::Int4 { .. }) {
+                    let want = match (planes, cols % 128) {
+                        (1, 0) => "int4-bf16",
+                        _ => "int4",
+                    };
+                    assert_eq!(act.prepared(), want, "{kind:?} {cols} columns");
                 }
                 for r in 0..rows {
                     let want = reference_dot(kind, &bytes, &w, rows, cols, r, &x);
