@@ -92,6 +92,20 @@ fn main() {
                 }
                 let gw = (reps * rows * cols) as f64 / s / 1e9;
                 let gb = (reps * rows * p.row_bytes()) as f64 / s / 1e9;
+                let mut s4 = f64::INFINITY;
+                for _ in 0..5 {
+                    let t0 = Instant::now();
+                    for _ in 0..reps / 4 {
+                        for r in 0..rows {
+                            sink += dot.dots_act(&p, r, [&a, &a, &a, &a])[3];
+                        }
+                    }
+                    s4 = s4.min(t0.elapsed().as_secs_f64());
+                }
+                println!(
+                    "  four tokens: {:.2} G token-weights/s",
+                    (reps / 4 * 4 * rows * cols) as f64 / s4 / 1e9
+                );
                 println!(
                     "{kind:?} {isa:?} {label} ({}): {gw:.2} G weights/s, {gb:.2} GB/s of weights (sink {sink:.1})",
                     a.prepared()

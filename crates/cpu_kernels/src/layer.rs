@@ -11,7 +11,7 @@ use rayon::prelude::*;
 
 use crate::act::Act;
 use crate::error::{KernelError, Result};
-use crate::format::{ExpertFormat, Proj, WeightKind};
+use crate::format::{ExpertFormat, Proj};
 use crate::isa::{Dot, Isa};
 use crate::scalar::silu;
 use crate::simd::TOKENS;
@@ -202,7 +202,7 @@ impl Kernels {
                 .filter_map(|&p| acts.get(p / k).and_then(Option::as_ref))
                 .collect();
             for r in t.rows.0..t.rows.1 {
-                let (quads, rest) = by_fours(&xs, job.w.gate.kind);
+                let (quads, rest) = by_fours(&xs);
                 for &four in quads {
                     let g = self.dot.dots_act(&job.w.gate, r, four);
                     let u = self.dot.dots_act(&job.w.up, r, four);
@@ -262,7 +262,7 @@ impl Kernels {
             wait(ready, job.expert, 2)?;
             let mut out = Vec::with_capacity((t.rows.1 - t.rows.0) * job.positions.len());
             for r in t.rows.0..t.rows.1 {
-                let (quads, rest) = by_fours(&hs, job.w.down.kind);
+                let (quads, rest) = by_fours(&hs);
                 for &four in quads {
                     out.extend(self.dot.dots_act(&job.w.down, r, four));
                 }
@@ -314,16 +314,11 @@ impl Kernels {
     }
 }
 
-/// Activation rows in fours for [`Dot::dots`] (one read of each weight row per four
-/// tokens) and the rest one by one. int4 rows go one by one: their four-token loop
-/// measured slower than one token at a time (docs/cpu-kernels.md).
-fn by_fours<'a, 'x, A>(
-    rows: &'a [&'x A],
-    kind: WeightKind,
-) -> (&'a [[&'x A; TOKENS]], &'a [&'x A]) {
-    if matches!(kind, WeightKind::Int4 { .. }) {
-        return (&[], rows);
-    }
+/// Activation rows in fours for [`Dot::dots_act`] (one read of each weight row per four
+/// tokens) and the rest one by one. (int4 rows went one by one while their only
+/// four-token path was slower; the AVX-512 int4 kernels are 1.9-2.6x faster per token
+/// four at a time, `examples/dot_speed.rs`, and the other paths loop over the four.)
+fn by_fours<'a, 'x, A>(rows: &'a [&'x A]) -> (&'a [[&'x A; TOKENS]], &'a [&'x A]) {
     rows.as_chunks::<TOKENS>()
 }
 
