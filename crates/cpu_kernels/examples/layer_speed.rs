@@ -1,6 +1,7 @@
 //! The fused layer call without Python: 64 experts of Qwen3-30B-A3B geometry (H 2048,
 //! I 768) per kind, one token routed to 8 random experts per call, median GB/s of expert
-//! bytes. `cargo run --release -p cpu_kernels --example layer_speed [-- threads isa]`.
+//! bytes. `cargo run --release -p cpu_kernels --example layer_speed [-- threads isa H I
+//! calls]` (tiny-code-moe: H 256, I 64).
 #![allow(clippy::unwrap_used, clippy::indexing_slicing, clippy::print_stdout)]
 
 use std::time::Instant;
@@ -11,7 +12,8 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let threads: usize = args.first().map_or(1, |a| a.parse().unwrap());
     let isa = Isa::parse(args.get(1).map_or("auto", String::as_str)).unwrap();
-    let (h, i, n, k, calls) = (2048, 768, 64, 8, 40);
+    let num = |j: usize, d: usize| args.get(j).map_or(d, |a| a.parse().unwrap());
+    let (h, i, n, k, calls) = (num(2, 2048), num(3, 768), 64, 8, num(4, 40));
     let mut seed = 0x2545_f491_4f6c_dd1du64;
     let mut rnd = move || {
         seed ^= seed << 13;

@@ -102,6 +102,12 @@ impl<'a> Act<'a> {
         self.x
     }
 
+    /// Whether nothing but (maybe) an aligned copy was prepared: only the f32 kernels
+    /// read this row.
+    pub(crate) fn is_plain(&self) -> bool {
+        self.planes == 0 && self.i4_planes == 0 && self.i4.len() == 0
+    }
+
     /// The f32 row the f32 kernels read: the aligned copy if there is one.
     pub(crate) fn f32_row(&self) -> &[f32] {
         if self.xa.len() == self.x.len() && !self.x.is_empty() {
@@ -143,6 +149,9 @@ impl<'a> Act<'a> {
     /// two or three planes stay f32: the BF16 kernel on three planes measured slower than
     /// the f32 kernel (20.6 vs 27.8 G weights/s from L2, examples/dot_speed.rs).
     pub(crate) fn with_bf16(mut self) -> Self {
+        if !is_bf16(self.x) {
+            return self;
+        }
         if let Some((planes, n @ 1)) = split_bf16(self.x) {
             self.bf16 = Aligned::from_slice(&planes);
             self.planes = n;
@@ -170,7 +179,7 @@ impl Act<'_> {
     /// measured slower than the f32 int4 kernel, 15.5 vs 17.4 G weights/s); else the
     /// f32 int4 order.
     pub(crate) fn with_i4_bf16(mut self) -> Self {
-        if self.x.len().is_multiple_of(I4_BF16_BLOCK) {
+        if self.x.len().is_multiple_of(I4_BF16_BLOCK) && is_bf16(self.x) {
             let mut order = Vec::with_capacity(self.x.len());
             for block in self.x.chunks_exact(I4_BF16_BLOCK) {
                 for k in 0..4 {
@@ -204,6 +213,14 @@ pub(crate) fn prepare(x: &[f32], kind: WeightKind, bf16: bool, i4: bool) -> Act<
 /// of a 128-column step then holds whole groups of 8-column lanes).
 pub(crate) fn i4_bf16_group(group: usize) -> bool {
     group == 32 || group == 64 || group.is_multiple_of(I4_BF16_BLOCK)
+}
+
+/// Whether every value of `x` is finite and exactly bf16, stopping at the first that is
+/// not (an f32 row: the first value, so preparing costs nothing where the BF16 kernels
+/// do not apply; a full split of every f32 row cost tiny-code-moe ~20% of its prefill).
+fn is_bf16(x: &[f32]) -> bool {
+    x.iter()
+        .all(|v| v.is_finite() && v.to_bits().trailing_zeros() >= 16)
 }
 
 /// `x` as the fewest bf16 planes (1, 2 or 3, each zero-padded to [`BF16_BLOCK`]) whose

@@ -241,7 +241,7 @@ impl Dot {
 
     /// The f32 kernels: row `r` of `p` dotted with the f32 row `x`.
     #[inline]
-    fn dot_f32(self, p: &Proj<'_>, r: usize, x: &[f32]) -> f32 {
+    pub(crate) fn dot_f32(self, p: &Proj<'_>, r: usize, x: &[f32]) -> f32 {
         match self.isa {
             Isa::Scalar => crate::scalar::dot(p, r, x),
             // SAFETY: plain Rust; the trait contract holds for any CPU.
@@ -259,7 +259,7 @@ impl Dot {
 
     /// [`Self::dot_f32`] of row `r` with each of `xs` (each bit-identical to it).
     #[inline]
-    fn dots_f32(self, p: &Proj<'_>, r: usize, xs: [&[f32]; TOKENS]) -> [f32; TOKENS] {
+    pub(crate) fn dots_f32(self, p: &Proj<'_>, r: usize, xs: [&[f32]; TOKENS]) -> [f32; TOKENS] {
         match self.isa {
             Isa::Scalar => xs.map(|x| crate::scalar::dot(p, r, x)),
             // SAFETY: plain Rust; the trait contract holds for any CPU.

@@ -9,7 +9,7 @@
 
 use rayon::prelude::*;
 
-use crate::act::Act;
+use crate::act::{Act, Aligned};
 use crate::error::{KernelError, Result};
 use crate::format::{ExpertFormat, Proj};
 use crate::isa::{Dot, Isa};
@@ -188,6 +188,19 @@ impl Kernels {
         let acts: Vec<Option<Act<'_>>> = self.map(&used, |(t, &u)| {
             u.then(|| self.dot.prepare(format.kind, row_of(x, t, h)))
         });
+        // Each job's activation rows, once for all its tasks (and as f32 slices where none
+        // was prepared for a prepared kernel).
+        let rows1: Vec<Rows<'_, '_>> = jobs
+            .iter()
+            .map(|job| {
+                rows_of(
+                    job.positions
+                        .iter()
+                        .filter_map(|&p| acts.get(p / k).and_then(Option::as_ref))
+                        .collect(),
+                )
+            })
+            .collect();
         // Phase 1: h[n, r] = silu(gate_r . x_n) * (up_r . x_n), tasks by rows of I.
         let tasks1 = tasks(&jobs, i, h * 2);
         let parts1 = self.run(&tasks1, |t| {
@@ -196,13 +209,30 @@ impl Kernels {
                 .ok_or(KernelError::MissingExpert { expert: 0 })?;
             wait(ready, job.expert, 1)?;
             let mut out = Vec::with_capacity((t.rows.1 - t.rows.0) * job.positions.len());
-            let xs: Vec<&Act<'_>> = job
-                .positions
-                .iter()
-                .filter_map(|&p| acts.get(p / k).and_then(Option::as_ref))
-                .collect();
+            let (xs, xf) = rows1
+                .get(t.job)
+                .ok_or(KernelError::MissingExpert { expert: 0 })?;
+            // Rows nothing was prepared for go straight to the f32 kernels (the same
+            // bits as through `dot_act`): on small rows (tiny-code-moe's 64 and 256
+            // columns) the per-call dispatch of the prepared kernels measured -13% prefill.
+            if let Some(xf) = xf {
+                let (quads, rest) = by_fours(xf);
+                for r in t.rows.0..t.rows.1 {
+                    for &four in quads {
+                        let g = self.dot.dots_f32(&job.w.gate, r, four);
+                        let u = self.dot.dots_f32(&job.w.up, r, four);
+                        out.extend(g.iter().zip(u).map(|(&g, u)| silu(g) * u));
+                    }
+                    for &xt in rest {
+                        let g = self.dot.dot_f32(&job.w.gate, r, xt);
+                        let u = self.dot.dot_f32(&job.w.up, r, xt);
+                        out.push(silu(g) * u);
+                    }
+                }
+                return Ok(out);
+            }
             for r in t.rows.0..t.rows.1 {
-                let (quads, rest) = by_fours(&xs);
+                let (quads, rest) = by_fours(xs);
                 for &four in quads {
                     let g = self.dot.dots_act(&job.w.gate, r, four);
                     let u = self.dot.dots_act(&job.w.up, r, four);
@@ -216,9 +246,11 @@ impl Kernels {
             }
             Ok(out)
         })?;
-        let mut hidden: Vec<Vec<f32>> = jobs
+        // 64-byte aligned, so that down's f32 kernels read whole cache lines without an
+        // aligned copy of each row.
+        let mut hidden: Vec<Aligned<f32>> = jobs
             .iter()
-            .map(|j| vec![0.0; j.positions.len() * i])
+            .map(|j| Aligned::zeroed(j.positions.len() * i))
             .collect();
         for (t, part) in tasks1.iter().zip(parts1) {
             let (Some(dst), Some(job)) = (hidden.get_mut(t.job), jobs.get(t.job)) else {
@@ -227,7 +259,7 @@ impl Kernels {
             let n = job.positions.len();
             for (idx, v) in part.into_iter().enumerate() {
                 let (r, m) = (t.rows.0 + idx / n, idx % n);
-                if let Some(d) = dst.get_mut(m * i + r) {
+                if let Some(d) = dst.as_mut_slice().get_mut(m * i + r) {
                     *d = v;
                 }
             }
@@ -239,7 +271,7 @@ impl Kernels {
             .flat_map(|(j, job)| (0..job.positions.len()).map(move |m| (j, m)))
             .collect();
         let hacts: Vec<Act<'_>> = self.map(&rows2, |(_, &(j, m))| {
-            let hj = hidden.get(j).map(Vec::as_slice).unwrap_or_default();
+            let hj = hidden.get(j).map(Aligned::as_slice).unwrap_or_default();
             self.dot.prepare(format.kind, row_of(hj, m, i))
         });
         let mut first = Vec::with_capacity(jobs.len());
@@ -248,21 +280,43 @@ impl Kernels {
             first.push(n);
             n += job.positions.len();
         }
+        let rows2: Vec<Rows<'_, '_>> = jobs
+            .iter()
+            .zip(&first)
+            .map(|(job, &start)| {
+                rows_of(
+                    hacts
+                        .get(start..start + job.positions.len())
+                        .unwrap_or_default()
+                        .iter()
+                        .collect(),
+                )
+            })
+            .collect();
         let tasks2 = tasks(&jobs, h, i);
         let parts2 = self.run(&tasks2, |t| {
             let job = jobs
                 .get(t.job)
                 .ok_or(KernelError::MissingExpert { expert: 0 })?;
-            let start = first.get(t.job).copied().unwrap_or(0);
-            let hs: Vec<&Act<'_>> = hacts
-                .get(start..start + job.positions.len())
-                .unwrap_or_default()
-                .iter()
-                .collect();
+            let (hs, hf) = rows2
+                .get(t.job)
+                .ok_or(KernelError::MissingExpert { expert: 0 })?;
             wait(ready, job.expert, 2)?;
             let mut out = Vec::with_capacity((t.rows.1 - t.rows.0) * job.positions.len());
+            if let Some(hf) = hf {
+                let (quads, rest) = by_fours(hf);
+                for r in t.rows.0..t.rows.1 {
+                    for &four in quads {
+                        out.extend(self.dot.dots_f32(&job.w.down, r, four));
+                    }
+                    for &ht in rest {
+                        out.push(self.dot.dot_f32(&job.w.down, r, ht));
+                    }
+                }
+                return Ok(out);
+            }
             for r in t.rows.0..t.rows.1 {
-                let (quads, rest) = by_fours(&hs);
+                let (quads, rest) = by_fours(hs);
                 for &four in quads {
                     out.extend(self.dot.dots_act(&job.w.down, r, four));
                 }
@@ -318,8 +372,20 @@ impl Kernels {
 /// tokens) and the rest one by one. (int4 rows went one by one while their only
 /// four-token path was slower; the AVX-512 int4 kernels are 1.9-2.6x faster per token
 /// four at a time, `examples/dot_speed.rs`, and the other paths loop over the four.)
-fn by_fours<'a, 'x, A>(rows: &'a [&'x A]) -> (&'a [[&'x A; TOKENS]], &'a [&'x A]) {
+fn by_fours<'a, 'x, A: ?Sized>(rows: &'a [&'x A]) -> (&'a [[&'x A; TOKENS]], &'a [&'x A]) {
     rows.as_chunks::<TOKENS>()
+}
+
+/// A job's activation rows, and the same as f32 slices if none was prepared for a
+/// prepared kernel (then the f32 kernels are called directly).
+type Rows<'r, 'x> = (Vec<&'r Act<'x>>, Option<Vec<&'r [f32]>>);
+
+fn rows_of<'r, 'x>(acts: Vec<&'r Act<'x>>) -> Rows<'r, 'x> {
+    let plain = acts
+        .iter()
+        .all(|a| a.is_plain())
+        .then(|| acts.iter().map(|a| a.f32_row()).collect());
+    (acts, plain)
 }
 
 fn wait<R: Ready>(ready: &R, expert: u32, proj: usize) -> Result<()> {
