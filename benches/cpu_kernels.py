@@ -2,6 +2,7 @@
 
 Usage: python benches/cpu_kernels.py [--threads 1,2] [--experts 64] [--calls 40]
        [--schemes bf16,int8,int4] [--hidden 2048] [--inter 768] [--top-k 8]
+       [--isa auto,avx512] [--x-bf16]
 
 One synthetic MoE layer of ``--experts`` experts with Qwen3-30B-A3B's expert geometry
 (H=2048, I=768) per scheme, far larger than the L3 cache; each call routes one token to
@@ -9,7 +10,10 @@ One synthetic MoE layer of ``--experts`` experts with Qwen3-30B-A3B's expert geo
 bytes the call read / its time. The yardstick, measured interleaved in the same run at
 the same thread count: torch's ``sum`` over a 512 MiB f32 tensor (a plain streaming
 read). Every call's output is checked against the scalar reference kernel on the
-first call of each configuration (a fast wrong answer is a bug).
+first call of each configuration (a fast wrong answer is a bug). ``--isa`` compares
+instruction sets in one run; ``--x-bf16`` rounds the hidden state to bf16 values (what a
+bf16 model hands the gate/up projections; the default, random f32, is the worst case of
+the AVX-512 BF16 kernel: three bf16 planes per activation).
 """
 
 from __future__ import annotations
@@ -64,14 +68,19 @@ def _read_gbs(buf: torch.Tensor, threads: int, reps: int = 5) -> float:
 
 
 def _fused_gbs(
-    args: argparse.Namespace, scheme: str, threads: int, layer: tuple[FusedKernel, torch.Tensor]
+    args: argparse.Namespace,
+    scheme: str,
+    threads: int,
+    layer: tuple[FusedKernel, torch.Tensor],
+    kernel: FusedKernel,
 ) -> tuple[float, float]:
     probe, table = layer
     name, dtype, group = SCHEMES[scheme]
     shapes = ((args.inter, args.hidden), (args.inter, args.hidden), (args.hidden, args.inter))
-    kernel = FusedKernel(name, dtype, group, shapes, args.experts, threads=threads)
     gen = torch.Generator().manual_seed(threads)
     x = torch.randn(1, args.hidden, generator=gen)
+    if args.x_bf16:
+        x = x.to(torch.bfloat16).to(torch.float32)
     w = torch.full((1, args.top_k), 1.0 / args.top_k)
     ids = [
         torch.randperm(args.experts, generator=gen)[: args.top_k][None] for _ in range(args.calls)
@@ -98,16 +107,23 @@ def main() -> None:
     parser.add_argument("--inter", type=int, default=768)
     parser.add_argument("--top-k", type=int, default=8)
     parser.add_argument("--calls", type=int, default=40)
+    parser.add_argument("--isa", default="auto")
+    parser.add_argument("--x-bf16", action="store_true")
     args = parser.parse_args()
     buf = torch.ones(512 << 18)  # 512 MiB of f32
     for scheme in args.schemes.split(","):
         layer = _layer(scheme, args.experts, args.inter, args.hidden)
-        for threads in (int(t) for t in args.threads.split(",")):
+        name, dtype, group = SCHEMES[scheme]
+        shapes = ((args.inter, args.hidden), (args.inter, args.hidden), (args.hidden, args.inter))
+        for threads, isa in (
+            (int(t), i) for t in args.threads.split(",") for i in args.isa.split(",")
+        ):
+            kernel = FusedKernel(name, dtype, group, shapes, args.experts, threads=threads, isa=isa)
             read = _read_gbs(buf, threads)
-            median, best = _fused_gbs(args, scheme, threads, layer)
-            isa = layer[0].core.isa
+            median, best = _fused_gbs(args, scheme, threads, layer, kernel)
             print(json.dumps({
-                "scheme": scheme, "isa": isa, "threads": threads,
+                "scheme": scheme, "isa": kernel.core.isa, "threads": threads,
+                "x_bf16": args.x_bf16,
                 "fused_gb_s_median": round(median, 2), "fused_gb_s_best": round(best, 2),
                 "memory_read_gb_s": round(read, 2), "ratio_median": round(median / read, 3),
                 "date": time.strftime("%Y-%m-%d"),

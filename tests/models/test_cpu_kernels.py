@@ -29,7 +29,7 @@ TOL = 1e-5  # of the largest |output|: fp32 with a different summation order (do
 
 def _isas() -> list[str]:
     out = []
-    for isa in ("scalar", "portable", "avx2", "avx512"):
+    for isa in ("scalar", "portable", "avx2", "avx512", "avx512bf16"):
         try:
             _core.CpuKernels("raw", "f32", 0, ((1, 1), (1, 1), (1, 1)), 1, 1, isa)
         except ValueError:

@@ -112,3 +112,411 @@ pub(crate) unsafe fn dots_avx512(
     // SAFETY: the features are enabled here (caller's guarantee).
     unsafe { crate::simd::dots::<Avx512>(p, r, xs) }
 }
+
+/// `sum_c W[r, c] * x[c]` for `T` activation rows at once from one read of a bf16 weight
+/// row `w` of `cols` columns, with the AVX-512 BF16 dot product against each row's `NP`
+/// exact bf16 planes (`xs[t]`: plane `p` starts at `xs[t] + p * stride`, zero-padded
+/// to a multiple of 32). Every product is exact (bf16 x bf16 fits f32); per plane two
+/// accumulators (even and odd 32-column steps, the last partial step masked into the
+/// even one), summed as (plane NP-1 + ... ) + plane 0, then [`Avx512::hsum`]. The
+/// operations of a token do not depend on `T` (four-token calls are bit-identical to
+/// one-token calls).
+///
+/// # Safety
+/// avx512f, avx512bw and avx512bf16 must be enabled in the caller; `w` readable for
+/// `2 * cols` bytes and each plane for `cols` rounded up to 32 values.
+#[inline(always)]
+unsafe fn bf16_planes_dot<const NP: usize, const T: usize>(
+    w: *const u8,
+    cols: usize,
+    xs: [*const u16; T],
+    stride: usize,
+) -> [f32; T] {
+    // SAFETY: the caller's guarantees; reads stay below 2 * cols bytes of w (the last
+    // step is masked) and below the padded plane length of each x.
+    unsafe {
+        let mut a0 = [[_mm512_setzero_ps(); NP]; T];
+        let mut a1 = [[_mm512_setzero_ps(); NP]; T];
+        let mut c = 0;
+        while c + 64 <= cols {
+            let w0 = bh(_mm512_loadu_si512(w.add(2 * c).cast()));
+            let w1 = bh(_mm512_loadu_si512(w.add(2 * c + 64).cast()));
+            for ((b0, b1), x) in a0.iter_mut().zip(a1.iter_mut()).zip(xs) {
+                for (p, (e, o)) in b0.iter_mut().zip(b1.iter_mut()).enumerate() {
+                    *e = _mm512_dpbf16_ps(*e, w0, load_bh(x.add(p * stride + c)));
+                    *o = _mm512_dpbf16_ps(*o, w1, load_bh(x.add(p * stride + c + 32)));
+                }
+            }
+            c += 64;
+        }
+        while c < cols {
+            let n = cols - c;
+            let w0 = if n >= 32 {
+                _mm512_loadu_si512(w.add(2 * c).cast())
+            } else {
+                _mm512_maskz_loadu_epi16((1u32 << n) - 1, w.add(2 * c).cast())
+            };
+            let w0 = bh(w0);
+            for (b0, x) in a0.iter_mut().zip(xs) {
+                for (p, e) in b0.iter_mut().enumerate() {
+                    *e = _mm512_dpbf16_ps(*e, w0, load_bh(x.add(p * stride + c)));
+                }
+            }
+            c += 32;
+        }
+        let mut out = [0.0f32; T];
+        for ((o, b0), b1) in out.iter_mut().zip(a0).zip(a1) {
+            let mut s = _mm512_setzero_ps();
+            for (e, d) in b0.into_iter().zip(b1).rev() {
+                s = _mm512_add_ps(s, _mm512_add_ps(e, d));
+            }
+            *o = Avx512::hsum(s);
+        }
+        out
+    }
+}
+
+/// The 512 bits of a register as 32 bf16.
+#[inline(always)]
+fn bh(v: __m512i) -> __m512bh {
+    // SAFETY: both are 512 plain bits; every bit pattern is a valid value of either.
+    unsafe { std::mem::transmute::<__m512i, __m512bh>(v) }
+}
+
+/// 32 bf16 at `p`.
+///
+/// # Safety
+/// avx512f enabled in the caller; 64 readable bytes at `p`.
+#[inline(always)]
+unsafe fn load_bh(p: *const u16) -> __m512bh {
+    // SAFETY: the caller's guarantees.
+    bh(unsafe { _mm512_loadu_si512(p.cast()) })
+}
+
+/// [`bf16_planes_dot`] for `T` rows of one plane each (rows exactly bf16; more planes
+/// measured slower than the f32 kernel, see `act.rs`).
+///
+/// # Safety
+/// The CPU must have avx512f, avx512bw and avx512bf16; the rest as `bf16_planes_dot`.
+#[target_feature(enable = "avx512f,avx512bw,avx512bf16,avx2,fma,f16c")]
+pub(crate) unsafe fn dot_bf16_planes<const T: usize>(
+    w: *const u8,
+    cols: usize,
+    xs: [*const u16; T],
+    stride: usize,
+) -> [f32; T] {
+    // SAFETY: the features are enabled here; pointers as the caller guarantees.
+    unsafe { bf16_planes_dot::<1, T>(w, cols, xs, stride) }
+}
+
+/// `sum_g scale_g * sum_{c in g} q[c] * x[c]` for `T` activation rows from one read of
+/// an int4 row `w` (`cols / 2` bytes; `group` a multiple of 32 dividing `cols`; bf16
+/// scales `s`, one per group). Each 16 bytes (32 columns) widen to 16 lanes once; a
+/// permute through the table -8..7 turns the low nibbles (even columns) and, after a
+/// 4-bit shift, the high nibbles (odd columns) into f32 without unpacking them in
+/// order: the activations come reordered to match ([`crate::act::Act`]'s int4 order).
+/// Per group even and odd columns accumulate apart, then their sum times the scale
+/// goes to one of two accumulators (even and odd groups), summed at the end.
+///
+/// # Safety
+/// avx512f must be enabled in the caller; `w` readable for `cols / 2` bytes, `s` for
+/// `2 * cols / group` bytes, each `xs[t]` for `cols` f32.
+#[inline(always)]
+unsafe fn i4_dot<const T: usize>(
+    w: *const u8,
+    s: *const u8,
+    cols: usize,
+    group: usize,
+    xs: [*const f32; T],
+) -> [f32; T] {
+    // SAFETY: the caller's guarantees; every read is below cols / 2 bytes of w, below
+    // the group count of s and below cols of each x.
+    unsafe {
+        let table = _mm512_setr_ps(
+            -8.0, -7.0, -6.0, -5.0, -4.0, -3.0, -2.0, -1.0, 0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0,
+        );
+        let part = |g: usize| i4_group::<T>(w, g * group, (g + 1) * group, table, xs);
+        let scale = |g: usize| bf16_splat(s, g);
+        let groups = cols / group;
+        let mut a0 = [_mm512_setzero_ps(); T];
+        let mut a1 = [_mm512_setzero_ps(); T];
+        let mut g = 0;
+        while g + 2 <= groups {
+            let (p0, p1) = (part(g), part(g + 1));
+            let (s0, s1) = (scale(g), scale(g + 1));
+            for t in 0..T {
+                if let (Some(a), Some(b), Some(&q0), Some(&q1)) =
+                    (a0.get_mut(t), a1.get_mut(t), p0.get(t), p1.get(t))
+                {
+                    *a = _mm512_fmadd_ps(q0, s0, *a);
+                    *b = _mm512_fmadd_ps(q1, s1, *b);
+                }
+            }
+            g += 2;
+        }
+        if g < groups {
+            let (p0, s0) = (part(g), scale(g));
+            for (a, q0) in a0.iter_mut().zip(p0) {
+                *a = _mm512_fmadd_ps(q0, s0, *a);
+            }
+        }
+        let mut out = [0.0f32; T];
+        for ((o, x0), x1) in out.iter_mut().zip(a0).zip(a1) {
+            *o = Avx512::hsum(_mm512_add_ps(x0, x1));
+        }
+        out
+    }
+}
+
+/// One int4 group (columns `c0..c1`, a multiple of 32): `sum q * x` per token, even
+/// and odd columns accumulated apart, then added. (A function, not a closure: closures
+/// do not get the caller's target features, so their intrinsics would not inline.)
+///
+/// # Safety
+/// As [`i4_dot`].
+#[inline(always)]
+unsafe fn i4_group<const T: usize>(
+    w: *const u8,
+    c0: usize,
+    c1: usize,
+    table: __m512,
+    xs: [*const f32; T],
+) -> [__m512; T] {
+    // SAFETY: as i4_dot (the caller's guarantees).
+    unsafe {
+        let mut even = [_mm512_setzero_ps(); T];
+        let mut odd = [_mm512_setzero_ps(); T];
+        let mut c = c0;
+        while c < c1 {
+            let v = _mm512_cvtepu8_epi32(_mm_loadu_si128(w.add(c / 2).cast()));
+            let lo = _mm512_permutexvar_ps(v, table);
+            let hi = _mm512_permutexvar_ps(_mm512_srli_epi32::<4>(v), table);
+            for ((e, o), x) in even.iter_mut().zip(odd.iter_mut()).zip(xs) {
+                *e = _mm512_fmadd_ps(lo, _mm512_loadu_ps(x.add(c)), *e);
+                *o = _mm512_fmadd_ps(hi, _mm512_loadu_ps(x.add(c + 16)), *o);
+            }
+            c += crate::act::I4_BLOCK;
+        }
+        for (e, o) in even.iter_mut().zip(odd) {
+            *e = _mm512_add_ps(*e, o);
+        }
+        even
+    }
+}
+
+/// bf16 scale `g` of `s`, in every lane.
+///
+/// # Safety
+/// avx512f enabled in the caller; `s` readable for `2 * g + 2` bytes.
+#[inline(always)]
+unsafe fn bf16_splat(s: *const u8, g: usize) -> __m512 {
+    // SAFETY: the caller's guarantees.
+    unsafe {
+        let bits = u32::from(u16::from_le(s.add(2 * g).cast::<u16>().read_unaligned()));
+        _mm512_set1_ps(f32::from_bits(bits << 16))
+    }
+}
+
+/// The 16-bit permute index that puts scale `(8 i) / group` of a 128-column step (0 for
+/// groups of 128 or more) in the high half of 32-bit lane i. (Constants: built per row
+/// call, the 16 divisions cost tiny-code-moe's 256-column rows 30% of a layer call.)
+///
+/// # Safety
+/// avx512f enabled in the caller.
+#[inline(always)]
+unsafe fn scale_index(group: usize) -> __m512i {
+    // Evaluated at compile time only: an index out of range fails the build.
+    #[allow(clippy::indexing_slicing)]
+    const fn index(group: usize) -> [u16; 32] {
+        let mut sidx = [0u16; 32];
+        let mut i = 0;
+        while i < 16 {
+            sidx[2 * i + 1] = if group < 128 {
+                (8 * i / group) as u16
+            } else {
+                0
+            };
+            i += 1;
+        }
+        sidx
+    }
+    const G32: [u16; 32] = index(32);
+    const G64: [u16; 32] = index(64);
+    const G128: [u16; 32] = index(128);
+    let sidx = match group {
+        32 => &G32,
+        64 => &G64,
+        _ => &G128,
+    };
+    // SAFETY: 64 readable bytes; avx512f enabled in the caller.
+    unsafe { _mm512_loadu_si512(sidx.as_ptr().cast()) }
+}
+
+/// q = -8..7 as bf16 bits, twice (a 16-bit permute indexes by the low 5 bits).
+// Evaluated at compile time: an index out of range fails the build.
+#[allow(clippy::indexing_slicing)]
+const Q_BF16: [u16; 32] = {
+    let mut tab = [0u16; 32];
+    let mut i = 0;
+    while i < 32 {
+        tab[i] = ((((i & 15) as f32) - 8.0).to_bits() >> 16) as u16;
+        i += 1;
+    }
+    tab
+};
+
+/// The scales of the 128-column step at `c`, lane i holding that of columns 8i..8i+7.
+///
+/// # Safety
+/// avx512f/bw/vl enabled in the caller; `s` readable for `2 * groups` bytes.
+#[inline(always)]
+unsafe fn step_scales(
+    s: *const u8,
+    c: usize,
+    group: usize,
+    groups: usize,
+    sidx: __m512i,
+) -> __m512 {
+    // SAFETY: the masked load reads at most the step's groups, all below `groups`.
+    unsafe {
+        let g0 = c / group;
+        let n = groups.saturating_sub(g0).min(4);
+        let sc = _mm_maskz_loadu_epi16(((1u32 << n) - 1) as u8, s.add(2 * g0).cast());
+        _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16(
+            0xaaaa_aaaa,
+            sidx,
+            _mm512_castsi128_si512(sc),
+        ))
+    }
+}
+
+/// [`i4_dot`] compiled for AVX-512F.
+///
+/// # Safety
+/// The CPU must have avx512f; the rest as `i4_dot`.
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+pub(crate) unsafe fn dot_i4<const T: usize>(
+    w: *const u8,
+    s: *const u8,
+    cols: usize,
+    group: usize,
+    xs: [*const f32; T],
+) -> [f32; T] {
+    // SAFETY: the features are enabled here; pointers as the caller guarantees.
+    unsafe { i4_dot::<T>(w, s, cols, group, xs) }
+}
+
+/// The int4 row `w` (`cols / 2` bytes, `cols` a multiple of 128, bf16 scales `s`, one per
+/// `group` of 32, 64 or a multiple of 128) dotted with `T` activation rows given as `NP`
+/// exact bf16 planes in the int4 BF16 order ([`crate::act::Act`]), by the AVX-512 BF16
+/// dot product: q in -8..7 is exact in bf16, so every product is exact. Each 64 bytes
+/// (128 columns) are read once as 32 16-bit words; word j holds columns 4j..4j+3, and
+/// a permute of 32 words through the table of q as bf16 (indexed by the low 5 bits,
+/// the table repeats every 16) turns the word, and the word shifted by 4, 8, 12, into
+/// columns 4j, 4j+1, 4j+2, 4j+3 as bf16 without unpacking. Lane i of the dot product
+/// then sums columns 8i..8i+7 of the step, all of one group; the step's lanes are
+/// scaled by their groups' scales and added to one of two accumulators (even and odd
+/// steps), summed at the end.
+///
+/// # Safety
+/// avx512f, avx512bw, avx512vl and avx512bf16 must be enabled in the caller; `w`
+/// readable for `cols / 2` bytes, `s` for `2 * cols / group` bytes, each plane of each
+/// `xs[t]` (plane `p` at `xs[t] + p * cols`) for `cols` values.
+#[inline(always)]
+unsafe fn i4_bf16_dot<const NP: usize, const T: usize>(
+    w: *const u8,
+    s: *const u8,
+    cols: usize,
+    group: usize,
+    xs: [*const u16; T],
+) -> [f32; T] {
+    // SAFETY: the caller's guarantees; reads stay below cols / 2 bytes of w, below the
+    // group count of s (masked) and below cols values of each plane.
+    unsafe {
+        let table = _mm512_loadu_si512(Q_BF16.as_ptr().cast());
+        let sidx = scale_index(group);
+        let groups = cols / group;
+        let mut a0 = [_mm512_setzero_ps(); T];
+        let mut a1 = [_mm512_setzero_ps(); T];
+        let mut c = 0;
+        while c + 2 * crate::act::I4_BF16_BLOCK <= cols {
+            let p0 = i4_bf16_step::<NP, T>(w, s, c, group, groups, cols, table, sidx, xs);
+            let p1 = i4_bf16_step::<NP, T>(w, s, c + 128, group, groups, cols, table, sidx, xs);
+            for ((a, b), (q0, q1)) in a0.iter_mut().zip(a1.iter_mut()).zip(p0.into_iter().zip(p1)) {
+                *a = _mm512_add_ps(*a, q0);
+                *b = _mm512_add_ps(*b, q1);
+            }
+            c += 2 * crate::act::I4_BF16_BLOCK;
+        }
+        if c < cols {
+            let p0 = i4_bf16_step::<NP, T>(w, s, c, group, groups, cols, table, sidx, xs);
+            for (a, q0) in a0.iter_mut().zip(p0) {
+                *a = _mm512_add_ps(*a, q0);
+            }
+        }
+        let mut out = [0.0f32; T];
+        for ((o, x0), x1) in out.iter_mut().zip(a0).zip(a1) {
+            *o = Avx512::hsum(_mm512_add_ps(x0, x1));
+        }
+        out
+    }
+}
+
+/// One 128-column step of [`i4_bf16_dot`]: per token, the lanes' sums of q * x times
+/// their groups' scales.
+///
+/// # Safety
+/// As [`i4_bf16_dot`], `c` a multiple of 128 below `cols`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn i4_bf16_step<const NP: usize, const T: usize>(
+    w: *const u8,
+    s: *const u8,
+    c: usize,
+    group: usize,
+    groups: usize,
+    cols: usize,
+    table: __m512i,
+    sidx: __m512i,
+    xs: [*const u16; T],
+) -> [__m512; T] {
+    // SAFETY: as i4_bf16_dot.
+    unsafe {
+        let v = _mm512_loadu_si512(w.add(c / 2).cast());
+        let q = [
+            bh(_mm512_permutexvar_epi16(v, table)),
+            bh(_mm512_permutexvar_epi16(_mm512_srli_epi16::<4>(v), table)),
+            bh(_mm512_permutexvar_epi16(_mm512_srli_epi16::<8>(v), table)),
+            bh(_mm512_permutexvar_epi16(_mm512_srli_epi16::<12>(v), table)),
+        ];
+        let scale = step_scales(s, c, group, groups, sidx);
+        let mut out = [_mm512_setzero_ps(); T];
+        for (o, x) in out.iter_mut().zip(xs) {
+            let mut part = _mm512_setzero_ps();
+            for (k, qk) in q.iter().enumerate() {
+                for p in 0..NP {
+                    part = _mm512_dpbf16_ps(part, *qk, load_bh(x.add(p * cols + c + 32 * k)));
+                }
+            }
+            *o = _mm512_mul_ps(part, scale);
+        }
+        out
+    }
+}
+
+/// [`i4_bf16_dot`] for `T` rows of one plane each (rows exactly bf16).
+///
+/// # Safety
+/// The CPU must have avx512f, avx512bw, avx512vl and avx512bf16; the rest as
+/// `i4_bf16_dot`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")]
+pub(crate) unsafe fn dot_i4_bf16<const T: usize>(
+    w: *const u8,
+    s: *const u8,
+    cols: usize,
+    group: usize,
+    xs: [*const u16; T],
+) -> [f32; T] {
+    // SAFETY: the features are enabled here; pointers as the caller guarantees.
+    unsafe { i4_bf16_dot::<1, T>(w, s, cols, group, xs) }
+}

@@ -40,7 +40,7 @@ pub enum KernelError {
         expert: u32,
     },
     /// The unknown name of an instruction set.
-    #[error("unknown instruction set {name:?} (scalar, portable, avx2, avx512)")]
+    #[error("unknown instruction set {name:?} (scalar, portable, avx2, avx512, avx512bf16)")]
     UnknownIsa {
         /// The name given.
         name: String,

@@ -1,7 +1,9 @@
 //! Which vector path runs: detected from the CPU at run time, or forced (tests, benches).
 
+use crate::act::{prepare, Act, I4_BLOCK};
 use crate::error::{KernelError, Result};
-use crate::format::Proj;
+use crate::format::{Proj, WeightKind};
+use crate::simd::TOKENS;
 
 /// An instruction set the kernels are compiled for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -12,21 +14,31 @@ pub enum Isa {
     Portable,
     /// AVX2 + FMA + F16C, 8 lanes.
     Avx2,
-    /// AVX-512F, 16 lanes.
+    /// AVX-512F, 16 lanes (int4 rows through the permute-unpack kernel).
     Avx512,
+    /// AVX-512F + BW + VL + BF16: as [`Isa::Avx512`], and bf16 and int4 rows through the
+    /// BF16 dot product where the activation row is exactly bf16 (`act.rs`).
+    Avx512Bf16,
 }
 
 impl Isa {
     /// Every instruction set, slowest first.
-    pub const ALL: [Isa; 4] = [Isa::Scalar, Isa::Portable, Isa::Avx2, Isa::Avx512];
+    pub const ALL: [Isa; 5] = [
+        Isa::Scalar,
+        Isa::Portable,
+        Isa::Avx2,
+        Isa::Avx512,
+        Isa::Avx512Bf16,
+    ];
 
-    /// Its name (`scalar`, `portable`, `avx2`, `avx512`).
+    /// Its name (`scalar`, `portable`, `avx2`, `avx512`, `avx512bf16`).
     pub fn name(self) -> &'static str {
         match self {
             Isa::Scalar => "scalar",
             Isa::Portable => "portable",
             Isa::Avx2 => "avx2",
             Isa::Avx512 => "avx512",
+            Isa::Avx512Bf16 => "avx512bf16",
         }
     }
 
@@ -57,14 +69,21 @@ impl Isa {
             }
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512 => Isa::Avx2.available() && is_x86_feature_detected!("avx512f"),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512Bf16 => {
+                Isa::Avx512.available()
+                    && is_x86_feature_detected!("avx512bw")
+                    && is_x86_feature_detected!("avx512vl")
+                    && is_x86_feature_detected!("avx512bf16")
+            }
             #[cfg(not(target_arch = "x86_64"))]
-            Isa::Avx2 | Isa::Avx512 => false,
+            Isa::Avx2 | Isa::Avx512 | Isa::Avx512Bf16 => false,
         }
     }
 
-    /// The fastest available: AVX-512, else AVX2, else portable.
+    /// The fastest available: AVX-512 BF16, else AVX-512, else AVX2, else portable.
     pub fn best() -> Self {
-        [Isa::Avx512, Isa::Avx2]
+        [Isa::Avx512Bf16, Isa::Avx512, Isa::Avx2]
             .into_iter()
             .find(|i| i.available())
             .unwrap_or(Isa::Portable)
@@ -93,9 +112,136 @@ impl Dot {
         self.isa
     }
 
+    /// `x` prepared for this instruction set's kernels of `kind` (once per activation
+    /// row and layer call; see [`Act`]).
+    pub fn prepare<'a>(self, kind: WeightKind, x: &'a [f32]) -> Act<'a> {
+        let i4 = matches!(self.isa, Isa::Avx512 | Isa::Avx512Bf16);
+        prepare(x, kind, self.isa == Isa::Avx512Bf16, i4)
+    }
+
     /// `sum_c W[r, c] * x[c]` for row `r < p.rows` of `p`; `x` has `p.cols` values.
+    /// The same as [`Self::dot_act`] of [`Self::prepare`]`(p.kind, x)`.
     #[inline]
     pub fn dot(self, p: &Proj<'_>, r: usize, x: &[f32]) -> f32 {
+        self.dot_act(p, r, &self.prepare(p.kind, x))
+    }
+
+    /// [`Self::dot`] of row `r` with each of `xs` (each result bit-identical to it),
+    /// reading and widening the row's weights once for all of them.
+    #[inline]
+    pub fn dots(self, p: &Proj<'_>, r: usize, xs: [&[f32]; TOKENS]) -> [f32; TOKENS] {
+        let acts = xs.map(|x| self.prepare(p.kind, x));
+        self.dots_act(p, r, [&acts[0], &acts[1], &acts[2], &acts[3]])
+    }
+
+    /// Row `r` of `p` dotted with a prepared activation row.
+    #[inline]
+    pub fn dot_act(self, p: &Proj<'_>, r: usize, a: &Act<'_>) -> f32 {
+        #[cfg(target_arch = "x86_64")]
+        if let Some([v]) = self.special(p, r, [a]) {
+            return v;
+        }
+        self.dot_f32(p, r, a.f32_row())
+    }
+
+    /// [`Self::dot_act`] of row `r` with each of `acts`, bit-identical to it, reading
+    /// the row's weights once for all of them.
+    #[inline]
+    pub fn dots_act(self, p: &Proj<'_>, r: usize, acts: [&Act<'_>; TOKENS]) -> [f32; TOKENS] {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let same = acts.iter().all(|a| {
+                a.planes == acts[0].planes
+                    && a.i4_planes == acts[0].i4_planes
+                    && a.i4.len() == acts[0].i4.len()
+            });
+            if !same {
+                return acts.map(|a| self.dot_act(p, r, a));
+            }
+            if let Some(v) = self.special(p, r, acts) {
+                return v;
+            }
+        }
+        self.dots_f32(p, r, acts.map(|a| a.f32_row()))
+    }
+
+    /// The AVX-512 kernels that read prepared activations (bf16 planes, int4 order), for
+    /// `T` rows prepared alike; `None` where they do not apply (then the f32 kernels).
+    #[cfg(target_arch = "x86_64")]
+    #[inline]
+    fn special<const T: usize>(
+        self,
+        p: &Proj<'_>,
+        r: usize,
+        acts: [&Act<'_>; T],
+    ) -> Option<[f32; T]> {
+        let w = p.row(r);
+        let cols = p.cols;
+        if acts.iter().any(|a| a.x.len() != cols) {
+            return None;
+        }
+        match (self.isa, p.kind) {
+            (Isa::Avx512Bf16, WeightKind::Bf16) => {
+                let np = acts.first()?.planes;
+                let stride = cols.next_multiple_of(crate::act::BF16_BLOCK);
+                let ok = np == 1
+                    && w.len() >= 2 * cols
+                    && acts
+                        .iter()
+                        .all(|a| a.planes == np && a.bf16.as_slice().len() >= np * stride);
+                if !ok {
+                    return None;
+                }
+                let xs = acts.map(|a| a.bf16.as_slice().as_ptr());
+                // SAFETY: `Dot::new` checked avx512f/bw/bf16; the row has 2 * cols bytes and
+                // every plane `stride` values (checked above).
+                Some(unsafe { crate::avx512::dot_bf16_planes::<T>(w.as_ptr(), cols, xs, stride) })
+            }
+            (Isa::Avx512Bf16, WeightKind::Int4 { group })
+                if acts.first().is_some_and(|a| a.i4_planes > 0) =>
+            {
+                let s = p.row_scales(r);
+                let np = acts.first()?.i4_planes;
+                let ok = crate::act::i4_bf16_group(group)
+                    && cols.is_multiple_of(crate::act::I4_BF16_BLOCK)
+                    && cols.is_multiple_of(group)
+                    && w.len() >= cols / 2
+                    && s.len() >= cols / group * 2
+                    && acts
+                        .iter()
+                        .all(|a| a.i4_planes == np && a.i4_bf16.as_slice().len() >= np * cols);
+                if !ok || np != 1 {
+                    return None;
+                }
+                let xs = acts.map(|a| a.i4_bf16.as_slice().as_ptr());
+                // SAFETY: `Dot::new` checked avx512f/bw/vl/bf16; the row has cols / 2 bytes,
+                // its scales cols / group bf16, every plane cols values (checked above).
+                Some(unsafe {
+                    crate::avx512::dot_i4_bf16::<T>(w.as_ptr(), s.as_ptr(), cols, group, xs)
+                })
+            }
+            (Isa::Avx512 | Isa::Avx512Bf16, WeightKind::Int4 { group }) => {
+                let s = p.row_scales(r);
+                let ok = group.is_multiple_of(I4_BLOCK)
+                    && cols.is_multiple_of(group)
+                    && w.len() >= cols / 2
+                    && s.len() >= cols / group * 2
+                    && acts.iter().all(|a| a.i4.as_slice().len() == cols);
+                if !ok {
+                    return None;
+                }
+                let xs = acts.map(|a| a.i4.as_slice().as_ptr());
+                // SAFETY: `Dot::new` checked avx512f; the row has cols / 2 bytes, its scales
+                // cols / group bf16 and every reordered x cols values (checked above).
+                Some(unsafe { crate::avx512::dot_i4::<T>(w.as_ptr(), s.as_ptr(), cols, group, xs) })
+            }
+            _ => None,
+        }
+    }
+
+    /// The f32 kernels: row `r` of `p` dotted with the f32 row `x`.
+    #[inline]
+    pub(crate) fn dot_f32(self, p: &Proj<'_>, r: usize, x: &[f32]) -> f32 {
         match self.isa {
             Isa::Scalar => crate::scalar::dot(p, r, x),
             // SAFETY: plain Rust; the trait contract holds for any CPU.
@@ -105,21 +251,15 @@ impl Dot {
             Isa::Avx2 => unsafe { crate::avx2::dot_avx2(p, r, x) },
             #[cfg(target_arch = "x86_64")]
             // SAFETY: `Dot::new` checked avx512f (and the AVX2 set).
-            Isa::Avx512 => unsafe { crate::avx512::dot_avx512(p, r, x) },
+            Isa::Avx512 | Isa::Avx512Bf16 => unsafe { crate::avx512::dot_avx512(p, r, x) },
             #[cfg(not(target_arch = "x86_64"))]
-            Isa::Avx2 | Isa::Avx512 => crate::scalar::dot(p, r, x),
+            Isa::Avx2 | Isa::Avx512 | Isa::Avx512Bf16 => crate::scalar::dot(p, r, x),
         }
     }
 
-    /// [`Self::dot`] of row `r` with each of `xs` (each result bit-identical to it),
-    /// reading and widening the row's weights once for all of them.
+    /// [`Self::dot_f32`] of row `r` with each of `xs` (each bit-identical to it).
     #[inline]
-    pub fn dots(
-        self,
-        p: &Proj<'_>,
-        r: usize,
-        xs: [&[f32]; crate::simd::TOKENS],
-    ) -> [f32; crate::simd::TOKENS] {
+    pub(crate) fn dots_f32(self, p: &Proj<'_>, r: usize, xs: [&[f32]; TOKENS]) -> [f32; TOKENS] {
         match self.isa {
             Isa::Scalar => xs.map(|x| crate::scalar::dot(p, r, x)),
             // SAFETY: plain Rust; the trait contract holds for any CPU.
@@ -129,9 +269,9 @@ impl Dot {
             Isa::Avx2 => unsafe { crate::avx2::dots_avx2(p, r, xs) },
             #[cfg(target_arch = "x86_64")]
             // SAFETY: `Dot::new` checked avx512f (and the AVX2 set).
-            Isa::Avx512 => unsafe { crate::avx512::dots_avx512(p, r, xs) },
+            Isa::Avx512 | Isa::Avx512Bf16 => unsafe { crate::avx512::dots_avx512(p, r, xs) },
             #[cfg(not(target_arch = "x86_64"))]
-            Isa::Avx2 | Isa::Avx512 => xs.map(|x| crate::scalar::dot(p, r, x)),
+            Isa::Avx2 | Isa::Avx512 | Isa::Avx512Bf16 => xs.map(|x| crate::scalar::dot(p, r, x)),
         }
     }
 }

@@ -9,8 +9,9 @@
 
 use rayon::prelude::*;
 
+use crate::act::{Act, Aligned};
 use crate::error::{KernelError, Result};
-use crate::format::{ExpertFormat, Proj, WeightKind};
+use crate::format::{ExpertFormat, Proj};
 use crate::isa::{Dot, Isa};
 use crate::scalar::silu;
 use crate::simd::TOKENS;
@@ -138,6 +139,20 @@ impl Kernels {
         }
     }
 
+    /// `f` over `items` with their indices, on the pool if there is one, in order.
+    fn map<'s, I: Sync, T: Send>(
+        &self,
+        items: &'s [I],
+        f: impl Fn((usize, &'s I)) -> T + Sync + Send,
+    ) -> Vec<T> {
+        match &self.pool {
+            Some(pool) if items.len() > 1 => {
+                pool.install(|| items.par_iter().enumerate().map(f).collect())
+            }
+            _ => items.iter().enumerate().map(f).collect(),
+        }
+    }
+
     /// Writes `y[p]` (`H` values at `p * H`) for every position `p` routed to one of
     /// `experts`: `down(silu(gate(x_t)) * up(x_t))`, in f32. Positions of experts not
     /// listed are left as they are (a later call computes them). Waits on `ready`
@@ -162,6 +177,30 @@ impl Kernels {
         }
         let x = routing.x;
         let k = routing.top_k;
+        // Each token's activation row prepared once for the whole call (the same for every
+        // expert and wave: the kernel a row goes through depends on the row only).
+        let mut used = vec![false; routing.ids.len() / k.max(1)];
+        for p in jobs.iter().flat_map(|j| &j.positions) {
+            if let Some(u) = used.get_mut(p / k) {
+                *u = true;
+            }
+        }
+        let acts: Vec<Option<Act<'_>>> = self.map(&used, |(t, &u)| {
+            u.then(|| self.dot.prepare(format.kind, row_of(x, t, h)))
+        });
+        // Each job's activation rows, once for all its tasks (and as f32 slices where none
+        // was prepared for a prepared kernel).
+        let rows1: Vec<Rows<'_, '_>> = jobs
+            .iter()
+            .map(|job| {
+                rows_of(
+                    job.positions
+                        .iter()
+                        .filter_map(|&p| acts.get(p / k).and_then(Option::as_ref))
+                        .collect(),
+                )
+            })
+            .collect();
         // Phase 1: h[n, r] = silu(gate_r . x_n) * (up_r . x_n), tasks by rows of I.
         let tasks1 = tasks(&jobs, i, h * 2);
         let parts1 = self.run(&tasks1, |t| {
@@ -170,25 +209,48 @@ impl Kernels {
                 .ok_or(KernelError::MissingExpert { expert: 0 })?;
             wait(ready, job.expert, 1)?;
             let mut out = Vec::with_capacity((t.rows.1 - t.rows.0) * job.positions.len());
-            let xs: Vec<&[f32]> = job.positions.iter().map(|&p| row_of(x, p / k, h)).collect();
+            let (xs, xf) = rows1
+                .get(t.job)
+                .ok_or(KernelError::MissingExpert { expert: 0 })?;
+            // Rows nothing was prepared for go straight to the f32 kernels (the same
+            // bits as through `dot_act`): on small rows (tiny-code-moe's 64 and 256
+            // columns) the per-call dispatch of the prepared kernels measured -13% prefill.
+            if let Some(xf) = xf {
+                let (quads, rest) = by_fours(xf);
+                for r in t.rows.0..t.rows.1 {
+                    for &four in quads {
+                        let g = self.dot.dots_f32(&job.w.gate, r, four);
+                        let u = self.dot.dots_f32(&job.w.up, r, four);
+                        out.extend(g.iter().zip(u).map(|(&g, u)| silu(g) * u));
+                    }
+                    for &xt in rest {
+                        let g = self.dot.dot_f32(&job.w.gate, r, xt);
+                        let u = self.dot.dot_f32(&job.w.up, r, xt);
+                        out.push(silu(g) * u);
+                    }
+                }
+                return Ok(out);
+            }
             for r in t.rows.0..t.rows.1 {
-                let (quads, rest) = by_fours(&xs, job.w.gate.kind);
+                let (quads, rest) = by_fours(xs);
                 for &four in quads {
-                    let g = self.dot.dots(&job.w.gate, r, four);
-                    let u = self.dot.dots(&job.w.up, r, four);
+                    let g = self.dot.dots_act(&job.w.gate, r, four);
+                    let u = self.dot.dots_act(&job.w.up, r, four);
                     out.extend(g.iter().zip(u).map(|(&g, u)| silu(g) * u));
                 }
                 for &xt in rest {
-                    let g = self.dot.dot(&job.w.gate, r, xt);
-                    let u = self.dot.dot(&job.w.up, r, xt);
+                    let g = self.dot.dot_act(&job.w.gate, r, xt);
+                    let u = self.dot.dot_act(&job.w.up, r, xt);
                     out.push(silu(g) * u);
                 }
             }
             Ok(out)
         })?;
-        let mut hidden: Vec<Vec<f32>> = jobs
+        // 64-byte aligned, so that down's f32 kernels read whole cache lines without an
+        // aligned copy of each row.
+        let mut hidden: Vec<Aligned<f32>> = jobs
             .iter()
-            .map(|j| vec![0.0; j.positions.len() * i])
+            .map(|j| Aligned::zeroed(j.positions.len() * i))
             .collect();
         for (t, part) in tasks1.iter().zip(parts1) {
             let (Some(dst), Some(job)) = (hidden.get_mut(t.job), jobs.get(t.job)) else {
@@ -197,28 +259,69 @@ impl Kernels {
             let n = job.positions.len();
             for (idx, v) in part.into_iter().enumerate() {
                 let (r, m) = (t.rows.0 + idx / n, idx % n);
-                if let Some(d) = dst.get_mut(m * i + r) {
+                if let Some(d) = dst.as_mut_slice().get_mut(m * i + r) {
                     *d = v;
                 }
             }
         }
         // Phase 2: y[p, r] = down_r . h[n], tasks by rows of H.
+        let rows2: Vec<(usize, usize)> = jobs
+            .iter()
+            .enumerate()
+            .flat_map(|(j, job)| (0..job.positions.len()).map(move |m| (j, m)))
+            .collect();
+        let hacts: Vec<Act<'_>> = self.map(&rows2, |(_, &(j, m))| {
+            let hj = hidden.get(j).map(Aligned::as_slice).unwrap_or_default();
+            self.dot.prepare(format.kind, row_of(hj, m, i))
+        });
+        let mut first = Vec::with_capacity(jobs.len());
+        let mut n = 0;
+        for job in &jobs {
+            first.push(n);
+            n += job.positions.len();
+        }
+        let rows2: Vec<Rows<'_, '_>> = jobs
+            .iter()
+            .zip(&first)
+            .map(|(job, &start)| {
+                rows_of(
+                    hacts
+                        .get(start..start + job.positions.len())
+                        .unwrap_or_default()
+                        .iter()
+                        .collect(),
+                )
+            })
+            .collect();
         let tasks2 = tasks(&jobs, h, i);
         let parts2 = self.run(&tasks2, |t| {
             let job = jobs
                 .get(t.job)
                 .ok_or(KernelError::MissingExpert { expert: 0 })?;
-            let hj = hidden.get(t.job).map(Vec::as_slice).unwrap_or_default();
+            let (hs, hf) = rows2
+                .get(t.job)
+                .ok_or(KernelError::MissingExpert { expert: 0 })?;
             wait(ready, job.expert, 2)?;
             let mut out = Vec::with_capacity((t.rows.1 - t.rows.0) * job.positions.len());
-            let hs: Vec<&[f32]> = (0..job.positions.len()).map(|m| row_of(hj, m, i)).collect();
+            if let Some(hf) = hf {
+                let (quads, rest) = by_fours(hf);
+                for r in t.rows.0..t.rows.1 {
+                    for &four in quads {
+                        out.extend(self.dot.dots_f32(&job.w.down, r, four));
+                    }
+                    for &ht in rest {
+                        out.push(self.dot.dot_f32(&job.w.down, r, ht));
+                    }
+                }
+                return Ok(out);
+            }
             for r in t.rows.0..t.rows.1 {
-                let (quads, rest) = by_fours(&hs, job.w.down.kind);
+                let (quads, rest) = by_fours(hs);
                 for &four in quads {
-                    out.extend(self.dot.dots(&job.w.down, r, four));
+                    out.extend(self.dot.dots_act(&job.w.down, r, four));
                 }
                 for &ht in rest {
-                    out.push(self.dot.dot(&job.w.down, r, ht));
+                    out.push(self.dot.dot_act(&job.w.down, r, ht));
                 }
             }
             Ok(out)
@@ -265,17 +368,24 @@ impl Kernels {
     }
 }
 
-/// Activation rows in fours for [`Dot::dots`] (one read of each weight row per four
-/// tokens) and the rest one by one. int4 rows go one by one: their four-token loop
-/// measured slower than one token at a time (docs/cpu-kernels.md).
-fn by_fours<'a, 'x>(
-    rows: &'a [&'x [f32]],
-    kind: WeightKind,
-) -> (&'a [[&'x [f32]; TOKENS]], &'a [&'x [f32]]) {
-    if matches!(kind, WeightKind::Int4 { .. }) {
-        return (&[], rows);
-    }
+/// Activation rows in fours for [`Dot::dots_act`] (one read of each weight row per four
+/// tokens) and the rest one by one. (int4 rows went one by one while their only
+/// four-token path was slower; the AVX-512 int4 kernels are 1.9-2.6x faster per token
+/// four at a time, `examples/dot_speed.rs`, and the other paths loop over the four.)
+fn by_fours<'a, 'x, A: ?Sized>(rows: &'a [&'x A]) -> (&'a [[&'x A; TOKENS]], &'a [&'x A]) {
     rows.as_chunks::<TOKENS>()
+}
+
+/// A job's activation rows, and the same as f32 slices if none was prepared for a
+/// prepared kernel (then the f32 kernels are called directly).
+type Rows<'r, 'x> = (Vec<&'r Act<'x>>, Option<Vec<&'r [f32]>>);
+
+fn rows_of<'r, 'x>(acts: Vec<&'r Act<'x>>) -> Rows<'r, 'x> {
+    let plain = acts
+        .iter()
+        .all(|a| a.is_plain())
+        .then(|| acts.iter().map(|a| a.f32_row()).collect());
+    (acts, plain)
 }
 
 fn wait<R: Ready>(ready: &R, expert: u32, proj: usize) -> Result<()> {

@@ -4,7 +4,7 @@
 //! - [`ExpertFormat`] / [`Proj`]: the projection layouts (raw f32/bf16/f16, int8 per
 //!   row, int4 per group) and views of their bytes.
 //! - [`Isa`] / [`Dot`]: a row dot product per instruction set, chosen at run time:
-//!   the scalar reference, a portable 8-lane path, AVX2+FMA, AVX-512.
+//!   the scalar reference, a portable 8-lane path, AVX2+FMA, AVX-512, AVX-512 BF16.
 //! - [`Kernels`]: one call computes every listed expert of a layer on its rows (gate,
 //!   up and SiLU fused, then down), split across a thread pool by output rows, waiting
 //!   on a [`Ready`] source per projection; [`weighted_sum`] adds the top-k in rank order.
@@ -13,10 +13,20 @@
 //! end; weights are widened to f32 exactly (int8/int4 times their scales). The scalar
 //! path is the reference; the vector paths differ from it only by summation order and
 //! fused multiply-adds, within 1e-5 of the largest |partial product sum| per row in
-//! f32 (tests: `tests/kernels.rs`). The AVX-512 BF16 and VNNI dot products would
-//! round activations to bf16 / int8 and are not used for that reason; decode at these
-//! sizes is bound by weight bytes, not by multiply-adds (docs/cpu-kernels.md).
+//! f32 (tests: `tests/kernels.rs`).
+//!
+//! The AVX-512 BF16 path ([`Isa::Avx512Bf16`]) keeps that contract: `vdpbf16ps`
+//! multiplies bf16 weights (or int4 q in -8..7, exact in bf16) with bf16 activations,
+//! and a product of two bf16 is exact in f32, so only the order of the adds differs
+//! from the reference. It is used only where the activation row is exactly bf16 (its
+//! f32 values have zero low 16 bits, checked per row once per call, [`Act`]): a bf16
+//! model's hidden state into gate/up. The input of down (silu(g) * u in f32) is not
+//! bf16 and stays on the f32 kernels; an exact split into three bf16 planes works
+//! (`act::split_bf16`) but measured slower than the f32 kernel. The choice depends on
+//! the row only, so a streamed layer (in waves) and a resident one take the same
+//! kernel. The VNNI int8 dot product would round activations to 8 bits and is not used.
 
+mod act;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
@@ -29,6 +39,7 @@ mod portable;
 mod scalar;
 mod simd;
 
+pub use act::Act;
 pub use error::{KernelError, Result};
 pub use format::{bf16_to_f32, f16_to_f32, ExpertFormat, Proj, WeightKind, MAX_DIM, SCALE_ALIGN};
 pub use isa::{Dot, Isa};

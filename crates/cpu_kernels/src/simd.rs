@@ -2,8 +2,8 @@
 //! instantiated for AVX-512, AVX2+FMA and a portable 8-lane array (which compilers
 //! vectorize for whatever the target has). Weights are widened to f32 in registers
 //! (bf16 by a shift, f16 by the hardware conversion, int8/int4 by integer widening) and
-//! multiplied with f32 activations: activations are never rounded to bf16 or int8, so
-//! the AVX-512 BF16 and VNNI dot-product instructions are not used (see `lib.rs`).
+//! multiplied with f32 activations. (The AVX-512 kernels that read activations
+//! prepared per call, bf16 planes and the int4 column order, are in `avx512.rs`.)
 
 use crate::format::{bf16_to_f32, le_u16, Proj, WeightKind};
 use crate::scalar;
@@ -156,8 +156,14 @@ pub(crate) unsafe fn dots<S: Simd>(p: &Proj<'_>, r: usize, xs: [&[f32]; TOKENS])
     let w = p.row(r);
     let cols = p.cols;
     if w.len() < row_needs(p.kind, cols) || xs.iter().any(|x| x.len() != cols) {
-        // SAFETY: the caller's guarantee, passed on.
-        return xs.map(|x| unsafe { dot::<S>(p, r, x) });
+        // A loop, not `xs.map(closure)`: a closure does not get the caller's target
+        // features, so `dot`'s intrinsics would not inline into it (measured 20x slower).
+        let mut out = [0.0; TOKENS];
+        for (o, x) in out.iter_mut().zip(xs) {
+            // SAFETY: the caller's guarantee, passed on.
+            *o = unsafe { dot::<S>(p, r, x) };
+        }
+        return out;
     }
     let s = p.row_scales(r);
     let wp = w.as_ptr();
@@ -192,10 +198,17 @@ pub(crate) unsafe fn dots<S: Simd>(p: &Proj<'_>, r: usize, xs: [&[f32]; TOKENS])
                 let q = |c: usize| f32::from(i8::from_le_bytes([w.get(c).copied().unwrap_or(0)]));
                 finish(v, xs, |x| tail(main, cols, q, x)).map(|d| d * scale)
             }
-            // One token at a time: the four-token loop measured 2x slower here (743 vs
-            // 1416 prompt tok/s on tiny-code-moe int4, AVX-512, 1 thread), its eight
-            // accumulators and per-group scales not kept in registers.
-            WeightKind::Int4 { .. } => xs.map(|x| dot::<S>(p, r, x)),
+            // One token at a time here (a four-token loop measured 2x slower: 743 vs 1416
+            // prompt tok/s on tiny-code-moe int4, AVX-512, 1 thread); the AVX-512
+            // kernels serve int4 four tokens at a time from prepared rows (`avx512.rs`).
+            // A loop, not a closure, for the reason above.
+            WeightKind::Int4 { .. } => {
+                let mut out = [0.0; TOKENS];
+                for (o, x) in out.iter_mut().zip(xs) {
+                    *o = dot::<S>(p, r, x);
+                }
+                out
+            }
         }
     }
 }

@@ -174,7 +174,9 @@ fn this_cpu_runs_its_best_vector_path() {
     let best = Isa::best();
     assert!(best.available());
     #[cfg(target_arch = "x86_64")]
-    if std::is_x86_feature_detected!("avx512f") {
+    if std::is_x86_feature_detected!("avx512bf16") && std::is_x86_feature_detected!("avx512bw") {
+        assert_eq!(best, Isa::Avx512Bf16);
+    } else if std::is_x86_feature_detected!("avx512f") {
         assert_eq!(best, Isa::Avx512);
     }
     println!("kernels tested on: {:?}", available());
@@ -547,4 +549,73 @@ fn bad_calls_are_errors_not_panics() {
         Isa::parse("neon"),
         Err(KernelError::UnknownIsa { .. })
     ));
+}
+
+/// The kernels that read prepared activations (AVX-512 BF16 planes for bf16 rows, the
+/// int4 column order for int4 rows with groups of 32, 64, 128): against the reference
+/// on shapes around the 32- and 64-column steps, with activations that are exactly bf16
+/// (one plane), 16-bit (two) and full f32 (three). Tolerance as every vector path:
+/// 1e-5 of the row's sum of |w * x| (products are exact; only the order of the adds
+/// differs from the reference).
+#[test]
+fn prepared_kernels_match_the_reference() {
+    let mut rng = Rng(0x5151_7777_0000_0001);
+    let cases: Vec<(WeightKind, usize, usize)> = vec![
+        (WeightKind::Bf16, 3, 1),
+        (WeightKind::Bf16, 5, 31),
+        (WeightKind::Bf16, 4, 32),
+        (WeightKind::Bf16, 7, 33),
+        (WeightKind::Bf16, 3, 64),
+        (WeightKind::Bf16, 6, 96),
+        (WeightKind::Bf16, 2, 127),
+        (WeightKind::Bf16, 9, 2048),
+        (WeightKind::Int4 { group: 32 }, 32, 32),
+        (WeightKind::Int4 { group: 32 }, 32, 96),
+        (WeightKind::Int4 { group: 64 }, 64, 192),
+        (WeightKind::Int4 { group: 128 }, 128, 384),
+        (WeightKind::Int4 { group: 32 }, 32, 128),
+        (WeightKind::Int4 { group: 32 }, 64, 384),
+        (WeightKind::Int4 { group: 64 }, 64, 256),
+        (WeightKind::Int4 { group: 128 }, 128, 256),
+        (WeightKind::Int4 { group: 256 }, 256, 512),
+    ];
+    for (kind, rows, cols) in cases {
+        let format = ExpertFormat::new(kind, [(rows, cols), (rows, cols), (cols, rows)]).unwrap();
+        let (bytes, w) = projection(&mut rng, kind, rows, cols);
+        let proj = format.view(0, &bytes).unwrap();
+        let full: Vec<f32> = (0..cols).map(|_| rng.f() * 3.0).collect();
+        for (planes, keep) in [(3, 0xffff_ffffu32), (2, 0xffff_ff00), (1, 0xffff_0000)] {
+            let x: Vec<f32> = full
+                .iter()
+                .map(|v| f32::from_bits(v.to_bits() & keep))
+                .collect();
+            for isa in available() {
+                let dot = cpu_kernels::Dot::new(isa).unwrap();
+                let act = dot.prepare(kind, &x);
+                if isa == Isa::Avx512Bf16 && kind == WeightKind::Bf16 {
+                    // Only rows that are exactly bf16 take the BF16 kernel.
+                    let want = usize::from(planes == 1);
+                    assert_eq!(act.bf16_planes(), want, "{cols} columns");
+                }
+                if isa == Isa::Avx512Bf16 && matches!(kind, WeightKind::Int4 { .. }) {
+                    let want = match (planes, cols % 128) {
+                        (1, 0) => "int4-bf16",
+                        _ => "int4",
+                    };
+                    assert_eq!(act.prepared(), want, "{kind:?} {cols} columns");
+                }
+                for r in 0..rows {
+                    let want = reference_dot(kind, &bytes, &w, rows, cols, r, &x);
+                    let got = dot.dot_act(&proj, r, &act);
+                    let scale: f32 = (0..cols).map(|c| (w[r * cols + c] * x[c]).abs()).sum();
+                    assert!(
+                        (got - want).abs() <= 1e-5 * scale + 1e-30,
+                        "{isa:?} {kind:?} {rows}x{cols} planes {planes} row {r}: {got} vs {want}"
+                    );
+                    let four = dot.dots_act(&proj, r, [&act, &act, &act, &act]);
+                    assert!(four.iter().all(|v| v.to_bits() == got.to_bits()));
+                }
+            }
+        }
+    }
 }

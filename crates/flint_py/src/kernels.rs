@@ -152,7 +152,7 @@ impl PyCpuKernels {
     /// Kernels for experts of `scheme` (`raw`/`int8`/`int4`), raw `dtype` (`f32`, `bf16`,
     /// `f16`), int4 `group_size`, `shapes` (rows, cols) of gate, up, down, on a pool of
     /// `threads` threads; `isa`: `auto` (the best this CPU has) or `scalar`,
-    /// `portable`, `avx2`, `avx512`.
+    /// `portable`, `avx2`, `avx512`, `avx512bf16`.
     #[new]
     #[pyo3(signature = (scheme, dtype, group_size, shapes, n_experts, threads = 1, isa = "auto"))]
     fn new(
