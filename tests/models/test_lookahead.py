@@ -3,10 +3,18 @@ layer give each target's router logits as its own norm and router would."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
+import pytest
 import torch
 import torch.nn.functional as F
 
+import flint
+from flint.models import parse_config
+from flint.models.ftw_source import FtwSource
 from flint.models.norm import rms_norm
+from flint.stream import streamed_backend
 from flint.stream.lookahead import Lookahead
 
 
@@ -71,3 +79,61 @@ def test_a_softmax_group_routers_predictions_are_what_it_would_select() -> None:
         ids, _ = route_grouped(rms_norm(h, norm, 1e-6), router, None, cfg, k, False)
         assert look.pending[(2, 1)] == set(ids[0].tolist())
         assert len({e // 4 for e in ids[0].tolist()}) == 1, "one group eligible"
+
+
+@pytest.mark.parametrize("family", ["qwen2_moe", "deepseek_v3"])
+def test_lookahead_from_the_input_adds_the_shared_experts_output(
+    family: str, tiny_ftw: dict[str, Path]
+) -> None:
+    """With ``lookahead_from="input"``, a layer with a shared expert predicts from its
+    MoE input plus that expert's output (computed first, added to the layer's output
+    as before: streamed output still equals resident bit for bit)."""
+    path = tiny_ftw[family]
+    with (
+        flint.LLM(path, device="cpu", context_length=64) as resident,
+        flint.LLM(path, device="cpu", context_length=64, ram_budget=1e-6, lookahead=2) as streamed,
+    ):
+        backend: Any = streamed.expert_backend
+        assert backend.lookahead_from == "output" and not backend._with_shared
+    source = FtwSource(path)
+    config = parse_config(source.config)
+    backend = streamed_backend(
+        source,
+        config,
+        torch.device("cpu"),
+        torch.float32,
+        1e-6,
+        usage=False,
+        lookahead_from="input",
+        notice=lambda _: None,
+    )
+    seen: dict[int, torch.Tensor] = {}
+    predicted: dict[int, torch.Tensor] = {}
+    observe, predict = backend.observe, backend._predict
+
+    def spy_observe(layer: int, h: torch.Tensor) -> None:
+        seen[layer] = h.clone()
+        observe(layer, h)
+
+    def spy_predict(layer: int, h: torch.Tensor) -> None:
+        predicted[layer] = h.clone()
+        predict(layer, h)
+
+    with (
+        flint.LLM(path, device="cpu", context_length=64) as resident,
+        flint.LLM(source, device="cpu", context_length=64, expert_backend=backend) as s,
+    ):
+        assert backend._with_shared == {
+            i for i, layer in enumerate(s.model.layers) if getattr(layer.mlp, "shared", None)
+        }
+        for layer in s.model.layers:
+            layer.observe = spy_observe
+        backend._predict = spy_predict  # type: ignore[method-assign]
+        for ids in ([5, 17, 250], [7], [300]):
+            want = resident.model.forward(torch.tensor(ids), all_logits=True)
+            assert torch.equal(s.model.forward(torch.tensor(ids), all_logits=True), want)
+        for i in backend._with_shared:
+            layer = s.model.layers[i]
+            h = seen[i]
+            shared = layer.mlp._shared(layer.norm(h, layer.post_norm, layer.eps))
+            assert torch.equal(predicted[i], h + shared)

@@ -227,6 +227,9 @@ class MoEBlock:
             self.shared_gate = place.load(source, p + "shared_expert_gate.weight")  # [1, H]
         elif config.shared_expert_intermediate_size > 0:
             self.shared = DenseMLP(source, p + "shared_experts", place)
+        # Called with a decode step's shared-expert output before the routed experts
+        # run, when set (router lookahead from the MoE input plus the shared output).
+        self.observe_shared: Callable[[int, torch.Tensor], None] | None = None
 
     def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The family's router: (ids [T, K], weights [T, K]) for x [T, H]."""
@@ -241,12 +244,18 @@ class MoEBlock:
     def __call__(self, x: torch.Tensor, chunk: int | None = None) -> torch.Tensor:
         """x [T, H] -> [T, H]. The routed experts see all T tokens in one backend call
         (each selected expert once); the shared expert runs in ``chunk``-row pieces."""
+        shared = None
+        if self.shared is not None and self.observe_shared is not None and x.shape[0] == 1:
+            shared = self._shared(x)  # first, for the lookahead; added after as always
+            self.observe_shared(self.layer, shared)
         ids, weights = self.route(x)  # [T, K] each
         out = self.backend(self.layer, x, ids, weights)  # [T, H]
         if self.shared is not None:
-            rows = chunk or x.shape[0]
-            parts = [self._shared(x[s : s + rows]) for s in range(0, x.shape[0], rows)]
-            out = out + (parts[0] if len(parts) == 1 else torch.cat(parts))
+            if shared is None:
+                rows = chunk or x.shape[0]
+                parts = [self._shared(x[s : s + rows]) for s in range(0, x.shape[0], rows)]
+                shared = parts[0] if len(parts) == 1 else torch.cat(parts)
+            out = out + shared
         return out
 
     def _shared(self, x: torch.Tensor) -> torch.Tensor:

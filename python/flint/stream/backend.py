@@ -114,6 +114,8 @@ class StreamedExperts:
                 f"lookahead_from must be one of {LOOKAHEAD_FROM}, not {lookahead_from!r}"
             )
         self.lookahead_from = lookahead_from
+        self._with_shared: set[int] = set()  # layers predicting from input + shared output
+        self._residual: torch.Tensor | None = None
         self.read_ahead = ReadAhead(
             plan.streamed_layers,
             self.capacity,
@@ -220,6 +222,10 @@ class StreamedExperts:
             layer.observe = self.observe
             if self.lookahead_from == "output":
                 layer.observe_output = self.observe_output
+            elif getattr(layer.mlp, "shared", None) is not None:
+                # from the MoE input plus the layer's shared-expert output
+                layer.mlp.observe_shared = self.observe_shared
+                self._with_shared.add(i)
         model.prompt_memory = self.lend_for_prompt  # prompt memory (issue 7)
         if self.vram_request is not None:
             self._start_vram(self.vram_request)
@@ -266,7 +272,17 @@ class StreamedExperts:
         if h.shape[0] > 1:
             self.read_ahead(self.engine, layer, h.shape[0])
         elif self.lookahead_from == "input":
-            self._predict(layer, h)
+            if layer in self._with_shared:
+                self._residual = h  # predicted once the shared expert's output is in
+            else:
+                self._predict(layer, h)
+
+    def observe_shared(self, layer: int, shared: torch.Tensor) -> None:
+        """A decode step's shared-expert output of ``layer`` (computed before its routed
+        experts): predict from the MoE input plus it, as the issue's lookahead asks."""
+        h, self._residual = self._residual, None
+        if h is not None:
+            self._predict(layer, h + shared)
 
     def observe_output(self, layer: int, h: torch.Tensor) -> None:
         """Layer ``layer``'s output is known (``lookahead_from="output"``)."""
