@@ -133,6 +133,26 @@ gpu14() {
   done
 }
 
+# Issues 8, 9 and 15 on one H200: GPU-wave, elastic-VRAM and page-locked-arena tests,
+# P8 with and without GPU waves (and the pinned bandwidth its PCIe bound needs), V1
+# decode with each --host-split, flint tune's GPU path, the CPU kernels after the
+# AVX-512 BF16 work. Most important first: a timeout cuts the tail.
+gpu9() {
+  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
+  python3 -m pytest tests/models/test_gpu_waves.py tests/models/test_vram_cache.py \
+    ${GPU9_TESTS:-} -q -p no:cacheprovider --tb=short -rf -m gpu 2>&1 | tail -20
+  [ -f "$DATA/q30.ftw" ] || flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
+  python3 -c "from flint.tune.measure import pinned_h2d_gb_s as f; print(f'pinned h2d {f():.2f} GB/s')"
+  P="flint bench $DATA/q30.ftw -p 8192 -n 0 -r 1 --mode full --ram-budget 20 --vram-budget 4 -t 16"
+  echo "== P8 GPU waves"; $P || true
+  echo "== P8 per-projection copies"; $P --no-gpu-waves || true
+  B="flint bench $DATA/q30.ftw -p 0 -n 32 --tg-random -t 16 -r 1 --mode full --ram-budget 20 --vram-budget 4"
+  for hs in cpu fill q; do echo "== V1 --host-split $hs"; $B --host-split $hs || true; done
+  [ -n "${GPU9_BENCH:-}" ] && python3 $GPU9_BENCH
+  XDG_CACHE_HOME="$DATA/cache" flint tune "$DATA/q30.ftw" --ram-budget 20 2>&1 | tail -12
+  python3 benches/cpu_kernels.py --threads 1,16 --calls 10
+}
+
 case $what in
   install) install ;;
   format) install; format ;;
@@ -146,4 +166,5 @@ case $what in
   gpu7b) gpu7b ;;
   gputests) install; gputests ;;
   gpu14) install; gpu14 ;;
+  gpu9) install; gpu9 ;;
 esac 2>&1 | tee "$OUT/gpu_box_$what.log"
