@@ -34,6 +34,7 @@ from flint.models.cpu_kernels import FusedKernel, slab_addresses
 from flint.models.moe import ExpertMath, weighted_sum
 from flint.models.quant_experts import QUANT_SCHEMES, fused_supported
 from flint.models.quant_linear import select_kernel
+from flint.stream.elastic import ElasticVram, usable_vram
 from flint.stream.gpu_waves import GpuStager
 from flint.stream.lookahead import Lookahead
 from flint.stream.placement import HOST_MAX_TOKENS, HostBatch, Target
@@ -164,6 +165,7 @@ class StreamedExperts:
         self.vrams: dict[torch.device, VramCache] = {}
         self.vram_of: dict[int, VramCache] = {}  # streamed layer -> its GPU's cache
         self._layer_device: dict[int, torch.device] = {}  # with the layers split
+        self.elastic: list[ElasticVram] = []  # one per VRAM cache (``_watch_vram``)
         # "fused" on the CPU: one Rust call per wave computes the wave's experts from
         # their slots, waiting on each projection's ready flag itself; the resident
         # backend makes the same calls, so streamed equals resident here too.
@@ -265,6 +267,30 @@ class StreamedExperts:
             self.vram_of.update(dict.fromkeys(layers, vram))
             if req.read_slab is not None:
                 vram.seed(self.engine.usage, req.read_slab)
+            self._watch_vram(vram, req, budget)
+
+    def _watch_vram(self, vram: VramCache, req: VramRequest, budget: float | None) -> None:
+        """Elastic VRAM: ``vram`` is resized at token boundaries to what is free."""
+        if not req.elastic:
+            return
+        dev = vram.device
+        free = req.free_bytes if req.free_bytes is not None else (lambda: usable_vram(dev))
+        self.elastic.append(ElasticVram(vram, free, budget, req.notice))
+
+    def _elastic_stats(self) -> dict[str, int]:
+        e = [w.counters for w in self.elastic]
+        return {
+            "vram_shrinks": sum(c.shrinks for c in e),
+            "vram_grows": sum(c.grows for c in e),
+            "vram_dropped": sum(c.dropped for c in e),
+        }
+
+    def _elastic_round(self, tokens: int) -> None:
+        """At a token boundary (before a forward of ``tokens``): each VRAM cache
+        checks free VRAM when due and shrinks or grows (``flint.stream.elastic``)."""
+        for watch in self.elastic:
+            if watch.due(tokens):
+                watch.check()
 
     def observe(self, layer: int, h: torch.Tensor) -> None:
         """Layer ``layer``'s MoE input (residual after attention, [T, H]) is known: a
@@ -648,6 +674,7 @@ class StreamedExperts:
             for vram in self.vrams.values():
                 if vram.token_done(self._last_tokens):
                     self._swap_round(vram)
+        self._elastic_round(tokens)
         if tokens == 1:  # the first decode token takes lent slots back
             self.prompt_memory.reclaim()
         self.engine.set_prompt_mode(tokens > 1)
@@ -720,6 +747,7 @@ class StreamedExperts:
                 vram_seeded=sum(v.counters.seeded for v in vrams),
             )
             s["pcie_bytes"] += sum(v.counters.pcie_bytes for v in vrams)
+            s.update(self._elastic_stats())
             if len(vrams) > 1:  # layers split across GPUs: each GPU's own share
                 for v in vrams:
                     vc = v.counters

@@ -57,9 +57,11 @@ class VramCache:
         self.slab_bytes, self.device = slab_bytes, device
         self.row = {layer: i for i, layer in enumerate(layers)}
         self.pack = pack
-        rows = 0 if pack is not None else len(layers) * slots_per_layer
-        self.pool = torch.empty(rows, slab_bytes, dtype=torch.uint8, device=device)
-        self.packed: dict[int, Any] = {}  # pool row -> packed form (with ``pack``)
+        # one pool per layer (compacted or enlarged by ``resize``); no rows with ``pack``
+        self.pools: dict[int, torch.Tensor] = {
+            layer: self._pool(0 if pack is not None else slots_per_layer) for layer in layers
+        }
+        self.packed: dict[tuple[int, int], Any] = {}  # (layer, slot) -> packed form
         self.where: dict[int, dict[int, int]] = {layer: {} for layer in layers}  # expert->slot
         self.free: dict[int, list[int]] = {
             layer: list(range(slots_per_layer))[::-1] for layer in layers
@@ -69,22 +71,30 @@ class VramCache:
         self.counters = VramCounters()
         self._decode_tokens = 0
 
+    def _pool(self, rows: int) -> torch.Tensor:
+        return torch.empty(rows, self.slab_bytes, dtype=torch.uint8, device=self.device)
+
+    @property
+    def held_bytes(self) -> int:
+        """Device bytes this cache holds for experts (its pools, or the packed forms)."""
+        if self.pack is None:
+            return sum(p.numel() for p in self.pools.values())
+        return len(self.packed) * self.slab_bytes  # a packed form is about a slab
+
     def entry(self, layer: int, expert: int) -> Any:
-        """What the GPU computes ``expert`` from: its slab in the pool, or its packed
-        form (with ``pack``); None if not held."""
+        """What the GPU computes ``expert`` from: its slab in the layer's pool, or its
+        packed form (with ``pack``); None if not held."""
         slot = self.where[layer].get(expert)
         if slot is None:
             return None
-        row = self.row[layer] * self.slots + slot
-        return self.packed[row] if self.pack is not None else self.pool[row]
+        return self.packed[layer, slot] if self.pack is not None else self.pools[layer][slot]
 
     def _put(self, layer: int, slot: int, expert: int, src: torch.Tensor) -> Any:
-        row = self.row[layer] * self.slots + slot
         if self.pack is not None:
             # a copy even on the slot's own device: the packed form may view its input
-            self.packed[row] = self.pack(src.to(self.device, copy=True))
+            self.packed[layer, slot] = self.pack(src.to(self.device, copy=True))
         else:
-            self.pool[row].copy_(src)
+            self.pools[layer][slot].copy_(src)
         self.where[layer][expert] = slot
         self.counters.pcie_bytes += self.slab_bytes
         return self.entry(layer, expert)
@@ -154,6 +164,62 @@ class VramCache:
         self._put(layer, slot, comer, src)
         self.counters.swaps += 1
 
+    def capacity(self, layer: int) -> int:
+        """Slots ``layer`` has now (held + free)."""
+        return len(self.where[layer]) + len(self.free[layer])
+
+    def resize(self, slots: int) -> int:
+        """Holds ``slots`` experts per layer from now on (0: none; elastic VRAM,
+        ``flint.stream.elastic``). Each layer keeps its hottest experts by recent count
+        (ties: the lower id) and drops the coldest, compacted into a new pool of
+        ``slots`` rows (growing: the new slots fill on first use, as at start); the old
+        pool is freed before the next layer's is made, so at most one layer's old and
+        new pools are held together. Returns how many experts were dropped.
+
+        A layer whose larger pool cannot be allocated keeps its size (``slots`` is then
+        the smallest layer's); a smaller one that cannot be allocated next to the old
+        is made after freeing the old (the layer then starts empty)."""
+        if slots < 0:
+            raise ValueError(f"slots must be >= 0, got {slots}")
+        dropped = 0
+        for layer in self.layers:
+            held = self.where[layer]
+            r = self.recent[self.row[layer]].tolist()
+            keep = sorted(held, key=lambda e: (-r[e], e))[:slots]
+            if self.pack is not None:
+                by_expert = {e: self.packed.pop((layer, s)) for e, s in held.items()}
+                for i, e in enumerate(keep):
+                    self.packed[layer, i] = by_expert[e]
+                del by_expert  # the dropped packed forms are freed with it
+            else:
+                old = self.pools[layer]
+                try:
+                    new = self._pool(slots)
+                except torch.OutOfMemoryError:
+                    if slots > old.shape[0]:
+                        continue  # stays as it is
+                    self.pools[layer] = old = self._pool(0)
+                    self._release()
+                    new, keep = self._pool(slots), []
+                if keep:
+                    rows = torch.tensor([held[e] for e in keep], device=self.device)
+                    torch.index_select(old, 0, rows, out=new[: len(keep)])
+                self.pools[layer] = new
+                del old
+            dropped += len(held) - len(keep)
+            self.where[layer] = {e: i for i, e in enumerate(keep)}
+            self.free[layer] = list(range(len(keep), slots))[::-1]
+        self.slots = min(self.capacity(layer) for layer in self.layers)
+        if dropped:
+            self._release()
+        return dropped
+
+    def _release(self) -> None:
+        """Gives freed device memory back to the driver (other programs can use it)."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            torch.cuda.empty_cache()
+
 
 @dataclass(slots=True, frozen=True)
 class VramRequest:
@@ -164,6 +230,7 @@ class VramRequest:
     notice: Callable[[str], None]
     read_slab: Callable[[int, int], torch.Tensor] | None = None  # seeds from the file
     free_bytes: Callable[[], int] | None = None  # tests simulate a device's free memory
+    elastic: bool = True  # resized at token boundaries to what is free (``stream.elastic``)
 
 
 def free_vram(device: torch.device) -> int:
