@@ -19,6 +19,7 @@ from flint.models.ftw_source import FtwSource
 from flint.models.loading import Placement
 from flint.models.moe import expert_math
 from flint.stream.backend import StreamedExperts
+from flint.stream.pinned import pin_arena, wanted
 from flint.stream.plan import StreamPlan, plan_cache
 from flint.stream.vram import VramRequest
 
@@ -49,6 +50,7 @@ def streamed_backend(
     lookahead_from: str = "output",
     host_split: str = "cpu",
     gpu_waves: bool = True,
+    pin_ram: bool | None = None,
 ) -> StreamedExperts:
     """A ``StreamedExperts`` for ``source`` with a RAM cache planned from
     ``ram_budget_gib`` (or free memory); plan notes go to ``notice``, one line each.
@@ -65,6 +67,8 @@ def streamed_backend(
     all copied up ("fill"), or split between the two by the q* rule ("q": qsplit.py).
     ``gpu_waves`` (CUDA): a prompt's experts outside VRAM staged through double-buffered
     VRAM copies on a side stream (gpu_waves.py); off: copied per projection.
+    ``pin_ram``: page-lock the RAM expert cache for CUDA copies (default: on when
+    ``device`` is CUDA, unless ``FLINT_PIN_RAM=0``; ``flint.stream.pinned``).
     ``backend``: the class built over the engine (``flint.bench`` passes its ``nowait``
     yardstick)."""
     layout = source.expert_layout
@@ -112,6 +116,8 @@ def streamed_backend(
         host_split=host_split,
         gpu_waves=gpu_waves,
     )
+    if wanted(device, pin_ram):
+        experts.pinned = pin_arena(engine.arena_address, engine.arena_len, experts, notice)
     if usage:
         experts.load_usage(usage_path(source.path), notice)
     if plan.slots_per_layer >= layout.n_experts:

@@ -37,6 +37,7 @@ from flint.models.quant_linear import select_kernel
 from flint.stream.elastic import ElasticVram, usable_vram
 from flint.stream.gpu_waves import GpuStager
 from flint.stream.lookahead import Lookahead
+from flint.stream.pinned import PinnedArena
 from flint.stream.placement import HOST_MAX_TOKENS, HostBatch, Target
 from flint.stream.plan import StreamPlan, plan_vram
 from flint.stream.prompt_mem import PromptMemory
@@ -166,6 +167,7 @@ class StreamedExperts:
         self.vram_of: dict[int, VramCache] = {}  # streamed layer -> its GPU's cache
         self._layer_device: dict[int, torch.device] = {}  # with the layers split
         self.elastic: list[ElasticVram] = []  # one per VRAM cache (``_watch_vram``)
+        self.pinned: PinnedArena | None = None  # the RAM cache page-locked for CUDA
         # "fused" on the CPU: one Rust call per wave computes the wave's experts from
         # their slots, waiting on each projection's ready flag itself; the resident
         # backend makes the same calls, so streamed equals resident here too.
@@ -401,7 +403,8 @@ class StreamedExperts:
         self.usage_path: Path | None = path
 
     def close(self) -> None:
-        """Stops idle fill and saves the usage table next to the model."""
+        """Stops idle fill, saves the usage table next to the model and unregisters a
+        page-locked RAM cache."""
         self._stop.set()
         if self._idle.is_alive():
             self._idle.join(timeout=2)
@@ -411,6 +414,8 @@ class StreamedExperts:
                 self.engine.save_usage(str(path))
             except (OSError, _core.FlintError) as err:
                 print(f"flint: could not save the usage table {path}: {err}", file=sys.stderr)
+        if self.pinned is not None:
+            self.pinned.release()  # before the arena can go
 
     def __call__(
         self, layer: int, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor

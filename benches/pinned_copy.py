@@ -1,0 +1,88 @@
+"""Slot -> GPU copy bandwidth with the RAM expert cache's arena pageable and page-locked
+(``cudaHostRegister``, ``flint.stream.pinned``), and what an elastic-VRAM check costs.
+
+An arena (``flint._core.Arena``, the same allocation the I/O engine's cache uses) of
+``--slots`` slots of ``--slab-mib`` MiB (default 9 MiB: a Qwen3-30B-A3B bf16 expert);
+each slot is copied to the GPU the two ways the streamed backend does: ``copy_`` into a
+preallocated VRAM row (admissions, swaps) and ``.to(cuda)`` (an expert copied up for one
+use), synchronously, ``--rounds`` passes over all slots. Then the arena is registered
+and the same copies are timed again. Prints one JSON line per case.
+
+    python benches/pinned_copy.py                      # on the GPU box
+    python benches/pinned_copy.py --slab-mib 2 --slots 512
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import torch
+
+from flint import _core
+from flint.stream.elastic import usable_vram
+from flint.stream.pinned import pin_arena
+from flint.stream.slab import slot_bytes
+
+
+def _gbps(nbytes: int, seconds: float) -> float:
+    return nbytes / seconds / 1e9
+
+
+def _time_copies(views: list[torch.Tensor], rounds: int, dev: torch.device) -> dict[str, float]:
+    dst = torch.empty(views[0].numel(), dtype=torch.uint8, device=dev)
+    total = sum(v.numel() for v in views) * rounds
+    out: dict[str, float] = {}
+    for name in ("copy", "to"):
+        for v in views[:4]:  # warm up
+            dst.copy_(v) if name == "copy" else v.to(dev)
+        torch.cuda.synchronize(dev)
+        start = time.perf_counter()
+        for _ in range(rounds):
+            for v in views:
+                if name == "copy":
+                    dst.copy_(v)
+                else:
+                    v.to(dev)
+        torch.cuda.synchronize(dev)
+        out[f"{name}_gb_s"] = round(_gbps(total, time.perf_counter() - start), 2)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--slab-mib", type=float, default=9.0)
+    ap.add_argument("--slots", type=int, default=256)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--device", default="cuda")
+    args = ap.parse_args()
+    dev = torch.device(args.device)
+    slab = int(args.slab_mib * (1 << 20)) // 4096 * 4096
+    arena = _core.Arena(slab * args.slots, 1, args.slots, slab)
+    base = arena.address
+    views = [slot_bytes(base + arena.slot_offset(0, s), slab) for s in range(arena.slots_per_layer)]
+    for v in views:
+        v.fill_(7)  # fault the pages in, as reads into the cache would
+    common = {"slab_bytes": slab, "slots": len(views), "arena_gib": arena.nbytes / (1 << 30)}
+    print(json.dumps({"case": "pageable", **common, **_time_copies(views, args.rounds, dev)}))
+    start = time.perf_counter()
+    pinned = pin_arena(base, arena.nbytes, arena, print)
+    took = time.perf_counter() - start
+    if pinned is None:
+        return
+    assert views[0].is_pinned()
+    row = _time_copies(views, args.rounds, dev)
+    print(json.dumps({"case": "page-locked", "register_s": round(took, 3), **common, **row}))
+    pinned.release()
+    n = 1000
+    usable_vram(dev)
+    start = time.perf_counter()
+    for _ in range(n):
+        usable_vram(dev)
+    check_us = (time.perf_counter() - start) / n * 1e6
+    print(json.dumps({"case": "elastic check (usable_vram)", "us_per_check": round(check_us, 1)}))
+
+
+if __name__ == "__main__":
+    main()
