@@ -14,7 +14,13 @@ import flint
 from flint.models import parse_config
 from flint.models.ftw_source import FtwSource
 from flint.stream import streamed_backend
-from flint.stream.pinned import ALREADY_REGISTERED, REGISTER_PORTABLE, pin_arena, wanted
+from flint.stream.pinned import (
+    ALREADY_REGISTERED,
+    REGISTER_PORTABLE,
+    _clear_last_error,
+    pin_arena,
+    wanted,
+)
 from flint.stream.slab import slot_bytes
 
 CUDA = torch.device("cuda")
@@ -99,6 +105,7 @@ def test_cuda_arena_is_page_locked_and_unlocked_at_close(tiny_ftw: dict[str, Pat
         view = slot_bytes(engine.arena_address, engine.slot_bytes)
         assert view.is_pinned(), "the driver sees the slot as page-locked host memory"
         again = torch.cuda.cudart().cudaHostRegister(engine.arena_address, 4096, 0)
+        _clear_last_error()  # the refusal above is the runtime's last error now
         assert int(again) == ALREADY_REGISTERED
         # a slot's bytes go up asynchronously, straight from the slot
         up = view.to(CUDA, non_blocking=True)
