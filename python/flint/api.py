@@ -95,6 +95,7 @@ def _streamed(
     vram_budget: float | None,
     deterministic: bool,
     host_split: str,
+    pin_ram: bool | None = None,
 ) -> ExpertBackend:
     from flint.models import parse_config
     from flint.models.ftw_source import FtwSource
@@ -114,6 +115,7 @@ def _streamed(
         vram_budget_gib=vram_budget,
         deterministic=deterministic,
         host_split=host_split,
+        pin_ram=pin_ram,
     )
 
 
@@ -175,6 +177,8 @@ class LLM:
     ``host_split``: on CUDA, where a decode step's experts outside VRAM are computed:
     "cpu" (all beside the GPU), "fill" (all copied up over PCIe), or "q" (split
     between the two so both finish together, from measured bandwidths).
+    ``pin_ram``: page-lock the RAM expert cache so copies to the GPU skip staging
+    (default: on when streaming on CUDA, unless ``FLINT_PIN_RAM=0``; False: off).
     ``activation_budget``: GiB a prompt's activations may take (default: half of the
     free GPU memory on CUDA, of free RAM on the CPU); a longer prompt is prefilled in
     several layer-major passes, with one printed line.
@@ -197,6 +201,7 @@ class LLM:
         deterministic: bool = False,
         activation_budget: float | None = None,
         host_split: str = "cpu",
+        pin_ram: bool | None = None,
     ) -> None:
         if activation_budget is not None and not activation_budget > 0:
             raise ValueError(f"activation_budget must be > 0 GiB, got {activation_budget}")
@@ -223,6 +228,7 @@ class LLM:
                 vram_budget,
                 deterministic,
                 host_split,
+                pin_ram,
             )
         self.expert_backend = expert_backend
         layer_devices: tuple[torch.device, ...] = ()

@@ -83,6 +83,32 @@ def test_resize_keeps_the_hottest_compacts_and_frees() -> None:
     assert v.entry(0, 2) is None and v.swap_plan() == []
 
 
+def test_resize_when_a_pool_cannot_be_allocated(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Growing: a layer whose larger pool fails keeps its size (``slots`` then says the
+    smallest layer's). Shrinking: a smaller pool that fails next to the old one is made
+    after freeing it, and the layer starts empty."""
+    v = VramCache((0, 1), 10, 2, 16, CPU)
+    for layer in (0, 1):
+        _fill(v, layer, range(2))
+    make, calls = v._pool, [0]
+
+    def pool_failing_once(rows: int) -> torch.Tensor:
+        calls[0] += 1
+        if calls[0] == 2:  # the second layer's pool
+            raise torch.OutOfMemoryError("simulated")
+        return make(rows)
+
+    monkeypatch.setattr(v, "_pool", pool_failing_once)
+    assert v.resize(4) == 0
+    assert v.capacity(0) == 4 and v.capacity(1) == 2 and v.slots == 2
+    assert set(v.where[1]) == {0, 1} and v.pools[1].shape[0] == 2
+    calls[0] = 0
+    v.recent[:, 1] = 5.0
+    assert v.resize(1) == 1 + 2  # layer 1 lost both: its old pool went first
+    assert set(v.where[0]) == {1} and not v.where[1] and v.free[1] == [0]
+    assert v.slots == 1 and v.held_bytes == 2 * 16
+
+
 def test_resize_drops_packed_forms() -> None:
     v = VramCache((3,), 10, 3, 16, CPU, pack=lambda t: [t.clone()])
     _fill(v, 3, range(3))

@@ -3,7 +3,7 @@ allocation) registered with ``cudaHostRegister``, so host-to-device copies from 
 (VRAM admissions and swaps, experts copied up for one use) are DMA'd straight over PCIe
 instead of through the driver's staging buffer.
 
-On by default when the model runs on CUDA; ``streamed_backend(pin_ram=False)`` or
+On by default when the model runs on CUDA; ``LLM(pin_ram=False)`` or
 ``FLINT_PIN_RAM=0`` turns it off. Registering locks (and so faults in) every page of the
 arena: the RAM cache is fully resident from the start. A failure prints one line and
 the model runs unpinned. Unregistered at ``close()`` (or when the backend is collected),
