@@ -126,6 +126,24 @@ def test_checks_at_every_prompt_and_every_n_decode_tokens() -> None:
     assert [w.due(1) for _ in range(2 * CHECK_EVERY)].count(True) == 2
 
 
+def test_only_other_programs_make_it_shrink() -> None:
+    """What this process allocates after the plan (GPU-wave buffers, workspaces) comes
+    out of the headroom; the same drop in free memory from another program shrinks."""
+    v = VramCache((0, 1), 8, 4, 1 << 20, CPU)
+    free, mine, lines = [GIB + v.held_bytes // 4], [5 * GIB + v.held_bytes], list[str]()
+    w = ElasticVram(v, lambda: free[0], None, lines.append, lambda: mine[0])
+    assert w.check() is None and v.slots == 4
+    free[0] -= 256 << 20
+    mine[0] += 256 << 20  # ours
+    assert w.check() is None and v.slots == 4 and not lines
+    free[0] -= 4 << 20  # someone else's: room for 3 slots per layer (1 MiB each)
+    assert w.check() == 3 and v.slots == 3 and len(lines) == 1
+    assert lines[0] == (
+        "cpu: VRAM expert cache shrunk 4 -> 3 slots/layer (free VRAM fell by 0.0 GiB: "
+        "another program took memory)"
+    )
+
+
 @pytest.mark.parametrize("family", ["qwen3_moe", "deepseek_v3"])
 def test_shrink_and_grow_at_token_boundaries_keep_the_output(
     family: str, tiny_ftw: dict[str, Path]

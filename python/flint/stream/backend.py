@@ -276,8 +276,11 @@ class StreamedExperts:
         if not req.elastic:
             return
         dev = vram.device
-        free = req.free_bytes if req.free_bytes is not None else (lambda: usable_vram(dev))
-        self.elastic.append(ElasticVram(vram, free, budget, req.notice))
+        if req.free_bytes is not None:  # simulated (tests)
+            self.elastic.append(ElasticVram(vram, req.free_bytes, budget, req.notice))
+            return
+        free, mine = (lambda: usable_vram(dev)), (lambda: torch.cuda.memory_allocated(dev))
+        self.elastic.append(ElasticVram(vram, free, budget, req.notice, mine))
 
     def _elastic_stats(self) -> dict[str, int]:
         e = [w.counters for w in self.elastic]

@@ -4,10 +4,12 @@ some, and takes more again when it comes back.
 At load ``plan_vram`` sizes the cache from free VRAM minus a headroom (activations,
 the allocator, others). At token boundaries (every ``CHECK_EVERY`` decode tokens and at
 each new prompt) ``ElasticVram.check`` plans again from what is free now plus what the
-cache itself holds: when free VRAM has fallen into the headroom the cache shrinks to the
-planned size (each layer drops its coldest experts by decayed recent count and its
-memory goes back to the driver); when it has come back the cache grows (new slots fill
-on first use, as at start). One printed line per change.
+cache itself holds (plus what this process allocated since the plan: that is what the
+headroom is for, so only other programs make it shrink): when free VRAM has fallen
+into the headroom the cache shrinks to the planned size (each layer drops its coldest
+experts by decayed recent count and its memory goes back to the driver); when it has
+come back the cache grows (new slots fill on first use, as at start). One printed line
+per change.
 
 Which experts sit in VRAM never changes what they compute (the same verified bytes,
 the same kernel), so a resize changes speed, never output.
@@ -57,13 +59,28 @@ class ElasticVram:
     free_bytes: Callable[[], int]
     budget_gib: float | None  # the cache's share of --vram-budget: growth stops there
     notice: Callable[[str], None]
+    # this process's allocated device bytes (CUDA: torch's count); what it allocates
+    # after the plan besides the cache (GPU-wave buffers, workspaces) comes out of the
+    # headroom and is no reason to shrink: only other programs' allocations are
+    allocated: Callable[[], int] | None = None
     every: int = CHECK_EVERY
     counters: ElasticCounters = field(default_factory=ElasticCounters)
     _decode_tokens: int = 0
-    _last_free: int | None = None  # free bytes after the last (re)size
+    _last_free: int = 0  # ``_free()`` after the last (re)size
+    _others0: int = 0  # allocated bytes besides the cache at the plan
 
     def __post_init__(self) -> None:
-        self._last_free = self.free_bytes()
+        self._others0 = self._others()
+        self._last_free = self._free()
+
+    def _free(self) -> int:
+        """Free bytes as the cache sees them: ``free_bytes()`` plus what this process
+        allocated besides the cache since the plan (that is what the headroom is for)."""
+        return self.free_bytes() + max(0, self._others() - self._others0)
+
+    def _others(self) -> int:
+        """This process's allocated bytes besides the cache's."""
+        return 0 if self.allocated is None else self.allocated() - self.vram.held_bytes
 
     def due(self, tokens: int) -> bool:
         """Whether the boundary before a forward of ``tokens`` tokens checks: every
@@ -83,8 +100,7 @@ class ElasticVram:
         ``GROW_SLACK``). Returns the new slots per layer, or None when unchanged."""
         v = self.vram
         self.counters.checks += 1
-        free, held, before = self.free_bytes(), v.held_bytes, v.slots
-        last = free if self._last_free is None else self._last_free
+        free, held, before, last = self._free(), v.held_bytes, v.slots, self._last_free
         new = self.target(free, held)
         if new >= before:
             new = max(before, self.target(free - GROW_SLACK, held))
@@ -105,5 +121,5 @@ class ElasticVram:
                 f"{label} grew {before} -> {v.slots} slots/layer "
                 f"({(free - last) / GIB:.1f} GiB of VRAM came back)"
             )
-        self._last_free = self.free_bytes()
+        self._last_free = self._free()
         return v.slots
