@@ -50,6 +50,12 @@ def _time_copies(views: list[torch.Tensor], rounds: int, dev: torch.device) -> d
     return out
 
 
+class _Owner:
+    """A weak-referenceable holder of the arena (``flint._core.Arena`` is not)."""
+
+    arena: object = None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--slab-mib", type=float, default=9.0)
@@ -67,7 +73,9 @@ def main() -> None:
     common = {"slab_bytes": slab, "slots": len(views), "arena_gib": arena.nbytes / (1 << 30)}
     print(json.dumps({"case": "pageable", **common, **_time_copies(views, args.rounds, dev)}))
     start = time.perf_counter()
-    pinned = pin_arena(base, arena.nbytes, arena, print)
+    owner = _Owner()  # what the registration's lifetime follows (the backend, in flint)
+    owner.arena = arena
+    pinned = pin_arena(base, arena.nbytes, owner, print)
     took = time.perf_counter() - start
     if pinned is None:
         return

@@ -298,6 +298,10 @@ def test_cuda_another_process_taking_vram_shrinks_then_grows_the_cache(
             finally:
                 if hog.poll() is None:
                     hog.kill()
+                hog.wait()
+                for pipe in (hog.stdin, hog.stdout):  # closed: no unraisable warning
+                    if pipe is not None:
+                        pipe.close()
             s = streamed.stats()
     assert min(sizes[: 2 * CHECK_EVERY]) < full, "shrunk while the other process held VRAM"
     assert sizes[-1] == full, "grew back once it exited"
