@@ -26,6 +26,7 @@ from flint.generation import Completion, StreamChunk, collect, generate_stream
 from flint.markup import kept_special
 from flint.models import load_model
 from flint.models.ftw_source import FtwSource
+from flint.models.loading import indexed
 from flint.models.moe import ExpertBackend
 from flint.models.qwen3_next import ANCHOR_TOKENS
 from flint.models.transformer import MoEModel
@@ -58,7 +59,7 @@ def resolve_devices(device: str | torch.device | None) -> list[torch.device]:
     "cuda" for every visible GPU (``CUDA_VISIBLE_DEVICES`` narrows it); the layers are
     then split across them (``flint.models.split``)."""
     if isinstance(device, str) and "," in device:
-        devices = [resolve_device(d.strip()) for d in device.split(",") if d.strip()]
+        devices = [indexed(resolve_device(d.strip())) for d in device.split(",") if d.strip()]
         if len(set(devices)) != len(devices):
             raise ValueError(f"device {device!r} names a device twice")
         if len({d.type for d in devices}) != 1:
@@ -67,7 +68,7 @@ def resolve_devices(device: str | torch.device | None) -> list[torch.device]:
     dev = resolve_device(device)
     if dev.type == "cuda" and dev.index is None:
         count = torch.cuda.device_count()
-        return [torch.device("cuda", i) for i in range(count)] if count > 1 else [dev]
+        return [torch.device("cuda", i) for i in range(count)] if count > 1 else [indexed(dev)]
     return [dev]
 
 
@@ -159,7 +160,9 @@ class LLM:
     """A loaded model with its tokenizer, ready to generate for one caller at a time.
 
     ``model``: a .ftw file, a Hugging Face checkpoint directory, or a ``WeightSource``.
-    ``device``: CUDA when present, else the CPU; ``dtype``: bf16 on CUDA, f32 on the CPU.
+    ``device``: CUDA when present (every visible GPU, layers split across them), else
+    the CPU; "cuda:N" for one GPU, "cuda:0,cuda:1" for a list (``flint.models.split``).
+    ``dtype``: bf16 on CUDA, f32 on the CPU.
     ``context_length``: KV cache positions (default min(model's, 8192)).
     ``expert_kernels``: "auto" computes int8/int4 experts with torch's quantized
     kernels (each probed at load, falling back with one printed line); "dequant"
@@ -171,7 +174,8 @@ class LLM:
     streams when ``ram_budget`` is given. ``lookahead``: layers of router lookahead
     (0-3) used to prefetch experts; ``io_workers``: reader threads.
     ``vram_budget``: GiB of GPU memory for the VRAM expert cache when streaming on CUDA
-    (default: what is free once the model is loaded; 0: none). ``deterministic``:
+    (default: what is free once the model is loaded; 0: none; with several GPUs the
+    total, shared by their streamed layers). ``deterministic``:
     every streamed expert computed on the GPU, so output is bit-identical to a resident
     GPU run (otherwise experts in neither VRAM cache slot run on the CPU in parallel).
     ``host_split``: on CUDA, where a decode step's experts outside VRAM are computed:
@@ -216,6 +220,7 @@ class LLM:
         if isinstance(ctx, bool) or not isinstance(ctx, int) or ctx < 2:
             raise ValueError(f"context_length must be an integer >= 2, got {ctx!r}")
         self.source = source
+        owned = expert_backend is None  # built here: closed here if loading fails
         if expert_backend is None and (stream or (stream is None and ram_budget is not None)):
             expert_backend = _streamed(
                 source,
@@ -231,17 +236,15 @@ class LLM:
                 pin_ram,
             )
         self.expert_backend = expert_backend
-        layer_devices: tuple[torch.device, ...] = ()
-        if len(self.devices) > 1:
-            layer_devices = _split(source, self.devices, self.dtype, ctx, expert_backend)
-        self._model: MoEModel | None = load_model(
-            source, self.device, self.dtype, ctx, expert_backend, expert_kernels, layer_devices
-        )
-        if activation_budget is not None:
-            self._model.activation_budget = int(activation_budget * (1 << 30))
-        attach = getattr(expert_backend, "attach", None)
-        if callable(attach):
-            attach(self._model)
+        try:
+            self._model: MoEModel | None = self._build(
+                source, ctx, expert_backend, expert_kernels, activation_budget
+            )
+        except BaseException:
+            close = getattr(expert_backend, "close", None)
+            if owned and callable(close):  # its reader threads and page-locked cache
+                close()
+            raise
         self.tokenizer = Tokenizer(
             source.tokenizer_json,
             chat_template=source.chat_template,
@@ -253,6 +256,29 @@ class LLM:
         if self._model.states is not None:  # Qwen3-Next: checkpoint after these tokens
             anchors = (self.tokenizer.token_to_id(t) for t in ANCHOR_TOKENS)
             self._model.anchor_tokens = frozenset(i for i in anchors if i is not None)
+
+    def _build(
+        self,
+        source: WeightSource,
+        ctx: int,
+        expert_backend: ExpertBackend | None,
+        expert_kernels: str,
+        activation_budget: float | None,
+    ) -> MoEModel:
+        """The model on this LLM's devices (layers split when there are several), with
+        the expert backend attached."""
+        layer_devices: tuple[torch.device, ...] = ()
+        if len(self.devices) > 1:
+            layer_devices = _split(source, self.devices, self.dtype, ctx, expert_backend)
+        model = load_model(
+            source, self.device, self.dtype, ctx, expert_backend, expert_kernels, layer_devices
+        )
+        if activation_budget is not None:
+            model.activation_budget = int(activation_budget * (1 << 30))
+        attach = getattr(expert_backend, "attach", None)
+        if callable(attach):
+            attach(model)
+        return model
 
     @property
     def model(self) -> MoEModel:

@@ -95,7 +95,7 @@ def test_resize_when_a_pool_cannot_be_allocated(monkeypatch: pytest.MonkeyPatch)
     def pool_failing_once(rows: int) -> torch.Tensor:
         calls[0] += 1
         if calls[0] == 2:  # the second layer's pool
-            raise torch.OutOfMemoryError("simulated")
+            raise torch.cuda.OutOfMemoryError("simulated")
         return make(rows)
 
     monkeypatch.setattr(v, "_pool", pool_failing_once)
@@ -107,6 +107,31 @@ def test_resize_when_a_pool_cannot_be_allocated(monkeypatch: pytest.MonkeyPatch)
     assert v.resize(1) == 1 + 2  # layer 1 lost both: its old pool went first
     assert set(v.where[0]) == {1} and not v.where[1] and v.free[1] == [0]
     assert v.slots == 1 and v.held_bytes == 2 * 16
+
+
+def test_a_growth_that_cannot_allocate_says_so_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every larger pool fails: one line, the size kept, no retry (and no reallocation
+    of the layers) until more memory is free."""
+    v = VramCache((0, 1), 64, 1, 1 << 20, CPU)
+    free = [int(1.5 * GIB)]
+    lines: list[str] = []
+    w = ElasticVram(v, lambda: free[0], None, lines.append)
+    make, calls = v._pool, [0]
+
+    def no_larger_pool(rows: int) -> torch.Tensor:
+        calls[0] += 1
+        if rows > 1:
+            raise torch.cuda.OutOfMemoryError("simulated")
+        return make(rows)
+
+    monkeypatch.setattr(v, "_pool", no_larger_pool)
+    free[0] = 4 * GIB
+    assert w.check() is None and v.slots == 1
+    assert len(lines) == 1 and "could not grow 1 -> " in lines[0]
+    tried = calls[0]
+    assert w.check() is None and calls[0] == tried and len(lines) == 1, "no retry"
+    free[0] = 8 * GIB  # more memory: it tries again (and fails again, once more said)
+    assert w.check() is None and calls[0] > tried and len(lines) == 2
 
 
 def test_resize_drops_packed_forms() -> None:

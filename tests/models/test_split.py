@@ -61,6 +61,16 @@ def test_every_gpu_gets_a_layer_and_a_tight_one_is_named() -> None:
     assert one.describe()[1].startswith("cuda:1: no layers")
 
 
+def test_layer_0_stays_first_no_gpu_is_skipped_and_the_head_is_charged_to_the_first() -> None:
+    tight = plan_split([D0, D1], [GIB], GIB, GIB, _free({D0: 0.5, D1: 80}))
+    assert tight.layer_device == (0,), "layer 0 beside the embedding"
+    assert tight.planned == (3 * GIB, 0) and "cuda:0" in tight.notes[0]
+    middle = plan_split([D0, D1, D2], [GIB // 4] * 12, 0, 0, _free({D0: 40, D1: 0.5, D2: 40}))
+    assert set(middle.layer_device) == {0, 1, 2}, "the small middle GPU still gets a layer"
+    steps = [b - a for a, b in zip(middle.layer_device, middle.layer_device[1:], strict=False)]
+    assert set(steps) <= {0, 1}
+
+
 def test_layer_costs_count_resident_experts_and_the_kv_cache(
     tiny_models: dict[str, tuple[Path, Any]],
 ) -> None:

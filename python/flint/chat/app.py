@@ -143,9 +143,11 @@ class ChatApp:
     def _record(self, prompt: Prompt, meter: ReplyMeter) -> None:
         text = meter.text
         reasoning, answer = split_reply(text, prompt.in_think, self._harmony)
-        if self._harmony:  # the template writes the channels itself
-            text = answer
-        if text:
+        if text and self._harmony:
+            # the template writes the channels itself; a reply cut off inside the
+            # analysis channel still takes its turn (empty), so turns keep alternating
+            self.state.conv.add("assistant", answer)
+        elif text:
             self.state.conv.add("assistant", text)
         self.state.reasoning = reasoning
         cache = read_cache_stats(self.llm)

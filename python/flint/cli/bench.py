@@ -101,7 +101,7 @@ def register(app: typer.Typer) -> None:
             float | None,
             typer.Option(
                 help="CUDA: GiB of GPU memory for the VRAM expert cache of the streamed modes "
-                "(default: what is free; 0: none).",
+                "(default: what is free; 0: none; over several GPUs, the total).",
                 rich_help_panel=ENGINE,
             ),
         ] = None,

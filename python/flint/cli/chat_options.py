@@ -56,7 +56,7 @@ VramBudgetOpt = Annotated[
         "--vram-budget",
         metavar="SIZE",
         help="GPU memory for the VRAM expert cache when streaming on CUDA, e.g. 8G "
-        "(default: what is free after loading; 0: none).",
+        "(default: what is free after loading; 0: none; over several GPUs, the total).",
         rich_help_panel=RUNTIME,
     ),
 ]

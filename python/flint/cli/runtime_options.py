@@ -191,7 +191,7 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {  # parameter -> (annotation, default)
             typer.Option(
                 help="GiB of GPU memory the VRAM expert cache may use when streaming on CUDA"
                 " (default: what is free after the dense weights and KV cache, minus"
-                " headroom; 0: none).",
+                " headroom; 0: none; over several GPUs, the total).",
                 rich_help_panel=PANEL,
             ),
         ],

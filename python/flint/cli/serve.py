@@ -100,7 +100,7 @@ def serve_command(
         float | None,
         typer.Option(
             help="GiB of GPU memory for the VRAM expert cache when streaming on CUDA "
-            "(default: what is free after loading; 0: none).",
+            "(default: what is free after loading; 0: none; over several GPUs, the total).",
             min=0,
         ),
     ] = None,

@@ -85,13 +85,15 @@ def split_cache(
     make: Callable[[int, torch.device], KVCache],
     slot_devices: list[torch.device],
     context_length: int,
+    home: torch.device,
 ) -> KVCache:
     """One cache for the slots (``slot_devices[s]``: where slot s's layer lives): a plain
-    ``KVCache`` from ``make(slots, device)`` when they share a device, else one part per
-    device holding only that device's slots (a ``SplitKVCache``)."""
+    ``KVCache`` from ``make(slots, device)`` when they share a device (``home`` when
+    there is no slot), else one part per device holding only that device's slots (a
+    ``SplitKVCache``)."""
     devices = list(dict.fromkeys(slot_devices))
     if len(devices) <= 1:
-        return make(max(1, len(slot_devices)), devices[0] if devices else torch.device("cpu"))
+        return make(max(1, len(slot_devices)), devices[0] if devices else home)
     counts = [0] * len(devices)
     rows: list[tuple[int, int]] = []
     for device in slot_devices:

@@ -11,6 +11,14 @@ from flint.models.weights import WeightSource
 ALIGN = 64  # bytes; torch's CPU allocator aligns at least this much
 
 
+def indexed(device: torch.device) -> torch.device:
+    """``device`` with its index: "cuda" is the current GPU ("cuda:0" unless changed),
+    so one GPU has one name (torch.device("cuda") != torch.device("cuda", 0))."""
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
 @dataclass(slots=True, frozen=True)
 class Placement:
     """Where and in what dtype the model's weights live. ``layers``: with the layers

@@ -115,7 +115,8 @@ def plan_split(
     """Consecutive layers to ``devices`` in proportion to what each has free once the
     first one holds the embedding and LM head, so every device keeps about the same
     free memory per layer (the room its VRAM expert cache divides among its layers);
-    each gets at least one layer while there are enough. A device whose share does not
+    layer 0 goes to the first device, no device is skipped, and each gets at least one
+    layer while there are enough. A device whose share does not
     fit what it has free after headroom is named in ``notes`` (the costs are estimates:
     the load goes ahead)."""
     if not devices:
@@ -136,15 +137,14 @@ def plan_split(
             d += 1
         if n >= len(devices):  # every device gets at least one layer
             d = min(max(d, len(devices) - (n - i)), i)
-        if layer_device and d < layer_device[-1]:
-            d = layer_device[-1]
+        # consecutive and no device skipped; layer 0 beside the embedding, on the first
+        d = min(max(d, layer_device[-1]), layer_device[-1] + 1) if layer_device else 0
         layer_device.append(d)
         done += cost
     planned = [0] * len(devices)
     for i, d_i in enumerate(layer_device):
         planned[d_i] += costs[i]
-    if layer_device:
-        planned[layer_device[0]] += embed + head
+    planned[0] += embed + head  # always on the first device
     notes = []
     for i, device in enumerate(devices):
         usable = room[i] - max(HEADROOM_MIN, int(room[i] * HEADROOM_FRACTION))

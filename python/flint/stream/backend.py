@@ -31,6 +31,7 @@ from flint import _core
 from flint.format.reader import ExpertLayout
 from flint.models.config import ModelConfig
 from flint.models.cpu_kernels import FusedKernel, slab_addresses
+from flint.models.loading import indexed
 from flint.models.moe import ExpertMath, weighted_sum
 from flint.models.quant_experts import QUANT_SCHEMES, fused_supported
 from flint.models.quant_linear import select_kernel
@@ -103,6 +104,7 @@ class StreamedExperts:
         gpu_waves: bool = True,
     ) -> None:
         self.cfg, self.layout, self.engine, self.plan = config, layout, engine, plan
+        device = indexed(device)  # "cuda" -> "cuda:N": one key per GPU everywhere
         # the activation and (GPT-OSS) resident biases around each expert's projections
         self.math = math if math is not None else ExpertMath(config.expert_act)
         if config.expert_bias and not self.math.biases:
@@ -242,7 +244,8 @@ class StreamedExperts:
         lay, streamed = self.layout, self.plan.streamed_layers
         groups: dict[torch.device, list[int]] = {}
         for layer in streamed:
-            groups.setdefault(self._layer_device.get(layer, req.device), []).append(layer)
+            device = self._layer_device.get(layer, indexed(req.device))
+            groups.setdefault(device, []).append(layer)
         split = len(groups) > 1
         for device, layers in groups.items():
             free = req.free_bytes() if req.free_bytes is not None else free_vram(device)
@@ -550,11 +553,14 @@ class StreamedExperts:
         """Copies ``fills``' slabs up (asynchronous from a page-locked arena) and queues
         their computation on the GPU; returns what ``_observe`` times it by."""
         t, k, lay = self._on(x.device), outputs.shape[0] // x.shape[0], self.layout
-        cuda = x.device.type == "cuda"
-        start = _timing_event() if cuda else None
-        end = _timing_event() if cuda else None
+        # events on the stream of the GPU the copies go to (not the current device's:
+        # with --device cuda:1 or a layer on a split's second GPU they differ), so the
+        # wait in ``_observe`` covers the copies before their slots are unpinned
+        stream = torch.cuda.current_stream(x.device) if x.device.type == "cuda" else None
+        start = _timing_event() if stream is not None else None
+        end = _timing_event() if stream is not None else None
         if start is not None:
-            start.record()
+            start.record(stream)
         t0 = time.perf_counter()
         for expert, address, hit in fills:
             if not hit:
@@ -564,7 +570,7 @@ class StreamedExperts:
             rows = rows_of(expert)
             outputs[rows] = self._expert(t, layer, expert, slab, True, x[rows // k]).float()
         if end is not None:
-            end.record()
+            end.record(stream)
         return start, end, len(fills) * lay.slab_bytes, time.perf_counter() - t0
 
     def _observe(
@@ -761,6 +767,7 @@ class StreamedExperts:
                     vc = v.counters
                     rate = vc.hits / vc.selections if vc.selections else None
                     s[f"vram_hit_rate {v.device}"] = rate
+                    s[f"vram_slots_per_layer {v.device}"] = v.slots
         for d in range(1, self.lookahead.depth + 1):
             s[f"recall_d{d}"] = q.recall(d)
             s[f"precision_d{d}"] = q.precision(d)

@@ -68,6 +68,7 @@ class ElasticVram:
     _decode_tokens: int = 0
     _last_free: int = 0  # ``_free()`` after the last (re)size
     _others0: int = 0  # allocated bytes besides the cache at the plan
+    _blocked: int | None = None  # free bytes when a growth last failed to allocate
 
     def __post_init__(self) -> None:
         self._others0 = self._others()
@@ -106,8 +107,18 @@ class ElasticVram:
             new = max(before, self.target(free - GROW_SLACK, held))
         if new == before:
             return None
+        if new > before and self._blocked is not None and free <= self._blocked + GROW_SLACK:
+            return None  # the last growth from about this much free memory failed
         dropped = v.resize(new)
         label = f"{v.device}: VRAM expert cache"
+        if new > before and v.slots == before:
+            self._blocked = free
+            self.notice(
+                f"{label} could not grow {before} -> {new} slots/layer (the allocation "
+                "failed); it stays and tries again when more memory is free"
+            )
+            return None
+        self._blocked = None
         if v.slots < before:
             self.counters.shrinks += 1
             self.counters.dropped += dropped

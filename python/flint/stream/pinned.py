@@ -10,8 +10,10 @@ the model runs unpinned. Unregistered at ``close()`` (or when the backend is col
 while the arena still lives.
 
 Every copy ends before its slot is released to the cache: admissions, swaps and
-per-use copies are synchronous; GPU waves' side-stream copies (``gpu_waves.py``), which
-only become asynchronous from page-locked memory, are waited for before unpinning.
+per-projection copies are synchronous; the asynchronous ones - GPU waves' side-stream
+copies (``gpu_waves.py``) and the q* split's fills (``backend._fill``), asynchronous
+only from page-locked memory - are waited for (an event on the stream they were queued
+on) before their slots are unpinned.
 """
 
 from __future__ import annotations

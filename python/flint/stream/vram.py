@@ -193,9 +193,11 @@ class VramCache:
                 del by_expert  # the dropped packed forms are freed with it
             else:
                 old = self.pools[layer]
+                if old.shape[0] == slots:
+                    continue  # already this size (a retry after a partial growth)
                 try:
                     new = self._pool(slots)
-                except torch.OutOfMemoryError:
+                except torch.cuda.OutOfMemoryError:  # (torch.OutOfMemoryError: 2.5+)
                     if slots > old.shape[0]:
                         continue  # stays as it is
                     self.pools[layer] = old = self._pool(0)
