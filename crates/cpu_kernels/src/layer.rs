@@ -21,6 +21,13 @@ use crate::simd::TOKENS;
 /// pair (a tiny-code-moe expert) at one token.
 const MIN_TASK_MACS: usize = 32 * 1024;
 
+/// Tasks a phase is split into per thread, at most (fewer where [`MIN_TASK_MACS`] says
+/// so). Blocks of [`MIN_TASK_MACS`] alone made 768 tasks of 32 KB of int8 for one token on
+/// Qwen3-30B-A3B geometry, and two threads were slower than one (int4 8.0 vs 10.0 GB/s);
+/// with 2-16 tasks per thread two threads got 10-13.6 GB/s (examples/layer_speed.rs,
+/// docs/benchmarks.md). Which thread computes a row does not change its value.
+const TASKS_PER_THREAD: usize = 8;
+
 /// Where an expert's bytes are, for calls that start before they all landed.
 pub trait Ready: Sync {
     /// Blocks until `proj` of `expert` is in memory: 1 = gate and up, 2 = all three.
@@ -165,6 +172,25 @@ impl Kernels {
         ready: &R,
         y: &mut [f32],
     ) -> Result<()> {
+        // The whole call inside the pool: its parallel steps (activation rows, phase 1,
+        // down's inputs, phase 2) then start from a pool thread, not each by injecting
+        // a job from outside and sleeping until it is done (tiny-code-moe geometry at
+        // two threads: 1.5-1.7x the GB/s, examples/layer_speed.rs).
+        match &self.pool {
+            Some(pool) => pool.install(|| self.outputs(format, routing, experts, ready, y)),
+            None => self.outputs(format, routing, experts, ready, y),
+        }
+    }
+
+    /// [`Self::expert_outputs`], on the pool's threads if called inside it.
+    fn outputs<R: Ready>(
+        &self,
+        format: &ExpertFormat,
+        routing: &Routing<'_>,
+        experts: &[(u32, ExpertWeights<'_>)],
+        ready: &R,
+        y: &mut [f32],
+    ) -> Result<()> {
         let (h, i) = (format.hidden(), format.inter());
         let jobs = group(routing, experts, h)?;
         let want = routing.ids.len() * h;
@@ -202,7 +228,7 @@ impl Kernels {
             })
             .collect();
         // Phase 1: h[n, r] = silu(gate_r . x_n) * (up_r . x_n), tasks by rows of I.
-        let tasks1 = tasks(&jobs, i, h * 2);
+        let tasks1 = tasks(&jobs, i, h * 2, self.threads);
         let parts1 = self.run(&tasks1, |t| {
             let job = jobs
                 .get(t.job)
@@ -293,7 +319,7 @@ impl Kernels {
                 )
             })
             .collect();
-        let tasks2 = tasks(&jobs, h, i);
+        let tasks2 = tasks(&jobs, h, i, self.threads);
         let parts2 = self.run(&tasks2, |t| {
             let job = jobs
                 .get(t.job)
@@ -447,12 +473,23 @@ fn group<'a>(
     Ok(jobs)
 }
 
-/// Blocks of output rows, each at least [`MIN_TASK_MACS`] of work, for every job.
-fn tasks(jobs: &[Job<'_>], rows: usize, macs_per_row_token: usize) -> Vec<Task> {
+/// Blocks of output rows for every job (a block never spans two jobs), each at least
+/// [`MIN_TASK_MACS`] of work and at least 1 / ([`TASKS_PER_THREAD`] x `threads`) of the
+/// phase's work.
+fn tasks(jobs: &[Job<'_>], rows: usize, macs_per_row_token: usize, threads: usize) -> Vec<Task> {
+    let total: usize = jobs
+        .iter()
+        .map(|j| {
+            macs_per_row_token
+                .saturating_mul(j.positions.len())
+                .saturating_mul(rows)
+        })
+        .sum();
+    let min = MIN_TASK_MACS.max(total / threads.saturating_mul(TASKS_PER_THREAD).max(1));
     let mut out = Vec::new();
     for (job, j) in jobs.iter().enumerate() {
         let per_row = macs_per_row_token.saturating_mul(j.positions.len()).max(1);
-        let block = MIN_TASK_MACS.div_ceil(per_row).clamp(1, rows.max(1));
+        let block = min.div_ceil(per_row).clamp(1, rows.max(1));
         let mut r = 0;
         while r < rows {
             let end = (r + block).min(rows);
