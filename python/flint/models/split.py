@@ -116,9 +116,10 @@ def plan_split(
     first one holds the embedding and LM head, so every device keeps about the same
     free memory per layer (the room its VRAM expert cache divides among its layers);
     layer 0 goes to the first device, no device is skipped, and each gets at least one
-    layer while there are enough. A device whose share does not
-    fit what it has free after headroom is named in ``notes`` (the costs are estimates:
-    the load goes ahead)."""
+    layer while there are enough (a GPU with no room for its layer still gets it: name
+    the GPUs to use, e.g. ``cuda:0,cuda:2``, to leave one out). A device whose share
+    does not fit what it has free after headroom is named in ``notes`` (the costs are
+    estimates: the load goes ahead)."""
     if not devices:
         raise ValueError("no device to place the model on")
     room = [free(d) for d in devices]
