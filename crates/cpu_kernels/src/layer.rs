@@ -32,7 +32,7 @@ const TASKS_PER_THREAD: usize = 8;
 
 /// Multiply-adds below which a call runs on the calling thread alone: waking the pool
 /// costs more than it saves. Tiny-code-moe decode (one token, 8 experts of 256 x 64)
-/// is 0.39 Mi.
+/// is 0.375 Mi.
 const SMALL_CALL_MACS: usize = 1 << 20;
 
 /// Spins (`spin_loop`) of a thread waiting for the next step before it yields.
