@@ -7,7 +7,8 @@
 //! which thread ran what, or on how the experts were split into calls (a streamed
 //! layer computed in waves gives the bytes a resident layer computes in one call).
 
-use rayon::prelude::*;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::OnceLock;
 
 use crate::act::{Act, Aligned};
 use crate::error::{KernelError, Result};
@@ -17,7 +18,8 @@ use crate::scalar::silu;
 use crate::simd::TOKENS;
 
 /// Multiply-adds a task should at least do, so that scheduling a task (~1-2 us with
-/// rayon on the CPU box) stays small against it: 32 Ki is one 64 x 256 bf16 gate+up
+/// rayon on the CPU box, measured before tasks were claimed from an atomic counter)
+/// stays small against it: 32 Ki is one 64 x 256 bf16 gate+up
 /// pair (a tiny-code-moe expert) at one token.
 const MIN_TASK_MACS: usize = 32 * 1024;
 
@@ -27,6 +29,108 @@ const MIN_TASK_MACS: usize = 32 * 1024;
 /// with 2-16 tasks per thread two threads got 10-13.6 GB/s (examples/layer_speed.rs,
 /// docs/benchmarks.md). Which thread computes a row does not change its value.
 const TASKS_PER_THREAD: usize = 8;
+
+/// Multiply-adds below which a call runs on the calling thread alone: waking the pool
+/// costs more than it saves. Tiny-code-moe decode (one token, 8 experts of 256 x 64)
+/// is 0.375 Mi.
+const SMALL_CALL_MACS: usize = 1 << 20;
+
+/// Spins (`spin_loop`) of a thread waiting for the next step before it yields.
+const SPINS: u32 = 1 << 12;
+
+/// Steps of a layer call: activation rows, gate/up, down's inputs, down.
+const STEPS: usize = 4;
+
+/// The threads of one call and where it stands: the open step, each step's next
+/// unclaimed item and its finished items.
+struct Gang {
+    counts: [usize; STEPS],
+    step: AtomicUsize,
+    next: [AtomicUsize; STEPS],
+    done: [AtomicUsize; STEPS],
+    stop: AtomicBool,
+}
+
+/// Stops the call if the thread holding it unwinds (the others would wait forever).
+struct StopOnPanic<'g>(&'g AtomicBool);
+
+impl Drop for StopOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.store(true, Ordering::Release);
+        }
+    }
+}
+
+impl Gang {
+    fn new(counts: [usize; STEPS]) -> Self {
+        Self {
+            counts,
+            step: AtomicUsize::new(0),
+            next: Default::default(),
+            done: Default::default(),
+            stop: AtomicBool::new(false),
+        }
+    }
+
+    /// Opens the first step with items (running `after` for those without).
+    fn open(&self, after: &(dyn Fn(usize) -> bool + Sync)) {
+        if self.counts.first().copied().unwrap_or(0) == 0 {
+            self.finish(0, after);
+        }
+    }
+
+    /// Step `s` is done: runs `after` for it and every following step without items,
+    /// then opens the next step (or ends the call).
+    fn finish(&self, mut s: usize, after: &(dyn Fn(usize) -> bool + Sync)) {
+        loop {
+            if !after(s) {
+                self.stop.store(true, Ordering::Release);
+                break;
+            }
+            s += 1;
+            if s >= STEPS || self.counts.get(s).copied().unwrap_or(0) > 0 {
+                break;
+            }
+        }
+        self.step.store(s, Ordering::Release);
+    }
+
+    /// Claims and runs items until the call is over.
+    fn work(&self, item: &(dyn Fn(usize, usize) + Sync), after: &(dyn Fn(usize) -> bool + Sync)) {
+        let _guard = StopOnPanic(&self.stop);
+        let mut spins = 0u32;
+        loop {
+            if self.stop.load(Ordering::Acquire) {
+                return;
+            }
+            let s = self.step.load(Ordering::Acquire);
+            let (Some(next), Some(done), Some(&count)) =
+                (self.next.get(s), self.done.get(s), self.counts.get(s))
+            else {
+                return;
+            };
+            let n = next.fetch_add(1, Ordering::Relaxed);
+            if n < count {
+                item(s, n);
+                if done.fetch_add(1, Ordering::AcqRel) + 1 == count {
+                    self.finish(s, after);
+                }
+                spins = 0;
+                continue;
+            }
+            // Nothing left in this step: wait for the thread finishing its last item.
+            while self.step.load(Ordering::Acquire) == s && !self.stop.load(Ordering::Acquire) {
+                if spins < SPINS {
+                    spins += 1;
+                    std::hint::spin_loop();
+                } else {
+                    std::thread::yield_now();
+                }
+            }
+        }
+    }
+}
 
 /// Where an expert's bytes are, for calls that start before they all landed.
 pub trait Ready: Sync {
@@ -104,13 +208,15 @@ struct Task {
 }
 
 impl Kernels {
-    /// Kernels of `isa` on a pool of `threads` (1: the calling thread only).
+    /// Kernels of `isa` on `threads` threads: the calling thread and a pool of
+    /// `threads - 1` (none for 1).
     pub fn new(isa: Isa, threads: usize) -> Result<Self> {
         let dot = Dot::new(isa)?;
         let threads = threads.max(1);
         let pool = if threads > 1 {
+            // The calling thread is one of the `threads`.
             let p = rayon::ThreadPoolBuilder::new()
-                .num_threads(threads)
+                .num_threads(threads - 1)
                 .thread_name(|i| format!("flint-cpu-{i}"))
                 .build()
                 .map_err(|e| KernelError::Pool {
@@ -134,56 +240,18 @@ impl Kernels {
         self.threads
     }
 
-    /// Runs `f` over `tasks`, on the pool if there is one, results in task order.
-    fn run<T: Send>(
-        &self,
-        tasks: &[Task],
-        f: impl Fn(&Task) -> Result<T> + Sync + Send,
-    ) -> Result<Vec<T>> {
-        match &self.pool {
-            Some(pool) => pool.install(|| tasks.par_iter().with_max_len(1).map(f).collect()),
-            None => tasks.iter().map(f).collect(),
-        }
-    }
-
-    /// `f` over `items` with their indices, on the pool if there is one, in order.
-    fn map<'s, I: Sync, T: Send>(
-        &self,
-        items: &'s [I],
-        f: impl Fn((usize, &'s I)) -> T + Sync + Send,
-    ) -> Vec<T> {
-        match &self.pool {
-            Some(pool) if items.len() > 1 => {
-                pool.install(|| items.par_iter().enumerate().map(f).collect())
-            }
-            _ => items.iter().enumerate().map(f).collect(),
-        }
-    }
-
     /// Writes `y[p]` (`H` values at `p * H`) for every position `p` routed to one of
     /// `experts`: `down(silu(gate(x_t)) * up(x_t))`, in f32. Positions of experts not
     /// listed are left as they are (a later call computes them). Waits on `ready`
     /// before reading each expert's gate/up and down.
+    ///
+    /// The call runs four steps (activation rows, gate/up, down's inputs, down) on the
+    /// calling thread and the pool's threads, woken once per call: every thread claims
+    /// the current step's items from an atomic counter, and the thread that finishes a
+    /// step's last item does the serial work between steps and opens the next one while
+    /// the others spin. A thread that wakes late joins whatever step is open. Calls of
+    /// fewer than [`SMALL_CALL_MACS`] run on the calling thread alone.
     pub fn expert_outputs<R: Ready>(
-        &self,
-        format: &ExpertFormat,
-        routing: &Routing<'_>,
-        experts: &[(u32, ExpertWeights<'_>)],
-        ready: &R,
-        y: &mut [f32],
-    ) -> Result<()> {
-        // The whole call inside the pool: its parallel steps (activation rows, phase 1,
-        // down's inputs, phase 2) then start from a pool thread, not each by injecting
-        // a job from outside and sleeping until it is done (tiny-code-moe geometry at
-        // two threads: 1.5-1.7x the GB/s, examples/layer_speed.rs).
-        match &self.pool {
-            Some(pool) => pool.install(|| self.outputs(format, routing, experts, ready, y)),
-            None => self.outputs(format, routing, experts, ready, y),
-        }
-    }
-
-    /// [`Self::expert_outputs`], on the pool's threads if called inside it.
-    fn outputs<R: Ready>(
         &self,
         format: &ExpertFormat,
         routing: &Routing<'_>,
@@ -202,160 +270,161 @@ impl Kernels {
             });
         }
         let x = routing.x;
-        let k = routing.top_k;
+        let k = routing.top_k.max(1);
         // Each token's activation row prepared once for the whole call (the same for every
         // expert and wave: the kernel a row goes through depends on the row only).
-        let mut used = vec![false; routing.ids.len() / k.max(1)];
+        let mut used = vec![false; routing.ids.len() / k];
         for p in jobs.iter().flat_map(|j| &j.positions) {
             if let Some(u) = used.get_mut(p / k) {
                 *u = true;
             }
         }
-        let acts: Vec<Option<Act<'_>>> = self.map(&used, |(t, &u)| {
-            u.then(|| self.dot.prepare(format.kind, row_of(x, t, h)))
-        });
-        // Each job's activation rows, once for all its tasks (and as f32 slices where none
-        // was prepared for a prepared kernel).
-        let rows1: Vec<Rows<'_, '_>> = jobs
-            .iter()
-            .map(|job| {
-                rows_of(
-                    job.positions
-                        .iter()
-                        .filter_map(|&p| acts.get(p / k).and_then(Option::as_ref))
-                        .collect(),
-                )
-            })
+        let tokens: Vec<usize> = (0..used.len())
+            .filter(|&t| used.get(t).copied().unwrap_or(false))
             .collect();
-        // Phase 1: h[n, r] = silu(gate_r . x_n) * (up_r . x_n), tasks by rows of I.
+        let acts: Vec<OnceLock<Act<'_>>> = used.iter().map(|_| OnceLock::new()).collect();
+        let rows1: OnceLock<Vec<Rows<'_, '_>>> = OnceLock::new();
         let tasks1 = tasks(&jobs, i, h * 2, self.threads);
-        let parts1 = self.run(&tasks1, |t| {
-            let job = jobs
-                .get(t.job)
-                .ok_or(KernelError::MissingExpert { expert: 0 })?;
-            wait(ready, job.expert, 1)?;
-            let mut out = Vec::with_capacity((t.rows.1 - t.rows.0) * job.positions.len());
-            let (xs, xf) = rows1
-                .get(t.job)
-                .ok_or(KernelError::MissingExpert { expert: 0 })?;
-            // Rows nothing was prepared for go straight to the f32 kernels (the same
-            // bits as through `dot_act`): on small rows (tiny-code-moe's 64 and 256
-            // columns) the per-call dispatch of the prepared kernels measured -13% prefill.
-            if let Some(xf) = xf {
-                let (quads, rest) = by_fours(xf);
-                for r in t.rows.0..t.rows.1 {
-                    for &four in quads {
-                        let g = self.dot.dots_f32(&job.w.gate, r, four);
-                        let u = self.dot.dots_f32(&job.w.up, r, four);
-                        out.extend(g.iter().zip(u).map(|(&g, u)| silu(g) * u));
-                    }
-                    for &xt in rest {
-                        let g = self.dot.dot_f32(&job.w.gate, r, xt);
-                        let u = self.dot.dot_f32(&job.w.up, r, xt);
-                        out.push(silu(g) * u);
-                    }
-                }
-                return Ok(out);
-            }
-            for r in t.rows.0..t.rows.1 {
-                let (quads, rest) = by_fours(xs);
-                for &four in quads {
-                    let g = self.dot.dots_act(&job.w.gate, r, four);
-                    let u = self.dot.dots_act(&job.w.up, r, four);
-                    out.extend(g.iter().zip(u).map(|(&g, u)| silu(g) * u));
-                }
-                for &xt in rest {
-                    let g = self.dot.dot_act(&job.w.gate, r, xt);
-                    let u = self.dot.dot_act(&job.w.up, r, xt);
-                    out.push(silu(g) * u);
-                }
-            }
-            Ok(out)
-        })?;
+        let parts1: Vec<OnceLock<Result<Vec<f32>>>> =
+            tasks1.iter().map(|_| OnceLock::new()).collect();
         // 64-byte aligned, so that down's f32 kernels read whole cache lines without an
         // aligned copy of each row.
-        let mut hidden: Vec<Aligned<f32>> = jobs
-            .iter()
-            .map(|j| Aligned::zeroed(j.positions.len() * i))
-            .collect();
-        for (t, part) in tasks1.iter().zip(parts1) {
-            let (Some(dst), Some(job)) = (hidden.get_mut(t.job), jobs.get(t.job)) else {
-                continue;
-            };
-            let n = job.positions.len();
-            for (idx, v) in part.into_iter().enumerate() {
-                let (r, m) = (t.rows.0 + idx / n, idx % n);
-                if let Some(d) = dst.as_mut_slice().get_mut(m * i + r) {
-                    *d = v;
-                }
-            }
-        }
-        // Phase 2: y[p, r] = down_r . h[n], tasks by rows of H.
-        let rows2: Vec<(usize, usize)> = jobs
+        let hidden: OnceLock<Vec<Aligned<f32>>> = OnceLock::new();
+        let pairs: Vec<(usize, usize)> = jobs
             .iter()
             .enumerate()
             .flat_map(|(j, job)| (0..job.positions.len()).map(move |m| (j, m)))
             .collect();
-        let hacts: Vec<Act<'_>> = self.map(&rows2, |(_, &(j, m))| {
-            let hj = hidden.get(j).map(Aligned::as_slice).unwrap_or_default();
-            self.dot.prepare(format.kind, row_of(hj, m, i))
-        });
-        let mut first = Vec::with_capacity(jobs.len());
-        let mut n = 0;
-        for job in &jobs {
-            first.push(n);
-            n += job.positions.len();
-        }
-        let rows2: Vec<Rows<'_, '_>> = jobs
-            .iter()
-            .zip(&first)
-            .map(|(job, &start)| {
-                rows_of(
-                    hacts
-                        .get(start..start + job.positions.len())
-                        .unwrap_or_default()
-                        .iter()
-                        .collect(),
-                )
-            })
-            .collect();
+        let hacts: Vec<OnceLock<Act<'_>>> = pairs.iter().map(|_| OnceLock::new()).collect();
+        let rows2: OnceLock<Vec<Rows<'_, '_>>> = OnceLock::new();
         let tasks2 = tasks(&jobs, h, i, self.threads);
-        let parts2 = self.run(&tasks2, |t| {
-            let job = jobs
-                .get(t.job)
-                .ok_or(KernelError::MissingExpert { expert: 0 })?;
-            let (hs, hf) = rows2
-                .get(t.job)
-                .ok_or(KernelError::MissingExpert { expert: 0 })?;
-            wait(ready, job.expert, 2)?;
-            let mut out = Vec::with_capacity((t.rows.1 - t.rows.0) * job.positions.len());
-            if let Some(hf) = hf {
-                let (quads, rest) = by_fours(hf);
-                for r in t.rows.0..t.rows.1 {
-                    for &four in quads {
-                        out.extend(self.dot.dots_f32(&job.w.down, r, four));
-                    }
-                    for &ht in rest {
-                        out.push(self.dot.dot_f32(&job.w.down, r, ht));
-                    }
-                }
-                return Ok(out);
-            }
-            for r in t.rows.0..t.rows.1 {
-                let (quads, rest) = by_fours(hs);
-                for &four in quads {
-                    out.extend(self.dot.dots_act(&job.w.down, r, four));
-                }
-                for &ht in rest {
-                    out.push(self.dot.dot_act(&job.w.down, r, ht));
+        let parts2: Vec<OnceLock<Result<Vec<f32>>>> =
+            tasks2.iter().map(|_| OnceLock::new()).collect();
+
+        let item = |step: usize, n: usize| match step {
+            0 => {
+                if let Some((t, slot)) = tokens.get(n).and_then(|&t| Some((t, acts.get(t)?))) {
+                    let _ = slot.set(self.dot.prepare(format.kind, row_of(x, t, h)));
                 }
             }
-            Ok(out)
-        })?;
-        for (t, part) in tasks2.iter().zip(parts2) {
+            1 => {
+                if let (Some(t), Some(slot)) = (tasks1.get(n), parts1.get(n)) {
+                    let _ = slot.set(self.gate_up(&jobs, rows1.get(), ready, t));
+                }
+            }
+            2 => {
+                if let (Some(&(j, m)), Some(slot)) = (pairs.get(n), hacts.get(n)) {
+                    let hj = hidden
+                        .get()
+                        .and_then(|hs| hs.get(j))
+                        .map(Aligned::as_slice)
+                        .unwrap_or_default();
+                    let _ = slot.set(self.dot.prepare(format.kind, row_of(hj, m, i)));
+                }
+            }
+            _ => {
+                if let (Some(t), Some(slot)) = (tasks2.get(n), parts2.get(n)) {
+                    let _ = slot.set(self.down(&jobs, rows2.get(), ready, t));
+                }
+            }
+        };
+        // The serial work after each step; false stops the call (an error in gate/up).
+        let after = |step: usize| -> bool {
+            match step {
+                0 => {
+                    let _ = rows1.set(
+                        jobs.iter()
+                            .map(|job| {
+                                rows_of(
+                                    job.positions
+                                        .iter()
+                                        .filter_map(|&p| acts.get(p / k).and_then(OnceLock::get))
+                                        .collect(),
+                                )
+                            })
+                            .collect(),
+                    );
+                    true
+                }
+                1 => {
+                    let mut hs: Vec<Aligned<f32>> = jobs
+                        .iter()
+                        .map(|j| Aligned::zeroed(j.positions.len() * i))
+                        .collect();
+                    for (t, part) in tasks1.iter().zip(&parts1) {
+                        let (Some(dst), Some(job), Some(Ok(part))) =
+                            (hs.get_mut(t.job), jobs.get(t.job), part.get())
+                        else {
+                            return false;
+                        };
+                        let n = job.positions.len();
+                        for (idx, &v) in part.iter().enumerate() {
+                            let (r, m) = (t.rows.0 + idx / n, idx % n);
+                            if let Some(d) = dst.as_mut_slice().get_mut(m * i + r) {
+                                *d = v;
+                            }
+                        }
+                    }
+                    let _ = hidden.set(hs);
+                    true
+                }
+                2 => {
+                    let mut start = 0;
+                    let rows: Vec<Rows<'_, '_>> = jobs
+                        .iter()
+                        .map(|job| {
+                            let n = job.positions.len();
+                            let r = rows_of(
+                                hacts
+                                    .get(start..start + n)
+                                    .unwrap_or_default()
+                                    .iter()
+                                    .filter_map(OnceLock::get)
+                                    .collect(),
+                            );
+                            start += n;
+                            r
+                        })
+                        .collect();
+                    let _ = rows2.set(rows);
+                    true
+                }
+                _ => true,
+            }
+        };
+        let counts = [tokens.len(), tasks1.len(), pairs.len(), tasks2.len()];
+        let gang = Gang::new(counts);
+        let macs = h
+            .saturating_mul(i)
+            .saturating_mul(3)
+            .saturating_mul(pairs.len());
+        match &self.pool {
+            Some(pool) if macs >= SMALL_CALL_MACS => {
+                gang.open(&after);
+                pool.in_place_scope(|s| {
+                    s.spawn_broadcast(|_, _| gang.work(&item, &after));
+                    gang.work(&item, &after);
+                });
+            }
+            _ => {
+                gang.open(&after);
+                gang.work(&item, &after);
+            }
+        }
+        for part in &parts1 {
+            if let Some(Err(e)) = part.get() {
+                return Err(e.clone());
+            }
+        }
+        for (t, part) in tasks2.iter().zip(&parts2) {
             let Some(job) = jobs.get(t.job) else { continue };
+            let part = match part.get() {
+                Some(Ok(p)) => p,
+                Some(Err(e)) => return Err(e.clone()),
+                None => return Err(KernelError::MissingExpert { expert: job.expert }),
+            };
             let n = job.positions.len();
-            for (idx, v) in part.into_iter().enumerate() {
+            for (idx, &v) in part.iter().enumerate() {
                 let (r, m) = (t.rows.0 + idx / n, idx % n);
                 let p = job.positions.get(m).copied().unwrap_or(usize::MAX);
                 if let Some(d) = y.get_mut(p.saturating_mul(h).saturating_add(r)) {
@@ -364,6 +433,98 @@ impl Kernels {
             }
         }
         Ok(())
+    }
+
+    /// One gate/up task: `silu(gate_r . x_n) * (up_r . x_n)` for its rows r, every
+    /// token n of its job, row-major by r.
+    fn gate_up<R: Ready>(
+        &self,
+        jobs: &[Job<'_>],
+        rows1: Option<&Vec<Rows<'_, '_>>>,
+        ready: &R,
+        t: &Task,
+    ) -> Result<Vec<f32>> {
+        let job = jobs
+            .get(t.job)
+            .ok_or(KernelError::MissingExpert { expert: 0 })?;
+        wait(ready, job.expert, 1)?;
+        let mut out = Vec::with_capacity((t.rows.1 - t.rows.0) * job.positions.len());
+        let (xs, xf) = rows1
+            .and_then(|r| r.get(t.job))
+            .ok_or(KernelError::MissingExpert { expert: job.expert })?;
+        // Rows nothing was prepared for go straight to the f32 kernels (the same
+        // bits as through `dot_act`): on small rows (tiny-code-moe's 64 and 256
+        // columns) the per-call dispatch of the prepared kernels measured -13% prefill.
+        if let Some(xf) = xf {
+            let (quads, rest) = by_fours(xf);
+            for r in t.rows.0..t.rows.1 {
+                for &four in quads {
+                    let g = self.dot.dots_f32(&job.w.gate, r, four);
+                    let u = self.dot.dots_f32(&job.w.up, r, four);
+                    out.extend(g.iter().zip(u).map(|(&g, u)| silu(g) * u));
+                }
+                for &xt in rest {
+                    let g = self.dot.dot_f32(&job.w.gate, r, xt);
+                    let u = self.dot.dot_f32(&job.w.up, r, xt);
+                    out.push(silu(g) * u);
+                }
+            }
+            return Ok(out);
+        }
+        for r in t.rows.0..t.rows.1 {
+            let (quads, rest) = by_fours(xs);
+            for &four in quads {
+                let g = self.dot.dots_act(&job.w.gate, r, four);
+                let u = self.dot.dots_act(&job.w.up, r, four);
+                out.extend(g.iter().zip(u).map(|(&g, u)| silu(g) * u));
+            }
+            for &xt in rest {
+                let g = self.dot.dot_act(&job.w.gate, r, xt);
+                let u = self.dot.dot_act(&job.w.up, r, xt);
+                out.push(silu(g) * u);
+            }
+        }
+        Ok(out)
+    }
+
+    /// One down task: `down_r . h_n` for its rows r, every token n of its job.
+    fn down<R: Ready>(
+        &self,
+        jobs: &[Job<'_>],
+        rows2: Option<&Vec<Rows<'_, '_>>>,
+        ready: &R,
+        t: &Task,
+    ) -> Result<Vec<f32>> {
+        let job = jobs
+            .get(t.job)
+            .ok_or(KernelError::MissingExpert { expert: 0 })?;
+        let (hs, hf) = rows2
+            .and_then(|r| r.get(t.job))
+            .ok_or(KernelError::MissingExpert { expert: job.expert })?;
+        wait(ready, job.expert, 2)?;
+        let mut out = Vec::with_capacity((t.rows.1 - t.rows.0) * job.positions.len());
+        if let Some(hf) = hf {
+            let (quads, rest) = by_fours(hf);
+            for r in t.rows.0..t.rows.1 {
+                for &four in quads {
+                    out.extend(self.dot.dots_f32(&job.w.down, r, four));
+                }
+                for &ht in rest {
+                    out.push(self.dot.dot_f32(&job.w.down, r, ht));
+                }
+            }
+            return Ok(out);
+        }
+        for r in t.rows.0..t.rows.1 {
+            let (quads, rest) = by_fours(hs);
+            for &four in quads {
+                out.extend(self.dot.dots_act(&job.w.down, r, four));
+            }
+            for &ht in rest {
+                out.push(self.dot.dot_act(&job.w.down, r, ht));
+            }
+        }
+        Ok(out)
     }
 
     /// The whole layer in one call: [`Self::expert_outputs`] for every routed expert

@@ -419,10 +419,34 @@ fn layer_call_matches_the_reference_on_any_thread_count() {
     }
 }
 
+/// Calls of at least 1 Mi multiply-adds run on the pool (smaller ones on the calling
+/// thread alone): the same bytes as one thread.
+#[test]
+fn calls_large_enough_for_the_pool_match_one_thread() {
+    let mut rng = Rng(2468);
+    for kind in KINDS {
+        let (inter, hidden) = shapes(kind)[0];
+        // 3 x K = 9 multiply-adds per (inter, hidden) cell and token; 2 Mi in all.
+        let tokens = (2usize << 20).div_ceil(inter * hidden * 9);
+        let layer = Layer::new(&mut rng, kind, inter, hidden, tokens);
+        for isa in available() {
+            let one = layer.run(isa, 1);
+            for threads in [2, 3] {
+                assert_eq!(
+                    one,
+                    layer.run(isa, threads),
+                    "{isa:?} {kind:?} T={tokens}: {threads} threads changed the result"
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn waves_give_the_bytes_of_one_call() {
     let mut rng = Rng(777);
-    let layer = Layer::new(&mut rng, WeightKind::Bf16, 64, 96, 7);
+    // 64 tokens: each wave is above the pool's 1 Mi multiply-adds.
+    let layer = Layer::new(&mut rng, WeightKind::Bf16, 64, 96, 64);
     let k = Kernels::new(Isa::best(), 2).unwrap();
     let whole = layer.run(Isa::best(), 2);
     let mut y = vec![f32::NAN; layer.ids.len() * 96];
@@ -457,7 +481,8 @@ impl Ready for Landing {
 #[test]
 fn waiting_on_landings_in_random_order_gives_the_same_result() {
     let mut rng = Rng(4242);
-    let layer = Layer::new(&mut rng, WeightKind::Int4 { group: 32 }, 64, 96, 4);
+    // 48 tokens: above the pool's 1 Mi multiply-adds.
+    let layer = Layer::new(&mut rng, WeightKind::Int4 { group: 32 }, 64, 96, 48);
     let want = layer.run(Isa::best(), 2);
     for seed in 1..=4u64 {
         let mut order: Vec<(usize, usize)> = (0..6).flat_map(|e| [(e, 1), (e, 2)]).collect();
