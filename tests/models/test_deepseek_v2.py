@@ -308,3 +308,19 @@ def test_synthetic_v2_lite_file_loads_and_runs(tmp_path: Path) -> None:
         got = s.model.forward(ids, all_logits=True)
     assert want.shape == (5, 102400) and bool(torch.isfinite(want).all())
     assert torch.equal(got, want)
+
+
+def test_layers_split_over_two_devices_give_the_same_logits(
+    variant: tuple[Path, Any],
+) -> None:
+    """DeepSeek-V2 split over two device names (its fp32 rope tables and latent KV
+    cache per device; see test_split.py): bit-identical to the whole model."""
+    path, _ = variant
+    with (
+        flint.LLM(path, device="cpu", context_length=64) as whole,
+        flint.LLM(path, device="cpu,cpu:0", context_length=64) as split,
+    ):
+        assert len(split.model.place.devices) == 2
+        for ids in ([5, 17, 250, 3, 99, 4, 8], [11], [42]):
+            want = whole.model.forward(torch.tensor(ids), all_logits=True)
+            assert torch.equal(split.model.forward(torch.tensor(ids), all_logits=True), want)

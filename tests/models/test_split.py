@@ -239,3 +239,27 @@ def test_bench_shows_each_gpus_vram_hit_rate() -> None:
     assert out["vram_hit_rate cuda:0"] == 0.5 and out["vram_hit_rate cuda:1"] == 0.25
     row = {k: {"mean": v} for k, v in out.items() if k.startswith("vram_hit_rate ")}
     assert _per_gpu(row) == " (0.500 cuda:0, 0.250 cuda:1)"
+
+
+@pytest.mark.gpu
+@CUDA2
+def test_two_gpus_equal_one_gpu_for_qwen3_next_and_deepseek_v2(
+    tmp_path: Path, tiny_tokenizer_json: str
+) -> None:
+    """The families outside the shared list: Qwen3-Next (linear-attention states per
+    GPU) and DeepSeek-V2 (fp32 rope tables, latent cache), two GPUs against one."""
+    from test_deepseek_v2 import deepseek_v2_config
+
+    builds = {
+        "qwen3_next": qwen3_next_config(),
+        "deepseek_v2": deepseek_v2_config(),
+    }
+    for family, config in builds.items():
+        path = tmp_path / family
+        build(family, path, seed=2, config=config)
+        save_tokenizer(path, tiny_tokenizer_json)
+        with (
+            flint.LLM(path, device="cuda:0", context_length=64) as one,
+            flint.LLM(path, device="cuda:0,cuda:1", context_length=64) as two,
+        ):
+            _split_model_checks(path, two, one)
