@@ -11,7 +11,7 @@ while the arena still lives.
 
 Every copy ends before its slot is released to the cache: admissions, swaps and
 per-projection copies are synchronous; the asynchronous ones - GPU waves' side-stream
-copies (``gpu_waves.py``) and the q* split's fills (``backend._fill``), asynchronous
+copies (``gpu_waves.py``) and the q* split's fills (``cuda_place._fill``), asynchronous
 only from page-locked memory - are waited for (an event on the stream they were queued
 on) before their slots are unpinned.
 """

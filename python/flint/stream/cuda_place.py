@@ -1,0 +1,182 @@
+"""Where a CUDA layer's experts outside VRAM are computed, on the host side of
+``StreamedExperts`` (``backend.py``): a prompt's through GPU waves (``gpu_waves.py``),
+a decode step's on the CPU beside the GPU in one fused call, or split between PCIe
+fills and the CPU by the q* rule (``qsplit.py``). A mixin: ``StreamedExperts`` holds
+the state these methods read (its engine, layout, counters, targets)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from flint.format.reader import ExpertLayout
+from flint.models.cpu_kernels import FusedKernel, slab_addresses
+from flint.stream.gpu_waves import GpuStager
+from flint.stream.placement import HostBatch, Target
+from flint.stream.qsplit import QSplit
+from flint.stream.slab import slot_bytes
+
+if TYPE_CHECKING:
+    from flint import _core
+    from flint.stream.backend import Counters
+
+
+def _timing_event() -> Any:
+    """A CUDA event that records time (torch's constructor is untyped)."""
+    return torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+
+
+class CudaPlacement:
+    """The host-side placement methods of ``StreamedExperts`` (see the module docs)."""
+
+    engine: _core.IoEngine
+    layout: ExpertLayout
+    counters: Counters
+    host: Target | None
+    host_fused: FusedKernel | None
+    qsplit: QSplit | None
+    gpu_waves: bool
+    _stagers: dict[torch.device, GpuStager]
+
+    if TYPE_CHECKING:  # defined by StreamedExperts
+
+        def _on(self, device: torch.device) -> Target: ...
+
+        def _wait(self, layer: int, expert: int, proj: int) -> None: ...
+
+        def _expert(
+            self,
+            t: Target,
+            layer: int,
+            expert: int,
+            slab: torch.Tensor,
+            hit: bool,
+            xs: torch.Tensor,
+        ) -> torch.Tensor: ...
+
+    def _stager(self, device: torch.device) -> GpuStager | None:
+        """The GPU-wave buffers of ``device`` (CUDA, ``gpu_waves`` on), made on first use."""
+        if not self.gpu_waves or device.type != "cuda":
+            return None
+        if device not in self._stagers:
+            self._stagers[device] = GpuStager(device, self.layout.slab_bytes)
+        return self._stagers[device]
+
+    def _staged(
+        self,
+        layer: int,
+        stager: GpuStager,
+        experts: list[tuple[int, int, bool]],
+        x: torch.Tensor,  # [T, H] on the GPU
+        rows_of: Callable[[int], torch.Tensor],
+        outputs: torch.Tensor,  # [T*K, H] fp32 on the GPU
+    ) -> None:
+        """A wave's experts outside VRAM through the double-buffered staging copies
+        (gpu_waves.py), computed on the GPU as from their slots."""
+        t, k = self._on(x.device), outputs.shape[0] // x.shape[0]
+
+        def compute(expert: int, slab: torch.Tensor) -> None:
+            rows = rows_of(expert)
+            y = self._expert(t, layer, expert, slab, True, x[rows // k])
+            outputs[rows] = y.to(torch.float32)
+
+        stager.run(experts, lambda e: self._wait(layer, e, 2), compute)
+        self.counters.copy_bytes += len(experts) * self.layout.slab_bytes
+
+    def _split(
+        self, missing: list[tuple[int, int, bool]]
+    ) -> tuple[list[tuple[int, int, bool]], list[tuple[int, int, bool]]]:
+        """(filled over PCIe, computed on the CPU) of a decode step's missing experts:
+        the q* split (``qsplit.py``), the ones already in RAM filled first (a fill waits
+        for its bytes on this thread; the CPU's fused call waits inside)."""
+        if self.qsplit is None:
+            return [], missing
+        q = self.qsplit.q(len(missing))
+        ranked = sorted(missing, key=lambda e: not e[2])  # hits first, stable
+        self.qsplit.record(q, len(missing) - q)
+        return ranked[:q], ranked[q:]
+
+    def _fill(
+        self,
+        layer: int,
+        fills: list[tuple[int, int, bool]],
+        x: torch.Tensor,  # [T, H] on the GPU
+        rows_of: Callable[[int], torch.Tensor],
+        outputs: torch.Tensor,  # [T*K, H] fp32 on the GPU
+    ) -> tuple[Any, Any, int, float]:
+        """Copies ``fills``' slabs up (asynchronous from a page-locked arena) and queues
+        their computation on the GPU; returns what ``_observe`` times it by."""
+        t, k, lay = self._on(x.device), outputs.shape[0] // x.shape[0], self.layout
+        # events on the stream of the GPU the copies go to (not the current device's:
+        # with --device cuda:1 or a layer on a split's second GPU they differ), so the
+        # wait in ``_observe`` covers the copies before their slots are unpinned
+        stream = torch.cuda.current_stream(x.device) if x.device.type == "cuda" else None
+        start = _timing_event() if stream is not None else None
+        end = _timing_event() if stream is not None else None
+        if start is not None:
+            start.record(stream)
+        t0 = time.perf_counter()
+        for expert, address, hit in fills:
+            if not hit:
+                self._wait(layer, expert, 2)  # copy verified bytes only
+            slab = slot_bytes(address, lay.slab_bytes).to(x.device, non_blocking=True)
+            self.counters.copy_bytes += lay.slab_bytes
+            rows = rows_of(expert)
+            outputs[rows] = self._expert(t, layer, expert, slab, True, x[rows // k]).float()
+        if end is not None:
+            end.record(stream)
+        return start, end, len(fills) * lay.slab_bytes, time.perf_counter() - t0
+
+    def _observe(
+        self,
+        queued: tuple[Any, Any, int, float] | None,
+        kept: list[tuple[int, int, bool]],
+        host_s: float,
+    ) -> None:
+        """Updates the q* bandwidths from this step: the fills' GPU time (waited for
+        here: their source slots are unpinned next) and the CPU's time when none of its
+        experts had to wait for a read."""
+        qs = self.qsplit
+        assert qs is not None
+        if queued is not None:
+            start, end, nbytes, host_side = queued
+            if end is not None:
+                end.synchronize()
+                qs.observe_pcie(nbytes, start.elapsed_time(end) / 1000)
+            else:
+                qs.observe_pcie(nbytes, host_side)
+        if kept and all(hit for _, _, hit in kept):
+            qs.observe_host(len(kept) * self.layout.slab_bytes, host_s)
+
+    def _host_experts(
+        self,
+        layer: int,
+        experts: list[tuple[int, int, bool]],  # (expert, slot address, hit)
+        b: HostBatch,
+        starts: list[int],
+        counts: list[int],
+        outputs: torch.Tensor,  # [T*K, H] fp32 on the GPU
+    ) -> None:
+        """Experts computed on the CPU beside the GPU (model on CUDA, a decode-sized
+        batch): one fused call (waits inside), or per expert through torch with
+        ``expert_kernels="dequant"`` or for experts the fused kernels do not compute
+        (GPT-OSS: ``ExpertMath``); the results go up to ``outputs``."""
+        host, k = self.host, b.ids.shape[1]
+        assert host is not None
+        fused = self.host_fused
+        if fused is not None:  # counted here; ``_expert`` counts the torch path's
+            self.counters.host_experts += len(experts)
+            rows = torch.cat([b.order[starts[e] : starts[e] + counts[e]] for e, _, _ in experts])
+            listed = [(e, *slab_addresses(a, self.layout)) for e, a, _ in experts]
+            hits = [e for e, _, hit in experts if hit]
+            fused.expert_outputs(b.x32, b.ids, listed, b.y, self.engine, layer, hits)
+            outputs[rows.to(outputs.device)] = b.y[rows].to(outputs.device)
+            return
+        for e, address, hit in experts:
+            r = b.order[starts[e] : starts[e] + counts[e]]
+            slab = slot_bytes(address, self.layout.slab_bytes)
+            y = self._expert(host, layer, e, slab, hit, b.x[r // k])
+            outputs[r.to(outputs.device)] = y.to(device=outputs.device, dtype=torch.float32)
