@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 from typer.testing import CliRunner
 
@@ -42,3 +43,19 @@ def test_cli_loads_without_the_optional_ui_and_server_packages() -> None:
         "from flint.cli import app\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_demo_drops_models_an_older_flint_or_synth_left(tmp_path: Path) -> None:
+    from rich.console import Console
+
+    from flint.cli.demo import drop_stale_demos
+
+    keep = tmp_path / "demo-9.9.9-w2.ftw"
+    stale = [tmp_path / "demo-0.1.0.ftw", tmp_path / "demo-0.1.0.ftw.usage"]
+    other = tmp_path / "mine.ftw"
+    for f in (keep, *stale, other):
+        f.write_bytes(b"x")
+    console = Console(record=True, width=200)
+    drop_stale_demos(keep, console)
+    assert keep.exists() and other.exists() and not any(f.exists() for f in stale)
+    assert "removed an outdated demo model" in console.export_text()

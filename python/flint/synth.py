@@ -16,6 +16,11 @@ from flint.format.constants import DEFAULT_INT4_GROUP
 from flint.format.quant import int4_bytes, int8_bytes
 from flint.format.writer import FtwFileWriter
 
+# Bumped whenever the weights synth writes change, so caches of synthetic models (the
+# demo's) are made again: 2 = zero-mean weights and a x16 embedding (near-uniform
+# routing; revision 1 made a quarter of the weights positive and routing collapsed).
+WEIGHTS_REVISION = 2
+
 _QWEN3_BASE: dict[str, Any] = {
     "architectures": ["Qwen3MoeForCausalLM"],
     "model_type": "qwen3_moe",

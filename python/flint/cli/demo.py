@@ -30,12 +30,25 @@ def cache_dir() -> Path:
     return Path(base) / "flint"
 
 
+def drop_stale_demos(keep: Path, console: Console) -> None:
+    """Deletes demo models (and their usage tables) an older flint or synth left in the
+    cache directory: each is a few GiB, and none is used again."""
+    for old in sorted(keep.parent.glob("demo-*.ftw")):
+        if old == keep:
+            continue
+        for f in (old, old.with_name(old.name + ".usage")):
+            f.unlink(missing_ok=True)
+        console.print(f"removed an outdated demo model: {old}")
+
+
 def demo_model(console: Console, path: Path | None = None) -> Path:
     """The cached demo model, written with ``flint synth`` the first time."""
     from flint._version import __version__
-    from flint.synth import synth
+    from flint.synth import WEIGHTS_REVISION, synth
 
-    target = path or cache_dir() / f"demo-{__version__}.ftw"
+    target = path or cache_dir() / f"demo-{__version__}-w{WEIGHTS_REVISION}.ftw"
+    if path is None:
+        drop_stale_demos(target, console)
     if target.is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
