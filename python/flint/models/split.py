@@ -28,11 +28,10 @@ HEADROOM_MIN = 1 << 30
 
 def free_bytes(device: torch.device) -> int:
     """What ``device`` has free: the CUDA driver's count, or free RAM for the CPU."""
-    if device.type == "cuda":
-        return int(torch.cuda.mem_get_info(device)[0])
     from flint.stream.plan import available_memory
+    from flint.stream.vram import free_vram
 
-    return available_memory()
+    return free_vram(device) if device.type == "cuda" else available_memory()
 
 
 def layer_costs(

@@ -181,6 +181,7 @@ class MoEModel:
         rope_dtype = torch.float32 if pairs else place.dtype
         self.cos, self.sin = cos_sin_tables(config, context_length, rope_dtype, place.device)
         # the same tables on every other device of a split (copies: the same values)
+        self.split = len(place.devices) > 1  # layers on several devices: hops in forward
         self.rope = {d: (self.cos.to(d), self.sin.to(d)) for d in (place.device, *place.devices)}
         mla = config.mla
 
@@ -230,7 +231,7 @@ class MoEModel:
             anchors = self.anchor_tokens
             marks = [start + i + 1 for i, t in enumerate(ids.tolist()) if t in anchors]
             self.states.begin(marks)
-        split = len(self.place.devices) > 1
+        split = self.split
         for layer in self.layers:
             if split and x.device != layer.device:  # the hop between two GPUs of a split
                 x = x.to(layer.device)

@@ -14,7 +14,7 @@ import torch
 
 from flint.format.reader import ExpertLayout
 from flint.models.cpu_kernels import FusedKernel, slab_addresses
-from flint.stream.gpu_waves import GpuStager
+from flint.stream.gpu_waves import GpuStager, cuda_event
 from flint.stream.placement import HostBatch, Target
 from flint.stream.qsplit import QSplit
 from flint.stream.slab import slot_bytes
@@ -22,11 +22,6 @@ from flint.stream.slab import slot_bytes
 if TYPE_CHECKING:
     from flint import _core
     from flint.stream.backend import Counters
-
-
-def _timing_event() -> Any:
-    """A CUDA event that records time (torch's constructor is untyped)."""
-    return torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
 
 
 class CudaPlacement:
@@ -114,8 +109,8 @@ class CudaPlacement:
         # with --device cuda:1 or a layer on a split's second GPU they differ), so the
         # wait in ``_observe`` covers the copies before their slots are unpinned
         stream = torch.cuda.current_stream(x.device) if x.device.type == "cuda" else None
-        start = _timing_event() if stream is not None else None
-        end = _timing_event() if stream is not None else None
+        start = cuda_event(timing=True) if stream is not None else None
+        end = cuda_event(timing=True) if stream is not None else None
         if start is not None:
             start.record(stream)
         t0 = time.perf_counter()

@@ -25,8 +25,9 @@ from flint.stream.slab import slot_bytes
 STAGE_SLOTS = 16  # experts per buffer set: 2 x 16 slabs of VRAM (80 MiB at 30B-A3B int4)
 
 
-def _event() -> Any:
-    return torch.cuda.Event()  # type: ignore[no-untyped-call]
+def cuda_event(timing: bool = False) -> Any:
+    """A CUDA event (``timing``: it records time; torch's constructor is untyped)."""
+    return torch.cuda.Event(enable_timing=timing)  # type: ignore[no-untyped-call]
 
 
 class GpuStager:
@@ -66,11 +67,11 @@ class GpuStager:
                 staged = self.buffers[half, j]
                 with torch.cuda.stream(self.copies):
                     staged.copy_(slot_bytes(address, self.slab_bytes), non_blocking=True)
-                    last = _event()
+                    last = cuda_event()
                     last.record(self.copies)
                 main.wait_event(last)
                 compute(expert, staged)
-            released = _event()
+            released = cuda_event()
             released.record(main)
             self.released[half] = released
             self.staged += len(chunk)

@@ -22,8 +22,6 @@ exactness contract allows (docs/streaming.md); ``--deterministic`` bypasses all 
 from __future__ import annotations
 
 import json
-import statistics
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,21 +38,6 @@ def _cache_file() -> Path:
     return profile_dir() / "pcie.json"
 
 
-def measure_pcie(device: torch.device, nbytes: int = CALIBRATION_BYTES) -> float:
-    """Pinned host-to-device bytes/s to ``device`` (median of 3 copies)."""
-    host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
-    dev = torch.empty(nbytes, dtype=torch.uint8, device=device)
-    dev.copy_(host, non_blocking=True)
-    torch.cuda.synchronize(device)
-    rates = []
-    for _ in range(3):
-        t0 = time.perf_counter()
-        dev.copy_(host, non_blocking=True)
-        torch.cuda.synchronize(device)
-        rates.append(nbytes / (time.perf_counter() - t0))
-    return statistics.median(rates)
-
-
 def pcie_bandwidth(device: torch.device, cache: Path | None = None) -> float:
     """B_pcie for ``device``: from the per-machine cache, else measured and cached."""
     path = cache if cache is not None else _cache_file()
@@ -65,7 +48,12 @@ def pcie_bandwidth(device: torch.device, cache: Path | None = None) -> float:
         known = {}
     if isinstance(known, dict) and isinstance(known.get(key), int | float):
         return float(known[key])
-    rate = measure_pcie(device)
+    from flint.tune.measure import pinned_h2d_gb_s
+
+    gb_s = pinned_h2d_gb_s(device, CALIBRATION_BYTES, reps=3)
+    if gb_s is None:
+        raise ValueError("the q* split measures PCIe and needs CUDA")
+    rate = gb_s * 1e9
     known = known if isinstance(known, dict) else {}
     known[key] = rate
     try:

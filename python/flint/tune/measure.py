@@ -138,20 +138,24 @@ def compute(setup: Setup, tokens: int = 16) -> dict[str, float]:
     }
 
 
-def pinned_h2d_gb_s() -> float | None:
-    """Pinned host-to-device copy GB/s (median of 5), or None without CUDA."""
+def pinned_h2d_gb_s(
+    device: torch.device | None = None, nbytes: int = PINNED_BYTES, reps: int = 5
+) -> float | None:
+    """Pinned host-to-device copy GB/s to ``device`` (default: the current GPU), the
+    median of ``reps`` copies of ``nbytes``; None without CUDA."""
     if not torch.cuda.is_available():
         return None
-    host = torch.empty(PINNED_BYTES, dtype=torch.uint8, pin_memory=True)
-    dev = torch.empty(PINNED_BYTES, dtype=torch.uint8, device="cuda")
+    target = device if device is not None else torch.device("cuda")
+    host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+    dev = torch.empty(nbytes, dtype=torch.uint8, device=target)
     dev.copy_(host, non_blocking=True)
-    torch.cuda.synchronize()
+    torch.cuda.synchronize(target)
     rates = []
-    for _ in range(5):
+    for _ in range(reps):
         t0 = time.perf_counter()
         dev.copy_(host, non_blocking=True)
-        torch.cuda.synchronize()
-        rates.append(PINNED_BYTES / (time.perf_counter() - t0) / 1e9)
+        torch.cuda.synchronize(target)
+        rates.append(nbytes / (time.perf_counter() - t0) / 1e9)
     return statistics.median(rates)
 
 
