@@ -23,10 +23,11 @@ from typing import Any
 import torch
 
 from flint.generation import Completion, StreamChunk, collect, generate_stream
+from flint.graphs import check_graph_mode
 from flint.markup import kept_special
-from flint.models import load_model
+from flint.models import load_model, parse_config
 from flint.models.ftw_source import FtwSource
-from flint.models.loading import indexed
+from flint.models.loading import Placement, indexed
 from flint.models.moe import ExpertBackend
 from flint.models.qwen3_next import ANCHOR_TOKENS
 from flint.models.transformer import MoEModel
@@ -183,6 +184,10 @@ class LLM:
     between the two so both finish together, from measured bandwidths).
     ``pin_ram``: page-lock the RAM expert cache so copies to the GPU skip staging
     (default: on when streaming on CUDA, unless ``FLINT_PIN_RAM=0``; False: off).
+    ``graphs``: decode through CUDA graphs (``flint.graphs``): "auto" where the model
+    is covered (resident on one GPU, standard attention, SwiGLU experts), "on" (an
+    error where it is not), "eager" (the same step launched op by op: identical
+    output), "off" (the general eager path).
     ``activation_budget``: GiB a prompt's activations may take (default: half of the
     free GPU memory on CUDA, of free RAM on the CPU); a longer prompt is prefilled in
     several layer-major passes, with one printed line.
@@ -206,7 +211,9 @@ class LLM:
         activation_budget: float | None = None,
         host_split: str = "cpu",
         pin_ram: bool | None = None,
+        graphs: str = "auto",
     ) -> None:
+        check_graph_mode(graphs)
         if activation_budget is not None and not activation_budget > 0:
             raise ValueError(f"activation_budget must be > 0 GiB, got {activation_budget}")
         self.devices = resolve_devices(device)
@@ -238,7 +245,7 @@ class LLM:
         self.expert_backend = expert_backend
         try:
             self._model: MoEModel | None = self._build(
-                source, ctx, expert_backend, expert_kernels, activation_budget
+                source, ctx, expert_backend, expert_kernels, activation_budget, graphs
             )
         except BaseException:
             close = getattr(expert_backend, "close", None)
@@ -264,15 +271,29 @@ class LLM:
         expert_backend: ExpertBackend | None,
         expert_kernels: str,
         activation_budget: float | None,
+        graphs: str = "auto",
     ) -> MoEModel:
         """The model on this LLM's devices (layers split when there are several), with
-        the expert backend attached."""
+        the expert backend attached (and a CUDA graph decode step where ``graphs`` and
+        the model allow)."""
         layer_devices: tuple[torch.device, ...] = ()
         if len(self.devices) > 1:
             layer_devices = _split(source, self.devices, self.dtype, ctx, expert_backend)
+        cuda_graphs = graphs != "off" and expert_backend is None and self.device.type == "cuda"
+        if cuda_graphs and not layer_devices:
+            from flint.graphs.setup import resident_backend  # imports Triton: CUDA only
+
+            config = parse_config(source.config)
+            expert_backend = resident_backend(
+                config, source, Placement(self.device, self.dtype), graphs
+            )
         model = load_model(
             source, self.device, self.dtype, ctx, expert_backend, expert_kernels, layer_devices
         )
+        if cuda_graphs or graphs == "on":
+            from flint.graphs.setup import attach_decoder
+
+            attach_decoder(model, graphs)
         if activation_budget is not None:
             model.activation_budget = int(activation_budget * (1 << 30))
         attach = getattr(expert_backend, "attach", None)

@@ -290,7 +290,7 @@ def test_cuda_another_process_taking_vram_shrinks_then_grows_the_cache(
     cuda = torch.device("cuda")
     path = tiny_ftw["qwen3_moe"]
     notices: list[str] = []
-    with flint.LLM(path, device="cuda", context_length=256) as resident:
+    with flint.LLM(path, device="cuda", context_length=256, graphs="off") as resident:
         offset = usable_vram(cuda) - 6 * GIB
 
         def free() -> int:

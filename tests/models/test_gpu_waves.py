@@ -28,7 +28,7 @@ def test_staged_prompt_experts_equal_resident_and_per_use_copies(
     runs = {}
     for waves in (True, False):
         with (
-            flint.LLM(path, device="cuda:0", context_length=64) as resident,
+            flint.LLM(path, device="cuda:0", context_length=64, graphs="off") as resident,
             _open(
                 path, ram_slots=3, vram_slots=1, device=cuda, deterministic=True, gpu_waves=waves
             ) as streamed,

@@ -105,7 +105,7 @@ def test_streamed_on_cuda_equals_resident_on_cuda(family: str, tiny_ftw: dict[st
     path = tiny_ftw[family]
     budget = _slab_gib(path, 2)
     with (
-        flint.LLM(path, device="cuda", context_length=64) as resident,
+        flint.LLM(path, device="cuda", context_length=64, graphs="off") as resident,
         flint.LLM(
             path,
             device="cuda",

@@ -169,7 +169,7 @@ def test_cuda_deterministic_with_a_small_vram_cache_equals_resident(
     cuda = torch.device("cuda")
     path = tiny_ftw[family]
     with (
-        flint.LLM(path, device="cuda", context_length=64) as resident,
+        flint.LLM(path, device="cuda", context_length=64, graphs="off") as resident,
         _open(path, ram_slots=2, vram_slots=1, device=cuda, deterministic=True) as streamed,
     ):
         for ids in PROMPTS:
@@ -200,7 +200,7 @@ def test_cuda_cpu_and_gpu_experts_in_parallel_stay_within_tolerance(
     cuda = torch.device("cuda")
     with (
         flint.LLM(path, device="cpu", context_length=64) as exact,  # fp32
-        flint.LLM(path, device="cuda", context_length=64) as resident,
+        flint.LLM(path, device="cuda", context_length=64, graphs="off") as resident,
         _open(path, ram_slots=2, vram_slots=1, device=cuda) as streamed,
     ):
         for ids in (PROMPTS[1], [11], [42]):  # decode-sized batches: CPU experts
@@ -224,7 +224,7 @@ def test_cuda_cpu_and_gpu_experts_keep_the_trained_models_greedy_tokens(tmp_path
     convert(str(TINY_CODE_MOE), path, ConvertOptions(quant="none"))
     prompt = "import os\n\n\ndef read_config(path):\n"
     kw = {"max_tokens": 64, "ignore_eos": True}
-    with flint.LLM(path, device="cuda", context_length=256) as resident:
+    with flint.LLM(path, device="cuda", context_length=256, graphs="off") as resident:
         want = resident.generate(prompt, **kw).token_ids
     with _open(path, ram_slots=8, vram_slots=4, device=torch.device("cuda")) as streamed:
         got = streamed.generate(prompt, **kw).token_ids
@@ -272,7 +272,7 @@ def test_cuda_cpu_experts_of_quantized_files_stay_within_tolerance(
     convert(str(tiny_models["qwen3_moe"][0]), path, ConvertOptions(quant=quant, group_size=group))
     cuda = torch.device("cuda")
     with (
-        flint.LLM(path, device="cuda", context_length=64) as resident,
+        flint.LLM(path, device="cuda", context_length=64, graphs="off") as resident,
         _open(path, ram_slots=2, vram_slots=1, device=cuda) as streamed,
     ):
         for ids in ([5, 17, 250, 3, 99], [7]):  # a short prompt, then a decode step

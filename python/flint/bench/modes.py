@@ -113,6 +113,7 @@ class Setup:
     context_length: int = 1024
     expert_kernels: str = "auto"
     engine: Engine = Engine()
+    graphs: str = "auto"  # the resident mode's decode (flint.graphs.GRAPH_MODES)
 
 
 def load(mode: str, setup: Setup, notice: Callable[[str], None]) -> LLM:
@@ -128,6 +129,7 @@ def load(mode: str, setup: Setup, notice: Callable[[str], None]) -> LLM:
             context_length=setup.context_length,
             expert_kernels=setup.expert_kernels,
             stream=False,
+            graphs=setup.graphs,
         )
     if setup.model.is_dir():
         raise ValueError(f"mode {mode} streams from a .ftw file; {setup.model} is a directory")

@@ -126,6 +126,8 @@ def _meta(setup: Setup, out: Outcome) -> dict[str, Any]:
         "cache_gib": info.get("cache_gib"),
         "experts_gib": info.get("experts_gib"),
         "io_mode": info.get("io_mode"),
+        "decode": info.get("decode", "eager"),
+        "graphs": setup.graphs,
         "engine": {
             "lookahead": e.lookahead,
             "lookahead_from": e.lookahead_from,
@@ -158,6 +160,8 @@ def _header(doc: dict[str, Any]) -> str:
         f"model {Path(doc['model']).name} (experts {doc['experts']})",
         f"{doc['device']} {doc['dtype']}, {doc['threads']} threads",
     ]
+    if doc.get("decode") and doc["decode"] != "eager":
+        parts.append(f"resident decode: {doc['decode']}")
     if doc["slots_per_layer"] is not None:
         e = doc["engine"]
         budget = "free memory" if doc["ram_budget_gib"] is None else f"{doc['ram_budget_gib']:g}"

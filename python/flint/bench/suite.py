@@ -86,6 +86,10 @@ def _describe(llm: LLM, info: dict[str, Any]) -> None:
     info.setdefault("experts", "checkpoint" if layout is None else layout.scheme)
     info.setdefault("device", str(llm.device))
     info.setdefault("dtype", str(llm.dtype).removeprefix("torch."))
+    decoder = llm.model.decoder
+    if decoder is not None:  # the resident model's decode step (flint.graphs)
+        capture = getattr(decoder, "capture", False)
+        info.setdefault("decode", "CUDA graphs" if capture else "graph step, eager launches")
     backend = llm.expert_backend
     if isinstance(backend, StreamedExperts):
         plan = backend.plan

@@ -13,6 +13,7 @@ from flint.bench import MODES, Case, Engine, Plan, Setup, run_plan, to_json, to_
 from flint.bench.suite import CONTROL, Outcome
 from flint.cli.errors import USER_ERRORS, fail, fail_from, stderr
 from flint.cli.progress import spinner
+from flint.graphs import check_graph_mode
 from flint.tune.profile import resolve_engine
 
 MISMATCH_EXIT = 3
@@ -194,6 +195,15 @@ def register(app: typer.Typer) -> None:
             str,
             typer.Option(help="int8/int4 experts: auto or dequant.", rich_help_panel=RUNTIME),
         ] = "auto",
+        graphs: Annotated[
+            str,
+            typer.Option(
+                help="The resident mode's CUDA decode: auto (CUDA graphs where the model is"
+                " covered), on, eager (the graph step launched op by op), off (the general"
+                " eager path).",
+                rich_help_panel=RUNTIME,
+            ),
+        ] = "auto",
     ) -> None:
         """Measure prompt (pp) and generation (tg) speed, llama-bench style.
 
@@ -217,6 +227,7 @@ def register(app: typer.Typer) -> None:
             tests += [Case("tg", n, tg_random) for n in parse_counts(n_gen, "-n")]
             plan = Plan(parse_modes(mode), tuple(tests), reps, warm)
             plan.validate()
+            check_graph_mode(graphs)
             if threads is not None:
                 if threads < 1:
                     raise ValueError(f"--threads must be >= 1, got {threads}")
@@ -245,6 +256,7 @@ def register(app: typer.Typer) -> None:
                 _context(tests),
                 expert_kernels,
                 engine,
+                graphs,
             )
             with spinner("loading", stderr) as say:
                 out = run_plan(

@@ -21,6 +21,7 @@ import typer
 
 from flint.api import LLM
 from flint.cli.errors import USER_ERRORS, fail_from
+from flint.graphs import GRAPH_MODES
 from flint.models.quant_linear import KERNEL_MODES
 from flint.stream.qsplit import HOST_SPLITS
 from flint.tune.profile import resolve_engine
@@ -46,6 +47,7 @@ class RuntimeOptions:
     vram_budget: float | None = None
     deterministic: bool = False
     host_split: str = "cpu"
+    graphs: str = "auto"
 
     def validate(self) -> None:
         if self.ram_budget is not None and not self.ram_budget >= 0:
@@ -64,6 +66,8 @@ class RuntimeOptions:
             raise ValueError(f"--expert-kernels must be one of {', '.join(KERNEL_MODES)}")
         if self.host_split not in HOST_SPLITS:
             raise ValueError(f"--host-split must be one of {', '.join(HOST_SPLITS)}")
+        if self.graphs not in GRAPH_MODES:
+            raise ValueError(f"--graphs must be one of {', '.join(GRAPH_MODES)}")
 
     def load(self, model: Path) -> LLM:
         """Applies the process-wide settings (threads) and loads ``model``; a streamed
@@ -93,6 +97,7 @@ class RuntimeOptions:
             vram_budget=self.vram_budget,
             deterministic=self.deterministic,
             host_split=self.host_split,
+            graphs=self.graphs,
         )
 
 
@@ -220,6 +225,19 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {  # parameter -> (annotation, default)
         ],
         "cpu",
     ),
+    "graphs": (
+        Annotated[
+            str,
+            typer.Option(
+                help="CUDA graph decode: auto (where the model is covered: resident on one"
+                " GPU, standard attention, SwiGLU experts), on (an error where not), eager"
+                " (the same step launched op by op: identical output, for comparison), off"
+                " (the general eager path).",
+                rich_help_panel=PANEL,
+            ),
+        ],
+        "auto",
+    ),
     "lookahead": (
         Annotated[
             int | None,
@@ -270,6 +288,7 @@ def _build(values: dict[str, Any]) -> RuntimeOptions:
         vram_budget=values["vram_budget"],
         deterministic=values["deterministic"],
         host_split=values["host_split"],
+        graphs=values["graphs"],
         profile=values["profile"],
     )
 

@@ -128,7 +128,10 @@ class MoEModel:
     ) -> None:
         if context_length < 1:
             raise ValueError(f"context_length must be >= 1, got {context_length}")
-        self.config, self.place = config, place
+        self.config, self.place, self.experts = config, place, backend
+        # Set by flint.graphs: decodes one token (ids [1], position) -> logits [1, V]
+        # into this model's KV cache, replacing the layer loop below for that case.
+        self.decoder: Callable[[torch.Tensor, int], torch.Tensor] | None = None
         # Bytes a prompt's activations may take (None: a share of free memory), see
         # flint.models.prefill.
         self.activation_budget: int | None = None
@@ -222,6 +225,11 @@ class MoEModel:
             raise ValueError(
                 f"{start + tokens} positions exceed the context length {self.context_length}"
             )
+        if tokens == 1 and not all_logits and self.decoder is not None:
+            logits = self.decoder(ids.to(self.place.device), start)  # [1, V]
+            self.cache.tokens[start] = ids[0].to(self.cache.tokens.device)
+            self.cache.length = start + 1
+            return logits
         x = self.embed[ids.to(self.place.device)]  # [T, H]
         rope = {  # [T, D] each, per device
             d: (cos[start : start + tokens], sin[start : start + tokens])

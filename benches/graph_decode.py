@@ -1,0 +1,138 @@
+"""Resident decode on CUDA: CUDA graphs against the same step launched op by op and the
+general eager path, with the HBM roofline of flint's own bytes (issue 10, R0).
+
+Usage: python benches/graph_decode.py MODEL [--tokens 128] [--prompt 64] [--reps 3]
+       [--modes on,eager,off]
+
+Each mode loads the model once (resident, cuda:0) and decodes ``--tokens`` greedy
+tokens after a ``--prompt``-token prompt, ``--reps`` times after a warm-up run (which
+captures the graphs); every repetition must give the warm-up's tokens. The roofline:
+bytes a decode token must read (every dense weight of the layers, the router, shared
+experts, the LM head, and top-k routed experts per MoE layer, as stored) over the
+device-to-device copy rate measured here (bytes read + written per second), which is
+the ceiling HBM allows. The routed-expert kernels alone are timed on one layer too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from typing import Any
+
+import torch
+
+import flint
+from flint.graphs.decode import expert_pools
+from flint.graphs.moe_kernel import ExpertPool, moe_experts
+from flint.models.transformer import MoEModel
+
+
+def tensor_bytes(obj: Any, seen: set[int], skip: tuple[str, ...] = ("backend",)) -> int:
+    """Bytes of the distinct tensors reachable through ``obj``'s attributes."""
+    if isinstance(obj, torch.Tensor):
+        key = obj.data_ptr()
+        if key in seen:
+            return 0
+        seen.add(key)
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, (list, tuple)):
+        return sum(tensor_bytes(o, seen, skip) for o in obj)
+    fields = getattr(obj, "__dict__", None)
+    if fields is None:
+        return 0
+    return sum(tensor_bytes(v, seen, skip) for k, v in fields.items() if k not in skip)
+
+
+def pool_bytes(pool: ExpertPool) -> int:
+    """Bytes of one expert of ``pool`` (weights and scales of its three projections)."""
+    total = 0
+    for p in (pool.gate, pool.up, pool.down):
+        total += p.weights[0].numel() * p.weights.element_size()
+        if p.scales.data_ptr() != p.weights.data_ptr():
+            total += p.scales[0].numel() * p.scales.element_size()
+    return total
+
+
+def token_bytes(model: MoEModel, pools: dict[int, ExpertPool]) -> int:
+    seen: set[int] = {model.embed.data_ptr()}  # one row of it is read
+    dense = tensor_bytes(model.layers, seen) + tensor_bytes(model.lm_head, seen)
+    experts = sum(model.config.top_k * pool_bytes(p) for p in pools.values())
+    return dense + experts
+
+
+def copy_rate(device: torch.device, gib: float = 2.0) -> float:
+    """Device-to-device copy, bytes read + written per second (median of 10)."""
+    n = int(gib * 2**30)
+    a = torch.empty(n, dtype=torch.uint8, device=device)
+    b = torch.empty_like(a)
+    times = []
+    for _ in range(12):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        b.copy_(a)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    return 2 * n / statistics.median(times[2:])
+
+
+def kernel_rate(pool: ExpertPool, top_k: int, dtype: torch.dtype, device: torch.device) -> float:
+    """The routed-expert kernels of one layer at one token: expert bytes per second."""
+    import triton.testing
+
+    x = torch.randn(1, pool.hidden, dtype=dtype, device=device)
+    ids = torch.randperm(pool.experts, device=device)[:top_k][None]
+    w = torch.rand(1, top_k, dtype=dtype, device=device)
+    ms = triton.testing.do_bench(lambda: moe_experts(x, ids, w, pool), return_mode="median")
+    return top_k * pool_bytes(pool) / (ms / 1e3)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model")
+    parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--prompt", type=int, default=64)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--modes", default="on,eager,off")
+    args = parser.parse_args()
+    device = torch.device("cuda", 0)
+    gen = torch.Generator().manual_seed(0)
+    result: dict[str, Any] = {"model": args.model, "tokens": args.tokens}
+    result["copy_gb_s"] = round(copy_rate(device) / 1e9, 1)
+    for mode in args.modes.split(","):
+        with flint.LLM(args.model, device="cuda:0", graphs=mode, context_length=4096) as llm:
+            model = llm.model
+            ids = torch.randint(2, model.config.vocab_size, (args.prompt,), generator=gen).tolist()
+            control = None
+            rates = []
+            for rep in range(args.reps + 1):
+                out = llm.generate(ids, max_tokens=args.tokens, temperature=0.0, ignore_eos=True)
+                control = control or out.token_ids
+                if out.token_ids != control:
+                    raise SystemExit(f"{mode}: tokens differ from the warm-up run")
+                if rep:
+                    rates.append(out.timings.decode_tok_s)
+            row: dict[str, Any] = {
+                "tg_tok_s_mean": round(statistics.mean(rates), 1),
+                "tg_tok_s_sd": round(statistics.stdev(rates), 1) if len(rates) > 1 else 0.0,
+                "first_tokens": list(control[:8]),
+            }
+            pools = expert_pools(model.experts)
+            if pools is not None:
+                nbytes = token_bytes(model, pools)
+                roof = result["copy_gb_s"] * 1e9 / nbytes
+                row["bytes_per_token_mib"] = round(nbytes / 2**20, 1)
+                row["roofline_tok_s"] = round(roof, 1)
+                row["share_of_roofline"] = round(row["tg_tok_s_mean"] / roof, 3)
+                if mode == args.modes.split(",")[0]:
+                    first = min(pools)
+                    rate = kernel_rate(pools[first], model.config.top_k, llm.dtype, device)
+                    result["moe_kernel_gb_s"] = round(rate / 1e9, 1)
+            result[mode] = row
+        torch.cuda.empty_cache()
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

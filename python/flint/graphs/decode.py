@@ -1,0 +1,185 @@
+"""One decode step of a resident model, with every buffer at a fixed address, replayed
+from a CUDA graph.
+
+Eager decode launches a few dozen kernels per layer from Python and synchronises on
+the router's choice before the experts run; at batch 1 the GPU mostly waits for the
+host. This step is written so the GPU never waits: the token and its position live in
+device tensors, the KV cache is written at that position with ``index_copy_``,
+attention reads a fixed span of cache positions (the context rounded up to
+``SPAN_STEP``) under a mask of the positions filled, and the routed experts are
+computed by slot index from the router's ids on the GPU (``moe_kernel``). Each span
+gets its own graph, captured the first time a step needs it; replaying one costs a
+launch for the whole model.
+
+``capture=False`` runs the very same step launch by launch: identical output, bit for
+bit (the same kernels on the same shapes), for comparison (``--no-graphs``).
+
+Covered: the standard attention (``Attention``: GQA, q/k norms, biases, partial
+rotary) with MoE or dense MLPs, SwiGLU experts without biases, every layer on one
+GPU, every expert resident. ``unsupported`` says why a model is not (it then decodes
+eagerly as before).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from flint.graphs.moe_kernel import ExpertPool, available, moe_experts, stacked_pool
+from flint.graphs.slab_experts import SlabResidentExperts
+from flint.models.attention import Attention
+from flint.models.kv_cache import SplitKVCache
+from flint.models.moe import MoEBlock, ResidentExperts
+from flint.models.rope import apply_rope
+from flint.models.transformer import DecoderLayer, MoEModel
+
+# H = hidden, V = vocabulary, S = span of cache positions attended, D = head dim,
+# K = top-k, I = expert intermediate
+
+SPAN_STEP = 256  # cache positions per graph: spans are multiples of this
+
+
+def expert_pools(backend: object) -> dict[int, ExpertPool] | None:
+    """The slot-indexed pools of a resident backend (None: not one that has them)."""
+    if isinstance(backend, SlabResidentExperts):
+        return backend.pools
+    if isinstance(backend, ResidentExperts):
+        return {
+            layer: stacked_pool(backend.gate[layer], backend.up[layer], backend.down[layer])
+            for layer in backend.gate
+        }
+    return None
+
+
+def unsupported(model: MoEModel, backend: object) -> str | None:
+    """None when ``model`` (as loaded, with ``backend``) can decode through
+    ``GraphDecoder``, else why not (``flint.graphs.setup`` checks the family first)."""
+    why = available()
+    if why is not None:
+        return why
+    if model.place.device.type != "cuda":
+        return "CUDA graphs need a CUDA device"
+    if len(model.place.devices) > 1 or isinstance(model.cache, SplitKVCache):
+        return "layers split across GPUs"
+    if any(type(layer.attn) is not Attention for layer in model.layers):
+        return f"{model.config.family}'s attention"
+    if expert_pools(backend) is None:
+        return "experts that are not all resident"
+    return None
+
+
+class GraphDecoder:
+    """Decodes one token at a time for ``model`` (resident, one GPU)."""
+
+    def __init__(self, model: MoEModel, pools: dict[int, ExpertPool], capture: bool = True):
+        self.model, self.pools, self.capture = model, pools, capture
+        cfg, device = model.config, model.place.device
+        self.device = device
+        self.token = torch.zeros(1, dtype=torch.int64, device=device)
+        self.position = torch.zeros(1, dtype=torch.int64, device=device)
+        self.positions = torch.arange(model.context_length, device=device)  # [S]
+        self.logits = torch.zeros(1, cfg.vocab_size, dtype=torch.float32, device=device)
+        top_k, inter = cfg.top_k, cfg.moe_intermediate_size
+        self.hidden = torch.empty(top_k, inter, dtype=model.place.dtype, device=device)
+        self.moe_out = torch.empty(1, cfg.hidden_size, dtype=model.place.dtype, device=device)
+        self.graphs: dict[int, Any] = {}  # span -> torch.cuda.CUDAGraph
+        self.memory: Any = None  # the graphs' shared memory pool
+        self.replays = 0
+
+    def span(self, position: int) -> int:
+        """Cache positions a step at ``position`` attends over (a multiple of SPAN_STEP)."""
+        steps = position // SPAN_STEP + 1
+        return min(self.model.context_length, steps * SPAN_STEP)
+
+    def __call__(self, token: torch.Tensor, position: int) -> torch.Tensor:
+        """Logits [1, V] (fp32) of ``token`` [1] at ``position``; writes its keys and
+        values into the model's cache (the caller advances ``cache.length``)."""
+        self.token.copy_(token, non_blocking=True)
+        self.position.fill_(position)
+        span = self.span(position)
+        if not self.capture:
+            self._step(span)
+            return self.logits.clone()
+        graph = self.graphs.get(span)
+        if graph is None:
+            graph = self._record(span)
+        graph.replay()
+        self.replays += 1
+        return self.logits.clone()
+
+    def _record(self, span: int) -> Any:
+        """Captures the step for ``span`` (after one eager run on a side stream, which
+        compiles the kernels and computes this very step)."""
+        side = torch.cuda.Stream(self.device)  # type: ignore[no-untyped-call]
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side):
+            self._step(span)
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        if self.memory is None:
+            self.memory = torch.cuda.graph_pool_handle()
+        with torch.cuda.graph(graph, pool=self.memory):
+            self._step(span)
+        self.graphs[span] = graph
+        return graph
+
+    @torch.inference_mode()
+    def _step(self, span: int) -> None:
+        model = self.model
+        cos = model.cos.index_select(0, self.position)  # [1, D]
+        sin = model.sin.index_select(0, self.position)
+        mask = (self.positions[:span] <= self.position)[None, :]  # [1, S]
+        x = model.embed.index_select(0, self.token)  # [1, H]
+        for layer in model.layers:
+            x = self._layer(layer, x, cos, sin, mask, span)
+        normed = model.final_norm(x, model.norm, model.config.rms_norm_eps)
+        self.logits.copy_(F.linear(normed, model.lm_head))
+
+    def _layer(
+        self,
+        layer: DecoderLayer,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        mask: torch.Tensor,
+        span: int,
+    ) -> torch.Tensor:
+        xs = layer.norm(x, layer.input_norm, layer.eps)
+        assert isinstance(layer.attn, Attention)
+        h = x + self._attention(layer.attn, xs, cos, sin, mask, span)
+        normed = layer.norm(h, layer.post_norm, layer.eps)
+        mlp = layer.mlp
+        if not isinstance(mlp, MoEBlock):
+            return h + mlp(normed)
+        ids, weights = mlp.route(normed)  # [1, K] each, on the GPU
+        out = moe_experts(normed, ids, weights, self.pools[layer.index], self.hidden, self.moe_out)
+        if mlp.shared is not None:
+            out = out + mlp._shared(normed)
+        return h + out
+
+    def _attention(
+        self,
+        attn: Attention,
+        x: torch.Tensor,  # [1, H]
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        mask: torch.Tensor,  # [1, S]
+        span: int,
+    ) -> torch.Tensor:
+        cfg, cache = attn.cfg, self.model.cache
+        q = apply_rope(attn._project(x, attn.q_w, attn.q_b, attn.q_norm), cos, sin)  # [Nq, 1, D]
+        k = apply_rope(attn._project(x, attn.k_w, attn.k_b, attn.k_norm), cos, sin)
+        v = attn._project(x, attn.v_w, attn.v_b, None)  # [Nkv, 1, D]
+        keys, values = cache.keys[attn.layer], cache.values[attn.layer]  # [Nkv, ctx, D]
+        keys.index_copy_(1, self.position, k)
+        values.index_copy_(1, self.position, v)
+        out = F.scaled_dot_product_attention(
+            q.unsqueeze(0),
+            keys[:, :span].unsqueeze(0),
+            values[:, :span].unsqueeze(0),
+            attn_mask=mask,
+            enable_gqa=cfg.num_heads != cfg.num_kv_heads,
+        )  # [1, Nq, 1, D]
+        return F.linear(out[0].transpose(0, 1).reshape(1, -1), attn.o_w, attn.o_b)

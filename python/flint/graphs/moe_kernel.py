@@ -1,0 +1,148 @@
+"""Routed experts of a few tokens computed by slot index, in two Triton kernels.
+
+A layer's experts sit in a pool at fixed addresses: the resident model's stacked
+float weights ([E, I, H] gate and up, [E, H, I] down), or one .ftw slab per expert
+(``[E, slab_bytes]`` uint8, the file's bytes: int8 rows with f32 row scales, or int4
+nibbles with bf16 group scales). The router's ids index that pool on the GPU, so a
+decode step needs no host synchronisation and no gather copy of weights, and can be
+captured in a CUDA graph (``flint.graphs.decode``).
+
+``gate_up``: one program per (token, rank) pair and block of intermediate rows; both
+projections dotted with the token in fp32, each rounded to the model dtype (as
+``F.linear`` returns them), then ``silu(gate) * up`` with torch's roundings.
+``down_sum``: one program per token and block of hidden rows; each rank's expert
+output rounded to the model dtype, then summed in fp32 in router-rank order with its
+routing weight (``flint.models.moe.weighted_sum``'s order), cast once at the end.
+The dot products' summation order is the kernels' own: they agree with the per-expert
+torch path within rounding, and with themselves bit for bit (graph or eager launch).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from flint.format.constants import SCALE_ALIGN
+from flint.graphs.triton_kernels import down_sum_kernel, gate_up_kernel, triton
+
+# T = tokens, H = hidden, I = expert intermediate, E = experts, K = top-k
+
+RAW, INT8, INT4 = 0, 1, 2
+SCHEMES = {"raw": RAW, "int8": INT8, "int4": INT4}
+
+
+def available() -> str | None:
+    """None when the kernels can run, else why not."""
+    return None if triton is not None else "Triton is not installed"
+
+
+@dataclass(slots=True, frozen=True)
+class Projection:
+    """One projection of every expert of a layer: ``weights`` indexed by
+    ``expert * w_expert + row * w_row + col`` (int4: ``col // 2``, two per byte,
+    element 2j in the low nibble, stored as q + 8), ``scales`` by
+    ``expert * s_expert + row * s_row (+ col // group)``; raw weights have none (the
+    weights tensor stands in)."""
+
+    weights: torch.Tensor
+    w_expert: int
+    w_row: int
+    scales: torch.Tensor
+    s_expert: int
+    s_row: int
+
+
+@dataclass(slots=True, frozen=True)
+class ExpertPool:
+    """A layer's experts in one of the layouts above: gate and up [I, H], down [H, I]."""
+
+    scheme: int
+    group: int  # int4 group size (1 otherwise)
+    hidden: int
+    inter: int
+    gate: Projection
+    up: Projection
+    down: Projection
+
+    @property
+    def experts(self) -> int:
+        return self.gate.weights.shape[0]
+
+
+def stacked_pool(gate: torch.Tensor, up: torch.Tensor, down: torch.Tensor) -> ExpertPool:
+    """Stacked float weights: gate, up [E, I, H], down [E, H, I] (no copy)."""
+    _, inter, hidden = gate.shape
+
+    def proj(w: torch.Tensor) -> Projection:
+        w = w.contiguous()
+        return Projection(w, w.stride(0), w.stride(1), w, 0, 0)
+
+    return ExpertPool(RAW, 1, hidden, inter, proj(gate), proj(up), proj(down))
+
+
+def slab_pool(
+    slabs: torch.Tensor,  # [E, slab_bytes] uint8
+    scheme: str,
+    group: int,
+    shapes: tuple[tuple[int, int], ...],  # (rows, cols) of gate, up, down
+    offsets: tuple[int, ...],  # byte offset of each projection inside a slab
+) -> ExpertPool:
+    """.ftw slabs of int8 or int4 experts (views into ``slabs``, no copy): each
+    projection's weights, padded to ``SCALE_ALIGN``, then its scales."""
+    code = SCHEMES[scheme]
+    stride = slabs.stride(0)
+    s_type, s_size = (torch.float32, 4) if code == INT8 else (torch.bfloat16, 2)
+    if stride % s_size:
+        raise ValueError(f"slab stride {stride} is not a multiple of {s_size}")
+
+    def proj(p: int) -> Projection:
+        rows, cols = shapes[p]
+        w_row = cols if code == INT8 else cols // 2
+        n = rows * w_row
+        weights = slabs[:, offsets[p] : offsets[p] + n]
+        if code == INT8:
+            weights = weights.view(torch.int8)
+        s_row = 1 if code == INT8 else cols // group
+        at = offsets[p] + n + (-n % SCALE_ALIGN)
+        scales = slabs[:, at : at + rows * s_row * s_size].view(s_type)
+        return Projection(weights, stride, w_row, scales, stride // s_size, s_row)
+
+    (inter, hidden) = shapes[0]
+    return ExpertPool(code, group if code == INT4 else 1, hidden, inter, *map(proj, range(3)))
+
+
+BLOCK_ROWS = 16
+BLOCK_COLS = 128
+
+
+def _args(p: Projection) -> tuple[Any, ...]:
+    return (p.weights, p.w_expert, p.w_row, p.scales, p.s_expert, p.s_row)
+
+
+def moe_experts(
+    x: torch.Tensor,  # [T, H] in the model dtype
+    ids: torch.Tensor,  # [T, K] int64, router-rank order
+    weights: torch.Tensor,  # [T, K] routing weights
+    pool: ExpertPool,
+    hidden_buf: torch.Tensor | None = None,  # [T*K, I] scratch (fixed address for graphs)
+    out: torch.Tensor | None = None,  # [T, H] result (fixed address for graphs)
+) -> torch.Tensor:
+    """sum over k of weights[t, k] * expert_{ids[t, k]}(x[t]) -> [T, H] in x's dtype."""
+    assert triton is not None, "check available() first"
+    tokens, top_k = ids.shape
+    h_dim, i_dim = pool.hidden, pool.inter
+    if hidden_buf is None:
+        hidden_buf = torch.empty(tokens * top_k, i_dim, dtype=x.dtype, device=x.device)
+    if out is None:
+        out = torch.empty(tokens, h_dim, dtype=x.dtype, device=x.device)
+    x, ids, weights = x.contiguous(), ids.contiguous(), weights.contiguous()
+    meta = {"SCHEME": pool.scheme, "GROUP": pool.group, "BN": BLOCK_ROWS, "BK": BLOCK_COLS}
+    gate_up_kernel[(tokens * top_k, triton.cdiv(i_dim, BLOCK_ROWS))](
+        x, ids, hidden_buf, *_args(pool.gate), *_args(pool.up), h_dim, i_dim, TOPK=top_k, **meta
+    )
+    down_sum_kernel[(tokens, triton.cdiv(h_dim, BLOCK_ROWS))](
+        hidden_buf, ids, weights, out, *_args(pool.down), h_dim, i_dim, TOPK=top_k, **meta
+    )
+    return out

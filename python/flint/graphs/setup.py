@@ -1,0 +1,59 @@
+"""Which models decode through CUDA graphs, and the wiring that makes them."""
+
+from __future__ import annotations
+
+from flint.graphs import check_graph_mode
+from flint.graphs.decode import GraphDecoder, expert_pools, unsupported
+from flint.graphs.moe_kernel import available
+from flint.graphs.slab_experts import SlabResidentExperts
+from flint.models.config import ModelConfig
+from flint.models.loading import Placement
+from flint.models.moe import ExpertBackend
+from flint.models.quant_experts import PackedExpertSource
+from flint.models.transformer import MoEModel
+from flint.models.weights import WeightSource
+
+
+def family_unsupported(config: ModelConfig) -> str | None:
+    """Why ``config``'s family has no graph step (None: it has one)."""
+    if config.linear_attention:
+        return f"{config.family}'s linear-attention layers"
+    if config.mla is not None or config.attention_sinks or config.attn_output_gate:
+        return f"{config.family}'s attention"
+    if config.expert_act.kind != "swiglu" or config.expert_bias:
+        return f"{config.family}'s experts (biases or a clamped activation)"
+    return available()
+
+
+def resident_backend(
+    config: ModelConfig, source: WeightSource, place: Placement, mode: str
+) -> ExpertBackend | None:
+    """The resident backend a graph step computes from, when ``mode`` asks for one and
+    the model is covered: int8/int4 experts kept as the file's slabs; None otherwise
+    (float experts: the usual resident backend has them stacked already)."""
+    check_graph_mode(mode)
+    if mode == "off" or place.device.type != "cuda" or len(place.devices) > 1:
+        return None
+    if family_unsupported(config) is not None or not isinstance(source, PackedExpertSource):
+        return None
+    layout = source.expert_layout
+    if layout is None or layout.scheme not in ("int8", "int4"):
+        return None
+    return SlabResidentExperts(config, source, place)
+
+
+def attach_decoder(model: MoEModel, mode: str) -> str | None:
+    """Gives ``model`` a graph decode step as ``mode`` says; returns why not when it
+    has none (mode "on" raises ValueError instead)."""
+    check_graph_mode(mode)
+    if mode == "off":
+        return "graphs off"
+    why = family_unsupported(model.config) or unsupported(model, model.experts)
+    if why is not None:
+        if mode == "on":
+            raise ValueError(f"no CUDA graph decode for this model: {why}")
+        return why
+    pools = expert_pools(model.experts)
+    assert pools is not None
+    model.decoder = GraphDecoder(model, pools, capture=mode != "eager")
+    return None
