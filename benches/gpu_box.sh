@@ -153,6 +153,18 @@ gpu9() {
   python3 benches/cpu_kernels.py --threads 1,16 --calls 10
 }
 
+# Issue 10 on one H200: the graph step's tests (captured == eager launches bit for bit,
+# every covered family, int8/int4 slabs), the GPU suites it touches, then R0 at int4:
+# CUDA graphs against eager launches and the general eager path, with the roofline.
+gpu10() {
+  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
+  python3 -m pytest tests/models/test_graphs.py tests/models/test_gpu.py ${GPU10_TESTS:-} \
+    -q -p no:cacheprovider --tb=short -rf -m gpu 2>&1 | tail -25
+  [ -f "$DATA/q30.ftw" ] || flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
+  timeout ${GPU10_BENCH_S:-240} python3 benches/graph_decode.py "$DATA/q30.ftw" --tokens 128 --reps 2 ${GPU10_MODES:-} || true
+  ${GPU10_AFTER:-true}
+}
+
 case $what in
   install) install ;;
   format) install; format ;;
@@ -167,16 +179,6 @@ case $what in
   gputests) install; gputests ;;
   gpu14) install; gpu14 ;;
   gpu9) install; gpu9 ;;
+  gpu10) install; gpu10 ;;
 esac 2>&1 | tee "$OUT/gpu_box_$what.log"
 
-# Issue 10 on one H200: the graph step's tests (captured == eager launches bit for bit,
-# every covered family, int8/int4 slabs), the GPU suites it touches, then R0 at int4:
-# CUDA graphs against eager launches and the general eager path, with the roofline.
-gpu10() {
-  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
-  python3 -m pytest tests/models/test_graphs.py tests/models/test_gpu.py ${GPU10_TESTS:-} \
-    -q -p no:cacheprovider --tb=short -rf -m gpu 2>&1 | tail -25
-  [ -f "$DATA/q30.ftw" ] || flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
-  timeout ${GPU10_BENCH_S:-240} python3 benches/graph_decode.py "$DATA/q30.ftw" --tokens 128 --reps 2 ${GPU10_MODES:-} || true
-  ${GPU10_AFTER:-true}
-}

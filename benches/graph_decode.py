@@ -100,10 +100,12 @@ def main() -> None:
     gen = torch.Generator().manual_seed(0)
     result: dict[str, Any] = {"model": args.model, "tokens": args.tokens}
     result["copy_gb_s"] = round(copy_rate(device) / 1e9, 1)
+    ids: list[int] = []
     for mode in args.modes.split(","):
         with flint.LLM(args.model, device="cuda:0", graphs=mode, context_length=4096) as llm:
             model = llm.model
-            ids = torch.randint(2, model.config.vocab_size, (args.prompt,), generator=gen).tolist()
+            vocab = model.config.vocab_size
+            ids = ids or torch.randint(2, vocab, (args.prompt,), generator=gen).tolist()
             control = None
             rates = []
             for rep in range(args.reps + 1):

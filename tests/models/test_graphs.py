@@ -5,6 +5,7 @@ fixed-address step. Without a GPU the Triton kernels run in Triton's CPU interpr
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -81,10 +82,54 @@ def test_slot_kernels_follow_the_per_expert_path(scheme: str, tokens: int) -> No
     want = _reference(x, ids, w, dense)
     err = ((got.float() - want.float()).norm() / want.float().norm()).item()
     assert err <= (2e-3 if scheme == "raw" else 1.5e-2), err
-    hidden_buf = torch.full((tokens * k, inter), float("nan"), dtype=torch.bfloat16)
+    scratch = (
+        torch.full((tokens * k, inter), float("nan"), dtype=torch.bfloat16),
+        torch.full((tokens * k, hidden), float("nan")),
+    )
     out = torch.full((tokens, hidden), float("nan"), dtype=torch.bfloat16)
-    again = moe_experts(x, ids, w, pool, hidden_buf, out)
+    again = moe_experts(x, ids, w, pool, scratch, out)
     assert again.data_ptr() == out.data_ptr() and torch.equal(again, got)
+
+
+def test_fused_norm_rope_and_router_follow_torch() -> None:
+    """The fused small ops against their torch counterparts: RMSNorm, per-head norm and
+    (partial) RoPE written at a cache position, the softmax router (ids identical)."""
+    from flint.graphs import fused
+    from flint.models.moe import route
+    from flint.models.norm import rms_norm
+    from flint.models.rope import apply_rope
+
+    torch.manual_seed(3)
+    x = torch.randn(3, 200).bfloat16()
+    w = torch.randn(200).bfloat16()
+    got, want = fused.rms_norm(x, w, 1e-6), rms_norm(x, w, 1e-6)
+    assert (got.float() - want.float()).abs().max() <= 0.02 * want.float().abs().max()
+    heads, dim, ctx, at = 3, 48, 10, 7
+    for rot, norm in ((48, torch.randn(dim).bfloat16()), (24, None)):
+        y = torch.randn(heads * dim).bfloat16()
+        cos, sin = torch.randn(ctx, rot).bfloat16(), torch.randn(ctx, rot).bfloat16()
+        cache = torch.zeros(heads, ctx, dim, dtype=torch.bfloat16)
+        pos = torch.tensor([at])
+        fused.head_rope(
+            y, norm, cos, sin, pos, cache, cache.stride(0), cache.stride(1), heads, dim, 1e-6
+        )
+        ref = y.view(1, heads, dim)
+        if norm is not None:
+            ref = rms_norm(ref, norm, 1e-6)
+        ref = apply_rope(ref.transpose(0, 1), cos[at : at + 1], sin[at : at + 1])  # [N, 1, D]
+        assert (cache[:, at].float() - ref[:, 0].float()).abs().max() <= 0.05
+        assert cache[:, :at].abs().sum() == 0 and cache[:, at + 1 :].abs().sum() == 0
+    for normalize, fp32 in ((True, False), (False, True)):
+        logits = torch.randn(2, 40).bfloat16()
+        config = SimpleNamespace(
+            router_topk_first=False, top_k=6, norm_topk_prob=normalize, router_weights_fp32=fp32
+        )
+        want_ids, want_w = route(logits, torch.eye(40).bfloat16(), config)  # type: ignore[arg-type]
+        dtype = torch.float32 if fp32 else torch.bfloat16
+        ids, weights = fused.route(logits, 6, normalize, dtype)
+        assert torch.equal(ids, want_ids)
+        assert weights.dtype == want_w.dtype
+        assert (weights.float() - want_w.float()).abs().max() <= 1e-2
 
 
 def _covered(tiny_ftw: dict[str, Path]) -> list[str]:

@@ -27,11 +27,13 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from flint.graphs import fused
 from flint.graphs.moe_kernel import ExpertPool, available, moe_experts, stacked_pool
 from flint.graphs.slab_experts import SlabResidentExperts
 from flint.models.attention import Attention
 from flint.models.kv_cache import SplitKVCache
 from flint.models.moe import MoEBlock, ResidentExperts
+from flint.models.norm import Norm, rms_norm
 from flint.models.rope import apply_rope
 from flint.models.transformer import DecoderLayer, MoEModel
 
@@ -82,8 +84,18 @@ class GraphDecoder:
         self.positions = torch.arange(model.context_length, device=device)  # [S]
         self.logits = torch.zeros(1, cfg.vocab_size, dtype=torch.float32, device=device)
         top_k, inter = cfg.top_k, cfg.moe_intermediate_size
-        self.hidden = torch.empty(top_k, inter, dtype=model.place.dtype, device=device)
+        self.scratch = (
+            torch.empty(top_k, inter, dtype=model.place.dtype, device=device),
+            torch.empty(top_k, cfg.hidden_size, dtype=torch.float32, device=device),
+        )
         self.moe_out = torch.empty(1, cfg.hidden_size, dtype=model.place.dtype, device=device)
+        # the small ops fused into one kernel each where the family's ops are the plain ones
+        self.fused_norm = model.final_norm is rms_norm
+        self.fused_attention = cfg.qk_norm in ("per_head", "none") and cfg.clip_qkv is None
+        self.fused_router = (
+            cfg.group_router is None and not cfg.router_topk_first and not cfg.router_bias
+        )
+        self.cos_table, self.sin_table = model.cos.contiguous(), model.sin.contiguous()
         self.graphs: dict[int, Any] = {}  # span -> torch.cuda.CUDAGraph
         self.memory: Any = None  # the graphs' shared memory pool
         self.replays = 0
@@ -134,8 +146,11 @@ class GraphDecoder:
         x = model.embed.index_select(0, self.token)  # [1, H]
         for layer in model.layers:
             x = self._layer(layer, x, cos, sin, mask, span)
-        normed = model.final_norm(x, model.norm, model.config.rms_norm_eps)
+        normed = self._norm(model.final_norm, x, model.norm, model.config.rms_norm_eps)
         self.logits.copy_(F.linear(normed, model.lm_head))
+
+    def _norm(self, norm: Norm, x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+        return fused.rms_norm(x, w, eps) if self.fused_norm else norm(x, w, eps)
 
     def _layer(
         self,
@@ -146,18 +161,54 @@ class GraphDecoder:
         mask: torch.Tensor,
         span: int,
     ) -> torch.Tensor:
-        xs = layer.norm(x, layer.input_norm, layer.eps)
+        xs = self._norm(layer.norm, x, layer.input_norm, layer.eps)
         assert isinstance(layer.attn, Attention)
-        h = x + self._attention(layer.attn, xs, cos, sin, mask, span)
-        normed = layer.norm(h, layer.post_norm, layer.eps)
+        if self.fused_attention:
+            h = x + self._attention_fused(layer.attn, xs, mask, span)
+        else:
+            h = x + self._attention(layer.attn, xs, cos, sin, mask, span)
+        normed = self._norm(layer.norm, h, layer.post_norm, layer.eps)
         mlp = layer.mlp
         if not isinstance(mlp, MoEBlock):
             return h + mlp(normed)
-        ids, weights = mlp.route(normed)  # [1, K] each, on the GPU
-        out = moe_experts(normed, ids, weights, self.pools[layer.index], self.hidden, self.moe_out)
+        if self.fused_router:
+            cfg = self.model.config
+            dtype = torch.float32 if cfg.router_weights_fp32 else normed.dtype
+            logits = F.linear(normed, mlp.router)  # [1, E]
+            ids, weights = fused.route(logits, cfg.top_k, cfg.norm_topk_prob, dtype)
+        else:
+            ids, weights = mlp.route(normed)  # [1, K] each, on the GPU
+        out = moe_experts(normed, ids, weights, self.pools[layer.index], self.scratch, self.moe_out)
         if mlp.shared is not None:
             out = out + mlp._shared(normed)
         return h + out
+
+    def _attention_fused(
+        self, attn: Attention, x: torch.Tensor, mask: torch.Tensor, span: int
+    ) -> torch.Tensor:
+        """``_attention`` with each head's norm and RoPE in one kernel per projection,
+        keys and values written straight into the cache row."""
+        cfg, cache, pos = attn.cfg, self.model.cache, self.position
+        heads, kv_heads, dim, eps = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.rms_norm_eps
+        cos, sin = self.cos_table, self.sin_table
+        q = torch.empty(heads, 1, dim, dtype=x.dtype, device=x.device)  # [Nq, 1, D]
+        y = F.linear(x, attn.q_w, attn.q_b)[0]
+        fused.head_rope(y, attn.q_norm, cos, sin, pos, q, dim, 0, heads, dim, eps)
+        keys, values = cache.keys[attn.layer], cache.values[attn.layer]  # [Nkv, ctx, D]
+        k_head, k_pos = keys.stride(0), keys.stride(1)
+        y = F.linear(x, attn.k_w, attn.k_b)[0]
+        fused.head_rope(y, attn.k_norm, cos, sin, pos, keys, k_head, k_pos, kv_heads, dim, eps)
+        v_head, v_pos = values.stride(0), values.stride(1)
+        y = F.linear(x, attn.v_w, attn.v_b)[0]
+        fused.head_rope(y, None, cos, sin, pos, values, v_head, v_pos, kv_heads, dim, eps, False)
+        out = F.scaled_dot_product_attention(
+            q.unsqueeze(0),
+            keys[:, :span].unsqueeze(0),
+            values[:, :span].unsqueeze(0),
+            attn_mask=mask,
+            enable_gqa=heads != kv_heads,
+        )  # [1, Nq, 1, D]
+        return F.linear(out[0].transpose(0, 1).reshape(1, -1), attn.o_w, attn.o_b)
 
     def _attention(
         self,

@@ -25,12 +25,23 @@ from typing import Any
 import torch
 
 from flint.format.constants import SCALE_ALIGN
-from flint.graphs.triton_kernels import down_sum_kernel, gate_up_kernel, triton
+from flint.graphs.triton_kernels import down_kernel, gate_up_kernel, ranked_sum_kernel, triton
 
 # T = tokens, H = hidden, I = expert intermediate, E = experts, K = top-k
 
 RAW, INT8, INT4 = 0, 1, 2
 SCHEMES = {"raw": RAW, "int8": INT8, "int4": INT4}
+
+
+_DTYPES: dict[torch.dtype, Any] = (
+    {}
+    if triton is None
+    else {
+        torch.bfloat16: triton.language.bfloat16,
+        torch.float16: triton.language.float16,
+        torch.float32: triton.language.float32,
+    }
+)
 
 
 def available() -> str | None:
@@ -113,12 +124,19 @@ def slab_pool(
     return ExpertPool(code, group if code == INT4 else 1, hidden, inter, *map(proj, range(3)))
 
 
-BLOCK_ROWS = 16
-BLOCK_COLS = 128
+# Block shapes (rows x columns of a weight tile), one program per tile row block: at
+# one token the kernels are matrix-vector products, bound by reading the weights.
+GATE_UP_BLOCK = (16, 512)
+DOWN_BLOCK = (16, 256)
+SUM_BLOCK = 256
 
 
 def _args(p: Projection) -> tuple[Any, ...]:
     return (p.weights, p.w_expert, p.w_row, p.scales, p.s_expert, p.s_row)
+
+
+def _cols(block: int, group: int) -> int:
+    return max(block, group)  # an int4 tile holds whole groups
 
 
 def moe_experts(
@@ -126,23 +144,35 @@ def moe_experts(
     ids: torch.Tensor,  # [T, K] int64, router-rank order
     weights: torch.Tensor,  # [T, K] routing weights
     pool: ExpertPool,
-    hidden_buf: torch.Tensor | None = None,  # [T*K, I] scratch (fixed address for graphs)
+    scratch: tuple[torch.Tensor, torch.Tensor] | None = None,  # [T*K, I], [T*K, H] f32
     out: torch.Tensor | None = None,  # [T, H] result (fixed address for graphs)
 ) -> torch.Tensor:
-    """sum over k of weights[t, k] * expert_{ids[t, k]}(x[t]) -> [T, H] in x's dtype."""
+    """sum over k of weights[t, k] * expert_{ids[t, k]}(x[t]) -> [T, H] in x's dtype.
+    ``scratch``: the activations and per-rank outputs (given: fixed addresses)."""
     assert triton is not None, "check available() first"
     tokens, top_k = ids.shape
     h_dim, i_dim = pool.hidden, pool.inter
-    if hidden_buf is None:
-        hidden_buf = torch.empty(tokens * top_k, i_dim, dtype=x.dtype, device=x.device)
+    if scratch is None:
+        scratch = (
+            torch.empty(tokens * top_k, i_dim, dtype=x.dtype, device=x.device),
+            torch.empty(tokens * top_k, h_dim, dtype=torch.float32, device=x.device),
+        )
+    hidden, per_rank = scratch
     if out is None:
         out = torch.empty(tokens, h_dim, dtype=x.dtype, device=x.device)
     x, ids, weights = x.contiguous(), ids.contiguous(), weights.contiguous()
-    meta = {"SCHEME": pool.scheme, "GROUP": pool.group, "BN": BLOCK_ROWS, "BK": BLOCK_COLS}
-    gate_up_kernel[(tokens * top_k, triton.cdiv(i_dim, BLOCK_ROWS))](
-        x, ids, hidden_buf, *_args(pool.gate), *_args(pool.up), h_dim, i_dim, TOPK=top_k, **meta
-    )
-    down_sum_kernel[(tokens, triton.cdiv(h_dim, BLOCK_ROWS))](
-        hidden_buf, ids, weights, out, *_args(pool.down), h_dim, i_dim, TOPK=top_k, **meta
+    pairs, code, group = tokens * top_k, pool.scheme, pool.group
+    bn, bk = GATE_UP_BLOCK
+    gate_up_kernel[(pairs, triton.cdiv(i_dim, bn))](
+        x, ids, hidden, *_args(pool.gate), *_args(pool.up), h_dim, i_dim,
+        TOPK=top_k, SCHEME=code, GROUP=group, BN=bn, BK=_cols(bk, group), num_warps=4,
+    )  # fmt: skip
+    bn, bk = DOWN_BLOCK
+    down_kernel[(pairs, triton.cdiv(h_dim, bn))](
+        hidden, ids, per_rank, *_args(pool.down), h_dim, i_dim,
+        OUT=_DTYPES[x.dtype], SCHEME=code, GROUP=group, BN=bn, BK=_cols(bk, group), num_warps=4,
+    )  # fmt: skip
+    ranked_sum_kernel[(tokens, triton.cdiv(h_dim, SUM_BLOCK))](
+        per_rank, weights, out, h_dim, TOPK=top_k, BS=SUM_BLOCK
     )
     return out

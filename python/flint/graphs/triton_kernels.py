@@ -1,4 +1,5 @@
-"""The Triton kernels of ``flint.graphs.moe_kernel`` (which documents them); untyped,
+"""The Triton kernels of ``flint.graphs.moe_kernel`` and ``flint.graphs.fused`` (which
+document them); untyped,
 as Triton kernels are, so mypy's strict checks are relaxed for this module only."""
 
 from __future__ import annotations
@@ -9,37 +10,17 @@ try:  # Triton ships with torch's CUDA wheels; without it there are no graphs
 except ImportError:  # pragma: no cover - depends on the environment
     triton = None
 
-__all__ = ["down_sum_kernel", "gate_up_kernel", "triton"]
+__all__ = [
+    "down_kernel",
+    "gate_up_kernel",
+    "head_rope_kernel",
+    "ranked_sum_kernel",
+    "rms_norm_kernel",
+    "route_kernel",
+    "triton",
+]
 
 if triton is not None:
-
-    @triton.jit
-    def _tile(
-        w_ptr,
-        s_ptr,
-        w_row,
-        s_row,
-        rows,
-        cols,
-        mask,
-        SCHEME: tl.constexpr,
-        GROUP: tl.constexpr,
-    ):
-        """A [BN, BK] tile of one expert's projection, dequantized to fp32."""
-        if SCHEME == 0:
-            w = tl.load(w_ptr + rows[:, None] * w_row + cols[None, :], mask=mask, other=0.0)
-            return w.to(tl.float32)
-        elif SCHEME == 1:
-            q = tl.load(w_ptr + rows[:, None] * w_row + cols[None, :], mask=mask, other=0)
-            s = tl.load(s_ptr + rows * s_row, mask=rows >= 0, other=0.0)
-            return q.to(tl.float32) * s[:, None]
-        else:
-            byte = tl.load(w_ptr + rows[:, None] * w_row + cols[None, :] // 2, mask=mask, other=0)
-            nibble = tl.where(cols[None, :] % 2 == 0, byte & 15, byte >> 4)
-            s = tl.load(
-                s_ptr + rows[:, None] * s_row + cols[None, :] // GROUP, mask=mask, other=0.0
-            )
-            return (nibble.to(tl.float32) - 8.0) * s.to(tl.float32)
 
     @triton.jit
     def _round(x, OUT: tl.constexpr):
@@ -52,6 +33,54 @@ if triton is not None:
             return bits.to(tl.float32, bitcast=True)
         else:
             return x.to(OUT).to(tl.float32)
+
+    @triton.jit
+    def _rows_dot(
+        w_ptr,
+        s_ptr,
+        w_row,
+        s_row,
+        v_ptr,
+        rows,
+        row_ok,
+        n_cols,
+        SCHEME: tl.constexpr,
+        GROUP: tl.constexpr,
+        BN: tl.constexpr,
+        BK: tl.constexpr,
+    ):
+        """[BN] fp32: rows ``rows`` of one expert's projection dotted with the vector at
+        ``v_ptr`` (n_cols long). int4: the packed bytes read once as a [BN, BK/2] tile,
+        low and high nibbles against the even and odd entries, each group's sum scaled
+        once. int8: the row scale applied to the whole dot."""
+        acc = tl.zeros([BN], dtype=tl.float32)
+        if SCHEME == 2:
+            for k0 in range(0, n_cols, BK):
+                j = k0 // 2 + tl.arange(0, BK // 2)
+                j_ok = j < n_cols // 2
+                mask = row_ok[:, None] & j_ok[None, :]
+                byte = tl.load(w_ptr + rows[:, None] * w_row + j[None, :], mask=mask, other=0)
+                lo = (byte & 15).to(tl.float32) - 8.0
+                hi = (byte >> 4).to(tl.float32) - 8.0
+                xe = tl.load(v_ptr + 2 * j, mask=j_ok, other=0.0).to(tl.float32)
+                xo = tl.load(v_ptr + 2 * j + 1, mask=j_ok, other=0.0).to(tl.float32)
+                part = lo * xe[None, :] + hi * xo[None, :]  # [BN, BK/2]
+                part = tl.sum(tl.reshape(part, (BN, BK // GROUP, GROUP // 2)), axis=2)
+                g = k0 // GROUP + tl.arange(0, BK // GROUP)
+                g_mask = row_ok[:, None] & (g[None, :] < n_cols // GROUP)
+                s = tl.load(s_ptr + rows[:, None] * s_row + g[None, :], mask=g_mask, other=0.0)
+                acc += tl.sum(part * s.to(tl.float32), axis=1)
+        else:
+            for k0 in range(0, n_cols, BK):
+                cols = k0 + tl.arange(0, BK)
+                col_ok = cols < n_cols
+                mask = row_ok[:, None] & col_ok[None, :]
+                w = tl.load(w_ptr + rows[:, None] * w_row + cols[None, :], mask=mask, other=0)
+                v = tl.load(v_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
+                acc += tl.sum(w.to(tl.float32) * v[None, :], axis=1)
+            if SCHEME == 1:
+                acc = acc * tl.load(s_ptr + rows * s_row, mask=row_ok, other=0.0)
+        return acc
 
     @triton.jit
     def gate_up_kernel(
@@ -78,37 +107,32 @@ if triton is not None:
         BN: tl.constexpr,
         BK: tl.constexpr,
     ):
+        """h[pair, rows] = silu(gate(x)) * up(x) for one (token, rank) pair."""
         pair = tl.program_id(0)
         token = pair // TOPK
         expert = tl.load(ids_ptr + pair).to(tl.int64)
         rows = tl.program_id(1) * BN + tl.arange(0, BN)
         row_ok = rows < inter
-        rows_c = tl.where(row_ok, rows, 0)
-        acc_g = tl.zeros([BN], dtype=tl.float32)
-        acc_u = tl.zeros([BN], dtype=tl.float32)
-        g_base, gs_base = g_ptr + expert * g_we, gs_ptr + expert * gs_e
-        u_base, us_base = u_ptr + expert * u_we, us_ptr + expert * us_e
-        for k0 in range(0, hid, BK):
-            cols = k0 + tl.arange(0, BK)
-            col_ok = cols < hid
-            x = tl.load(x_ptr + token * hid + cols, mask=col_ok, other=0.0).to(tl.float32)
-            mask = row_ok[:, None] & col_ok[None, :]
-            wg = _tile(g_base, gs_base, g_wr, gs_r, rows_c, cols, mask, SCHEME, GROUP)
-            acc_g += tl.sum(wg * x[None, :], axis=1)
-            wu = _tile(u_base, us_base, u_wr, us_r, rows_c, cols, mask, SCHEME, GROUP)
-            acc_u += tl.sum(wu * x[None, :], axis=1)
+        x = x_ptr + token * hid
+        gate = _rows_dot(
+            g_ptr + expert * g_we, gs_ptr + expert * gs_e, g_wr, gs_r, x, rows, row_ok, hid,
+            SCHEME, GROUP, BN, BK,
+        )  # fmt: skip
+        up = _rows_dot(
+            u_ptr + expert * u_we, us_ptr + expert * us_e, u_wr, us_r, x, rows, row_ok, hid,
+            SCHEME, GROUP, BN, BK,
+        )  # fmt: skip
         out_type = h_ptr.dtype.element_ty
-        gate = _round(acc_g, out_type)  # F.linear's output dtype
-        up = _round(acc_u, out_type)
+        gate = _round(gate, out_type)  # F.linear's output dtype
+        up = _round(up, out_type)
         silu = _round(gate / (1.0 + tl.exp(-gate)), out_type)
         tl.store(h_ptr + pair * inter + rows, _round(silu * up, out_type).to(out_type), mask=row_ok)
 
     @triton.jit
-    def down_sum_kernel(
+    def down_kernel(
         h_ptr,
         ids_ptr,
-        rw_ptr,
-        out_ptr,
+        y_ptr,
         d_ptr,
         d_we,
         d_wr,
@@ -117,34 +141,127 @@ if triton is not None:
         ds_r,
         hid,
         inter,
-        TOPK: tl.constexpr,
+        OUT: tl.constexpr,
         SCHEME: tl.constexpr,
         GROUP: tl.constexpr,
         BN: tl.constexpr,
         BK: tl.constexpr,
     ):
-        token = tl.program_id(0)
+        """y[pair, rows] (fp32, rounded to the model dtype) = down(h[pair])."""
+        pair = tl.program_id(0)
+        expert = tl.load(ids_ptr + pair).to(tl.int64)
         rows = tl.program_id(1) * BN + tl.arange(0, BN)
         row_ok = rows < hid
-        rows_c = tl.where(row_ok, rows, 0)
-        out_type = out_ptr.dtype.element_ty
-        total = tl.zeros([BN], dtype=tl.float32)
+        y = _rows_dot(
+            d_ptr + expert * d_we, ds_ptr + expert * ds_e, d_wr, ds_r, h_ptr + pair * inter,
+            rows, row_ok, inter, SCHEME, GROUP, BN, BK,
+        )  # fmt: skip
+        tl.store(y_ptr + pair * hid + rows, _round(y, OUT), mask=row_ok)
+
+    @triton.jit
+    def ranked_sum_kernel(y_ptr, rw_ptr, out_ptr, hid, TOPK: tl.constexpr, BS: tl.constexpr):
+        """out[token] = sum over ranks, in rank order, of weight * y (fp32), cast once."""
+        token = tl.program_id(0)
+        cols = tl.program_id(1) * BS + tl.arange(0, BS)
+        ok = cols < hid
+        total = tl.zeros([BS], dtype=tl.float32)
         for rank in tl.static_range(TOPK):
             pair = token * TOPK + rank
-            expert = tl.load(ids_ptr + pair).to(tl.int64)
-            base, s_base = d_ptr + expert * d_we, ds_ptr + expert * ds_e
-            acc = tl.zeros([BN], dtype=tl.float32)
-            for k0 in range(0, inter, BK):
-                cols = k0 + tl.arange(0, BK)
-                col_ok = cols < inter
-                h = tl.load(h_ptr + pair * inter + cols, mask=col_ok, other=0.0).to(tl.float32)
-                mask = row_ok[:, None] & col_ok[None, :]
-                w = _tile(base, s_base, d_wr, ds_r, rows_c, cols, mask, SCHEME, GROUP)
-                acc += tl.sum(w * h[None, :], axis=1)
-            y = _round(acc, out_type)  # the expert's output as F.linear gives it
-            weight = tl.load(rw_ptr + pair).to(tl.float32)
-            total = total + y * weight  # rank order, as weighted_sum
-        tl.store(out_ptr + token * hid + rows, _round(total, out_type).to(out_type), mask=row_ok)
+            y = tl.load(y_ptr + pair * hid + cols, mask=ok, other=0.0)
+            total = total + y * tl.load(rw_ptr + pair).to(tl.float32)
+        out_type = out_ptr.dtype.element_ty
+        tl.store(out_ptr + token * hid + cols, _round(total, out_type).to(out_type), mask=ok)
+
+    @triton.jit
+    def rms_norm_kernel(x_ptr, w_ptr, out_ptr, n, eps, BLOCK: tl.constexpr):
+        """One row: ``w * (x / rms(x)).to(dtype)`` as ``flint.models.norm.rms_norm``."""
+        row = tl.program_id(0)
+        cols = tl.arange(0, BLOCK)
+        ok = cols < n
+        x = tl.load(x_ptr + row * n + cols, mask=ok, other=0.0).to(tl.float32)
+        out_type = out_ptr.dtype.element_ty
+        normed = _round(x * (1.0 / tl.sqrt(tl.sum(x * x, axis=0) / n + eps)), out_type)
+        w = tl.load(w_ptr + cols, mask=ok, other=0.0).to(tl.float32)
+        tl.store(out_ptr + row * n + cols, _round(w * normed, out_type).to(out_type), mask=ok)
+
+    @triton.jit
+    def head_rope_kernel(
+        y_ptr,
+        w_ptr,
+        cos_ptr,
+        sin_ptr,
+        pos_ptr,
+        out_ptr,
+        out_head,
+        out_pos,
+        dim,
+        eps,
+        NORM: tl.constexpr,
+        ROT: tl.constexpr,
+        BLOCK: tl.constexpr,
+    ):
+        """One head of a projection [N, D]: per-head RMSNorm (``NORM``), then RoPE on the
+        first ``ROT`` dims at the position in ``pos_ptr`` (the rest pass through), written
+        to ``out_ptr + head * out_head + position * out_pos`` (a KV cache row, or a
+        buffer with ``out_pos`` 0): ``rms_norm`` and ``apply_rope``'s ops and roundings."""
+        head = tl.program_id(0)
+        d = tl.arange(0, BLOCK)
+        ok = d < dim
+        out_type = out_ptr.dtype.element_ty
+        x = tl.load(y_ptr + head * dim + d, mask=ok, other=0.0).to(tl.float32)
+        inv = 1.0
+        if NORM:
+            inv = tl.rsqrt(tl.sum(x * x, axis=0) / dim + eps)
+            w = tl.load(w_ptr + d, mask=ok, other=0.0).to(tl.float32)
+            x = _round(w * _round(x * inv, out_type), out_type)
+        pos = tl.load(pos_ptr)
+        if ROT > 0:
+            half = ROT // 2
+            rot = d < ROT
+            partner = tl.where(d < half, d + half, d - half)
+            px = tl.load(y_ptr + head * dim + partner, mask=rot, other=0.0).to(tl.float32)
+            if NORM:
+                wp = tl.load(w_ptr + partner, mask=rot, other=0.0).to(tl.float32)
+                px = _round(wp * _round(px * inv, out_type), out_type)
+            cos = tl.load(cos_ptr + pos * ROT + d, mask=rot, other=1.0).to(tl.float32)
+            sin = tl.load(sin_ptr + pos * ROT + d, mask=rot, other=0.0).to(tl.float32)
+            rotated = tl.where(d < half, -px, px)
+            y = _round(_round(x * cos, out_type) + _round(rotated * sin, out_type), out_type)
+            x = tl.where(rot, y, x)
+        tl.store(out_ptr + head * out_head + pos * out_pos + d, x.to(out_type), mask=ok)
+
+    @triton.jit
+    def route_kernel(
+        logits_ptr, ids_ptr, w_ptr, n, TOPK: tl.constexpr, NORM: tl.constexpr, BLOCK: tl.constexpr
+    ):
+        """One token's softmax router (``flint.models.moe.route``): fp32 softmax over the
+        n experts, the top-k in descending order (ties: the lower id), renormalised when
+        ``NORM``, weights written in ``w_ptr``'s dtype."""
+        token = tl.program_id(0)
+        e = tl.arange(0, BLOCK)
+        ok = e < n
+        logits = tl.load(logits_ptr + token * n + e, mask=ok, other=float("-inf"))
+        logits = logits.to(tl.float32)
+        p = tl.exp(logits - tl.max(logits, axis=0))
+        p = p / tl.sum(p, axis=0)
+        p = tl.where(ok, p, -1.0)
+        w_type = w_ptr.dtype.element_ty
+        total = 1.0
+        if NORM:  # the sum of the top-k probabilities, in fp32
+            total = 0.0
+            q = p
+            for _ in tl.static_range(TOPK):
+                best = tl.max(q, axis=0)
+                total += best
+                q = tl.where(e == tl.min(tl.where(q == best, e, BLOCK), axis=0), -1.0, q)
+        for k in tl.static_range(TOPK):
+            best = tl.max(p, axis=0)
+            pick = tl.min(tl.where(p == best, e, BLOCK), axis=0)
+            tl.store(ids_ptr + token * TOPK + k, pick.to(tl.int64))
+            weight = best / total if NORM else best
+            tl.store(w_ptr + token * TOPK + k, _round(weight, w_type).to(w_type))
+            p = tl.where(e == pick, -1.0, p)
 
 else:  # pragma: no cover - depends on the environment
-    gate_up_kernel = down_sum_kernel = None
+    gate_up_kernel = down_kernel = ranked_sum_kernel = None
+    rms_norm_kernel = head_rope_kernel = route_kernel = None
