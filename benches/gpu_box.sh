@@ -165,6 +165,14 @@ gpu10() {
   ${GPU10_AFTER:-true}
 }
 
+# Issue 10, kernel tuning: block shapes of the expert kernels, and the decode step's
+# kernels by time on a 12-layer model of the 30B-A3B geometry (quick to make).
+gpu10k() {
+  python3 benches/moe_kernel_tune.py --scheme int4 2>&1 | tail -70
+  flint synth --geometry qwen3-30b-a3b --quant int4 --layers 12 -o "$DATA/q12.ftw" | tail -1
+  python3 benches/graph_decode.py "$DATA/q12.ftw" --tokens 64 --reps 1 --modes on --profile
+}
+
 case $what in
   install) install ;;
   format) install; format ;;
@@ -180,5 +188,6 @@ case $what in
   gpu14) install; gpu14 ;;
   gpu9) install; gpu9 ;;
   gpu10) install; gpu10 ;;
+  gpu10k) install; gpu10k ;;
 esac 2>&1 | tee "$OUT/gpu_box_$what.log"
 

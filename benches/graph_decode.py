@@ -88,6 +88,24 @@ def kernel_rate(pool: ExpertPool, top_k: int, dtype: torch.dtype, device: torch.
     return top_k * pool_bytes(pool) / (ms / 1e3)
 
 
+def profile(llm: flint.LLM, ids: list[int], steps: int = 16) -> None:
+    """Kernels of ``steps`` decode tokens by total GPU time (torch.profiler, CUPTI:
+    kernels replayed from CUDA graphs are traced one by one)."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    llm.generate(ids, max_tokens=4, temperature=0.0, ignore_eos=True)
+    model = llm.model
+    token = torch.tensor([ids[-1]], device="cuda:0")
+    with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            model.forward(token)
+        torch.cuda.synchronize()
+    print(
+        prof.key_averages().table(sort_by="cuda_time_total", row_limit=18, max_name_column_width=60)
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model")
@@ -95,6 +113,9 @@ def main() -> None:
     parser.add_argument("--prompt", type=int, default=64)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--modes", default="on,eager,off")
+    parser.add_argument(
+        "--profile", action="store_true", help="print the first mode's kernels per token"
+    )
     args = parser.parse_args()
     device = torch.device("cuda", 0)
     gen = torch.Generator().manual_seed(0)
@@ -132,6 +153,8 @@ def main() -> None:
                     rate = kernel_rate(pools[first], model.config.top_k, llm.dtype, device)
                     result["moe_kernel_gb_s"] = round(rate / 1e9, 1)
             result[mode] = row
+            if args.profile and mode == args.modes.split(",")[0]:
+                profile(llm, ids)
         torch.cuda.empty_cache()
     print(json.dumps(result, indent=2))
 

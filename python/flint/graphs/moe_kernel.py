@@ -126,8 +126,9 @@ def slab_pool(
 
 # Block shapes (rows x columns of a weight tile), one program per tile row block: at
 # one token the kernels are matrix-vector products, bound by reading the weights.
-GATE_UP_BLOCK = (16, 512)
-DOWN_BLOCK = (16, 256)
+# (rows, columns, warps); benches/moe_kernel_tune.py measures the alternatives.
+GATE_UP_BLOCK = (16, 512, 4)
+DOWN_BLOCK = (16, 256, 4)
 SUM_BLOCK = 256
 
 
@@ -162,15 +163,16 @@ def moe_experts(
         out = torch.empty(tokens, h_dim, dtype=x.dtype, device=x.device)
     x, ids, weights = x.contiguous(), ids.contiguous(), weights.contiguous()
     pairs, code, group = tokens * top_k, pool.scheme, pool.group
-    bn, bk = GATE_UP_BLOCK
+    bn, bk, warps = GATE_UP_BLOCK
     gate_up_kernel[(pairs, triton.cdiv(i_dim, bn))](
         x, ids, hidden, *_args(pool.gate), *_args(pool.up), h_dim, i_dim,
-        TOPK=top_k, SCHEME=code, GROUP=group, BN=bn, BK=_cols(bk, group), num_warps=4,
+        TOPK=top_k, SCHEME=code, GROUP=group, BN=bn, BK=_cols(bk, group), num_warps=warps,
     )  # fmt: skip
-    bn, bk = DOWN_BLOCK
+    bn, bk, warps = DOWN_BLOCK
     down_kernel[(pairs, triton.cdiv(h_dim, bn))](
         hidden, ids, per_rank, *_args(pool.down), h_dim, i_dim,
-        OUT=_DTYPES[x.dtype], SCHEME=code, GROUP=group, BN=bn, BK=_cols(bk, group), num_warps=4,
+        OUT=_DTYPES[x.dtype], SCHEME=code, GROUP=group, BN=bn, BK=_cols(bk, group),
+        num_warps=warps,
     )  # fmt: skip
     ranked_sum_kernel[(tokens, triton.cdiv(h_dim, SUM_BLOCK))](
         per_rank, weights, out, h_dim, TOPK=top_k, BS=SUM_BLOCK

@@ -1,0 +1,109 @@
+"""Block shapes of the slot-indexed expert kernels (flint.graphs.moe_kernel) at one
+token, 30B-A3B geometry: each shape's bandwidth over the experts' bytes.
+
+Usage: python benches/moe_kernel_tune.py [--scheme int4|int8|raw] [--layers 16]
+
+``--layers`` pools of random experts (more bytes than the L2 holds, so every call
+reads HBM), one call per pool captured in a CUDA graph; the graph is replayed 20
+times and timed with events (launch cost excluded, as in the decode step's graphs).
+Rows: gate/up and down shapes tried one at a time around the defaults; bytes per
+second of expert weights and scales the call reads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+
+import torch
+
+from flint.format.quant import encode_projection
+from flint.graphs import moe_kernel as mk
+
+HIDDEN, INTER, EXPERTS, TOP_K, GROUP = 2048, 768, 128, 8, 32
+
+
+def pools(scheme: str, layers: int, device: torch.device) -> list[mk.ExpertPool]:
+    shapes = ((INTER, HIDDEN), (INTER, HIDDEN), (HIDDEN, INTER))
+    out = []
+    for _ in range(layers):
+        if scheme == "raw":
+            g, u, d = (torch.randn(EXPERTS, *s, device=device).bfloat16() for s in shapes)
+            out.append(mk.stacked_pool(g, u, d))
+            continue
+        parts = [encode_projection(torch.randn(r, c), scheme, GROUP) for r, c in shapes]
+        offsets, at, chunks = [], 0, []
+        for part in parts:
+            pad = -at % 4096
+            chunks += [torch.zeros(pad, dtype=torch.uint8), part]
+            offsets.append(at + pad)
+            at += pad + part.numel()
+        chunks.append(torch.zeros(-at % 4096, dtype=torch.uint8))
+        slab = torch.cat(chunks).to(device)
+        slabs = slab[None].repeat(EXPERTS, 1)  # the same bytes in every expert: a bandwidth test
+        out.append(mk.slab_pool(slabs, scheme, GROUP, shapes, tuple(offsets)))
+    return out
+
+
+def expert_bytes(pool: mk.ExpertPool) -> int:
+    total = 0
+    for p in (pool.gate, pool.up, pool.down):
+        total += p.weights[0].numel() * p.weights.element_size()
+        if p.scales.data_ptr() != p.weights.data_ptr():
+            total += p.scales[0].numel() * p.scales.element_size()
+    return total
+
+
+def measure(layers: list[mk.ExpertPool], device: torch.device) -> float:
+    x = torch.randn(1, HIDDEN, device=device).bfloat16()
+    ids = torch.randperm(EXPERTS, device=device)[:TOP_K][None]
+    w = torch.rand(1, TOP_K, device=device).bfloat16()
+    for pool in layers:  # compile
+        mk.moe_experts(x, ids, w, pool)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for pool in layers:
+            mk.moe_experts(x, ids, w, pool)
+    graph.replay()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(20):
+        graph.replay()
+    end.record()
+    end.synchronize()
+    seconds = start.elapsed_time(end) / 1e3 / 20
+    return len(layers) * TOP_K * expert_bytes(layers[0]) / seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scheme", default="int4")
+    parser.add_argument("--layers", type=int, default=16)
+    args = parser.parse_args()
+    device = torch.device("cuda", 0)
+    layers = pools(args.scheme, args.layers, device)
+    base_gu, base_d = mk.GATE_UP_BLOCK, mk.DOWN_BLOCK
+    rows = []
+    tried = [(base_gu, base_d)]
+    for bn, bk, warps in itertools.product((8, 16, 32, 64), (256, 512, 1024), (2, 4, 8)):
+        tried.append(((bn, bk, warps), base_d))
+    for bn, bk, warps in itertools.product((8, 16, 32), (128, 256, 512), (2, 4, 8)):
+        tried.append((base_gu, (bn, bk, warps)))
+    for gu, d in tried:
+        mk.GATE_UP_BLOCK, mk.DOWN_BLOCK = gu, d
+        try:
+            rate = measure(layers, device)
+        except Exception as err:  # a shape the compiler refuses: skip it, say so
+            rows.append({"gate_up": gu, "down": d, "error": str(err).splitlines()[0][:80]})
+            continue
+        rows.append({"gate_up": gu, "down": d, "gb_s": round(rate / 1e9, 1)})
+        print(json.dumps(rows[-1]), flush=True)
+    best = max((r for r in rows if "gb_s" in r), key=lambda r: r["gb_s"])
+    print("best", json.dumps(best))
+
+
+if __name__ == "__main__":
+    main()
