@@ -168,7 +168,10 @@ gpu10() {
 # Issue 10, kernel tuning: block shapes of the expert kernels, and the decode step's
 # kernels by time on a 12-layer model of the 30B-A3B geometry (quick to make).
 gpu10k() {
-  python3 benches/moe_kernel_tune.py --scheme int4 2>&1 | tail -70
+  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
+  [ -n "${GPU10_TESTS:-}" ] && timeout ${GPU10_TESTS_S:-300} python3 -m pytest $GPU10_TESTS \
+    -q -p no:cacheprovider --tb=short -rf -m gpu 2>&1 | tail -30
+  [ -n "${GPU10_TUNE:-}" ] && python3 benches/moe_kernel_tune.py --scheme int4 2>&1 | tail -70
   flint synth --geometry qwen3-30b-a3b --quant int4 --layers 12 -o "$DATA/q12.ftw" | tail -1
   python3 benches/graph_decode.py "$DATA/q12.ftw" --tokens 64 --reps 1 --modes on --profile
 }

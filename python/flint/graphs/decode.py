@@ -72,6 +72,21 @@ def unsupported(model: MoEModel, backend: object) -> str | None:
     return None
 
 
+def stack_qkv(attn: Attention) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """q, k and v projections as one weight (and bias); the attention's own tensors
+    become views of it (no second copy; contiguous row blocks, so the eager path
+    computes from them as before)."""
+    weight = torch.cat([attn.q_w, attn.k_w, attn.v_w])
+    q_rows, k_rows = attn.q_w.shape[0], attn.k_w.shape[0]
+    k_end = q_rows + k_rows
+    attn.q_w, attn.k_w, attn.v_w = weight[:q_rows], weight[q_rows:k_end], weight[k_end:]
+    bias = None
+    if attn.q_b is not None and attn.k_b is not None and attn.v_b is not None:
+        bias = torch.cat([attn.q_b, attn.k_b, attn.v_b])
+        attn.q_b, attn.k_b, attn.v_b = bias[:q_rows], bias[q_rows:k_end], bias[k_end:]
+    return weight, bias
+
+
 class GraphDecoder:
     """Decodes one token at a time for ``model`` (resident, one GPU)."""
 
@@ -96,6 +111,13 @@ class GraphDecoder:
             cfg.group_router is None and not cfg.router_topk_first and not cfg.router_bias
         )
         self.cos_table, self.sin_table = model.cos.contiguous(), model.sin.contiguous()
+        # layer -> q, k and v stacked in one weight [(Nq + 2 Nkv) D, H] (and bias): one
+        # matrix-vector product instead of three
+        self.qkv: dict[int, tuple[torch.Tensor, torch.Tensor | None]] = {}
+        if self.fused_attention:
+            for layer in model.layers:
+                assert isinstance(layer.attn, Attention)
+                self.qkv[layer.index] = stack_qkv(layer.attn)
         self.graphs: dict[int, Any] = {}  # span -> torch.cuda.CUDAGraph
         self.memory: Any = None  # the graphs' shared memory pool
         self.replays = 0
@@ -192,15 +214,16 @@ class GraphDecoder:
         heads, kv_heads, dim, eps = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.rms_norm_eps
         cos, sin = self.cos_table, self.sin_table
         q = torch.empty(heads, 1, dim, dtype=x.dtype, device=x.device)  # [Nq, 1, D]
-        y = F.linear(x, attn.q_w, attn.q_b)[0]
-        fused.head_rope(y, attn.q_norm, cos, sin, pos, q, dim, 0, heads, dim, eps)
+        y = F.linear(x, *self.qkv[attn.layer])[0]  # [(Nq + 2 Nkv) D]
+        q_end, k_end = heads * dim, (heads + kv_heads) * dim
+        fused.head_rope(y[:q_end], attn.q_norm, cos, sin, pos, q, dim, 0, heads, dim, eps)
         keys, values = cache.keys[attn.layer], cache.values[attn.layer]  # [Nkv, ctx, D]
         k_head, k_pos = keys.stride(0), keys.stride(1)
-        y = F.linear(x, attn.k_w, attn.k_b)[0]
-        fused.head_rope(y, attn.k_norm, cos, sin, pos, keys, k_head, k_pos, kv_heads, dim, eps)
+        y_k = y[q_end:k_end]
+        fused.head_rope(y_k, attn.k_norm, cos, sin, pos, keys, k_head, k_pos, kv_heads, dim, eps)
         v_head, v_pos = values.stride(0), values.stride(1)
-        y = F.linear(x, attn.v_w, attn.v_b)[0]
-        fused.head_rope(y, None, cos, sin, pos, values, v_head, v_pos, kv_heads, dim, eps, False)
+        y_v = y[k_end:]
+        fused.head_rope(y_v, None, cos, sin, pos, values, v_head, v_pos, kv_heads, dim, eps, False)
         out = F.scaled_dot_product_attention(
             q.unsqueeze(0),
             keys[:, :span].unsqueeze(0),

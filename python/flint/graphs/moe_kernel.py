@@ -126,8 +126,10 @@ def slab_pool(
 
 # Block shapes (rows x columns of a weight tile), one program per tile row block: at
 # one token the kernels are matrix-vector products, bound by reading the weights.
-# (rows, columns, warps); benches/moe_kernel_tune.py measures the alternatives.
-GATE_UP_BLOCK = (16, 512, 4)
+# (rows, columns, warps); benches/moe_kernel_tune.py measures the alternatives: on the
+# H200, int4 at one token, gate/up (8, 1024, 4) 979 GB/s against 857 for (16, 512, 4);
+# down's shapes all within 818-856 (docs/benchmarks.md, issue 10).
+GATE_UP_BLOCK = (8, 1024, 4)
 DOWN_BLOCK = (16, 256, 4)
 SUM_BLOCK = 256
 
