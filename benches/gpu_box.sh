@@ -162,7 +162,7 @@ gpu10() {
     -q -p no:cacheprovider --tb=short -rf -m gpu 2>&1 | tail -25
   [ -f "$DATA/q30.ftw" ] || flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
   timeout ${GPU10_BENCH_S:-240} python3 benches/graph_decode.py "$DATA/q30.ftw" --tokens 128 --reps 2 ${GPU10_MODES:-} || true
-  ${GPU10_AFTER:-true}
+  [ -n "${GPU10_R0:-}" ] && timeout 150 flint bench "$DATA/q30.ftw" -p 512 -n 128 -r 2 --mode resident || true
 }
 
 # Issue 10, kernel tuning: block shapes of the expert kernels, and the decode step's
