@@ -158,8 +158,8 @@ gpu9() {
 # CUDA graphs against eager launches and the general eager path, with the roofline.
 gpu10() {
   [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
-  python3 -m pytest tests/models/test_graphs.py tests/models/test_gpu.py ${GPU10_TESTS:-} \
-    -q -p no:cacheprovider --tb=short -rf -m gpu 2>&1 | tail -25
+  [ -z "${GPU10_NO_TESTS:-}" ] && python3 -m pytest tests/models/test_graphs.py \
+    tests/models/test_gpu.py ${GPU10_TESTS:-} -q -p no:cacheprovider --tb=short -rf -m gpu 2>&1 | tail -25
   [ -f "$DATA/q30.ftw" ] || flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
   timeout ${GPU10_BENCH_S:-240} python3 benches/graph_decode.py "$DATA/q30.ftw" --tokens 128 --reps 2 ${GPU10_MODES:-} || true
   [ -n "${GPU10_R0:-}" ] && timeout 150 flint bench "$DATA/q30.ftw" -p 512 -n 128 -r 2 --mode resident || true
