@@ -186,6 +186,9 @@ class LLM:
     ``activation_budget``: GiB a prompt's activations may take (default: half of the
     free GPU memory on CUDA, of free RAM on the CPU); a longer prompt is prefilled in
     several layer-major passes, with one printed line.
+    ``cpu_decode_step``: on the CPU with ``expert_kernels="fused"``, decode each token
+    through the Rust decode step (``flint.models.cpu_decode``; standard-shape families)
+    instead of the per-layer torch ops; False (or ``FLINT_CPU_DECODE_STEP=0``) keeps torch.
     """
 
     def __init__(
@@ -206,6 +209,7 @@ class LLM:
         activation_budget: float | None = None,
         host_split: str = "cpu",
         pin_ram: bool | None = None,
+        cpu_decode_step: bool = True,
     ) -> None:
         if activation_budget is not None and not activation_budget > 0:
             raise ValueError(f"activation_budget must be > 0 GiB, got {activation_budget}")
@@ -238,7 +242,7 @@ class LLM:
         self.expert_backend = expert_backend
         try:
             self._model: MoEModel | None = self._build(
-                source, ctx, expert_backend, expert_kernels, activation_budget
+                source, ctx, expert_backend, expert_kernels, activation_budget, cpu_decode_step
             )
         except BaseException:
             close = getattr(expert_backend, "close", None)
@@ -264,6 +268,7 @@ class LLM:
         expert_backend: ExpertBackend | None,
         expert_kernels: str,
         activation_budget: float | None,
+        cpu_decode_step: bool = True,
     ) -> MoEModel:
         """The model on this LLM's devices (layers split when there are several), with
         the expert backend attached."""
@@ -271,7 +276,14 @@ class LLM:
         if len(self.devices) > 1:
             layer_devices = _split(source, self.devices, self.dtype, ctx, expert_backend)
         model = load_model(
-            source, self.device, self.dtype, ctx, expert_backend, expert_kernels, layer_devices
+            source,
+            self.device,
+            self.dtype,
+            ctx,
+            expert_backend,
+            expert_kernels,
+            layer_devices,
+            cpu_decode_step,
         )
         if activation_budget is not None:
             model.activation_budget = int(activation_budget * (1 << 30))

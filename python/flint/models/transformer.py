@@ -173,6 +173,10 @@ class MoEModel:
             for i in range(config.num_layers)
         ]
         self.final_norm = norm_for(config)
+        # (token, position) -> logits [1, V] f32 for one decoded token, writing the KV
+        # cache at that position: the Rust CPU decode step (flint.models.cpu_decode),
+        # set by load_model where it applies; None: every forward runs the layers here.
+        self.decode_step: Callable[[int, int], torch.Tensor] | None = None
         # Token ids after which the linear-attention states are checkpointed (set from
         # the tokenizer; see flint.models.qwen3_next.ANCHOR_TOKENS)
         self.anchor_tokens: frozenset[int] = frozenset()
@@ -222,6 +226,11 @@ class MoEModel:
             raise ValueError(
                 f"{start + tokens} positions exceed the context length {self.context_length}"
             )
+        if tokens == 1 and not all_logits and self.decode_step is not None:
+            logits = self.decode_step(int(ids[0]), start)  # [1, V]
+            self.cache.tokens[start] = ids[0]
+            self.cache.length = start + 1
+            return logits
         x = self.embed[ids.to(self.place.device)]  # [T, H]
         rope = {  # [T, D] each, per device
             d: (cos[start : start + tokens], sin[start : start + tokens])

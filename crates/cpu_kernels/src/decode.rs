@@ -1,0 +1,647 @@
+//! One decode step of a standard-attention MoE decoder for one token, in one call:
+//! embedding row, then per layer RMSNorm, q/k/v projections (optional biases, q/k
+//! RMSNorm per head or over all heads, clipping), RoPE, the KV cache write, grouped-query
+//! attention over the cached positions, o-projection and residual; RMSNorm, the softmax
+//! router's top-k (optionally renormalised), the routed experts through
+//! [`Kernels::moe_layer`], an optional (sigmoid-gated) shared expert or a dense SwiGLU
+//! MLP, residual; then the final norm and the LM head.
+//!
+//! Why: on tiny-code-moe (8 layers, hidden 256) the torch path spends ~4 ms a token in
+//! ~40 small torch ops per layer, each 5-20 us of dispatch for microseconds of math
+//! (docs/benchmarks.md, "Decode step in Rust"); the same math here is one call.
+//!
+//! Numerics: every activation is f32 from the embedding row to the logits (the torch
+//! path rounds to the model dtype between ops; with an f32 model the two differ only by
+//! summation order). Weights are read in their own dtype (f32, bf16, f16) and widened
+//! exactly; the KV cache is read and written in its dtype (f32, or bf16 rounded to
+//! nearest even, as torch's copy rounds).
+//!
+//! Threads: the matrix-vector products of at least [`PAR_MACS`] multiply-adds (the LM
+//! head) are split by output rows across the kernels' pool; everything else runs on the
+//! calling thread, where waking the pool costs more than it saves (measured, see
+//! [`PAR_MACS`]). The result does not depend on the number of threads.
+
+use crate::error::{KernelError, Result};
+use crate::format::{bf16_to_f32, ExpertFormat, Proj};
+use crate::layer::{ExpertWeights, Kernels, Routing};
+use crate::scalar::silu;
+use crate::simd::TOKENS;
+
+/// Multiply-adds from which a matrix-vector product is split across the pool: the LM
+/// head of tiny-code-moe (4096 x 256 = 1 Mi) is; its attention projections (<= 64 Ki)
+/// and router (16 Ki) are not.
+pub const PAR_MACS: usize = 1 << 19;
+
+/// Where q and k are RMS-normalised after their projection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QkNorm {
+    /// No q/k norm (Qwen2-MoE, Mixtral).
+    None,
+    /// Each head's `D` values with one `[D]` weight (Qwen3-MoE).
+    PerHead,
+    /// All heads' values at once with an `[N * D]` weight (OLMoE).
+    Full,
+}
+
+/// The shape and numerics of the decoder.
+#[derive(Debug, Clone, Copy)]
+pub struct StepShape {
+    /// H.
+    pub hidden: usize,
+    /// Query heads.
+    pub heads: usize,
+    /// Key/value heads (divides `heads`).
+    pub kv_heads: usize,
+    /// D (every dim rotates).
+    pub head_dim: usize,
+    /// RMSNorm epsilon.
+    pub eps: f32,
+    /// The q/k norm.
+    pub qk_norm: QkNorm,
+    /// q, k and v clamped to `[-c, c]` after the projection (OLMoE), if set.
+    pub clip_qkv: Option<f32>,
+    /// Routed experts per token.
+    pub top_k: usize,
+    /// Top-k weights divided by their sum.
+    pub norm_topk_prob: bool,
+    /// Cache positions (rows of `cos` / `sin`, slots of each cache head).
+    pub context: usize,
+}
+
+/// A SwiGLU MLP: `down(silu(gate(x)) * up(x))` (dense layers, shared experts).
+#[derive(Debug, Clone, Copy)]
+pub struct Swiglu<'a> {
+    /// Gate `[I, H]`.
+    pub gate: Proj<'a>,
+    /// Up `[I, H]`.
+    pub up: Proj<'a>,
+    /// Down `[H, I]`.
+    pub down: Proj<'a>,
+}
+
+/// One layer's attention weights.
+#[derive(Debug, Clone)]
+pub struct Attn<'a> {
+    /// q `[Nq * D, H]`.
+    pub q: Proj<'a>,
+    /// k `[Nkv * D, H]`.
+    pub k: Proj<'a>,
+    /// v `[Nkv * D, H]`.
+    pub v: Proj<'a>,
+    /// o `[H, Nq * D]`.
+    pub o: Proj<'a>,
+    /// q, k, v biases (Qwen2-MoE), f32.
+    pub bias: Option<[&'a [f32]; 3]>,
+    /// o's bias, f32.
+    pub o_bias: Option<&'a [f32]>,
+    /// q and k norm weights, f32 (`[D]` per head or `[N * D]`, per [`StepShape::qk_norm`]).
+    pub qk_norm: Option<[&'a [f32]; 2]>,
+}
+
+/// The routed experts (and optional shared expert) of an MoE layer.
+#[derive(Debug, Clone)]
+pub struct Moe<'a> {
+    /// Router `[E, H]`.
+    pub router: Proj<'a>,
+    /// Every expert's weights, by id, in the kernels' format.
+    pub experts: Vec<ExpertWeights<'a>>,
+    /// A shared expert added to the routed ones.
+    pub shared: Option<Swiglu<'a>>,
+    /// Its gate `[1, H]`: the shared output is scaled by `sigmoid(gate . x)` (Qwen2-MoE).
+    pub shared_gate: Option<Proj<'a>>,
+}
+
+/// The MLP of a layer.
+#[derive(Debug, Clone)]
+pub enum Ffn<'a> {
+    /// Router + routed experts (+ shared expert).
+    Moe(Moe<'a>),
+    /// A dense SwiGLU MLP.
+    Dense(Swiglu<'a>),
+}
+
+/// One decoder layer.
+#[derive(Debug, Clone)]
+pub struct Layer<'a> {
+    /// Input RMSNorm weight `[H]`, f32.
+    pub input_norm: &'a [f32],
+    /// Post-attention RMSNorm weight `[H]`, f32.
+    pub post_norm: &'a [f32],
+    /// Attention.
+    pub attn: Attn<'a>,
+    /// MLP.
+    pub ffn: Ffn<'a>,
+}
+
+/// The whole decoder, read-only.
+#[derive(Debug, Clone)]
+pub struct Decoder<'a> {
+    /// Shape and numerics.
+    pub shape: StepShape,
+    /// Embedding `[V, H]`.
+    pub embed: Proj<'a>,
+    /// Final RMSNorm weight `[H]`, f32.
+    pub final_norm: &'a [f32],
+    /// LM head `[V, H]`.
+    pub lm_head: Proj<'a>,
+    /// RoPE tables `[context, D]` each, f32.
+    pub cos: &'a [f32],
+    /// See `cos`.
+    pub sin: &'a [f32],
+    /// The layers.
+    pub layers: Vec<Layer<'a>>,
+    /// The routed experts' format (every MoE layer's).
+    pub experts: ExpertFormat,
+}
+
+/// One layer's keys or values `[Nkv, context, D]`, in the cache's dtype.
+#[derive(Debug)]
+pub enum KvRows<'a> {
+    /// f32 cache.
+    F32(&'a mut [f32]),
+    /// bf16 cache (bits).
+    Bf16(&'a mut [u16]),
+}
+
+/// One layer's slice of the KV cache.
+#[derive(Debug)]
+pub struct LayerCache<'a> {
+    /// Keys `[Nkv, context, D]`.
+    pub keys: KvRows<'a>,
+    /// Values `[Nkv, context, D]`.
+    pub values: KvRows<'a>,
+}
+
+impl KvRows<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Self::F32(v) => v.len(),
+            Self::Bf16(v) => v.len(),
+        }
+    }
+
+    /// Stores `x` at `at` (rounding to bf16 for a bf16 cache).
+    fn write(&mut self, at: usize, x: &[f32]) {
+        match self {
+            Self::F32(v) => {
+                if let Some(dst) = v.get_mut(at..at + x.len()) {
+                    dst.copy_from_slice(x);
+                }
+            }
+            Self::Bf16(v) => {
+                if let Some(dst) = v.get_mut(at..at + x.len()) {
+                    dst.iter_mut().zip(x).for_each(|(d, &s)| *d = to_bf16(s));
+                }
+            }
+        }
+    }
+
+    /// Rows `0..n` of head `g` (`[context, D]` per head), widened to f32 into `buf`
+    /// for a bf16 cache.
+    fn head<'b>(
+        &'b self,
+        g: usize,
+        n: usize,
+        ctx: usize,
+        d: usize,
+        buf: &'b mut Vec<f32>,
+    ) -> &'b [f32] {
+        let range = g * ctx * d..(g * ctx + n) * d;
+        match self {
+            Self::F32(v) => v.get(range).unwrap_or_default(),
+            Self::Bf16(v) => {
+                buf.clear();
+                buf.extend(
+                    v.get(range)
+                        .unwrap_or_default()
+                        .iter()
+                        .map(|&b| bf16_to_f32(b)),
+                );
+                buf
+            }
+        }
+    }
+}
+
+/// f32 -> bf16 bits, round to nearest even (NaN stays NaN), as torch's cast.
+fn to_bf16(x: f32) -> u16 {
+    if x.is_nan() {
+        return 0x7fc0;
+    }
+    let b = x.to_bits();
+    let round = ((b >> 16) & 1) + 0x7fff;
+    (b.wrapping_add(round) >> 16) as u16
+}
+
+/// The hidden state and scratch rows of one step.
+struct Scratch {
+    x: Vec<f32>,
+    xn: Vec<f32>,
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    attn: Vec<f32>,
+    o: Vec<f32>,
+    scores: Vec<f32>,
+    ffn: Vec<f32>,
+    mlp_h: Vec<f32>,
+    logits_e: Vec<f32>,
+}
+
+impl Kernels {
+    /// Runs `token` at position `pos` through `m`, writing each layer's key and value at
+    /// `pos` into `caches` (one per layer) and reading positions `0..=pos`; writes the
+    /// last token's logits `[V]` into `logits`.
+    pub fn decode_step(
+        &self,
+        m: &Decoder<'_>,
+        caches: &mut [LayerCache<'_>],
+        token: usize,
+        pos: usize,
+        logits: &mut [f32],
+    ) -> Result<()> {
+        let s = &m.shape;
+        let (h, d) = (s.hidden, s.head_dim);
+        check(m, caches, token, pos, logits)?;
+        let mut t = Scratch {
+            x: vec![0.0; h],
+            xn: vec![0.0; h],
+            q: vec![0.0; s.heads * d],
+            k: vec![0.0; s.kv_heads * d],
+            v: vec![0.0; s.kv_heads * d],
+            attn: vec![0.0; s.heads * d],
+            o: vec![0.0; h],
+            scores: Vec::with_capacity(pos + 1),
+            ffn: vec![0.0; h],
+            mlp_h: Vec::new(),
+            logits_e: Vec::new(),
+        };
+        embed_row(&m.embed, token, &mut t.x);
+        let cos = m.cos.get(pos * d..(pos + 1) * d).unwrap_or_default();
+        let sin = m.sin.get(pos * d..(pos + 1) * d).unwrap_or_default();
+        for (layer, cache) in m.layers.iter().zip(caches.iter_mut()) {
+            rms_norm(&t.x, layer.input_norm, s.eps, &mut t.xn);
+            self.attention(m, layer, cache, pos, (cos, sin), &mut t)?;
+            // t.x is now the residual after attention
+            rms_norm(&t.x, layer.post_norm, s.eps, &mut t.xn);
+            match &layer.ffn {
+                Ffn::Moe(moe) => self.moe(m, moe, &mut t)?,
+                Ffn::Dense(mlp) => {
+                    let (xn, ffn, hbuf) = (&t.xn, &mut t.ffn, &mut t.mlp_h);
+                    self.swiglu(mlp, xn, hbuf, ffn)?;
+                }
+            }
+            t.x.iter_mut().zip(&t.ffn).for_each(|(x, &f)| *x += f);
+        }
+        rms_norm(&t.x, m.final_norm, s.eps, &mut t.xn);
+        self.matvec(&m.lm_head, &t.xn, logits)
+    }
+
+    /// Attention of one layer: `t.x += o(attn(norm(x)))`, `t.xn` holding `norm(x)`.
+    fn attention(
+        &self,
+        m: &Decoder<'_>,
+        layer: &Layer<'_>,
+        cache: &mut LayerCache<'_>,
+        pos: usize,
+        (cos, sin): (&[f32], &[f32]),
+        t: &mut Scratch,
+    ) -> Result<()> {
+        let s = &m.shape;
+        let a = &layer.attn;
+        let d = s.head_dim;
+        self.matvec(&a.q, &t.xn, &mut t.q)?;
+        self.matvec(&a.k, &t.xn, &mut t.k)?;
+        self.matvec(&a.v, &t.xn, &mut t.v)?;
+        if let Some([bq, bk, bv]) = a.bias {
+            for (y, b) in [(&mut t.q, bq), (&mut t.k, bk), (&mut t.v, bv)] {
+                y.iter_mut().zip(b).for_each(|(y, &b)| *y += b);
+            }
+        }
+        if let Some([nq, nk]) = a.qk_norm {
+            for (y, w) in [(&mut t.q, nq), (&mut t.k, nk)] {
+                match s.qk_norm {
+                    QkNorm::Full => rms_norm_in_place(y, w, s.eps),
+                    QkNorm::PerHead => y
+                        .chunks_exact_mut(d)
+                        .for_each(|head| rms_norm_in_place(head, w, s.eps)),
+                    QkNorm::None => {}
+                }
+            }
+        }
+        if let Some(c) = s.clip_qkv {
+            for y in [&mut t.q, &mut t.k, &mut t.v] {
+                y.iter_mut().for_each(|v| *v = v.clamp(-c, c));
+            }
+        }
+        for y in [&mut t.q, &mut t.k] {
+            y.chunks_exact_mut(d).for_each(|head| rope(head, cos, sin));
+        }
+        let ctx = s.context;
+        for (g, (k, v)) in t.k.chunks_exact(d).zip(t.v.chunks_exact(d)).enumerate() {
+            cache.keys.write((g * ctx + pos) * d, k);
+            cache.values.write((g * ctx + pos) * d, v);
+        }
+        let group = s.heads / s.kv_heads;
+        let scale = 1.0 / (d as f32).sqrt();
+        let n = pos + 1;
+        let mut kbuf = Vec::new();
+        let mut vbuf = Vec::new();
+        for g in 0..s.kv_heads {
+            let keys = cache.keys.head(g, n, ctx, d, &mut kbuf);
+            let values = cache.values.head(g, n, ctx, d, &mut vbuf);
+            let qs =
+                t.q.get(g * group * d..(g + 1) * group * d)
+                    .unwrap_or_default();
+            let outs = t
+                .attn
+                .get_mut(g * group * d..(g + 1) * group * d)
+                .unwrap_or_default();
+            self.attend(qs, keys, values, d, scale, &mut t.scores, outs);
+        }
+        self.matvec(&a.o, &t.attn, &mut t.o)?;
+        if let Some(b) = a.o_bias {
+            t.o.iter_mut().zip(b).for_each(|(o, &b)| *o += b);
+        }
+        t.x.iter_mut().zip(&t.o).for_each(|(x, &o)| *x += o);
+        Ok(())
+    }
+
+    /// Softmax attention of the query heads `qs` (`[G, D]`, one kv group) over `keys` and
+    /// `values` (`[n, D]`) into `outs` (`[G, D]`). Scores of up to [`TOKENS`] heads are
+    /// taken per key row read.
+    #[allow(clippy::too_many_arguments)] // reason: one slice per operand of the formula
+    fn attend(
+        &self,
+        qs: &[f32],
+        keys: &[f32],
+        values: &[f32],
+        d: usize,
+        scale: f32,
+        scores: &mut Vec<f32>,
+        outs: &mut [f32],
+    ) {
+        let n = keys.len() / d.max(1);
+        let kp = Proj {
+            kind: crate::format::WeightKind::F32,
+            rows: n,
+            cols: d,
+            weights: f32_bytes(keys),
+            scales: &[],
+        };
+        let heads: Vec<&[f32]> = qs.chunks_exact(d).collect();
+        let g = heads.len();
+        scores.clear();
+        scores.resize(g * n, 0.0); // [G, n]
+        let (quads, rest) = heads.as_chunks::<TOKENS>();
+        for (qi, four) in quads.iter().enumerate() {
+            for r in 0..n {
+                let v = self.dot.dots_f32(&kp, r, *four);
+                for (j, &s) in v.iter().enumerate() {
+                    if let Some(dst) = scores.get_mut((qi * TOKENS + j) * n + r) {
+                        *dst = s * scale;
+                    }
+                }
+            }
+        }
+        for (j, q) in rest.iter().enumerate() {
+            let head = quads.len() * TOKENS + j;
+            for r in 0..n {
+                if let Some(dst) = scores.get_mut(head * n + r) {
+                    *dst = self.dot.dot_f32(&kp, r, q) * scale;
+                }
+            }
+        }
+        for (row, out) in scores
+            .chunks_exact_mut(n.max(1))
+            .zip(outs.chunks_exact_mut(d))
+        {
+            softmax(row);
+            out.fill(0.0);
+            for (&p, v) in row.iter().zip(values.chunks_exact(d)) {
+                out.iter_mut().zip(v).for_each(|(o, &v)| *o += p * v);
+            }
+        }
+    }
+
+    /// The MoE block into `t.ffn` from `t.xn`.
+    fn moe(&self, m: &Decoder<'_>, moe: &Moe<'_>, t: &mut Scratch) -> Result<()> {
+        let s = &m.shape;
+        let e = moe.router.rows;
+        t.logits_e.resize(e, 0.0);
+        self.matvec(&moe.router, &t.xn, &mut t.logits_e)?;
+        softmax(&mut t.logits_e);
+        let (ids, mut weights) = top_k(&t.logits_e, s.top_k);
+        if s.norm_topk_prob {
+            let sum: f32 = weights.iter().sum();
+            weights.iter_mut().for_each(|w| *w /= sum);
+        }
+        let experts = ids
+            .iter()
+            .map(|&i| {
+                let w = usize::try_from(i).ok().and_then(|i| moe.experts.get(i));
+                w.map(|w| (i as u32, *w))
+                    .ok_or(KernelError::MissingExpert { expert: i as u32 })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let routing = Routing {
+            x: &t.xn,
+            ids: &ids,
+            top_k: s.top_k,
+            n_experts: e,
+        };
+        self.moe_layer(&m.experts, &routing, &experts, &weights, &mut t.ffn)?;
+        if let Some(mlp) = &moe.shared {
+            let mut shared = vec![0.0; s.hidden];
+            self.swiglu(mlp, &t.xn, &mut t.mlp_h, &mut shared)?;
+            if let Some(gate) = &moe.shared_gate {
+                let mut gv = [0.0f32];
+                self.matvec(gate, &t.xn, &mut gv)?;
+                let sig = 1.0 / (1.0 + (-gv[0]).exp());
+                shared.iter_mut().for_each(|v| *v *= sig);
+            }
+            t.ffn.iter_mut().zip(&shared).for_each(|(o, &v)| *o += v);
+        }
+        Ok(())
+    }
+
+    /// `out = down(silu(gate(x)) * up(x))`; `hbuf` is scratch.
+    fn swiglu(
+        &self,
+        mlp: &Swiglu<'_>,
+        x: &[f32],
+        hbuf: &mut Vec<f32>,
+        out: &mut [f32],
+    ) -> Result<()> {
+        let i = mlp.gate.rows;
+        let mut up = vec![0.0; i];
+        hbuf.resize(i, 0.0);
+        self.matvec(&mlp.gate, x, hbuf)?;
+        self.matvec(&mlp.up, x, &mut up)?;
+        hbuf.iter_mut()
+            .zip(&up)
+            .for_each(|(g, &u)| *g = silu(*g) * u);
+        self.matvec(&mlp.down, hbuf, out)
+    }
+
+    /// `out[r] = w[r] . x` for every row, split by rows across the pool from
+    /// [`PAR_MACS`] multiply-adds.
+    fn matvec(&self, w: &Proj<'_>, x: &[f32], out: &mut [f32]) -> Result<()> {
+        if w.cols != x.len() || w.rows != out.len() {
+            return Err(KernelError::BadLength {
+                what: "matrix-vector operands",
+                got: x.len() * out.len(),
+                want: w.cols * w.rows,
+            });
+        }
+        let dot = self.dot;
+        let act = dot.prepare(w.kind, x);
+        let rows = |start: usize, dst: &mut [f32]| {
+            for (r, o) in dst.iter_mut().enumerate() {
+                *o = dot.dot_act(w, start + r, &act);
+            }
+        };
+        match &self.pool {
+            Some(pool) if w.rows * w.cols >= PAR_MACS => {
+                let chunk = w.rows.div_ceil(self.threads).max(1);
+                pool.in_place_scope(|scope| {
+                    let mut parts = out.chunks_mut(chunk).enumerate();
+                    let first = parts.next();
+                    for (i, part) in parts {
+                        let rows = &rows;
+                        scope.spawn(move |_| rows(i * chunk, part));
+                    }
+                    if let Some((_, part)) = first {
+                        rows(0, part);
+                    }
+                });
+            }
+            _ => rows(0, out),
+        }
+        Ok(())
+    }
+}
+
+/// Checks the buffers against the decoder's shapes.
+fn check(
+    m: &Decoder<'_>,
+    caches: &[LayerCache<'_>],
+    token: usize,
+    pos: usize,
+    logits: &[f32],
+) -> Result<()> {
+    let s = &m.shape;
+    let bad = |what, got, want| Err(KernelError::BadLength { what, got, want });
+    if s.kv_heads == 0 || !s.heads.is_multiple_of(s.kv_heads) || !s.head_dim.is_multiple_of(2) {
+        return Err(KernelError::BadFormat {
+            reason: format!(
+                "{} heads, {} kv heads, head dim {}",
+                s.heads, s.kv_heads, s.head_dim
+            ),
+        });
+    }
+    if token >= m.embed.rows {
+        return bad("token id", token, m.embed.rows);
+    }
+    if pos >= s.context {
+        return bad("position", pos, s.context);
+    }
+    if logits.len() != m.lm_head.rows {
+        return bad("logits", logits.len(), m.lm_head.rows);
+    }
+    if caches.len() != m.layers.len() {
+        return bad("layer caches", caches.len(), m.layers.len());
+    }
+    let per = s.kv_heads * s.context * s.head_dim;
+    for c in caches {
+        if c.keys.len() != per || c.values.len() != per {
+            return bad("KV cache layer", c.keys.len().min(c.values.len()), per);
+        }
+    }
+    let table = s.context * s.head_dim;
+    if m.cos.len() != table || m.sin.len() != table {
+        return bad("RoPE table", m.cos.len().min(m.sin.len()), table);
+    }
+    Ok(())
+}
+
+/// Row `token` of the embedding, widened to f32.
+fn embed_row(embed: &Proj<'_>, token: usize, out: &mut [f32]) {
+    let row = embed.row(token);
+    match embed.kind {
+        crate::format::WeightKind::F32 => {
+            for (o, b) in out.iter_mut().zip(row.as_chunks::<4>().0) {
+                *o = f32::from_le_bytes(*b);
+            }
+        }
+        _ => {
+            for (o, b) in out.iter_mut().zip(row.as_chunks::<2>().0) {
+                let bits = u16::from_le_bytes(*b);
+                *o = if embed.kind == crate::format::WeightKind::F16 {
+                    crate::format::f16_to_f32(bits)
+                } else {
+                    bf16_to_f32(bits)
+                };
+            }
+        }
+    }
+}
+
+/// The bytes of an f32 slice (little-endian, as the f32 kernels read them).
+fn f32_bytes(x: &[f32]) -> &[u8] {
+    // SAFETY: any f32 bit pattern is valid bytes; the length covers exactly `x`.
+    unsafe { std::slice::from_raw_parts(x.as_ptr().cast::<u8>(), std::mem::size_of_val(x)) }
+}
+
+/// `out = w * x / rms(x)` (f32 statistics, as `flint.models.norm.rms_norm`).
+fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+    let inv = inv_rms(x, eps);
+    for ((o, &x), &w) in out.iter_mut().zip(x).zip(w) {
+        *o = w * (x * inv);
+    }
+}
+
+fn rms_norm_in_place(x: &mut [f32], w: &[f32], eps: f32) {
+    let inv = inv_rms(x, eps);
+    x.iter_mut().zip(w).for_each(|(x, &w)| *x = w * (*x * inv));
+}
+
+fn inv_rms(x: &[f32], eps: f32) -> f32 {
+    let mean = x.iter().map(|v| v * v).sum::<f32>() / x.len().max(1) as f32;
+    1.0 / (mean + eps).sqrt()
+}
+
+/// `x * cos + rotate_half(x) * sin` over a head (`rotate_half` = `[-x2, x1]`).
+fn rope(x: &mut [f32], cos: &[f32], sin: &[f32]) {
+    let half = x.len() / 2;
+    let (a, b) = x.split_at_mut(half);
+    let (c1, c2) = cos.split_at(half.min(cos.len()));
+    let (s1, s2) = sin.split_at(half.min(sin.len()));
+    for (((((x1, x2), &c1), &c2), &s1), &s2) in a.iter_mut().zip(b).zip(c1).zip(c2).zip(s1).zip(s2)
+    {
+        let (u, v) = (*x1, *x2);
+        *x1 = u * c1 - v * s1;
+        *x2 = v * c2 + u * s2;
+    }
+}
+
+/// In-place softmax (max subtracted).
+fn softmax(x: &mut [f32]) {
+    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0.0;
+    for v in x.iter_mut() {
+        *v = (*v - max).exp();
+        sum += *v;
+    }
+    x.iter_mut().for_each(|v| *v /= sum);
+}
+
+/// The `k` largest of `p`, largest first (ties: the lower id first), as (ids, values).
+fn top_k(p: &[f32], k: usize) -> (Vec<i64>, Vec<f32>) {
+    let mut idx: Vec<usize> = (0..p.len()).collect();
+    let key = |i: &usize| p.get(*i).copied().unwrap_or(f32::NEG_INFINITY);
+    idx.sort_by(|a, b| key(b).total_cmp(&key(a)).then(a.cmp(b)));
+    idx.truncate(k);
+    let vals = idx.iter().map(key).collect();
+    (idx.into_iter().map(|i| i as i64).collect(), vals)
+}
