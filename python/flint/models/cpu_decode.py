@@ -84,6 +84,16 @@ def unsupported(model: MoEModel) -> str | None:
     return None
 
 
+def _narrowed(w: torch.Tensor) -> torch.Tensor:
+    """An f32 matrix whose every value is a bf16 value (a bf16 checkpoint run in f32,
+    the CPU's default) as a bf16 copy: the same values, so the same products, at half
+    the bytes a step reads; any other matrix as it is."""
+    if w.dtype != torch.float32:
+        return w
+    narrow = w.to(torch.bfloat16)
+    return narrow if torch.equal(narrow.to(torch.float32), w) else w
+
+
 def enabled() -> bool:
     """False when the environment turns the step off (``FLINT_CPU_DECODE_STEP=0``)."""
     return os.environ.get(ENV_SWITCH, "1").strip().lower() not in ("0", "false", "off", "no")
@@ -150,7 +160,7 @@ class CpuDecodeStep:
             raise ValueError(f"expected a 2-d CPU matrix, got {tuple(w.shape)} on {w.device}")
         if w.dtype not in _DTYPES:
             w = w.float()
-        w = w.contiguous()
+        w = _narrowed(w.contiguous())
         self._keep.append(w)
         return (w.data_ptr(), _DTYPES[w.dtype], w.shape[0], w.shape[1])
 
