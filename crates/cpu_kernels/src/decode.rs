@@ -23,6 +23,8 @@
 
 use crate::error::{KernelError, Result};
 use crate::format::{bf16_to_f32, ExpertFormat, Proj};
+#[cfg(target_arch = "x86_64")]
+use crate::isa::Isa;
 use crate::layer::{ExpertWeights, Kernels, Routing};
 use crate::scalar::silu;
 use crate::simd::TOKENS;
@@ -417,11 +419,18 @@ impl Kernels {
             .zip(outs.chunks_exact_mut(d))
         {
             softmax(row);
-            out.fill(0.0);
-            for (&p, v) in row.iter().zip(values.chunks_exact(d)) {
-                out.iter_mut().zip(v).for_each(|(o, &v)| *o += p * v);
-            }
+            self.weighted_rows(row, values, out);
         }
+    }
+
+    /// `out = sum_r p[r] * values[r]` (rows of `out.len()` values), r in order.
+    fn weighted_rows(&self, p: &[f32], values: &[f32], out: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if matches!(self.dot.isa(), Isa::Avx512 | Isa::Avx512Bf16) {
+            // SAFETY: `Dot::new` checked avx512f.
+            return unsafe { weighted_rows_avx512(p, values, out) };
+        }
+        weighted_rows(p, values, out);
     }
 
     /// The MoE block into `t.ffn` from `t.xn`.
@@ -496,7 +505,15 @@ impl Kernels {
         }
         let dot = self.dot;
         let act = dot.prepare(w.kind, x);
+        #[cfg(target_arch = "x86_64")]
+        let fast = act.is_plain() && matches!(dot.isa(), Isa::Avx512 | Isa::Avx512Bf16);
         let rows = |start: usize, dst: &mut [f32]| {
+            #[cfg(target_arch = "x86_64")]
+            if fast {
+                // SAFETY: `Dot::new` checked avx512f; a plain row is what `dot_act`
+                // would read through the same kernel.
+                return unsafe { crate::avx512::rows_avx512(w, start, act.f32_row(), dst) };
+            }
             for (r, o) in dst.iter_mut().enumerate() {
                 *o = dot.dot_act(w, start + r, &act);
             }
@@ -519,6 +536,47 @@ impl Kernels {
             _ => rows(0, out),
         }
         Ok(())
+    }
+}
+
+/// [`Kernels::weighted_rows`] compiled for AVX-512F (the generic body vectorizes to 16
+/// lanes there, to SSE's 4 without).
+///
+/// # Safety
+/// The CPU must have AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn weighted_rows_avx512(p: &[f32], values: &[f32], out: &mut [f32]) {
+    weighted_rows(p, values, out);
+}
+
+/// `out = sum_r p[r] * values[r]`, 16 columns at a time held in a local accumulator
+/// across all rows (one multiply and one add per value, r in order).
+#[inline(always)]
+fn weighted_rows(p: &[f32], values: &[f32], out: &mut [f32]) {
+    let d = out.len();
+    if d == 0 {
+        return;
+    }
+    let (chunks, rest) = out.as_chunks_mut::<16>();
+    for (c, dst) in chunks.iter_mut().enumerate() {
+        let mut acc = [0.0f32; 16];
+        for (&w, v) in p.iter().zip(values.chunks_exact(d)) {
+            let block = v.get(c * 16..).map(|v| v.as_chunks::<16>().0);
+            if let Some(v) = block.and_then(|b| b.first()) {
+                acc.iter_mut().zip(v).for_each(|(a, &v)| *a += w * v);
+            }
+        }
+        *dst = acc;
+    }
+    let tail = chunks.len() * 16;
+    for (j, o) in rest.iter_mut().enumerate() {
+        *o = p
+            .iter()
+            .zip(values.chunks_exact(d))
+            .fold(0.0, |a, (&w, v)| {
+                a + w * v.get(tail + j).copied().unwrap_or(0.0)
+            });
     }
 }
 
