@@ -21,11 +21,12 @@
 //! calling thread, where waking the pool costs more than it saves (measured, see
 //! [`PAR_MACS`]). The result does not depend on the number of threads.
 
+use crate::act::Act;
 use crate::error::{KernelError, Result};
 use crate::format::{bf16_to_f32, ExpertFormat, Proj};
 #[cfg(target_arch = "x86_64")]
 use crate::isa::Isa;
-use crate::layer::{ExpertWeights, Kernels, Routing};
+use crate::layer::{weighted_sum, ExpertWeights, Kernels};
 use crate::scalar::silu;
 use crate::simd::TOKENS;
 
@@ -449,17 +450,11 @@ impl Kernels {
             .iter()
             .map(|&i| {
                 let w = usize::try_from(i).ok().and_then(|i| moe.experts.get(i));
-                w.map(|w| (i as u32, *w))
+                w.copied()
                     .ok_or(KernelError::MissingExpert { expert: i as u32 })
             })
             .collect::<Result<Vec<_>>>()?;
-        let routing = Routing {
-            x: &t.xn,
-            ids: &ids,
-            top_k: s.top_k,
-            n_experts: e,
-        };
-        self.moe_layer(&m.experts, &routing, &experts, &weights, &mut t.ffn)?;
+        self.routed(m.experts, &experts, &t.xn, &weights, &mut t.ffn)?;
         if let Some(mlp) = &moe.shared {
             let mut shared = vec![0.0; s.hidden];
             self.swiglu(mlp, &t.xn, &mut t.mlp_h, &mut shared)?;
@@ -472,6 +467,73 @@ impl Kernels {
             t.ffn.iter_mut().zip(&shared).for_each(|(o, &v)| *o += v);
         }
         Ok(())
+    }
+
+    /// The routed experts of one token: `out = sum_k weights[k] * expert_k(x)`, k in
+    /// rank order ([`weighted_sum`]). Each expert's rows go through the same dot
+    /// products as in [`Kernels::moe_layer`] at one token (the same bits), without its
+    /// grouping, task lists and per-row dispatch, which cost more than the math at
+    /// tiny-code-moe's size (64 x 256 projections). On the calling thread: splitting
+    /// the experts in two halves across the pool measured slower (two threads 0.95-1.04
+    /// ms a step against one thread's 0.68-0.71, tiny-code-moe at position 512: waking
+    /// the pool's thread per layer costs more than half the experts).
+    fn routed(
+        &self,
+        format: ExpertFormat,
+        experts: &[ExpertWeights<'_>],
+        x: &[f32],
+        weights: &[f32],
+        out: &mut [f32],
+    ) -> Result<()> {
+        let h = out.len();
+        if format.hidden() != h || x.len() != h {
+            return Err(KernelError::BadLength {
+                what: "hidden states",
+                got: x.len(),
+                want: format.hidden(),
+            });
+        }
+        let mut y = vec![0.0f32; experts.len() * h];
+        let act = self.dot.prepare(format.kind, x);
+        for (w, yk) in experts.iter().zip(y.chunks_exact_mut(h)) {
+            self.expert(w, &act, yk)?;
+        }
+        weighted_sum(&y, weights, experts.len(), h, out)
+    }
+
+    /// One expert on one prepared activation row: `y = down(silu(gate x) * up x)`.
+    fn expert(&self, w: &ExpertWeights<'_>, x: &Act<'_>, y: &mut [f32]) -> Result<()> {
+        let i = w.gate.rows;
+        let mut g = vec![0.0f32; i];
+        let mut u = vec![0.0f32; i];
+        self.rows_act(&w.gate, x, 0, &mut g);
+        self.rows_act(&w.up, x, 0, &mut u);
+        g.iter_mut().zip(&u).for_each(|(g, &u)| *g = silu(*g) * u);
+        let hact = self.dot.prepare(w.down.kind, &g);
+        if w.down.rows != y.len() || w.down.cols != g.len() {
+            return Err(KernelError::BadLength {
+                what: "expert output",
+                got: y.len(),
+                want: w.down.rows,
+            });
+        }
+        self.rows_act(&w.down, &hact, 0, y);
+        Ok(())
+    }
+
+    /// `out[i] = w[start + i] . act` through the kernel `dot_act` picks (one call for
+    /// all rows where that is the plain AVX-512 kernel).
+    fn rows_act(&self, w: &Proj<'_>, act: &Act<'_>, start: usize, out: &mut [f32]) {
+        let dot = self.dot;
+        #[cfg(target_arch = "x86_64")]
+        if act.is_plain() && matches!(dot.isa(), Isa::Avx512 | Isa::Avx512Bf16) {
+            // SAFETY: `Dot::new` checked avx512f; a plain row is what `dot_act` would
+            // read through the same kernel.
+            return unsafe { crate::avx512::rows_avx512(w, start, act.f32_row(), out) };
+        }
+        for (r, o) in out.iter_mut().enumerate() {
+            *o = dot.dot_act(w, start + r, act);
+        }
     }
 
     /// `out = down(silu(gate(x)) * up(x))`; `hbuf` is scratch.
@@ -503,21 +565,8 @@ impl Kernels {
                 want: w.cols * w.rows,
             });
         }
-        let dot = self.dot;
-        let act = dot.prepare(w.kind, x);
-        #[cfg(target_arch = "x86_64")]
-        let fast = act.is_plain() && matches!(dot.isa(), Isa::Avx512 | Isa::Avx512Bf16);
-        let rows = |start: usize, dst: &mut [f32]| {
-            #[cfg(target_arch = "x86_64")]
-            if fast {
-                // SAFETY: `Dot::new` checked avx512f; a plain row is what `dot_act`
-                // would read through the same kernel.
-                return unsafe { crate::avx512::rows_avx512(w, start, act.f32_row(), dst) };
-            }
-            for (r, o) in dst.iter_mut().enumerate() {
-                *o = dot.dot_act(w, start + r, &act);
-            }
-        };
+        let act = self.dot.prepare(w.kind, x);
+        let rows = |start: usize, dst: &mut [f32]| self.rows_act(w, &act, start, dst);
         match &self.pool {
             Some(pool) if w.rows * w.cols >= PAR_MACS => {
                 let chunk = w.rows.div_ceil(self.threads).max(1);
