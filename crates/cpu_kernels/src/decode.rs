@@ -2,13 +2,15 @@
 //! embedding row, then per layer RMSNorm, q/k/v projections (optional biases, q/k
 //! RMSNorm per head or over all heads, clipping), RoPE, the KV cache write, grouped-query
 //! attention over the cached positions, o-projection and residual; RMSNorm, the softmax
-//! router's top-k (optionally renormalised), the routed experts through
-//! [`Kernels::moe_layer`], an optional (sigmoid-gated) shared expert or a dense SwiGLU
-//! MLP, residual; then the final norm and the LM head.
+//! router's top-k (optionally renormalised), the routed experts on the fused kernels'
+//! row dot products (as [`Kernels::moe_layer`] computes one token, without its setup),
+//! an optional (sigmoid-gated) shared expert or a dense SwiGLU MLP, residual; then the
+//! final norm and the LM head.
 //!
 //! Why: on tiny-code-moe (8 layers, hidden 256) the torch path spends ~4 ms a token in
-//! ~40 small torch ops per layer, each 5-20 us of dispatch for microseconds of math
-//! (docs/benchmarks.md, "Decode step in Rust"); the same math here is one call.
+//! ~40 small torch ops per layer, each 5-20 us of dispatch for microseconds of math;
+//! the same math here is one call of ~0.7 ms at 512 cached positions on the CPU box
+//! (docs/benchmarks.md, "Decode step in Rust").
 //!
 //! Numerics: every activation is f32 from the embedding row to the logits (the torch
 //! path rounds to the model dtype between ops; with an f32 model the two differ only by
@@ -18,8 +20,9 @@
 //!
 //! Threads: the matrix-vector products of at least [`PAR_MACS`] multiply-adds (the LM
 //! head) are split by output rows across the kernels' pool; everything else runs on the
-//! calling thread, where waking the pool costs more than it saves (measured, see
-//! [`PAR_MACS`]). The result does not depend on the number of threads.
+//! calling thread, where waking the pool costs more than it saves (splitting the
+//! experts across it per layer measured slower, see [`Kernels::routed`]). The result
+//! does not depend on the number of threads.
 
 use crate::act::Act;
 use crate::error::{KernelError, Result};
