@@ -126,3 +126,20 @@ def test_tiny_code_moe_greedy_64_tokens_are_the_torch_paths() -> None:
         want, _ = _torch_path(model, prompt, 64)
         got, _ = _greedy(model, prompt, 64)
         assert got == want
+
+
+@pytest.mark.parametrize("quant", ["none", "int8", "int4"])
+def test_every_expert_scheme_decodes_as_the_torch_path(
+    quant: str, wide_files: dict[str, Path]
+) -> None:
+    # the routed experts through the fused kernels' rows in both paths: f32 logits
+    # within summation order of each other, the same greedy tokens
+    kw: dict[str, Any] = {"device": "cpu", "context_length": 64, "expert_kernels": "fused"}
+    with flint.LLM(wide_files[quant], **kw) as llm:
+        model = llm.model
+        assert model.decode_step is not None
+        want_tokens, want = _torch_path(model, PROMPT, 12)
+        got_tokens, got = _greedy(model, PROMPT, 12)
+        assert got_tokens == want_tokens, quant
+        scale = want.abs().max().item()
+        assert (got - want).abs().max().item() <= 1e-5 * max(1.0, scale), quant

@@ -755,3 +755,214 @@ fn top_k(p: &[f32], k: usize) -> (Vec<i64>, Vec<f32>) {
     let vals = idx.iter().map(key).collect();
     (idx.into_iter().map(|i| i as i64).collect(), vals)
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing)]
+mod tests {
+    use super::*;
+    use crate::format::WeightKind;
+    use crate::isa::Isa;
+
+    /// Deterministic values in [-0.5, 0.5).
+    fn values(n: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+        (0..n)
+            .map(|_| {
+                s = s
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1_442_695_040_888_963_407);
+                ((s >> 40) as f32 / (1u64 << 24) as f32) - 0.5
+            })
+            .collect()
+    }
+
+    fn mat(w: &[f32], rows: usize, cols: usize) -> Proj<'_> {
+        Proj {
+            kind: WeightKind::F32,
+            rows,
+            cols,
+            weights: f32_bytes(w),
+            scales: &[],
+        }
+    }
+
+    const H: usize = 128;
+    const HEADS: usize = 4;
+    const KV: usize = 2;
+    const D: usize = 32;
+    const I: usize = 16;
+    const E: usize = 4;
+    const V: usize = 4096; // V x H = 512 Ki: the LM head goes to the pool
+    const CTX: usize = 8;
+
+    /// Weights of a one-layer model, one Vec per tensor.
+    struct Weights {
+        embed: Vec<f32>,
+        ones: Vec<f32>,
+        q: Vec<f32>,
+        k: Vec<f32>,
+        v: Vec<f32>,
+        o: Vec<f32>,
+        router: Vec<f32>,
+        experts: Vec<[Vec<f32>; 3]>,
+        cos: Vec<f32>,
+        sin: Vec<f32>,
+    }
+
+    fn weights() -> Weights {
+        let angles = values(CTX * D, 9);
+        Weights {
+            embed: values(V * H, 1),
+            ones: vec![1.0; H],
+            q: values(HEADS * D * H, 2),
+            k: values(KV * D * H, 3),
+            v: values(KV * D * H, 4),
+            o: values(H * HEADS * D, 5),
+            router: values(E * H, 6),
+            experts: (0..E as u64)
+                .map(|e| {
+                    [
+                        values(I * H, 10 + e),
+                        values(I * H, 20 + e),
+                        values(H * I, 30 + e),
+                    ]
+                })
+                .collect(),
+            cos: angles.iter().map(|a| a.cos()).collect(),
+            sin: angles.iter().map(|a| a.sin()).collect(),
+        }
+    }
+
+    fn decoder(w: &Weights) -> Decoder<'_> {
+        let format = ExpertFormat::new(WeightKind::F32, [(I, H), (I, H), (H, I)]).unwrap();
+        let experts = w
+            .experts
+            .iter()
+            .map(|[g, u, d]| {
+                ExpertWeights::new(&format, [f32_bytes(g), f32_bytes(u), f32_bytes(d)]).unwrap()
+            })
+            .collect();
+        Decoder {
+            shape: StepShape {
+                hidden: H,
+                heads: HEADS,
+                kv_heads: KV,
+                head_dim: D,
+                eps: 1e-6,
+                qk_norm: QkNorm::PerHead,
+                clip_qkv: None,
+                top_k: 2,
+                norm_topk_prob: true,
+                context: CTX,
+            },
+            embed: mat(&w.embed, V, H),
+            final_norm: &w.ones,
+            lm_head: mat(&w.embed, V, H),
+            cos: &w.cos,
+            sin: &w.sin,
+            layers: vec![Layer {
+                input_norm: &w.ones,
+                post_norm: &w.ones,
+                attn: Attn {
+                    q: mat(&w.q, HEADS * D, H),
+                    k: mat(&w.k, KV * D, H),
+                    v: mat(&w.v, KV * D, H),
+                    o: mat(&w.o, H, HEADS * D),
+                    bias: None,
+                    o_bias: None,
+                    qk_norm: Some([&w.ones[..D], &w.ones[..D]]),
+                },
+                ffn: Ffn::Moe(Moe {
+                    router: mat(&w.router, E, H),
+                    experts,
+                    shared: None,
+                    shared_gate: None,
+                }),
+            }],
+            experts: format,
+        }
+    }
+
+    /// Logits of tokens 3, 7, 11 at positions 0, 1, 2, and the cache after them.
+    fn run(threads: usize) -> (Vec<f32>, Vec<f32>) {
+        let w = weights();
+        let m = decoder(&w);
+        let kernels = Kernels::new(Isa::best(), threads).unwrap();
+        let (mut keys, mut vals) = (vec![0.0; KV * CTX * D], vec![0.0; KV * CTX * D]);
+        let mut logits = vec![0.0; 3 * V];
+        for (pos, (token, out)) in [3, 7, 11]
+            .into_iter()
+            .zip(logits.chunks_exact_mut(V))
+            .enumerate()
+        {
+            let mut caches = [LayerCache {
+                keys: KvRows::F32(&mut keys),
+                values: KvRows::F32(&mut vals),
+            }];
+            kernels
+                .decode_step(&m, &mut caches, token, pos, out)
+                .unwrap();
+        }
+        (logits, keys)
+    }
+
+    #[test]
+    fn threads_do_not_change_the_step_and_the_cache_is_written_at_each_position() {
+        let (one, keys) = run(1);
+        let (three, keys3) = run(3);
+        assert_eq!(one, three);
+        assert_eq!(keys, keys3);
+        assert!(one.iter().all(|v| v.is_finite()));
+        for g in 0..KV {
+            for p in 0..CTX {
+                let row = &keys[(g * CTX + p) * D..(g * CTX + p + 1) * D];
+                assert_eq!(
+                    row.iter().any(|&v| v != 0.0),
+                    p < 3,
+                    "head {g} position {p}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn bad_tokens_and_positions_are_errors() {
+        let w = weights();
+        let m = decoder(&w);
+        let kernels = Kernels::new(Isa::Scalar, 1).unwrap();
+        let (mut keys, mut vals) = (vec![0.0; KV * CTX * D], vec![0.0; KV * CTX * D]);
+        let mut logits = vec![0.0; V];
+        for (token, pos) in [(V, 0), (0, CTX)] {
+            let mut caches = [LayerCache {
+                keys: KvRows::F32(&mut keys),
+                values: KvRows::F32(&mut vals),
+            }];
+            let err = kernels.decode_step(&m, &mut caches, token, pos, &mut logits);
+            assert!(
+                matches!(err, Err(KernelError::BadLength { .. })),
+                "{token} {pos}"
+            );
+        }
+    }
+
+    #[test]
+    fn bf16_rounds_to_nearest_even_and_top_k_breaks_ties_by_id() {
+        assert_eq!(to_bf16(1.0), 0x3f80);
+        assert_eq!(to_bf16(f32::from_bits(0x3f80_8000)), 0x3f80); // tie -> even
+        assert_eq!(to_bf16(f32::from_bits(0x3f81_8000)), 0x3f82); // tie -> even
+        assert_eq!(to_bf16(f32::from_bits(0x3f80_8001)), 0x3f81);
+        assert_eq!(to_bf16(f32::NAN), 0x7fc0);
+        let (ids, vals) = top_k(&[0.1, 0.4, 0.2, 0.4], 3);
+        assert_eq!(ids, vec![1, 3, 2]);
+        assert_eq!(vals, vec![0.4, 0.4, 0.2]);
+    }
+
+    #[test]
+    fn rope_matches_rotate_half() {
+        let mut x = vec![1.0, 2.0, 3.0, 4.0];
+        let (cos, sin) = ([0.5, 0.25, 0.5, 0.25], [2.0, 4.0, 2.0, 4.0]);
+        rope(&mut x, &cos, &sin);
+        // x * cos + [-x3, -x4, x1, x2] * sin
+        assert_eq!(x, vec![0.5 - 6.0, 0.5 - 16.0, 1.5 + 2.0, 1.0 + 8.0]);
+    }
+}
