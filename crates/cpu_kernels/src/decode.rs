@@ -32,6 +32,7 @@ use crate::isa::Isa;
 use crate::layer::{weighted_sum, ExpertWeights, Kernels};
 use crate::scalar::silu;
 use crate::simd::TOKENS;
+use crate::team::{StopOnPanic, Team};
 
 /// Multiply-adds from which a matrix-vector product is split across the pool: the LM
 /// head of tiny-code-moe (4096 x 256 = 1 Mi) is; its attention projections (<= 64 Ki)
@@ -186,6 +187,14 @@ impl KvRows<'_> {
         }
     }
 
+    /// The rows split into heads of `per` values (views of this layer's slice).
+    fn heads(&mut self, per: usize) -> Vec<KvRows<'_>> {
+        match self {
+            Self::F32(v) => v.chunks_mut(per.max(1)).map(KvRows::F32).collect(),
+            Self::Bf16(v) => v.chunks_mut(per.max(1)).map(KvRows::Bf16).collect(),
+        }
+    }
+
     /// Stores `x` at `at` (rounding to bf16 for a bf16 cache).
     fn write(&mut self, at: usize, x: &[f32]) {
         match self {
@@ -269,6 +278,9 @@ impl Kernels {
         let s = &m.shape;
         let (h, d) = (s.hidden, s.head_dim);
         check(m, caches, token, pos, logits)?;
+        if let Some(pool) = &self.pool {
+            return self.decode_team(pool, m, caches, token, pos, logits);
+        }
         let mut t = Scratch {
             x: vec![0.0; h],
             xn: vec![0.0; h],
@@ -303,6 +315,241 @@ impl Kernels {
         self.matvec(&m.lm_head, &t.xn, logits)
     }
 
+    /// [`Self::decode_step`] on every thread of the pool at once (module docs, `team.rs`):
+    /// each thread gets its kv groups of every layer's cache and its rows of the logits.
+    fn decode_team(
+        &self,
+        pool: &rayon::ThreadPool,
+        m: &Decoder<'_>,
+        caches: &mut [LayerCache<'_>],
+        token: usize,
+        pos: usize,
+        logits: &mut [f32],
+    ) -> Result<()> {
+        let s = &m.shape;
+        let team = Team::new(self.threads);
+        let n = team.threads();
+        let per = s.context * s.head_dim;
+        let mut groups: Vec<Vec<Vec<(KvRows<'_>, KvRows<'_>)>>> =
+            (0..n).map(|_| Vec::new()).collect();
+        for cache in caches.iter_mut() {
+            let mut both = cache
+                .keys
+                .heads(per)
+                .into_iter()
+                .zip(cache.values.heads(per));
+            for (tid, mine) in groups.iter_mut().enumerate() {
+                let (g0, g1) = team.share(tid, s.kv_heads);
+                mine.push(both.by_ref().take(g1 - g0).collect());
+            }
+        }
+        let mut outs = Vec::with_capacity(n);
+        let mut rest = logits;
+        for tid in 0..n {
+            let (v0, v1) = team.share(tid, m.lm_head.rows);
+            let (mine, tail) = rest.split_at_mut(v1 - v0);
+            outs.push((v0, mine));
+            rest = tail;
+        }
+        let team = &team;
+        pool.in_place_scope(|scope| {
+            let mut threads = groups.into_iter().zip(outs).enumerate();
+            let first = threads.next();
+            for (tid, (mut g, (v0, out))) in threads {
+                scope.spawn(move |_| self.member(m, team, tid, &mut g, token, pos, (v0, out)));
+            }
+            if let Some((tid, (mut g, (v0, out)))) = first {
+                self.member(m, team, tid, &mut g, token, pos, (v0, out));
+            }
+        });
+        team.take_error().map_or(Ok(()), Err)
+    }
+
+    /// One thread of [`Self::decode_team`]; an error stops the others.
+    #[allow(clippy::too_many_arguments)] // reason: the step's operands and this thread's share
+    fn member(
+        &self,
+        m: &Decoder<'_>,
+        team: &Team,
+        tid: usize,
+        groups: &mut [Vec<(KvRows<'_>, KvRows<'_>)>],
+        token: usize,
+        pos: usize,
+        logits: (usize, &mut [f32]),
+    ) {
+        let _guard = StopOnPanic(team);
+        if let Err(e) = self.member_step(m, team, tid, groups, token, pos, logits) {
+            team.fail(e);
+        }
+    }
+
+    /// The step of thread `tid`: returns early (Ok) when another thread stopped it.
+    #[allow(clippy::too_many_arguments)] // reason: as `member`
+    fn member_step(
+        &self,
+        m: &Decoder<'_>,
+        team: &Team,
+        tid: usize,
+        groups: &mut [Vec<(KvRows<'_>, KvRows<'_>)>],
+        token: usize,
+        pos: usize,
+        (v0, logits): (usize, &mut [f32]),
+    ) -> Result<()> {
+        let s = &m.shape;
+        let (h, d) = (s.hidden, s.head_dim);
+        let (qd, kd) = (s.heads * d, s.kv_heads * d);
+        let group = s.heads / s.kv_heads;
+        let scale = 1.0 / (d as f32).sqrt();
+        let cos = m.cos.get(pos * d..(pos + 1) * d).unwrap_or_default();
+        let sin = m.sin.get(pos * d..(pos + 1) * d).unwrap_or_default();
+        let (g0, _) = team.share(tid, s.kv_heads);
+        let mut turn = 0;
+        let (mut x, mut xn, mut o, mut ffn) =
+            (vec![0.0; h], vec![0.0; h], vec![0.0; h], vec![0.0; h]);
+        let (mut qkv, mut attn) = (vec![0.0; qd + 2 * kd], vec![0.0; qd]);
+        let (mut part, mut scores, mut mlp_h, mut kbuf, mut vbuf) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        embed_row(&m.embed, token, &mut x);
+        for (layer, mine) in m.layers.iter().zip(groups.iter_mut()) {
+            let a = &layer.attn;
+            rms_norm(&x, layer.input_norm, s.eps, &mut xn);
+            // this thread's rows of q, k and v stacked
+            let (r0, r1) = team.share(tid, qd + 2 * kd);
+            part.clear();
+            part.resize(r1 - r0, 0.0);
+            let mut at = 0;
+            for (w, start) in [(&a.q, 0), (&a.k, qd), (&a.v, qd + kd)] {
+                let (lo, hi) = (r0.max(start), r1.min(start + w.rows));
+                if lo < hi {
+                    let act = self.dot.prepare(w.kind, &xn);
+                    let dst = part.get_mut(at..at + hi - lo).unwrap_or_default();
+                    self.rows_act(w, &act, lo - start, dst);
+                    at += hi - lo;
+                }
+            }
+            if !team.gather(tid, &mut turn, &part, &mut qkv) {
+                return Ok(());
+            }
+            let (q, kv) = qkv.split_at_mut(qd);
+            let (k, v) = kv.split_at_mut(kd);
+            finish_qkv(s, a, [q, k, v], (cos, sin));
+            // this thread's kv groups: cache write, then their heads' attention
+            part.clear();
+            part.resize(mine.len() * group * d, 0.0);
+            for (j, ((keys, values), outs)) in mine
+                .iter_mut()
+                .zip(part.chunks_exact_mut(group * d))
+                .enumerate()
+            {
+                let g = g0 + j;
+                keys.write(pos * d, k.get(g * d..(g + 1) * d).unwrap_or_default());
+                values.write(pos * d, v.get(g * d..(g + 1) * d).unwrap_or_default());
+                let kr = keys.head(0, pos + 1, s.context, d, &mut kbuf);
+                let vr = values.head(0, pos + 1, s.context, d, &mut vbuf);
+                let qs = q
+                    .get(g * group * d..(g + 1) * group * d)
+                    .unwrap_or_default();
+                self.attend(qs, kr, vr, d, scale, &mut scores, outs);
+            }
+            if !team.gather(tid, &mut turn, &part, &mut attn) {
+                return Ok(());
+            }
+            let (r0, r1) = team.share(tid, h);
+            part.clear();
+            part.resize(r1 - r0, 0.0);
+            self.rows_act(&a.o, &self.dot.prepare(a.o.kind, &attn), r0, &mut part);
+            if !team.gather(tid, &mut turn, &part, &mut o) {
+                return Ok(());
+            }
+            if let Some(b) = a.o_bias {
+                o.iter_mut().zip(b).for_each(|(o, &b)| *o += b);
+            }
+            x.iter_mut().zip(&o).for_each(|(x, &o)| *x += o);
+            rms_norm(&x, layer.post_norm, s.eps, &mut xn);
+            match &layer.ffn {
+                Ffn::Moe(moe) => {
+                    if !self.member_moe(m, moe, team, tid, &mut turn, &xn, &mut part, &mut ffn)? {
+                        return Ok(());
+                    }
+                    if let Some(mlp) = &moe.shared {
+                        let mut shared = vec![0.0; h];
+                        self.swiglu(mlp, &xn, &mut mlp_h, &mut shared)?;
+                        if let Some(gate) = &moe.shared_gate {
+                            let mut gv = [0.0f32];
+                            self.rows_act(gate, &self.dot.prepare(gate.kind, &xn), 0, &mut gv);
+                            let sig = 1.0 / (1.0 + (-gv[0]).exp());
+                            shared.iter_mut().for_each(|v| *v *= sig);
+                        }
+                        ffn.iter_mut().zip(&shared).for_each(|(o, &v)| *o += v);
+                    }
+                }
+                Ffn::Dense(mlp) => self.swiglu(mlp, &xn, &mut mlp_h, &mut ffn)?,
+            }
+            x.iter_mut().zip(&ffn).for_each(|(x, &f)| *x += f);
+        }
+        rms_norm(&x, m.final_norm, s.eps, &mut xn);
+        self.rows_act(
+            &m.lm_head,
+            &self.dot.prepare(m.lm_head.kind, &xn),
+            v0,
+            logits,
+        );
+        Ok(())
+    }
+
+    /// The router (on every thread) and this thread's share of the routed experts,
+    /// gathered and summed into `ffn`; Ok(false) when another thread stopped the step.
+    #[allow(clippy::too_many_arguments)] // reason: the block's operands and the team
+    fn member_moe(
+        &self,
+        m: &Decoder<'_>,
+        moe: &Moe<'_>,
+        team: &Team,
+        tid: usize,
+        turn: &mut usize,
+        xn: &[f32],
+        part: &mut Vec<f32>,
+        ffn: &mut [f32],
+    ) -> Result<bool> {
+        let s = &m.shape;
+        let h = s.hidden;
+        let mut logits = vec![0.0; moe.router.rows];
+        self.rows_act(
+            &moe.router,
+            &self.dot.prepare(moe.router.kind, xn),
+            0,
+            &mut logits,
+        );
+        softmax(&mut logits);
+        let (ids, mut weights) = top_k(&logits, s.top_k);
+        if s.norm_topk_prob {
+            let sum: f32 = weights.iter().sum();
+            weights.iter_mut().for_each(|w| *w /= sum);
+        }
+        let (e0, e1) = team.share(tid, ids.len());
+        part.clear();
+        part.resize((e1 - e0) * h, 0.0);
+        let act = self.dot.prepare(m.experts.kind, xn);
+        for (&i, y) in ids
+            .get(e0..e1)
+            .unwrap_or_default()
+            .iter()
+            .zip(part.chunks_exact_mut(h))
+        {
+            let w = usize::try_from(i)
+                .ok()
+                .and_then(|i| moe.experts.get(i))
+                .ok_or(KernelError::MissingExpert { expert: i as u32 })?;
+            self.expert(w, &act, y)?;
+        }
+        let mut y = vec![0.0; ids.len() * h];
+        if !team.gather(tid, turn, part, &mut y) {
+            return Ok(false);
+        }
+        weighted_sum(&y, &weights, ids.len(), h, ffn)?;
+        Ok(true)
+    }
+
     /// Attention of one layer: `t.x += o(attn(norm(x)))`, `t.xn` holding `norm(x)`.
     fn attention(
         &self,
@@ -319,30 +566,7 @@ impl Kernels {
         self.matvec(&a.q, &t.xn, &mut t.q)?;
         self.matvec(&a.k, &t.xn, &mut t.k)?;
         self.matvec(&a.v, &t.xn, &mut t.v)?;
-        if let Some([bq, bk, bv]) = a.bias {
-            for (y, b) in [(&mut t.q, bq), (&mut t.k, bk), (&mut t.v, bv)] {
-                y.iter_mut().zip(b).for_each(|(y, &b)| *y += b);
-            }
-        }
-        if let Some([nq, nk]) = a.qk_norm {
-            for (y, w) in [(&mut t.q, nq), (&mut t.k, nk)] {
-                match s.qk_norm {
-                    QkNorm::Full => rms_norm_in_place(y, w, s.eps),
-                    QkNorm::PerHead => y
-                        .chunks_exact_mut(d)
-                        .for_each(|head| rms_norm_in_place(head, w, s.eps)),
-                    QkNorm::None => {}
-                }
-            }
-        }
-        if let Some(c) = s.clip_qkv {
-            for y in [&mut t.q, &mut t.k, &mut t.v] {
-                y.iter_mut().for_each(|v| *v = v.clamp(-c, c));
-            }
-        }
-        for y in [&mut t.q, &mut t.k] {
-            y.chunks_exact_mut(d).for_each(|head| rope(head, cos, sin));
-        }
+        finish_qkv(s, a, [&mut t.q, &mut t.k, &mut t.v], (cos, sin));
         let ctx = s.context;
         for (g, (k, v)) in t.k.chunks_exact(d).zip(t.v.chunks_exact(d)).enumerate() {
             cache.keys.write((g * ctx + pos) * d, k);
@@ -629,6 +853,36 @@ fn weighted_rows(p: &[f32], values: &[f32], out: &mut [f32]) {
             .fold(0.0, |a, (&w, v)| {
                 a + w * v.get(tail + j).copied().unwrap_or(0.0)
             });
+    }
+}
+
+/// Biases, q/k norm, clipping and RoPE on the projected q, k, v (each `[N * D]`).
+fn finish_qkv(s: &StepShape, a: &Attn<'_>, qkv: [&mut [f32]; 3], (cos, sin): (&[f32], &[f32])) {
+    let [q, k, v] = qkv;
+    let d = s.head_dim;
+    if let Some([bq, bk, bv]) = a.bias {
+        for (y, b) in [(&mut *q, bq), (&mut *k, bk), (&mut *v, bv)] {
+            y.iter_mut().zip(b).for_each(|(y, &b)| *y += b);
+        }
+    }
+    if let Some([nq, nk]) = a.qk_norm {
+        for (y, w) in [(&mut *q, nq), (&mut *k, nk)] {
+            match s.qk_norm {
+                QkNorm::Full => rms_norm_in_place(y, w, s.eps),
+                QkNorm::PerHead => y
+                    .chunks_exact_mut(d)
+                    .for_each(|head| rms_norm_in_place(head, w, s.eps)),
+                QkNorm::None => {}
+            }
+        }
+    }
+    if let Some(c) = s.clip_qkv {
+        for y in [&mut *q, &mut *k, &mut *v] {
+            y.iter_mut().for_each(|v| *v = v.clamp(-c, c));
+        }
+    }
+    for y in [q, k] {
+        y.chunks_exact_mut(d).for_each(|head| rope(head, cos, sin));
     }
 }
 

@@ -39,6 +39,7 @@ mod layer;
 mod portable;
 mod scalar;
 mod simd;
+mod team;
 
 pub use act::Act;
 pub use decode::{
