@@ -18,10 +18,11 @@
 //! exactly; the KV cache is read and written in its dtype (f32, or bf16 rounded to
 //! nearest even, as torch's copy rounds).
 //!
-//! Threads: the matrix-vector products of at least [`PAR_MACS`] multiply-adds (the LM
-//! head) are split by output rows across the kernels' pool; everything else runs on the
-//! calling thread, where waking the pool costs more than it saves (splitting the
-//! experts across it per layer measured slower, see [`Kernels::routed`]). The result
+//! Threads: with a pool, every thread runs the whole step as a team (`team.rs`),
+//! computing its share of each product and meeting at a spin barrier to exchange
+//! shares; one wake of the pool per step (waking it per product measured slower than
+//! one thread, see [`Kernels::routed`]); with one thread the calling thread runs it.
+//! Every output value is computed by one thread with the same operations, so the result
 //! does not depend on the number of threads.
 
 use crate::act::Act;
@@ -33,11 +34,6 @@ use crate::layer::{weighted_sum, ExpertWeights, Kernels};
 use crate::scalar::silu;
 use crate::simd::TOKENS;
 use crate::team::{StopOnPanic, Team};
-
-/// Multiply-adds from which a matrix-vector product is split across the pool: the LM
-/// head of tiny-code-moe (4096 x 256 = 1 Mi) is; its attention projections (<= 64 Ki)
-/// and router (16 Ki) are not.
-pub const PAR_MACS: usize = 1 << 19;
 
 /// Where q and k are RMS-normalised after their projection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -700,10 +696,11 @@ impl Kernels {
     /// rank order ([`weighted_sum`]). Each expert's rows go through the same dot
     /// products as in [`Kernels::moe_layer`] at one token (the same bits), without its
     /// grouping, task lists and per-row dispatch, which cost more than the math at
-    /// tiny-code-moe's size (64 x 256 projections). On the calling thread: splitting
-    /// the experts in two halves across the pool measured slower (two threads 0.95-1.04
-    /// ms a step against one thread's 0.68-0.71, tiny-code-moe at position 512: waking
-    /// the pool's thread per layer costs more than half the experts).
+    /// tiny-code-moe's size (64 x 256 projections). The one-thread step's: splitting
+    /// the experts in two halves across the pool per layer measured slower (two threads
+    /// 0.95-1.04 ms a step against one thread's 0.68-0.71, tiny-code-moe at position
+    /// 512: waking the pool's thread per layer costs more than half the experts), which
+    /// is why more threads run the step as a team ([`Kernels::decode_step`]).
     fn routed(
         &self,
         format: ExpertFormat,
@@ -782,8 +779,7 @@ impl Kernels {
         self.matvec(&mlp.down, hbuf, out)
     }
 
-    /// `out[r] = w[r] . x` for every row, split by rows across the pool from
-    /// [`PAR_MACS`] multiply-adds.
+    /// `out[r] = w[r] . x` for every row, on the calling thread.
     fn matvec(&self, w: &Proj<'_>, x: &[f32], out: &mut [f32]) -> Result<()> {
         if w.cols != x.len() || w.rows != out.len() {
             return Err(KernelError::BadLength {
@@ -792,25 +788,7 @@ impl Kernels {
                 want: w.cols * w.rows,
             });
         }
-        let act = self.dot.prepare(w.kind, x);
-        let rows = |start: usize, dst: &mut [f32]| self.rows_act(w, &act, start, dst);
-        match &self.pool {
-            Some(pool) if w.rows * w.cols >= PAR_MACS => {
-                let chunk = w.rows.div_ceil(self.threads).max(1);
-                pool.in_place_scope(|scope| {
-                    let mut parts = out.chunks_mut(chunk).enumerate();
-                    let first = parts.next();
-                    for (i, part) in parts {
-                        let rows = &rows;
-                        scope.spawn(move |_| rows(i * chunk, part));
-                    }
-                    if let Some((_, part)) = first {
-                        rows(0, part);
-                    }
-                });
-            }
-            _ => rows(0, out),
-        }
+        self.rows_act(w, &self.dot.prepare(w.kind, x), 0, out);
         Ok(())
     }
 }
@@ -1046,7 +1024,7 @@ mod tests {
     const D: usize = 32;
     const I: usize = 16;
     const E: usize = 4;
-    const V: usize = 4096; // V x H = 512 Ki: the LM head goes to the pool
+    const V: usize = 4096;
     const CTX: usize = 8;
 
     /// Weights of a one-layer model, one Vec per tensor.
@@ -1162,7 +1140,8 @@ mod tests {
 
     #[test]
     fn threads_do_not_change_the_step_and_the_cache_is_written_at_each_position() {
-        let (one, keys) = run(1);
+        let (one, keys) = run(1); // the calling thread alone
+                                  // three threads as a team (one of them with no kv group of its own)
         let (three, keys3) = run(3);
         assert_eq!(one, three);
         assert_eq!(keys, keys3);

@@ -42,9 +42,7 @@ mod simd;
 mod team;
 
 pub use act::Act;
-pub use decode::{
-    Attn, Decoder, Ffn, KvRows, Layer, LayerCache, Moe, QkNorm, StepShape, Swiglu, PAR_MACS,
-};
+pub use decode::{Attn, Decoder, Ffn, KvRows, Layer, LayerCache, Moe, QkNorm, StepShape, Swiglu};
 pub use error::{KernelError, Result};
 pub use format::{bf16_to_f32, f16_to_f32, ExpertFormat, Proj, WeightKind, MAX_DIM, SCALE_ALIGN};
 pub use isa::{Dot, Isa};
