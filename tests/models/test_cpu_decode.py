@@ -39,17 +39,17 @@ def _greedy(model: MoEModel, prompt: list[int], steps: int) -> tuple[list[int], 
 
 
 def _torch_path(model: MoEModel, prompt: list[int], steps: int) -> tuple[list[int], torch.Tensor]:
-    step, model.decode_step = model.decode_step, None
+    step, model.decoder = model.decoder, None
     try:
         return _greedy(model, prompt, steps)
     finally:
-        model.decode_step = step
+        model.decoder = step
 
 
 def test_the_step_applies_to_the_standard_families_only(tiny_models: dict[str, Any]) -> None:
     for family in FAMILY_NAMES:
         model = _load(tiny_models[family][0])
-        assert isinstance(model.decode_step, CpuDecodeStep) == (family in STEPPED), family
+        assert isinstance(model.decoder, CpuDecodeStep) == (family in STEPPED), family
 
 
 def test_decode_logits_match_the_torch_path_in_f32(tiny_models: dict[str, Any]) -> None:
@@ -74,10 +74,10 @@ def test_decode_logits_in_bf16_stay_within_the_torch_paths_rounding(
         tokens, want = _greedy(ref, PROMPT, 8)
         feed = PROMPT + tokens[:-1]
         model = _load(path, torch.bfloat16)
-        assert model.decode_step is not None
+        assert model.decoder is not None
         errs = []
-        for step in (model.decode_step, None):
-            model.decode_step = step
+        for step in (model.decoder, None):
+            model.decoder = step
             model.reset(0)
             model.forward(torch.tensor(feed[: len(PROMPT)]))
             rows = [model.forward(torch.tensor([t]))[0] for t in feed[len(PROMPT) :]]
@@ -90,7 +90,7 @@ def test_prefill_decode_reset_and_prefix_reuse_share_the_cache(tiny_ftw: dict[st
     path = tiny_ftw["qwen3_moe"]
     kw: dict[str, Any] = {"device": "cpu", "context_length": 64, "expert_kernels": "fused"}
     with flint.LLM(path, **kw) as rust, flint.LLM(path, cpu_decode_step=False, **kw) as ref:
-        assert rust.model.decode_step is not None and ref.model.decode_step is None
+        assert rust.model.decoder is not None and ref.model.decoder is None
         first = list(PROMPT)
         outs: list[list[tuple[int, ...]]] = [[], []]
         for i, llm in enumerate((rust, ref)):
@@ -110,18 +110,18 @@ def test_the_step_can_be_turned_off(
     tiny_models: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tiny_models["qwen3_moe"][0]
-    assert _load(path, cpu_decode_step=False).decode_step is None
+    assert _load(path, cpu_decode_step=False).decoder is None
     monkeypatch.setenv(ENV_SWITCH, "0")
-    assert _load(path).decode_step is None
+    assert _load(path).decoder is None
     model = load_model(SafetensorsSource(path), torch.device("cpu"), torch.float32, 64)
-    assert model.decode_step is None  # torch's expert kernels: no step
+    assert model.decoder is None  # torch's expert kernels: no step
 
 
 @pytest.mark.skipif(not TINY_CODE_MOE.exists(), reason="tiny-code-moe is not in ../shared")
 def test_tiny_code_moe_greedy_64_tokens_are_the_torch_paths() -> None:
     with flint.LLM(TINY_CODE_MOE, device="cpu", context_length=256, expert_kernels="fused") as llm:
         model = llm.model
-        assert model.decode_step is not None
+        assert model.decoder is not None
         prompt = llm.tokenizer.encode("def fibonacci(n):\n")
         want, _ = _torch_path(model, prompt, 64)
         got, _ = _greedy(model, prompt, 64)
@@ -137,7 +137,7 @@ def test_every_expert_scheme_decodes_as_the_torch_path(
     kw: dict[str, Any] = {"device": "cpu", "context_length": 64, "expert_kernels": "fused"}
     with flint.LLM(wide_files[quant], **kw) as llm:
         model = llm.model
-        assert model.decode_step is not None
+        assert model.decoder is not None
         want_tokens, want = _torch_path(model, PROMPT, 12)
         got_tokens, got = _greedy(model, PROMPT, 12)
         assert got_tokens == want_tokens, quant

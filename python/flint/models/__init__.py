@@ -82,7 +82,7 @@ def load_model(
     )
     model = MoEModel(config, source, place, experts, context_length)
     if cpu_decode_step and cpu_decode.enabled():
-        model.decode_step = cpu_decode.cpu_decoder(model)
+        model.decoder = cpu_decode.cpu_decoder(model)
     return model
 
 

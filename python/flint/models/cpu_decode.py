@@ -107,8 +107,8 @@ def cpu_decoder(model: MoEModel) -> CpuDecodeStep | None:
 
 
 class CpuDecodeStep:
-    """``step(token, pos)`` -> logits [1, V] f32, advancing nothing: the caller
-    (``MoEModel.forward``) updates the cache's length and tokens."""
+    """``step(ids [1], pos)`` -> logits [1, V] f32, advancing nothing: the caller
+    (``MoEModel.forward``, as its ``decoder``) updates the cache's length and tokens."""
 
     def __init__(self, model: MoEModel) -> None:
         reason = unsupported(model)
@@ -215,9 +215,9 @@ class CpuDecodeStep:
             spec["dense"] = [self._mat(mlp.gate), self._mat(mlp.up), self._mat(mlp.down)]
         return spec
 
-    def __call__(self, token: int, pos: int) -> torch.Tensor:
-        """Logits [1, V] f32 of ``token`` at position ``pos`` (the cache holds 0..pos-1);
-        writes the layers' keys and values at ``pos``."""
+    def __call__(self, ids: torch.Tensor, pos: int) -> torch.Tensor:
+        """Logits [1, V] f32 of the token ``ids`` [1] at position ``pos`` (the cache holds
+        0..pos-1); writes the layers' keys and values at ``pos``."""
         logits = torch.empty(1, self.vocab, dtype=torch.float32)
-        self.core.step(token, pos, logits.data_ptr())
+        self.core.step(int(ids[0]), pos, logits.data_ptr())
         return logits

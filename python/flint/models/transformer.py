@@ -173,10 +173,10 @@ class MoEModel:
             for i in range(config.num_layers)
         ]
         self.final_norm = norm_for(config)
-        # (token, position) -> logits [1, V] f32 for one decoded token, writing the KV
-        # cache at that position: the Rust CPU decode step (flint.models.cpu_decode),
-        # set by load_model where it applies; None: every forward runs the layers here.
-        self.decode_step: Callable[[int, int], torch.Tensor] | None = None
+        # Decodes one token (ids [1], position) -> logits [1, V] into this model's KV
+        # cache, replacing the layer loop below for that case: the Rust CPU decode step
+        # (flint.models.cpu_decode), set by load_model where it applies.
+        self.decoder: Callable[[torch.Tensor, int], torch.Tensor] | None = None
         # Token ids after which the linear-attention states are checkpointed (set from
         # the tokenizer; see flint.models.qwen3_next.ANCHOR_TOKENS)
         self.anchor_tokens: frozenset[int] = frozenset()
@@ -226,9 +226,9 @@ class MoEModel:
             raise ValueError(
                 f"{start + tokens} positions exceed the context length {self.context_length}"
             )
-        if tokens == 1 and not all_logits and self.decode_step is not None:
-            logits = self.decode_step(int(ids[0]), start)  # [1, V]
-            self.cache.tokens[start] = ids[0]
+        if tokens == 1 and not all_logits and self.decoder is not None:
+            logits = self.decoder(ids.to(self.place.device), start)  # [1, V]
+            self.cache.tokens[start] = ids[0].to(self.cache.tokens.device)
             self.cache.length = start + 1
             return logits
         x = self.embed[ids.to(self.place.device)]  # [T, H]
