@@ -17,6 +17,7 @@ __all__ = [
     "CacheStateError",
     "ChecksumError",
     "CpuKernels",
+    "DecodeStep",
     "ExpertCache",
     "ExpertReadError",
     "FlintError",
@@ -280,3 +281,22 @@ class CpuKernels:
         timeout_s: float = 60.0,
     ) -> None: ...
     def weighted_sum(self, y: int, weights: int, tokens: int, top_k: int, out: int) -> None: ...
+
+@final
+class DecodeStep:
+    """One decode step of a whole decoder in Rust (crate cpu_kernels). Every ``int``
+    named for a tensor is its data address, held by flint.models.cpu_decode for the
+    object's life; ``layers`` holds one dict per layer (every key present)."""
+
+    def __new__(
+        cls,
+        kernels: CpuKernels,
+        shape: tuple[int, int, int, int, float, str, float | None, int, bool, int],
+        embed: tuple[int, str, int, int],
+        final_norm: tuple[int, int],
+        lm_head: tuple[int, str, int, int],
+        rope: tuple[int, int],
+        layers: list[dict[str, object]],
+        cache: tuple[int, int, str],
+    ) -> DecodeStep: ...
+    def step(self, token: int, pos: int, logits: int) -> None: ...

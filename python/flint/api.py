@@ -191,6 +191,9 @@ class LLM:
     ``activation_budget``: GiB a prompt's activations may take (default: half of the
     free GPU memory on CUDA, of free RAM on the CPU); a longer prompt is prefilled in
     several layer-major passes, with one printed line.
+    ``cpu_decode_step``: on the CPU with ``expert_kernels="fused"``, decode each token
+    through the Rust decode step (``flint.models.cpu_decode``; standard-shape families)
+    instead of the per-layer torch ops; False (or ``FLINT_CPU_DECODE_STEP=0``) keeps torch.
     """
 
     def __init__(
@@ -212,6 +215,7 @@ class LLM:
         host_split: str = "cpu",
         pin_ram: bool | None = None,
         graphs: str = "auto",
+        cpu_decode_step: bool = True,
     ) -> None:
         check_graph_mode(graphs)
         if activation_budget is not None and not activation_budget > 0:
@@ -245,7 +249,13 @@ class LLM:
         self.expert_backend = expert_backend
         try:
             self._model: MoEModel | None = self._build(
-                source, ctx, expert_backend, expert_kernels, activation_budget, graphs
+                source,
+                ctx,
+                expert_backend,
+                expert_kernels,
+                activation_budget,
+                graphs,
+                cpu_decode_step,
             )
         except BaseException:
             close = getattr(expert_backend, "close", None)
@@ -272,6 +282,7 @@ class LLM:
         expert_kernels: str,
         activation_budget: float | None,
         graphs: str = "auto",
+        cpu_decode_step: bool = True,
     ) -> MoEModel:
         """The model on this LLM's devices (layers split when there are several), with
         the expert backend attached (and a CUDA graph decode step where ``graphs`` and
@@ -288,7 +299,14 @@ class LLM:
                 config, source, Placement(self.device, self.dtype), graphs
             )
         model = load_model(
-            source, self.device, self.dtype, ctx, expert_backend, expert_kernels, layer_devices
+            source,
+            self.device,
+            self.dtype,
+            ctx,
+            expert_backend,
+            expert_kernels,
+            layer_devices,
+            cpu_decode_step,
         )
         if cuda_graphs or graphs == "on":
             from flint.graphs.setup import attach_decoder

@@ -99,6 +99,26 @@ pub(crate) unsafe fn dot_avx512(p: &crate::format::Proj<'_>, r: usize, x: &[f32]
     unsafe { crate::simd::dot::<Avx512>(p, r, x) }
 }
 
+/// `out[i] = dot_avx512(p, start + i, x)` for every `i`, bit for bit, with the row loop
+/// inside the AVX-512 function so the dot product inlines into it (one call per matrix
+/// instead of one per row: the decode step's matrices have 64-4096 rows of 256 columns,
+/// where the call and dispatch per row cost as much as the row).
+///
+/// # Safety
+/// The CPU must have avx512f.
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+pub(crate) unsafe fn rows_avx512(
+    p: &crate::format::Proj<'_>,
+    start: usize,
+    x: &[f32],
+    out: &mut [f32],
+) {
+    for (i, o) in out.iter_mut().enumerate() {
+        // SAFETY: the features are enabled here (caller's guarantee).
+        *o = unsafe { crate::simd::dot::<Avx512>(p, start + i, x) };
+    }
+}
+
 /// [`crate::simd::dots`] on Avx512.
 ///
 /// # Safety

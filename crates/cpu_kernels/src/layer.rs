@@ -187,9 +187,9 @@ pub struct Routing<'a> {
 /// The kernels and their thread pool.
 #[derive(Debug)]
 pub struct Kernels {
-    dot: Dot,
-    threads: usize,
-    pool: Option<rayon::ThreadPool>,
+    pub(crate) dot: Dot,
+    pub(crate) threads: usize,
+    pub(crate) pool: Option<rayon::ThreadPool>,
 }
 
 /// One expert's share of a call: its weights and the flat positions (t * K + k) that

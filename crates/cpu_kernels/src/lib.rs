@@ -31,6 +31,7 @@ mod act;
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+mod decode;
 mod error;
 mod format;
 mod isa;
@@ -38,8 +39,10 @@ mod layer;
 mod portable;
 mod scalar;
 mod simd;
+mod team;
 
 pub use act::Act;
+pub use decode::{Attn, Decoder, Ffn, KvRows, Layer, LayerCache, Moe, QkNorm, StepShape, Swiglu};
 pub use error::{KernelError, Result};
 pub use format::{bf16_to_f32, f16_to_f32, ExpertFormat, Proj, WeightKind, MAX_DIM, SCALE_ALIGN};
 pub use isa::{Dot, Isa};

@@ -23,16 +23,16 @@ use crate::error::{detach, IntoPyErr};
 use crate::io::PyIoEngine;
 
 /// Addresses of one expert's gate, up and down projections.
-type Addrs = [usize; 3];
+pub(crate) type Addrs = [usize; 3];
 
 /// Fused CPU compute of a layer's routed experts (see module docs).
 #[pyclass(module = "flint._core", name = "CpuKernels", frozen)]
 #[derive(Debug)]
 pub struct PyCpuKernels {
-    inner: Kernels,
-    format: ExpertFormat,
-    n_experts: usize,
-    proj_bytes: [usize; 3],
+    pub(crate) inner: Kernels,
+    pub(crate) format: ExpertFormat,
+    pub(crate) n_experts: usize,
+    pub(crate) proj_bytes: [usize; 3],
 }
 
 /// Error while waiting for an engine read inside a kernel call, kept typed.
@@ -69,7 +69,7 @@ impl PyCpuKernels {
     ///
     /// # Safety
     /// Every address must be valid for reads of its projection's bytes for `'a`.
-    unsafe fn experts<'a>(
+    pub(crate) unsafe fn experts<'a>(
         &self,
         list: &[(u32, Addrs)],
     ) -> Result<Vec<(u32, ExpertWeights<'a>)>, KernelError> {
@@ -134,7 +134,10 @@ fn check_ptr(addr: usize, what: &'static str) -> Result<(), KernelError> {
 ///
 /// # Safety
 /// `table` must be valid for `n_experts * 3` i64.
-unsafe fn table(table: usize, n_experts: usize) -> Result<Vec<(u32, Addrs)>, KernelError> {
+pub(crate) unsafe fn table(
+    table: usize,
+    n_experts: usize,
+) -> Result<Vec<(u32, Addrs)>, KernelError> {
     check_ptr(table, "table")?;
     // SAFETY: the caller's contract.
     let t = unsafe { std::slice::from_raw_parts(table as *const i64, n_experts * 3) };

@@ -5,6 +5,7 @@ use pyo3::prelude::*;
 
 mod arena;
 mod cache;
+mod decode;
 mod error;
 mod format;
 mod io;
@@ -18,6 +19,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     format::register(m)?;
     m.add_class::<io::PyIoEngine>()?;
     m.add_class::<kernels::PyCpuKernels>()?;
+    m.add_class::<decode::PyDecodeStep>()?;
     m.add_class::<arena::PyArena>()?;
     m.add_class::<cache::PyExpertCache>()?;
     m.add_class::<cache::PyReplayResult>()?;

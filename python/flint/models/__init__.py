@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from flint.models import (
+    cpu_decode,
     deepseek_v2,
     deepseek_v3,
     glm4_moe,
@@ -64,19 +65,25 @@ def load_model(
     backend: ExpertBackend | None = None,
     expert_kernels: str = "auto",
     layer_devices: tuple[torch.device, ...] = (),
+    cpu_decode_step: bool = True,
 ) -> MoEModel:
     """Builds the model with every dense weight on ``device`` (or, with
     ``layer_devices``, each decoder layer's on its own device: several GPUs, see
     ``flint.models.split``); experts come from ``backend`` (default: all resident beside
     their layer, int8/int4 experts through torch's quantized kernels, or
     dequantize-then-matmul if ``expert_kernels`` is "dequant" or a kernel fails its
-    start-up probe)."""
+    start-up probe). ``cpu_decode_step``: decode one token at a time through the Rust
+    decode step where it applies (``flint.models.cpu_decode``: the CPU, fused expert
+    kernels, a standard-shape family), unless ``FLINT_CPU_DECODE_STEP=0``."""
     config = parse_config(source.config)
     place = Placement(device=device, dtype=dtype, layers=layer_devices)
     experts = (
         backend if backend is not None else resident_experts(config, source, place, expert_kernels)
     )
-    return MoEModel(config, source, place, experts, context_length)
+    model = MoEModel(config, source, place, experts, context_length)
+    if cpu_decode_step and cpu_decode.enabled():
+        model.decoder = cpu_decode.cpu_decoder(model)
+    return model
 
 
 __all__ = [

@@ -129,9 +129,6 @@ class MoEModel:
         if context_length < 1:
             raise ValueError(f"context_length must be >= 1, got {context_length}")
         self.config, self.place, self.experts = config, place, backend
-        # Set by flint.graphs: decodes one token (ids [1], position) -> logits [1, V]
-        # into this model's KV cache, replacing the layer loop below for that case.
-        self.decoder: Callable[[torch.Tensor, int], torch.Tensor] | None = None
         # Bytes a prompt's activations may take (None: a share of free memory), see
         # flint.models.prefill.
         self.activation_budget: int | None = None
@@ -176,6 +173,11 @@ class MoEModel:
             for i in range(config.num_layers)
         ]
         self.final_norm = norm_for(config)
+        # Decodes one token (ids [1], position) -> logits [1, V] into this model's KV
+        # cache, replacing the layer loop below for that case: the Rust CPU decode step
+        # (flint.models.cpu_decode, set by load_model where it applies) or the CUDA graph
+        # step (flint.graphs, set by flint.LLM).
+        self.decoder: Callable[[torch.Tensor, int], torch.Tensor] | None = None
         # Token ids after which the linear-attention states are checkpointed (set from
         # the tokenizer; see flint.models.qwen3_next.ANCHOR_TOKENS)
         self.anchor_tokens: frozenset[int] = frozenset()
