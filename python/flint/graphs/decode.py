@@ -122,6 +122,13 @@ class GraphDecoder:
         self.memory: Any = None  # the graphs' shared memory pool
         self.replays = 0
 
+    def warm_up(self) -> None:
+        """Compiles the kernels and captures the first span's graph now (at load), so
+        the first reply does not wait for it. It decodes a token at position 0, whose
+        keys and values any prompt overwrites (the cache's length is not advanced)."""
+        self(torch.zeros(1, dtype=torch.int64, device=self.device), 0)
+        torch.cuda.synchronize(self.device)
+
     def span(self, position: int) -> int:
         """Cache positions a step at ``position`` attends over (a multiple of SPAN_STEP)."""
         steps = position // SPAN_STEP + 1

@@ -55,5 +55,8 @@ def attach_decoder(model: MoEModel, mode: str) -> str | None:
         return why
     pools = expert_pools(model.experts)
     assert pools is not None
-    model.decoder = GraphDecoder(model, pools, capture=mode != "eager")
+    decoder = GraphDecoder(model, pools, capture=mode != "eager")
+    if decoder.capture:
+        decoder.warm_up()
+    model.decoder = decoder
     return None

@@ -7,7 +7,9 @@ file's bytes: this backend keeps each layer's experts as ``[E, slab_bytes]`` uin
 the GPU (what the VRAM expert cache holds too). A prompt's experts (many tokens each)
 are dequantized one expert at a time into the model dtype and multiplied by cuBLAS;
 a call of at most ``KERNEL_TOKENS`` tokens uses the slot-indexed kernels, so an
-eagerly launched decode step and a captured one compute alike.
+eagerly launched decode step and a captured one compute alike. A prompt's selected
+experts are dequantized a chunk at a time (a few torch ops per chunk, not per expert:
+one expert at a time, 30B-A3B int4 prefilled 512 tokens at 82 tok/s on the H200).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from flint.format.constants import SCALE_ALIGN
 from flint.format.reader import ExpertLayout
 from flint.graphs.moe_kernel import ExpertPool, moe_experts, slab_pool
 from flint.models.config import ModelConfig
@@ -23,6 +26,7 @@ from flint.models.moe import dispatch, expert_math
 from flint.models.quant_experts import PackedExpertSource
 
 KERNEL_TOKENS = 4  # calls of at most this many tokens use the slot-indexed kernels
+DEQUANT_BYTES = 256 << 20  # f32 bytes of the experts a prompt dequantizes at once
 
 
 class SlabResidentExperts:
@@ -50,18 +54,53 @@ class SlabResidentExperts:
                 layout.proj_offsets,
             )
 
-    def _dense(self, layer: int, expert: int, p: int) -> torch.Tensor:
-        return self.layout.weight(self.slabs[layer][expert], p).to(self.dtype)
+    def _dequantize(self, layer: int, experts: list[int]) -> list[tuple[torch.Tensor, ...]]:
+        """``experts``' three projections in the model dtype, dequantized together with
+        the file's rule (f32 ``q * scale``, then the cast, as ``ExpertLayout.weight``)."""
+        lay, slabs = self.layout, self.slabs[layer]
+        picked = slabs.index_select(0, torch.tensor(experts, device=slabs.device))
+        n = len(experts)
+        dense = []
+        for p in range(3):
+            rows, cols = lay.shapes[p]
+            raw = picked[:, lay.proj_offsets[p] : lay.proj_offsets[p] + lay.proj_bytes[p]]
+            if lay.scheme == "int8":
+                nbytes = rows * cols
+                at = nbytes + (-nbytes % SCALE_ALIGN)
+                q = raw[:, :nbytes].view(torch.int8).reshape(n, rows, cols)
+                scale = raw[:, at : at + rows * 4].view(torch.float32)
+                w = q.float() * scale[:, :, None]
+            else:
+                nbytes, groups = rows * cols // 2, cols // lay.group_size
+                at = nbytes + (-nbytes % SCALE_ALIGN)
+                packed = raw[:, :nbytes].reshape(n, rows, cols // 2)
+                lo = (packed & 0x0F).to(torch.int8) - 8
+                hi = (packed >> 4).to(torch.int8) - 8
+                q = torch.stack([lo, hi], dim=-1).reshape(n, rows, groups, lay.group_size)
+                scale = raw[:, at : at + rows * groups * 2].view(torch.bfloat16)
+                w = (q.float() * scale.reshape(n, rows, groups, 1).float()).reshape(n, rows, cols)
+            dense.append(w.to(self.dtype))
+        return [tuple(d[j] for d in dense) for j in range(n)]
 
     def __call__(
         self, layer: int, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor
     ) -> torch.Tensor:
         if x.shape[0] <= KERNEL_TOKENS and self.math.plain:
             return moe_experts(x, ids, weights, self.pools[layer])
-        m, dense = self.math, self._dense
+        m = self.math
+        selected = torch.unique(ids).tolist()  # ascending: the order dispatch runs them in
+        at = {e: i for i, e in enumerate(selected)}
+        per_expert = 4 * sum(r * c for r, c in self.layout.shapes)
+        chunk = max(1, DEQUANT_BYTES // per_expert)
+        held: dict[int, tuple[torch.Tensor, ...]] = {}
 
         def run(e: int, xs: torch.Tensor) -> torch.Tensor:  # [N, H] -> [N, H]
-            gate, up = F.linear(xs, dense(layer, e, 0)), F.linear(xs, dense(layer, e, 1))
-            return m.output(layer, e, F.linear(m.hidden(layer, e, gate, up), dense(layer, e, 2)))
+            if e not in held:
+                held.clear()
+                batch = selected[at[e] : at[e] + chunk]
+                held.update(zip(batch, self._dequantize(layer, batch), strict=True))
+            g, u, d = held[e]
+            hidden = m.hidden(layer, e, F.linear(xs, g), F.linear(xs, u))
+            return m.output(layer, e, F.linear(hidden, d))
 
         return dispatch(x, ids, weights, self.layout.n_experts, run)
