@@ -176,6 +176,17 @@ gpu10k() {
   python3 benches/graph_decode.py "$DATA/q12.ftw" --tokens 64 --reps 1 --modes on --profile
 }
 
+# Issue 10, last check of a session: the graph tests, then R0's pp512/tg128 rows on a
+# 12-layer model of the 30B-A3B geometry, graphs against the general eager path.
+gpu10r() {
+  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
+  python3 -m pytest tests/models/test_graphs.py -q -p no:cacheprovider --tb=short -rf -m gpu 2>&1 | tail -8
+  flint synth --geometry qwen3-30b-a3b --quant int4 --layers 12 -o "$DATA/q12.ftw" | tail -1
+  for g in auto off; do
+    timeout 60 flint bench "$DATA/q12.ftw" -p 512 -n 128 -r 2 --mode resident --graphs $g 2>&1 | tail -3
+  done
+}
+
 case $what in
   install) install ;;
   format) install; format ;;
@@ -192,5 +203,6 @@ case $what in
   gpu9) install; gpu9 ;;
   gpu10) install; gpu10 ;;
   gpu10k) install; gpu10k ;;
+  gpu10r) install; gpu10r ;;
 esac 2>&1 | tee "$OUT/gpu_box_$what.log"
 
