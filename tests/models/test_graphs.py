@@ -230,9 +230,11 @@ def test_slab_experts_prompt_equals_dequantizing_each_expert(
     per_expert = 4 * sum(r * c for r, c in layout.shapes)
     monkeypatch.setattr(slab_experts, "DEQUANT_BYTES", 2 * per_expert)
     torch.manual_seed(5)
-    x = torch.randn(9, config.hidden_size).bfloat16()
-    ids = torch.stack([torch.randperm(config.num_experts)[: config.top_k] for _ in range(9)])
-    w = torch.rand(9, config.top_k).bfloat16()
+    tokens = slab_experts.KERNEL_TOKENS + 3  # past the slot-indexed kernels' calls
+    x = torch.randn(tokens, config.hidden_size).bfloat16()
+    experts = config.num_experts
+    ids = torch.stack([torch.randperm(experts)[: config.top_k] for _ in range(tokens)])
+    w = torch.rand(tokens, config.top_k).bfloat16()
     got = backend(0, x, ids, w)
 
     def run(e: int, xs: torch.Tensor) -> torch.Tensor:
