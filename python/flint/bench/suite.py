@@ -87,9 +87,8 @@ def _describe(llm: LLM, info: dict[str, Any]) -> None:
     info.setdefault("device", str(llm.device))
     info.setdefault("dtype", str(llm.dtype).removeprefix("torch."))
     decoder = llm.model.decoder
-    if decoder is not None:  # the resident model's decode step (flint.graphs)
-        capture = getattr(decoder, "capture", False)
-        info.setdefault("decode", "CUDA graphs" if capture else "graph step, eager launches")
+    if decoder is not None:  # the resident model's one-token step (graphs, Rust CPU step)
+        info.setdefault("decode", str(getattr(decoder, "name", type(decoder).__name__)))
     backend = llm.expert_backend
     if isinstance(backend, StreamedExperts):
         plan = backend.plan

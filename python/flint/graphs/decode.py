@@ -122,6 +122,11 @@ class GraphDecoder:
         self.memory: Any = None  # the graphs' shared memory pool
         self.replays = 0
 
+    @property
+    def name(self) -> str:
+        """How bench and stats name this decode."""
+        return "CUDA graphs" if self.capture else "graph step, eager launches"
+
     def warm_up(self) -> None:
         """Compiles the kernels and captures the first span's graph now (at load), so
         the first reply does not wait for it. It decodes a token at position 0, whose

@@ -110,6 +110,8 @@ class CpuDecodeStep:
     """``step(ids [1], pos)`` -> logits [1, V] f32, advancing nothing: the caller
     (``MoEModel.forward``, as its ``decoder``) updates the cache's length and tokens."""
 
+    name = "Rust CPU decode step"  # how bench and stats name this decode
+
     def __init__(self, model: MoEModel) -> None:
         reason = unsupported(model)
         if reason is not None:
