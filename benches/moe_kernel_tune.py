@@ -20,6 +20,7 @@ import torch
 
 from flint.format.quant import encode_projection
 from flint.graphs import moe_kernel as mk
+from graph_decode import pool_bytes  # benches/ is the script's own folder
 
 HIDDEN, INTER, EXPERTS, TOP_K, GROUP = 2048, 768, 128, 8, 32
 
@@ -46,15 +47,6 @@ def pools(scheme: str, layers: int, device: torch.device) -> list[mk.ExpertPool]
     return out
 
 
-def expert_bytes(pool: mk.ExpertPool) -> int:
-    total = 0
-    for p in (pool.gate, pool.up, pool.down):
-        total += p.weights[0].numel() * p.weights.element_size()
-        if p.scales.data_ptr() != p.weights.data_ptr():
-            total += p.scales[0].numel() * p.scales.element_size()
-    return total
-
-
 def measure(layers: list[mk.ExpertPool], device: torch.device) -> float:
     x = torch.randn(1, HIDDEN, device=device).bfloat16()
     ids = torch.randperm(EXPERTS, device=device)[:TOP_K][None]
@@ -75,7 +67,7 @@ def measure(layers: list[mk.ExpertPool], device: torch.device) -> float:
     end.record()
     end.synchronize()
     seconds = start.elapsed_time(end) / 1e3 / 20
-    return len(layers) * TOP_K * expert_bytes(layers[0]) / seconds
+    return len(layers) * TOP_K * pool_bytes(layers[0]) / seconds
 
 
 def main() -> None:
