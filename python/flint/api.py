@@ -291,7 +291,7 @@ class LLM:
         if len(self.devices) > 1:
             layer_devices = _split(source, self.devices, self.dtype, ctx, expert_backend)
         cuda_graphs = graphs != "off" and expert_backend is None and self.device.type == "cuda"
-        if cuda_graphs and not layer_devices:
+        if cuda_graphs and not layer_devices and expert_kernels == "auto":
             from flint.graphs.setup import resident_backend  # imports Triton: CUDA only
 
             config = parse_config(source.config)
@@ -430,6 +430,11 @@ class LLM:
         backend_close = getattr(self.expert_backend, "close", None)
         if callable(backend_close):
             backend_close()
+        if self._model is not None:  # a graph decoder refers back to the model
+            decoder_close = getattr(self._model.decoder, "close", None)
+            if callable(decoder_close):
+                decoder_close()
+            self._model.decoder = None
         self._model = None
         close = getattr(self.source, "close", None)
         if callable(close):

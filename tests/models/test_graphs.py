@@ -244,6 +244,37 @@ def test_slab_experts_prompt_equals_dequantizing_each_expert(
     assert torch.equal(got, dispatch(x, ids, w, config.num_experts, run))
 
 
+def test_int4_groups_the_kernels_cannot_tile_are_refused() -> None:
+    from flint.graphs.moe_kernel import slab_unsupported
+
+    assert slab_unsupported("int4", 32) is None and slab_unsupported("int4", 2) is None
+    assert slab_unsupported("int8", 1) is None
+    for group in (6, 48, 2048):
+        why = slab_unsupported("int4", group)
+        assert why is not None and str(group) in why
+
+
+def test_closing_frees_a_model_with_a_decoder(tiny_ftw: dict[str, Path]) -> None:
+    """The decoder refers back to its model: close() breaks that, so the weights and
+    KV cache go at close, not at some later garbage collection."""
+    import gc
+    import weakref
+
+    gc.disable()
+    try:
+        llm = flint.LLM(tiny_ftw["qwen3_moe"], device="cpu", context_length=16)
+        model = llm.model
+        pools = expert_pools(model.experts)
+        assert pools is not None
+        model.decoder = GraphDecoder(model, pools, capture=False)
+        alive = weakref.ref(model)
+        del model, pools
+        llm.close()
+        assert alive() is None
+    finally:
+        gc.enable()
+
+
 def test_graph_modes_are_checked(tiny_ftw: dict[str, Path]) -> None:
     with pytest.raises(ValueError, match="graphs must be one of"):
         flint.LLM(tiny_ftw["qwen3_moe"], device="cpu", graphs="sometimes")
@@ -294,3 +325,20 @@ def test_captured_quantized_steps_follow_torch_kernels(
     assert runs["on"][0] == runs["off"][0]
     scale = runs["off"][1].abs().max().item()
     assert (runs["on"][1] - runs["off"][1]).abs().max().item() <= 0.05 * scale
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs two GPUs"
+)
+def test_a_model_on_the_second_gpu_decodes_through_graphs(tiny_ftw: dict[str, Path]) -> None:
+    """Triton launches and graph replays go to the current device: a model on cuda:1
+    (while cuda:0 is current) gives the tokens and logits it gives on cuda:0."""
+    prompt = [(7 * i + 3) % 300 + 2 for i in range(40)]
+    runs = []
+    for device in ("cuda:0", "cuda:1"):
+        with flint.LLM(tiny_ftw["qwen3_moe"], device=device, context_length=128) as llm:
+            assert isinstance(llm.model.decoder, GraphDecoder)
+            runs.append(_decode(llm.model, prompt, 16))
+    assert runs[0][0] == runs[1][0]
+    assert torch.equal(runs[0][1], runs[1][1])

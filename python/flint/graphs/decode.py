@@ -28,7 +28,14 @@ import torch
 import torch.nn.functional as F
 
 from flint.graphs import fused
-from flint.graphs.moe_kernel import ExpertPool, available, moe_experts, stacked_pool
+from flint.graphs.moe_kernel import (
+    ExpertPool,
+    available,
+    moe_experts,
+    on_device,
+    slab_unsupported,
+    stacked_pool,
+)
 from flint.graphs.slab_experts import SlabResidentExperts
 from flint.models.attention import Attention
 from flint.models.kv_cache import SplitKVCache
@@ -68,7 +75,9 @@ def unsupported(model: MoEModel, backend: object) -> str | None:
     if any(type(layer.attn) is not Attention for layer in model.layers):
         return f"{model.config.family}'s attention"
     if expert_pools(backend) is None:
-        return "experts that are not all resident"
+        layout = getattr(backend, "layout", None)  # quantized experts kept otherwise
+        why = None if layout is None else slab_unsupported(layout.scheme, layout.group_size)
+        return why or "experts that are not all resident"
     return None
 
 
@@ -132,7 +141,8 @@ class GraphDecoder:
         the first reply does not wait for it. It decodes a token at position 0, whose
         keys and values any prompt overwrites (the cache's length is not advanced)."""
         self(torch.zeros(1, dtype=torch.int64, device=self.device), 0)
-        torch.cuda.synchronize(self.device)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
 
     def span(self, position: int) -> int:
         """Cache positions a step at ``position`` attends over (a multiple of SPAN_STEP)."""
@@ -142,18 +152,24 @@ class GraphDecoder:
     def __call__(self, token: torch.Tensor, position: int) -> torch.Tensor:
         """Logits [1, V] (fp32) of ``token`` [1] at ``position``; writes its keys and
         values into the model's cache (the caller advances ``cache.length``)."""
-        self.token.copy_(token, non_blocking=True)
-        self.position.fill_(position)
-        span = self.span(position)
-        if not self.capture:
-            self._step(span)
+        with on_device(self.device):  # Triton and graph replay use the current device
+            self.token.copy_(token, non_blocking=True)
+            self.position.fill_(position)
+            span = self.span(position)
+            if not self.capture:
+                self._step(span)
+                return self.logits.clone()
+            graph = self.graphs.get(span)
+            if graph is None:
+                graph = self._record(span)
+            graph.replay()
+            self.replays += 1
             return self.logits.clone()
-        graph = self.graphs.get(span)
-        if graph is None:
-            graph = self._record(span)
-        graph.replay()
-        self.replays += 1
-        return self.logits.clone()
+
+    def close(self) -> None:
+        """Drops the graphs and their memory pool (the model drops its decoder)."""
+        self.graphs.clear()
+        self.memory = None
 
     def _record(self, span: int) -> Any:
         """Captures the step for ``span`` (after one eager run on a side stream, which
@@ -166,7 +182,12 @@ class GraphDecoder:
         graph = torch.cuda.CUDAGraph()
         if self.memory is None:
             self.memory = torch.cuda.graph_pool_handle()
-        with torch.cuda.graph(graph, pool=self.memory):
+        # captured on a stream of this device (torch's default capture stream belongs to
+        # whichever device asked first); errors from other threads' CUDA calls during
+        # the capture (a server's, another model's readers) are theirs, not the capture's
+        with torch.cuda.graph(
+            graph, pool=self.memory, stream=side, capture_error_mode="thread_local"
+        ):
             self._step(span)
         self.graphs[span] = graph
         return graph

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from flint.graphs.moe_kernel import on_device
 from flint.graphs.triton_kernels import head_rope_kernel, rms_norm_kernel, route_kernel, triton
 
 # T = tokens, H = hidden, N = heads, D = head dim, E = experts, K = top-k
@@ -23,7 +24,8 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """x [T, H] -> ``flint.models.norm.rms_norm(x, weight, eps)``."""
     x = x.contiguous()
     out = torch.empty_like(x)
-    rms_norm_kernel[(x.shape[0],)](x, weight, out, x.shape[1], eps, BLOCK=_block(x.shape[1]))
+    with on_device(x.device):
+        rms_norm_kernel[(x.shape[0],)](x, weight, out, x.shape[1], eps, BLOCK=_block(x.shape[1]))
     return out
 
 
@@ -44,10 +46,11 @@ def head_rope(
     """Normalises each head (when ``norm``), rotates it at ``position`` (when
     ``rotate``) and writes it into ``out``: a query buffer, or a KV cache row."""
     rot = cos.shape[-1] if rotate else 0
-    head_rope_kernel[(heads,)](
-        y, y if norm is None else norm, cos, sin, position, out, out_head, out_pos, dim, eps,
-        NORM=norm is not None, ROT=rot, BLOCK=_block(dim),
-    )  # fmt: skip
+    with on_device(y.device):
+        head_rope_kernel[(heads,)](
+            y, y if norm is None else norm, cos, sin, position, out, out_head, out_pos, dim,
+            eps, NORM=norm is not None, ROT=rot, BLOCK=_block(dim),
+        )  # fmt: skip
 
 
 def route(
@@ -58,8 +61,9 @@ def route(
     tokens, experts = logits.shape
     ids = torch.empty(tokens, top_k, dtype=torch.int64, device=logits.device)
     weights = torch.empty(tokens, top_k, dtype=dtype, device=logits.device)
-    route_kernel[(tokens,)](
-        logits.contiguous(), ids, weights, experts, TOPK=top_k, NORM=normalize,
-        BLOCK=_block(experts),
-    )  # fmt: skip
+    with on_device(logits.device):
+        route_kernel[(tokens,)](
+            logits.contiguous(), ids, weights, experts, TOPK=top_k, NORM=normalize,
+            BLOCK=_block(experts),
+        )  # fmt: skip
     return ids, weights

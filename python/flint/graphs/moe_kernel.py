@@ -19,6 +19,7 @@ torch path within rounding, and with themselves bit for bit (graph or eager laun
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,6 +48,20 @@ _DTYPES: dict[torch.dtype, Any] = (
 def available() -> str | None:
     """None when the kernels can run, else why not."""
     return None if triton is not None else "Triton is not installed"
+
+
+def slab_unsupported(scheme: str, group: int) -> str | None:
+    """Why the kernels cannot read experts of ``scheme`` (None: they can): an int4
+    tile holds whole groups in power-of-two shapes."""
+    if scheme == "int4" and (group < 2 or group & (group - 1) or group > GATE_UP_BLOCK[1]):
+        return f"int4 groups of {group} (the kernels take powers of two up to 1024)"
+    return None
+
+
+def on_device(device: torch.device) -> contextlib.AbstractContextManager[Any]:
+    """Makes ``device`` current where it is a GPU: Triton launches (and graph
+    replays) go to the current device's stream, not to their tensors' device."""
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
 
 
 @dataclass(slots=True, frozen=True)
@@ -153,6 +168,18 @@ def moe_experts(
     """sum over k of weights[t, k] * expert_{ids[t, k]}(x[t]) -> [T, H] in x's dtype.
     ``scratch``: the activations and per-rank outputs (given: fixed addresses)."""
     assert triton is not None, "check available() first"
+    with on_device(x.device):
+        return _launch(x, ids, weights, pool, scratch, out)
+
+
+def _launch(
+    x: torch.Tensor,
+    ids: torch.Tensor,
+    weights: torch.Tensor,
+    pool: ExpertPool,
+    scratch: tuple[torch.Tensor, torch.Tensor] | None,
+    out: torch.Tensor | None,
+) -> torch.Tensor:
     tokens, top_k = ids.shape
     h_dim, i_dim = pool.hidden, pool.inter
     if scratch is None:

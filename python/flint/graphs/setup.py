@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from flint.graphs import check_graph_mode
 from flint.graphs.decode import GraphDecoder, expert_pools, unsupported
-from flint.graphs.moe_kernel import available
+from flint.graphs.moe_kernel import available, slab_unsupported
 from flint.graphs.slab_experts import SlabResidentExperts
 from flint.models.config import ModelConfig
 from flint.models.loading import Placement
@@ -39,6 +39,8 @@ def resident_backend(
     layout = source.expert_layout
     if layout is None or layout.scheme not in ("int8", "int4"):
         return None
+    if slab_unsupported(layout.scheme, layout.group_size) is not None:
+        return None  # the usual quantized backend; attach_decoder says why, if asked
     return SlabResidentExperts(config, source, place)
 
 
