@@ -275,6 +275,28 @@ def test_closing_frees_a_model_with_a_decoder(tiny_ftw: dict[str, Path]) -> None
         gc.enable()
 
 
+def test_a_step_that_fails_to_start_leaves_the_model_eager(
+    tiny_ftw: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """auto: a kernel or capture the GPU refuses costs one line, not the load; on: the
+    error stands. (Run on the CPU with the device check and the warm-up stubbed.)"""
+    from flint.graphs import setup
+
+    def refuse(self: GraphDecoder) -> None:
+        raise RuntimeError("CUDA error: no kernel image is available\nmore")
+
+    monkeypatch.setattr(setup, "unsupported", lambda model, backend: None)
+    monkeypatch.setattr(GraphDecoder, "warm_up", refuse)
+    with flint.LLM(tiny_ftw["qwen3_moe"], device="cpu", context_length=16) as llm:
+        lines: list[str] = []
+        why = setup.attach_decoder(llm.model, "auto", notice=lines.append)
+        assert why == "CUDA error: no kernel image is available"
+        assert llm.model.decoder is None
+        assert lines == [f"flint: CUDA graph decode failed to start ({why}); decoding eagerly"]
+        with pytest.raises(RuntimeError, match="no kernel image"):
+            setup.attach_decoder(llm.model, "on", notice=lines.append)
+
+
 def test_graph_modes_are_checked(tiny_ftw: dict[str, Path]) -> None:
     with pytest.raises(ValueError, match="graphs must be one of"):
         flint.LLM(tiny_ftw["qwen3_moe"], device="cpu", graphs="sometimes")

@@ -10,6 +10,7 @@ from flint.models.config import ModelConfig
 from flint.models.loading import Placement
 from flint.models.moe import ExpertBackend
 from flint.models.quant_experts import PackedExpertSource
+from flint.models.quant_linear import Notice, stderr_notice
 from flint.models.transformer import MoEModel
 from flint.models.weights import WeightSource
 
@@ -44,9 +45,10 @@ def resident_backend(
     return SlabResidentExperts(config, source, place)
 
 
-def attach_decoder(model: MoEModel, mode: str) -> str | None:
+def attach_decoder(model: MoEModel, mode: str, notice: Notice = stderr_notice) -> str | None:
     """Gives ``model`` a graph decode step as ``mode`` says; returns why not when it
-    has none (mode "on" raises ValueError instead)."""
+    has none (mode "on" raises instead). In "auto", a step that fails to compile or
+    capture leaves the model eager, with one line to ``notice``."""
     check_graph_mode(mode)
     if mode == "off":
         return "graphs off"
@@ -59,6 +61,14 @@ def attach_decoder(model: MoEModel, mode: str) -> str | None:
     assert pools is not None
     decoder = GraphDecoder(model, pools, capture=mode != "eager")
     if decoder.capture:
-        decoder.warm_up()
+        try:
+            decoder.warm_up()
+        except Exception as err:  # a kernel or capture this GPU refuses: decode eagerly
+            if mode == "on":
+                raise
+            decoder.close()
+            reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            notice(f"flint: CUDA graph decode failed to start ({reason}); decoding eagerly")
+            return reason
     model.decoder = decoder
     return None
