@@ -16,8 +16,10 @@ from flint.format.quant import decode_projection, encode_projection
 from flint.graphs.decode import SPAN_STEP, GraphDecoder, expert_pools
 from flint.graphs.moe_kernel import moe_experts, slab_pool, stacked_pool
 from flint.graphs.setup import family_unsupported
-from flint.models.moe import weighted_sum
+from flint.models.moe import dispatch, weighted_sum
 from flint.models.transformer import MoEModel
+
+COVERED = ["qwen3_moe", "qwen2_moe", "mixtral", "olmoe", "glm4_moe", "gpt_oss"]
 
 
 def _reference(
@@ -91,6 +93,33 @@ def test_slot_kernels_follow_the_per_expert_path(scheme: str, tokens: int) -> No
     assert again.data_ptr() == out.data_ptr() and torch.equal(again, got)
 
 
+def test_slot_kernels_add_biases_and_clamp_as_gpt_oss() -> None:
+    """Expert biases and GPT-OSS's clamped activation: the kernels against
+    ``ExpertMath`` around torch's matmuls (bf16 stacks: the same roundings)."""
+    from flint.models.config import ExpertActivation
+    from flint.models.moe import ExpertBiases, ExpertMath
+
+    torch.manual_seed(4)
+    experts, inter, hidden, k, tokens = 5, 24, 72, 2, 3
+    g, u = (torch.randn(experts, inter, hidden).bfloat16() * 0.3 for _ in range(2))
+    d = torch.randn(experts, hidden, inter).bfloat16() * 0.3
+    b = ExpertBiases(*(torch.randn(experts, n).bfloat16() for n in (inter, inter, hidden)))
+    math = ExpertMath(ExpertActivation("gpt_oss", 1.702, 7.0), {0: b})
+    pool = stacked_pool(g, u, d).with_math(math, 0)
+    x = torch.randn(tokens, hidden).bfloat16() * 4  # some gates past the clamp
+    ids = torch.stack([torch.randperm(experts)[:k] for _ in range(tokens)])
+    w = torch.rand(tokens, k).bfloat16()
+    got = moe_experts(x, ids, w, pool)
+
+    def run(e: int, xs: torch.Tensor) -> torch.Tensor:
+        h = math.hidden(0, e, F.linear(xs, g[e]), F.linear(xs, u[e]))
+        return math.output(0, e, F.linear(h, d[e]))
+
+    want = dispatch(x, ids, w, experts, run)
+    err = ((got.float() - want.float()).norm() / want.float().norm()).item()
+    assert err <= 2e-3, err
+
+
 def test_fused_norm_rope_and_router_follow_torch() -> None:
     """The fused small ops against their torch counterparts: RMSNorm, per-head norm and
     (partial) RoPE written at a cache position, the softmax router (ids identical)."""
@@ -102,8 +131,9 @@ def test_fused_norm_rope_and_router_follow_torch() -> None:
     torch.manual_seed(3)
     x = torch.randn(3, 200).bfloat16()
     w = torch.randn(200).bfloat16()
-    got, want = fused.rms_norm(x, w, 1e-6), rms_norm(x, w, 1e-6)
-    assert (got.float() - want.float()).abs().max() <= 0.02 * want.float().abs().max()
+    for w32 in (False, True):
+        got, want = fused.rms_norm(x, w, 1e-6, w32), rms_norm(x, w, 1e-6, w32)
+        assert (got.float() - want.float()).abs().max() <= 0.02 * want.float().abs().max()
     heads, dim, ctx, at = 3, 48, 10, 7
     for rot, norm in ((48, torch.randn(dim).bfloat16()), (24, None)):
         y = torch.randn(heads * dim).bfloat16()
@@ -157,11 +187,11 @@ def _decode(model: MoEModel, prompt: list[int], steps: int) -> tuple[list[int], 
 
 def test_the_step_covers_the_standard_attention_families(tiny_ftw: dict[str, Path]) -> None:
     covered = _covered(tiny_ftw)
-    assert {"qwen3_moe", "qwen2_moe", "mixtral", "olmoe"} <= set(covered), covered
-    assert "gpt_oss" not in covered and "deepseek_v3" not in covered
+    assert {"qwen3_moe", "qwen2_moe", "mixtral", "olmoe", "glm4_moe", "gpt_oss"} <= set(covered)
+    assert "deepseek_v3" not in covered  # latent attention
 
 
-@pytest.mark.parametrize("family", ["qwen3_moe", "qwen2_moe", "mixtral", "olmoe", "glm4_moe"])
+@pytest.mark.parametrize("family", COVERED)
 def test_the_step_follows_the_eager_layer_loop(family: str, tiny_ftw: dict[str, Path]) -> None:
     """The fixed-address step (uncaptured, on the CPU) against the model's own decode:
     the same greedy tokens, logits within bf16 rounding, across a span boundary
@@ -310,7 +340,7 @@ def test_graph_modes_are_checked(tiny_ftw: dict[str, Path]) -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("family", ["qwen3_moe", "qwen2_moe", "mixtral", "olmoe", "glm4_moe"])
+@pytest.mark.parametrize("family", COVERED)
 def test_captured_and_eager_steps_are_bit_identical(family: str, tiny_ftw: dict[str, Path]) -> None:
     """64 greedy tokens through CUDA graphs and through the same step launched op by op:
     the same bits; several spans captured (the context crosses SPAN_STEP); the general

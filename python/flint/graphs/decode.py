@@ -40,8 +40,9 @@ from flint.graphs.slab_experts import SlabResidentExperts
 from flint.models.attention import Attention
 from flint.models.kv_cache import SplitKVCache
 from flint.models.moe import MoEBlock, ResidentExperts
-from flint.models.norm import Norm, rms_norm
+from flint.models.norm import Norm
 from flint.models.rope import apply_rope
+from flint.models.sink_attention import SinkAttention
 from flint.models.transformer import DecoderLayer, MoEModel
 
 # H = hidden, V = vocabulary, S = span of cache positions attended, D = head dim,
@@ -56,7 +57,9 @@ def expert_pools(backend: object) -> dict[int, ExpertPool] | None:
         return backend.pools
     if isinstance(backend, ResidentExperts):
         return {
-            layer: stacked_pool(backend.gate[layer], backend.up[layer], backend.down[layer])
+            layer: stacked_pool(
+                backend.gate[layer], backend.up[layer], backend.down[layer]
+            ).with_math(backend.math, layer)
             for layer in backend.gate
         }
     return None
@@ -72,7 +75,7 @@ def unsupported(model: MoEModel, backend: object) -> str | None:
         return "CUDA graphs need a CUDA device"
     if len(model.place.devices) > 1 or isinstance(model.cache, SplitKVCache):
         return "layers split across GPUs"
-    if any(type(layer.attn) is not Attention for layer in model.layers):
+    if any(type(layer.attn) not in (Attention, SinkAttention) for layer in model.layers):
         return f"{model.config.family}'s attention"
     if expert_pools(backend) is None:
         layout = getattr(backend, "layout", None)  # quantized experts kept otherwise
@@ -114,7 +117,8 @@ class GraphDecoder:
         )
         self.moe_out = torch.empty(1, cfg.hidden_size, dtype=model.place.dtype, device=device)
         # the small ops fused into one kernel each where the family's ops are the plain ones
-        self.fused_norm = model.final_norm is rms_norm
+        self.fused_norm = not cfg.norm_offset  # Qwen3-Next's 1 + w keeps torch's ops
+        self.norm_fp32 = cfg.norm_weight_fp32  # GPT-OSS: the weight multiplied in fp32
         self.fused_attention = cfg.qk_norm in ("per_head", "none") and cfg.clip_qkv is None
         self.fused_router = (
             cfg.group_router is None and not cfg.router_topk_first and not cfg.router_bias
@@ -125,7 +129,7 @@ class GraphDecoder:
         self.qkv: dict[int, tuple[torch.Tensor, torch.Tensor | None]] = {}
         if self.fused_attention:
             for layer in model.layers:
-                assert isinstance(layer.attn, Attention)
+                assert isinstance(layer.attn, Attention)  # SinkAttention is one too
                 self.qkv[layer.index] = stack_qkv(layer.attn)
         self.graphs: dict[int, Any] = {}  # span -> torch.cuda.CUDAGraph
         self.memory: Any = None  # the graphs' shared memory pool
@@ -205,7 +209,9 @@ class GraphDecoder:
         self.logits.copy_(F.linear(normed, model.lm_head))
 
     def _norm(self, norm: Norm, x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
-        return fused.rms_norm(x, w, eps) if self.fused_norm else norm(x, w, eps)
+        if self.fused_norm:
+            return fused.rms_norm(x, w, eps, self.norm_fp32)
+        return norm(x, w, eps)
 
     def _layer(
         self,
@@ -217,11 +223,7 @@ class GraphDecoder:
         span: int,
     ) -> torch.Tensor:
         xs = self._norm(layer.norm, x, layer.input_norm, layer.eps)
-        assert isinstance(layer.attn, Attention)
-        if self.fused_attention:
-            h = x + self._attention_fused(layer.attn, xs, mask, span)
-        else:
-            h = x + self._attention(layer.attn, xs, cos, sin, mask, span)
+        h = x + self._attention(layer.attn, xs, cos, sin, mask, span)
         normed = self._norm(layer.norm, h, layer.post_norm, layer.eps)
         mlp = layer.mlp
         if not isinstance(mlp, MoEBlock):
@@ -238,11 +240,39 @@ class GraphDecoder:
             out = out + mlp._shared(normed)
         return h + out
 
-    def _attention_fused(
-        self, attn: Attention, x: torch.Tensor, mask: torch.Tensor, span: int
+    def _attention(
+        self,
+        attn: object,
+        x: torch.Tensor,  # [1, H]
+        cos: torch.Tensor,  # [1, R]
+        sin: torch.Tensor,
+        mask: torch.Tensor,  # [1, S]
+        span: int,
     ) -> torch.Tensor:
-        """``_attention`` with each head's norm and RoPE in one kernel per projection,
-        keys and values written straight into the cache row."""
+        """The layer's attention for the token at ``position``: its key and value
+        written into the cache row, the query against the span's filled positions."""
+        assert isinstance(attn, Attention)
+        cfg, cache = attn.cfg, self.model.cache
+        if self.fused_attention:
+            q = self._project_fused(attn, x)
+        else:
+            q = self._project(attn, x, cos, sin)
+        keys, values = cache.keys[attn.layer], cache.values[attn.layer]  # [Nkv, ctx, D]
+        if isinstance(attn, SinkAttention):
+            out = self._attend_with_sinks(attn, q, keys[:, :span], values[:, :span], span)
+        else:
+            out = F.scaled_dot_product_attention(
+                q.unsqueeze(0),
+                keys[:, :span].unsqueeze(0),
+                values[:, :span].unsqueeze(0),
+                attn_mask=mask,
+                enable_gqa=cfg.num_heads != cfg.num_kv_heads,
+            )[0]  # [Nq, 1, D]
+        return F.linear(out.transpose(0, 1).reshape(1, -1), attn.o_w, attn.o_b)
+
+    def _project_fused(self, attn: Attention, x: torch.Tensor) -> torch.Tensor:
+        """q [Nq, 1, D] (each head normed and rotated in one kernel per projection); the
+        key and value go straight into the cache row."""
         cfg, cache, pos = attn.cfg, self.model.cache, self.position
         heads, kv_heads, dim, eps = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.rms_norm_eps
         cos, sin = self.cos_table, self.sin_table
@@ -257,36 +287,41 @@ class GraphDecoder:
         v_head, v_pos = values.stride(0), values.stride(1)
         y_v = y[k_end:]
         fused.head_rope(y_v, None, cos, sin, pos, values, v_head, v_pos, kv_heads, dim, eps, False)
-        out = F.scaled_dot_product_attention(
-            q.unsqueeze(0),
-            keys[:, :span].unsqueeze(0),
-            values[:, :span].unsqueeze(0),
-            attn_mask=mask,
-            enable_gqa=heads != kv_heads,
-        )  # [1, Nq, 1, D]
-        return F.linear(out[0].transpose(0, 1).reshape(1, -1), attn.o_w, attn.o_b)
+        return q
 
-    def _attention(
-        self,
-        attn: Attention,
-        x: torch.Tensor,  # [1, H]
-        cos: torch.Tensor,
-        sin: torch.Tensor,
-        mask: torch.Tensor,  # [1, S]
-        span: int,
+    def _project(
+        self, attn: Attention, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
     ) -> torch.Tensor:
-        cfg, cache = attn.cfg, self.model.cache
+        """``_project_fused`` through the attention's own torch ops (a q/k norm over all
+        heads, clipping)."""
+        cache = self.model.cache
         q = apply_rope(attn._project(x, attn.q_w, attn.q_b, attn.q_norm), cos, sin)  # [Nq, 1, D]
         k = apply_rope(attn._project(x, attn.k_w, attn.k_b, attn.k_norm), cos, sin)
         v = attn._project(x, attn.v_w, attn.v_b, None)  # [Nkv, 1, D]
-        keys, values = cache.keys[attn.layer], cache.values[attn.layer]  # [Nkv, ctx, D]
-        keys.index_copy_(1, self.position, k)
-        values.index_copy_(1, self.position, v)
-        out = F.scaled_dot_product_attention(
-            q.unsqueeze(0),
-            keys[:, :span].unsqueeze(0),
-            values[:, :span].unsqueeze(0),
-            attn_mask=mask,
-            enable_gqa=cfg.num_heads != cfg.num_kv_heads,
-        )  # [1, Nq, 1, D]
-        return F.linear(out[0].transpose(0, 1).reshape(1, -1), attn.o_w, attn.o_b)
+        cache.keys[attn.layer].index_copy_(1, self.position, k)
+        cache.values[attn.layer].index_copy_(1, self.position, v)
+        return q
+
+    def _attend_with_sinks(
+        self,
+        attn: SinkAttention,
+        q: torch.Tensor,  # [Nq, 1, D]
+        keys: torch.Tensor,  # [Nkv, S, D]
+        values: torch.Tensor,  # [Nkv, S, D]
+        span: int,
+    ) -> torch.Tensor:
+        """GPT-OSS attention for one query (``SinkAttention._attend``'s ops) over the
+        span, the positions after the token or outside its window masked."""
+        positions = self.positions[:span]
+        visible = positions <= self.position  # [S]
+        if attn.window:
+            visible = visible & (positions > self.position - attn.window)
+        nkv, dim = keys.shape[0], keys.shape[2]
+        qg = q.view(nkv, -1, 1, dim)  # [Nkv, G, 1, D]
+        scores = torch.matmul(qg, keys.unsqueeze(1).transpose(2, 3)) * attn.scale  # [Nkv, G, 1, S]
+        scores = scores.masked_fill(~visible, float("-inf"))
+        sinks = attn.sinks.view(nkv, -1, 1, 1)  # [Nkv, G, 1, 1]
+        logits = torch.cat([scores, sinks], dim=-1)
+        logits = logits - logits.max(dim=-1, keepdim=True).values
+        probs = F.softmax(logits, dim=-1, dtype=logits.dtype)[..., :-1].to(values.dtype)
+        return torch.matmul(probs, values.unsqueeze(1)).view(-1, 1, dim)  # [Nq, 1, D]

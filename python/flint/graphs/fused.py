@@ -20,12 +20,15 @@ def _block(n: int) -> int:
     return int(triton.next_power_of_2(n))
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """x [T, H] -> ``flint.models.norm.rms_norm(x, weight, eps)``."""
+def rms_norm(
+    x: torch.Tensor, weight: torch.Tensor, eps: float, weight_in_fp32: bool = False
+) -> torch.Tensor:
+    """x [T, H] -> ``flint.models.norm.rms_norm(x, weight, eps, weight_in_fp32)``."""
     x = x.contiguous()
     out = torch.empty_like(x)
+    n = x.shape[1]
     with on_device(x.device):
-        rms_norm_kernel[(x.shape[0],)](x, weight, out, x.shape[1], eps, BLOCK=_block(x.shape[1]))
+        rms_norm_kernel[(x.shape[0],)](x, weight, out, n, eps, BLOCK=_block(n), W32=weight_in_fp32)
     return out
 
 

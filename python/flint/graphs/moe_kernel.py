@@ -20,18 +20,20 @@ torch path within rounding, and with themselves bit for bit (graph or eager laun
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 
 from flint.format.constants import SCALE_ALIGN
 from flint.graphs.triton_kernels import down_kernel, gate_up_kernel, ranked_sum_kernel, triton
+from flint.models.moe import ExpertMath
 
 # T = tokens, H = hidden, I = expert intermediate, E = experts, K = top-k
 
 RAW, INT8, INT4 = 0, 1, 2
 SCHEMES = {"raw": RAW, "int8": INT8, "int4": INT4}
+ACTIVATIONS = {"swiglu": 0, "gpt_oss": 1}  # flint.models.config.ExpertActivation kinds
 
 
 _DTYPES: dict[torch.dtype, Any] = (
@@ -82,7 +84,9 @@ class Projection:
 
 @dataclass(slots=True, frozen=True)
 class ExpertPool:
-    """A layer's experts in one of the layouts above: gate and up [I, H], down [H, I]."""
+    """A layer's experts in one of the layouts above: gate and up [I, H], down [H, I];
+    with ``biases`` (gate and up [E, I], down [E, H]) and an activation: SwiGLU, or
+    GPT-OSS's clamped one (``act`` 1, with ``alpha`` and ``limit``)."""
 
     scheme: int
     group: int  # int4 group size (1 otherwise)
@@ -91,6 +95,17 @@ class ExpertPool:
     gate: Projection
     up: Projection
     down: Projection
+    biases: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+    act: int = 0
+    alpha: float = 0.0
+    limit: float = 0.0
+
+    def with_math(self, math: ExpertMath, layer: int) -> ExpertPool:
+        """This pool with ``math``'s biases for ``layer`` and its activation."""
+        b = math.biases.get(layer)
+        biases = None if b is None else (b.gate, b.up, b.down)
+        act = ACTIVATIONS[math.act.kind]
+        return replace(self, biases=biases, act=act, alpha=math.act.alpha, limit=math.act.limit)
 
     @property
     def experts(self) -> int:
@@ -136,7 +151,8 @@ def slab_pool(
         return Projection(weights, stride, w_row, scales, stride // s_size, s_row)
 
     (inter, hidden) = shapes[0]
-    return ExpertPool(code, group if code == INT4 else 1, hidden, inter, *map(proj, range(3)))
+    gate, up, down = (proj(p) for p in range(3))
+    return ExpertPool(code, group if code == INT4 else 1, hidden, inter, gate, up, down)
 
 
 # Block shapes (rows x columns of a weight tile), one program per tile row block: at
@@ -192,16 +208,19 @@ def _launch(
         out = torch.empty(tokens, h_dim, dtype=x.dtype, device=x.device)
     x, ids, weights = x.contiguous(), ids.contiguous(), weights.contiguous()
     pairs, code, group = tokens * top_k, pool.scheme, pool.group
+    gate_b, up_b, down_b = pool.biases or (x, x, x)  # x: never read without biases
+    has_bias = pool.biases is not None
     bn, bk, warps = GATE_UP_BLOCK
     gate_up_kernel[(pairs, triton.cdiv(i_dim, bn))](
-        x, ids, hidden, *_args(pool.gate), *_args(pool.up), h_dim, i_dim,
-        TOPK=top_k, SCHEME=code, GROUP=group, BN=bn, BK=_cols(bk, group), num_warps=warps,
+        x, ids, hidden, *_args(pool.gate), *_args(pool.up), gate_b, up_b, h_dim, i_dim,
+        pool.alpha, pool.limit, TOPK=top_k, SCHEME=code, GROUP=group, BN=bn,
+        BK=_cols(bk, group), HAS_BIAS=has_bias, ACT=pool.act, num_warps=warps,
     )  # fmt: skip
     bn, bk, warps = DOWN_BLOCK
     down_kernel[(pairs, triton.cdiv(h_dim, bn))](
-        hidden, ids, per_rank, *_args(pool.down), h_dim, i_dim,
+        hidden, ids, per_rank, *_args(pool.down), down_b, h_dim, i_dim,
         OUT=_DTYPES[x.dtype], SCHEME=code, GROUP=group, BN=bn, BK=_cols(bk, group),
-        num_warps=warps,
+        HAS_BIAS=has_bias, num_warps=warps,
     )  # fmt: skip
     ranked_sum_kernel[(tokens, triton.cdiv(h_dim, SUM_BLOCK))](
         per_rank, weights, out, h_dim, TOPK=top_k, BS=SUM_BLOCK

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from flint.graphs import check_graph_mode
 from flint.graphs.decode import GraphDecoder, expert_pools, unsupported
-from flint.graphs.moe_kernel import available, slab_unsupported
+from flint.graphs.moe_kernel import ACTIVATIONS, available, slab_unsupported
 from flint.graphs.slab_experts import SlabResidentExperts
 from flint.models.config import ModelConfig
 from flint.models.loading import Placement
@@ -19,10 +19,10 @@ def family_unsupported(config: ModelConfig) -> str | None:
     """Why ``config``'s family has no graph step (None: it has one)."""
     if config.linear_attention:
         return f"{config.family}'s linear-attention layers"
-    if config.mla is not None or config.attention_sinks or config.attn_output_gate:
+    if config.mla is not None or config.attn_output_gate:
         return f"{config.family}'s attention"
-    if config.expert_act.kind != "swiglu" or config.expert_bias:
-        return f"{config.family}'s experts (biases or a clamped activation)"
+    if config.expert_act.kind not in ACTIVATIONS:
+        return f"{config.family}'s expert activation {config.expert_act.kind!r}"
     return available()
 
 

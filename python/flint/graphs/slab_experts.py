@@ -56,7 +56,7 @@ class SlabResidentExperts:
                 layout.group_size,
                 layout.shapes,
                 layout.proj_offsets,
-            )
+            ).with_math(self.math, layer)
 
     def _dequantize(self, layer: int, experts: list[int]) -> list[tuple[torch.Tensor, ...]]:
         """``experts``' three projections in the model dtype, dequantized together with
@@ -89,7 +89,7 @@ class SlabResidentExperts:
     def __call__(
         self, layer: int, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor
     ) -> torch.Tensor:
-        if x.shape[0] <= KERNEL_TOKENS and self.math.plain:
+        if x.shape[0] <= KERNEL_TOKENS:
             return moe_experts(x, ids, weights, self.pools[layer])
         m = self.math
         selected = torch.unique(ids).tolist()  # ascending: the order dispatch runs them in

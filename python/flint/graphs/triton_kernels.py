@@ -99,15 +99,24 @@ if triton is not None:
         us_ptr,
         us_e,
         us_r,
+        gb_ptr,
+        ub_ptr,
         hid,
         inter,
+        alpha,
+        limit,
         TOPK: tl.constexpr,
         SCHEME: tl.constexpr,
         GROUP: tl.constexpr,
         BN: tl.constexpr,
         BK: tl.constexpr,
+        HAS_BIAS: tl.constexpr,
+        ACT: tl.constexpr,
     ):
-        """h[pair, rows] = silu(gate(x)) * up(x) for one (token, rank) pair."""
+        """h[pair, rows] = act(gate(x) (+ bias), up(x) (+ bias)) for one (token, rank)
+        pair: ``ACT`` 0 is SwiGLU, ``silu(gate) * up``; 1 is GPT-OSS's, gate clamped
+        above at ``limit``, up to [-limit, limit], ``(up + 1) * gate * sigmoid(alpha *
+        gate)``; each op rounded as ``flint.models.mlp.activate`` rounds it."""
         pair = tl.program_id(0)
         token = pair // TOPK
         expert = tl.load(ids_ptr + pair).to(tl.int64)
@@ -125,8 +134,22 @@ if triton is not None:
         out_type = h_ptr.dtype.element_ty
         gate = _round(gate, out_type)  # F.linear's output dtype
         up = _round(up, out_type)
-        silu = _round(gate / (1.0 + tl.exp(-gate)), out_type)
-        tl.store(h_ptr + pair * inter + rows, _round(silu * up, out_type).to(out_type), mask=row_ok)
+        if HAS_BIAS:
+            at = expert * inter + rows
+            gate = _round(
+                gate + tl.load(gb_ptr + at, mask=row_ok, other=0.0).to(tl.float32), out_type
+            )
+            up = _round(up + tl.load(ub_ptr + at, mask=row_ok, other=0.0).to(tl.float32), out_type)
+        if ACT == 0:
+            silu = _round(gate / (1.0 + tl.exp(-gate)), out_type)
+            h = _round(silu * up, out_type)
+        else:
+            gate = tl.minimum(gate, limit)
+            up = tl.minimum(tl.maximum(up, -limit), limit)
+            scaled = _round(gate * alpha, out_type)
+            glu = _round(gate * _round(1.0 / (1.0 + tl.exp(-scaled)), out_type), out_type)
+            h = _round(_round(up + 1.0, out_type) * glu, out_type)
+        tl.store(h_ptr + pair * inter + rows, h.to(out_type), mask=row_ok)
 
     @triton.jit
     def down_kernel(
@@ -139,6 +162,7 @@ if triton is not None:
         ds_ptr,
         ds_e,
         ds_r,
+        db_ptr,
         hid,
         inter,
         OUT: tl.constexpr,
@@ -146,8 +170,9 @@ if triton is not None:
         GROUP: tl.constexpr,
         BN: tl.constexpr,
         BK: tl.constexpr,
+        HAS_BIAS: tl.constexpr,
     ):
-        """y[pair, rows] (fp32, rounded to the model dtype) = down(h[pair])."""
+        """y[pair, rows] (fp32, rounded to the model dtype) = down(h[pair]) (+ bias)."""
         pair = tl.program_id(0)
         expert = tl.load(ids_ptr + pair).to(tl.int64)
         rows = tl.program_id(1) * BN + tl.arange(0, BN)
@@ -156,7 +181,11 @@ if triton is not None:
             d_ptr + expert * d_we, ds_ptr + expert * ds_e, d_wr, ds_r, h_ptr + pair * inter,
             rows, row_ok, inter, SCHEME, GROUP, BN, BK,
         )  # fmt: skip
-        tl.store(y_ptr + pair * hid + rows, _round(y, OUT), mask=row_ok)
+        y = _round(y, OUT)
+        if HAS_BIAS:
+            bias = tl.load(db_ptr + expert * hid + rows, mask=row_ok, other=0.0)
+            y = _round(y + bias.to(tl.float32), OUT)
+        tl.store(y_ptr + pair * hid + rows, y, mask=row_ok)
 
     @triton.jit
     def ranked_sum_kernel(y_ptr, rw_ptr, out_ptr, hid, TOPK: tl.constexpr, BS: tl.constexpr):
@@ -173,14 +202,17 @@ if triton is not None:
         tl.store(out_ptr + token * hid + cols, _round(total, out_type).to(out_type), mask=ok)
 
     @triton.jit
-    def rms_norm_kernel(x_ptr, w_ptr, out_ptr, n, eps, BLOCK: tl.constexpr):
-        """One row: ``w * (x / rms(x)).to(dtype)`` as ``flint.models.norm.rms_norm``."""
+    def rms_norm_kernel(x_ptr, w_ptr, out_ptr, n, eps, BLOCK: tl.constexpr, W32: tl.constexpr):
+        """One row as ``flint.models.norm.rms_norm``: ``w * (x / rms(x)).to(dtype)``, or
+        with ``W32`` (GPT-OSS) the weight multiplied in fp32 before the one cast."""
         row = tl.program_id(0)
         cols = tl.arange(0, BLOCK)
         ok = cols < n
         x = tl.load(x_ptr + row * n + cols, mask=ok, other=0.0).to(tl.float32)
         out_type = out_ptr.dtype.element_ty
-        normed = _round(x * (1.0 / tl.sqrt(tl.sum(x * x, axis=0) / n + eps)), out_type)
+        normed = x * tl.rsqrt(tl.sum(x * x, axis=0) / n + eps)
+        if not W32:
+            normed = _round(normed, out_type)
         w = tl.load(w_ptr + cols, mask=ok, other=0.0).to(tl.float32)
         tl.store(out_ptr + row * n + cols, _round(w * normed, out_type).to(out_type), mask=ok)
 
