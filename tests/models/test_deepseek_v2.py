@@ -324,3 +324,25 @@ def test_layers_split_over_two_devices_give_the_same_logits(
         for ids in ([5, 17, 250, 3, 99, 4, 8], [11], [42]):
             want = whole.model.forward(torch.tensor(ids), all_logits=True)
             assert torch.equal(split.model.forward(torch.tensor(ids), all_logits=True), want)
+
+
+def test_the_graph_step_follows_the_eager_layer_loop(variant: tuple[Path, Any]) -> None:
+    """Latent attention with each rope variant (pairs kept in fp32, plain), low- and
+    full-rank queries, group routers, dense first layers: the CUDA graph step (run
+    uncaptured on the CPU, its kernels in Triton's interpreter) gives the eager loop's
+    greedy tokens, logits within bf16 rounding."""
+    from test_graphs import _decode
+
+    from flint.graphs.decode import GraphDecoder, expert_pools
+
+    path, _ = variant
+    with flint.LLM(path, device="cpu", dtype="bfloat16", context_length=64) as llm:
+        model = llm.model
+        prompt = list(range(40, 77))
+        want_tokens, want = _decode(model, prompt, 8)
+        pools = expert_pools(model.experts)
+        assert pools is not None
+        model.decoder = GraphDecoder(model, pools, capture=False)
+        got_tokens, got = _decode(model, prompt, 8)
+    assert got_tokens == want_tokens
+    assert (got - want).abs().max().item() <= 0.03 * want.abs().max().item()

@@ -39,8 +39,9 @@ from flint.graphs.moe_kernel import (
 from flint.graphs.slab_experts import SlabResidentExperts
 from flint.models.attention import Attention
 from flint.models.kv_cache import SplitKVCache
+from flint.models.mla import LATENT_EPS, LatentAttention
 from flint.models.moe import MoEBlock, ResidentExperts
-from flint.models.norm import Norm
+from flint.models.norm import Norm, rms_norm
 from flint.models.rope import apply_rope
 from flint.models.sink_attention import SinkAttention
 from flint.models.transformer import DecoderLayer, MoEModel
@@ -75,7 +76,8 @@ def unsupported(model: MoEModel, backend: object) -> str | None:
         return "CUDA graphs need a CUDA device"
     if len(model.place.devices) > 1 or isinstance(model.cache, SplitKVCache):
         return "layers split across GPUs"
-    if any(type(layer.attn) not in (Attention, SinkAttention) for layer in model.layers):
+    kinds = (Attention, SinkAttention, LatentAttention)
+    if any(type(layer.attn) not in kinds for layer in model.layers):
         return f"{model.config.family}'s attention"
     if expert_pools(backend) is None:
         layout = getattr(backend, "layout", None)  # quantized experts kept otherwise
@@ -129,8 +131,8 @@ class GraphDecoder:
         self.qkv: dict[int, tuple[torch.Tensor, torch.Tensor | None]] = {}
         if self.fused_attention:
             for layer in model.layers:
-                assert isinstance(layer.attn, Attention)  # SinkAttention is one too
-                self.qkv[layer.index] = stack_qkv(layer.attn)
+                if isinstance(layer.attn, Attention):  # SinkAttention is one too
+                    self.qkv[layer.index] = stack_qkv(layer.attn)
         self.graphs: dict[int, Any] = {}  # span -> torch.cuda.CUDAGraph
         self.memory: Any = None  # the graphs' shared memory pool
         self.replays = 0
@@ -251,6 +253,8 @@ class GraphDecoder:
     ) -> torch.Tensor:
         """The layer's attention for the token at ``position``: its key and value
         written into the cache row, the query against the span's filled positions."""
+        if isinstance(attn, LatentAttention):
+            return self._latent_attention(attn, x, cos, sin, mask, span)
         assert isinstance(attn, Attention)
         cfg, cache = attn.cfg, self.model.cache
         if self.fused_attention:
@@ -325,3 +329,39 @@ class GraphDecoder:
         logits = logits - logits.max(dim=-1, keepdim=True).values
         probs = F.softmax(logits, dim=-1, dtype=logits.dtype)[..., :-1].to(values.dtype)
         return torch.matmul(probs, values.unsqueeze(1)).view(-1, 1, dim)  # [Nq, 1, D]
+
+    def _latent_attention(
+        self,
+        attn: LatentAttention,
+        x: torch.Tensor,  # [1, H]
+        cos: torch.Tensor,  # [1, Dr]
+        sin: torch.Tensor,
+        mask: torch.Tensor,  # [1, S]
+        span: int,
+    ) -> torch.Tensor:
+        """DeepSeek's latent attention (``LatentAttention.__call__``'s ops): the latent
+        and rotated shared key written into the cache row, the span's latents expanded
+        into keys and values."""
+        m, cache = attn.m, self.model.cache
+        q_pass, q_rot = torch.split(attn._queries(x), [m.qk_nope_head_dim, m.qk_rope_head_dim], -1)
+        query = torch.cat((q_pass, attn._rope(q_rot, cos, sin)), dim=-1)  # [N, 1, Dn+Dr]
+        compressed = F.linear(x, attn.kv_a_w, attn.kv_a_b)  # [1, R+Dr]
+        latent, k_rot = torch.split(compressed, [m.kv_lora_rank, m.qk_rope_head_dim], -1)
+        latent = rms_norm(latent, attn.kv_a_norm, LATENT_EPS)  # [1, R]
+        k_rot = attn._rope(k_rot.unsqueeze(0), cos, sin)  # [1, 1, Dr]
+        latents, k_rots = cache.keys[attn.layer], cache.values[attn.layer]  # [1, ctx, *]
+        latents.index_copy_(1, self.position, latent.unsqueeze(0))
+        k_rots.index_copy_(1, self.position, k_rot)
+        kv = F.linear(latents[0, :span], attn.kv_b_w)  # [S, N*(Dn+Dv)]
+        kv = kv.view(span, attn.heads, -1).transpose(0, 1)  # [N, S, Dn+Dv]
+        k_nope, values = torch.split(kv, [m.qk_nope_head_dim, m.v_head_dim], -1)
+        shared = k_rots[:, :span].expand(attn.heads, -1, -1)  # [N, S, Dr]
+        keys = torch.cat((k_nope, shared), dim=-1)  # [N, S, Dn+Dr]
+        out = F.scaled_dot_product_attention(
+            query.unsqueeze(0),
+            keys.unsqueeze(0),
+            values.unsqueeze(0),
+            attn_mask=mask,
+            scale=m.softmax_scale,
+        )  # [1, N, 1, Dv]
+        return F.linear(out[0].transpose(0, 1).reshape(1, -1), attn.o_w, attn.o_b)

@@ -19,7 +19,7 @@ def family_unsupported(config: ModelConfig) -> str | None:
     """Why ``config``'s family has no graph step (None: it has one)."""
     if config.linear_attention:
         return f"{config.family}'s linear-attention layers"
-    if config.mla is not None or config.attn_output_gate:
+    if config.attn_output_gate:
         return f"{config.family}'s attention"
     if config.expert_act.kind not in ACTIVATIONS:
         return f"{config.family}'s expert activation {config.expert_act.kind!r}"
