@@ -126,7 +126,7 @@ def _meta(setup: Setup, out: Outcome) -> dict[str, Any]:
         "cache_gib": info.get("cache_gib"),
         "experts_gib": info.get("experts_gib"),
         "io_mode": info.get("io_mode"),
-        "decode": info.get("decode", "eager"),
+        "decode": info.get("decode", "layer loop"),
         "graphs": setup.graphs,
         "engine": {
             "lookahead": e.lookahead,
@@ -160,7 +160,7 @@ def _header(doc: dict[str, Any]) -> str:
         f"model {Path(doc['model']).name} (experts {doc['experts']})",
         f"{doc['device']} {doc['dtype']}, {doc['threads']} threads",
     ]
-    if doc.get("decode") and doc["decode"] != "eager":
+    if doc.get("decode") and doc["decode"] != "layer loop":
         parts.append(f"resident decode: {doc['decode']}")
     if doc["slots_per_layer"] is not None:
         e = doc["engine"]

@@ -86,10 +86,9 @@ def _describe(llm: LLM, info: dict[str, Any]) -> None:
     info.setdefault("experts", "checkpoint" if layout is None else layout.scheme)
     info.setdefault("device", str(llm.device))
     info.setdefault("dtype", str(llm.dtype).removeprefix("torch."))
-    decoder = llm.model.decoder
-    if decoder is not None:  # the resident model's one-token step (graphs, Rust CPU step)
-        info.setdefault("decode", str(getattr(decoder, "name", type(decoder).__name__)))
     backend = llm.expert_backend
+    if not isinstance(backend, StreamedExperts):  # the resident mode's one-token step
+        info.setdefault("decode", llm.model.decode_path)
     if isinstance(backend, StreamedExperts):
         plan = backend.plan
         info.setdefault("slots_per_layer", plan.slots_per_layer)

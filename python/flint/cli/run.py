@@ -68,6 +68,7 @@ def stats_dict(llm: LLM, model: Path, load_s: float, finish_reason: str) -> dict
         "context_length": llm.model.context_length,
         "experts": _experts_scheme(llm),
         "expert_kernel": expert_kernel(llm),
+        "decode": llm.model.decode_path,
         "load_s": round(load_s, 3),
         "finish_reason": finish_reason,
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),

@@ -207,6 +207,14 @@ class MoEModel:
         )
 
     @property
+    def decode_path(self) -> str:
+        """How a one-token forward runs: the decoder's name (CUDA graphs, the Rust CPU
+        decode step), or "layer loop"."""
+        if self.decoder is None:
+            return "layer loop"
+        return str(getattr(self.decoder, "name", type(self.decoder).__name__))
+
+    @property
     def context_length(self) -> int:
         return self.cache.context_length
 
