@@ -187,6 +187,25 @@ gpu10r() {
   done
 }
 
+# Next session's first GPU run (what 2026-11-29's last changes could not run on a GPU):
+# the graph tests (GPT-OSS and DeepSeek now covered; the cuda:1 test on 2 GPUs), the
+# suites whose resident sides use --graphs off, R0 after the review fixes, R0's
+# pp512/ttft after the chunked prompt dequantization, and the prompt-expert paths (the
+# lead for P8: a streamed prompt packs each expert for tinygemm on every use).
+gpu11() {
+  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
+  timeout 300 python3 -m pytest tests/models/test_graphs.py tests/models/test_gpu.py \
+    tests/models/test_vram_cache.py tests/models/test_streaming.py tests/models/test_gpu_waves.py \
+    -q -p no:cacheprovider --tb=short -rf -m gpu 2>&1 | tail -30
+  python3 benches/prompt_expert_paths.py --scheme int4
+  python3 benches/prompt_expert_paths.py --scheme int8
+  [ -f "$DATA/q30.ftw" ] || flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
+  timeout 200 python3 benches/graph_decode.py "$DATA/q30.ftw" --tokens 128 --reps 2 --modes on,off || true
+  for g in auto off; do
+    timeout 120 flint bench "$DATA/q30.ftw" -p 512 -n 128 -r 2 --mode resident --graphs $g 2>&1 | tail -6
+  done
+}
+
 case $what in
   install) install ;;
   format) install; format ;;
@@ -204,5 +223,6 @@ case $what in
   gpu10) install; gpu10 ;;
   gpu10k) install; gpu10k ;;
   gpu10r) install; gpu10r ;;
+  gpu11) install; gpu11 ;;
 esac 2>&1 | tee "$OUT/gpu_box_$what.log"
 
