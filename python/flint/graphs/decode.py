@@ -352,11 +352,7 @@ class GraphDecoder:
         latents, k_rots = cache.keys[attn.layer], cache.values[attn.layer]  # [1, ctx, *]
         latents.index_copy_(1, self.position, latent.unsqueeze(0))
         k_rots.index_copy_(1, self.position, k_rot)
-        kv = F.linear(latents[0, :span], attn.kv_b_w)  # [S, N*(Dn+Dv)]
-        kv = kv.view(span, attn.heads, -1).transpose(0, 1)  # [N, S, Dn+Dv]
-        k_nope, values = torch.split(kv, [m.qk_nope_head_dim, m.v_head_dim], -1)
-        shared = k_rots[:, :span].expand(attn.heads, -1, -1)  # [N, S, Dr]
-        keys = torch.cat((k_nope, shared), dim=-1)  # [N, S, Dn+Dr]
+        keys, values = attn.expand(latents[:, :span], k_rots[:, :span])  # [N, S, *]
         out = F.scaled_dot_product_attention(
             query.unsqueeze(0),
             keys.unsqueeze(0),

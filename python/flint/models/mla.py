@@ -100,6 +100,18 @@ class LatentAttention:
             return apply_rope_interleaved(x, cos, sin)
         return apply_rope(x, cos, sin)
 
+    def expand(
+        self, latents: torch.Tensor, k_rots: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Cached latents [1, S, R] and rotated shared keys [1, S, Dr] -> per-head keys
+        [N, S, Dn+Dr] and values [N, S, Dv], through ``kv_b_proj``."""
+        m, positions = self.m, latents.shape[1]
+        kv = F.linear(latents[0], self.kv_b_w)  # [S, N*(Dn+Dv)]
+        kv = kv.view(positions, self.heads, -1).transpose(0, 1)  # [N, S, Dn+Dv]
+        k_nope, values = torch.split(kv, [m.qk_nope_head_dim, m.v_head_dim], -1)
+        keys = torch.cat((k_nope, k_rots.expand(self.heads, -1, -1)), dim=-1)  # [N, S, Dn+Dr]
+        return keys, values
+
     def __call__(
         self,
         x: torch.Tensor,  # [T, H]
@@ -117,11 +129,7 @@ class LatentAttention:
         latent = rms_norm(latent, self.kv_a_norm, LATENT_EPS)  # [T, R]
         k_rot = self._rope(k_rot.unsqueeze(0), cos, sin)  # [1, T, Dr]
         latents, k_rots = cache.write(self.layer, start, latent.unsqueeze(0), k_rot)
-        positions = latents.shape[1]
-        kv = F.linear(latents[0], self.kv_b_w)  # [S, N*(Dn+Dv)]
-        kv = kv.view(positions, self.heads, -1).transpose(0, 1)  # [N, S, Dn+Dv]
-        k_nope, values = torch.split(kv, [m.qk_nope_head_dim, m.v_head_dim], -1)
-        keys = torch.cat((k_nope, k_rots.expand(self.heads, -1, -1)), dim=-1)  # [N, S, Dn+Dr]
+        keys, values = self.expand(latents, k_rots)
         out = F.scaled_dot_product_attention(
             query.unsqueeze(0),
             keys.unsqueeze(0),
