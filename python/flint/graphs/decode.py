@@ -14,10 +14,11 @@ launch for the whole model.
 ``capture=False`` runs the very same step launch by launch: identical output, bit for
 bit (the same kernels on the same shapes), for comparison (``--no-graphs``).
 
-Covered: the standard attention (``Attention``: GQA, q/k norms, biases, partial
-rotary) with MoE or dense MLPs, SwiGLU experts without biases, every layer on one
-GPU, every expert resident. ``unsupported`` says why a model is not (it then decodes
-eagerly as before).
+Covered: standard attention (``Attention``: GQA, q/k norms, biases, partial rotary),
+GPT-OSS's ``SinkAttention`` and DeepSeek's ``LatentAttention``, with MoE or dense MLPs,
+every layer on one GPU, every expert resident (docs/cuda-graphs.md lists the families).
+``unsupported`` and ``flint.graphs.setup.family_unsupported`` say why a model is not
+(it then decodes eagerly as before).
 """
 
 from __future__ import annotations
