@@ -41,6 +41,11 @@ const SPINS: u32 = 1 << 12;
 /// Steps of a layer call: activation rows, gate/up, down's inputs, down.
 const STEPS: usize = 4;
 
+/// Tokens routed to one expert from which it runs on the prompt path (`tile.rs`: weight
+/// rows widened once into an f32 tile, a register-blocked product over all its tokens)
+/// on AVX-512; below, the row dot products (four tokens per row read).
+pub const TILE_MIN_TOKENS: usize = 4;
+
 /// The threads of one call and where it stands: the open step, each step's next
 /// unclaimed item and its finished items.
 struct Gang {
@@ -190,6 +195,7 @@ pub struct Kernels {
     pub(crate) dot: Dot,
     pub(crate) threads: usize,
     pub(crate) pool: Option<rayon::ThreadPool>,
+    pub(crate) tile_min: usize,
 }
 
 /// One expert's share of a call: its weights and the flat positions (t * K + k) that
@@ -198,6 +204,8 @@ struct Job<'a> {
     expert: u32,
     w: ExpertWeights<'a>,
     positions: Vec<usize>,
+    /// On the prompt path (`tile.rs`): token-major task outputs.
+    tiled: bool,
 }
 
 /// A block of output rows of one job.
@@ -227,7 +235,25 @@ impl Kernels {
         } else {
             None
         };
-        Ok(Self { dot, threads, pool })
+        Ok(Self {
+            dot,
+            threads,
+            pool,
+            tile_min: TILE_MIN_TOKENS,
+        })
+    }
+
+    /// Sets the tokens per expert from which the prompt path runs (AVX-512 only;
+    /// `usize::MAX`: never, 1: always). Tests and benches compare the two paths with it.
+    pub fn set_tile_min_tokens(&mut self, tokens: usize) {
+        self.tile_min = tokens.max(1);
+    }
+
+    /// Whether a job of `tokens` tokens runs on the prompt path.
+    fn tiled(&self, tokens: usize) -> bool {
+        matches!(self.dot.isa(), Isa::Avx512 | Isa::Avx512Bf16)
+            && cfg!(target_arch = "x86_64")
+            && tokens >= self.tile_min
     }
 
     /// The instruction set in use.
@@ -260,7 +286,10 @@ impl Kernels {
         y: &mut [f32],
     ) -> Result<()> {
         let (h, i) = (format.hidden(), format.inter());
-        let jobs = group(routing, experts, h)?;
+        let mut jobs = group(routing, experts, h)?;
+        for job in &mut jobs {
+            job.tiled = self.tiled(job.positions.len());
+        }
         let want = routing.ids.len() * h;
         if y.len() != want {
             return Err(KernelError::BadLength {
@@ -284,7 +313,7 @@ impl Kernels {
             .collect();
         let acts: Vec<OnceLock<Act<'_>>> = used.iter().map(|_| OnceLock::new()).collect();
         let rows1: OnceLock<Vec<Rows<'_, '_>>> = OnceLock::new();
-        let tasks1 = tasks(&jobs, i, h * 2, self.threads);
+        let tasks1 = tasks(&jobs, i, h * 2, self.threads, crate::tile::HALF);
         let parts1: Vec<OnceLock<Result<Vec<f32>>>> =
             tasks1.iter().map(|_| OnceLock::new()).collect();
         // 64-byte aligned, so that down's f32 kernels read whole cache lines without an
@@ -297,7 +326,7 @@ impl Kernels {
             .collect();
         let hacts: Vec<OnceLock<Act<'_>>> = pairs.iter().map(|_| OnceLock::new()).collect();
         let rows2: OnceLock<Vec<Rows<'_, '_>>> = OnceLock::new();
-        let tasks2 = tasks(&jobs, h, i, self.threads);
+        let tasks2 = tasks(&jobs, h, i, self.threads, crate::tile::BLOCK);
         let parts2: Vec<OnceLock<Result<Vec<f32>>>> =
             tasks2.iter().map(|_| OnceLock::new()).collect();
 
@@ -314,6 +343,9 @@ impl Kernels {
             }
             2 => {
                 if let (Some(&(j, m)), Some(slot)) = (pairs.get(n), hacts.get(n)) {
+                    if jobs.get(j).is_some_and(|job| job.tiled) {
+                        return; // the prompt path reads `hidden` as it is
+                    }
                     let hj = hidden
                         .get()
                         .and_then(|hs| hs.get(j))
@@ -324,7 +356,7 @@ impl Kernels {
             }
             _ => {
                 if let (Some(t), Some(slot)) = (tasks2.get(n), parts2.get(n)) {
-                    let _ = slot.set(self.down(&jobs, rows2.get(), ready, t));
+                    let _ = slot.set(self.down(&jobs, rows2.get(), hidden.get(), ready, t));
                 }
             }
         };
@@ -358,6 +390,16 @@ impl Kernels {
                             return false;
                         };
                         let n = job.positions.len();
+                        if job.tiled {
+                            let nr = t.rows.1 - t.rows.0;
+                            let dst = dst.as_mut_slice();
+                            for (m, src) in part.chunks_exact(nr.max(1)).enumerate() {
+                                if let Some(d) = dst.get_mut(m * i + t.rows.0..m * i + t.rows.1) {
+                                    d.copy_from_slice(src);
+                                }
+                            }
+                            continue;
+                        }
                         for (idx, &v) in part.iter().enumerate() {
                             let (r, m) = (t.rows.0 + idx / n, idx % n);
                             if let Some(d) = dst.as_mut_slice().get_mut(m * i + r) {
@@ -424,6 +466,15 @@ impl Kernels {
                 None => return Err(KernelError::MissingExpert { expert: job.expert }),
             };
             let n = job.positions.len();
+            if job.tiled {
+                let nr = t.rows.1 - t.rows.0;
+                for (&p, src) in job.positions.iter().zip(part.chunks_exact(nr.max(1))) {
+                    if let Some(d) = y.get_mut(p * h + t.rows.0..p * h + t.rows.1) {
+                        d.copy_from_slice(src);
+                    }
+                }
+                continue;
+            }
             for (idx, &v) in part.iter().enumerate() {
                 let (r, m) = (t.rows.0 + idx / n, idx % n);
                 let p = job.positions.get(m).copied().unwrap_or(usize::MAX);
@@ -452,6 +503,15 @@ impl Kernels {
         let (xs, xf) = rows1
             .and_then(|r| r.get(t.job))
             .ok_or(KernelError::MissingExpert { expert: job.expert })?;
+        #[cfg(target_arch = "x86_64")]
+        if job.tiled {
+            let rows: Vec<&[f32]> = xs.iter().map(|a| a.x()).collect();
+            let mut s = crate::tile::Scratch::new(job.w.gate.cols);
+            // SAFETY: `tiled` holds only for the AVX-512 isas, checked by `Dot::new`.
+            return Ok(unsafe {
+                crate::tile::gate_up(&job.w.gate, &job.w.up, t.rows, &rows, &mut s)
+            });
+        }
         // Rows nothing was prepared for go straight to the f32 kernels (the same
         // bits as through `dot_act`): on small rows (tiny-code-moe's 64 and 256
         // columns) the per-call dispatch of the prepared kernels measured -13% prefill.
@@ -492,12 +552,26 @@ impl Kernels {
         &self,
         jobs: &[Job<'_>],
         rows2: Option<&Vec<Rows<'_, '_>>>,
+        hidden: Option<&Vec<Aligned<f32>>>,
         ready: &R,
         t: &Task,
     ) -> Result<Vec<f32>> {
         let job = jobs
             .get(t.job)
             .ok_or(KernelError::MissingExpert { expert: 0 })?;
+        #[cfg(target_arch = "x86_64")]
+        if job.tiled {
+            let hj = hidden
+                .and_then(|hs| hs.get(t.job))
+                .ok_or(KernelError::MissingExpert { expert: job.expert })?
+                .as_slice();
+            let i = job.w.down.cols;
+            let rows: Vec<&[f32]> = (0..job.positions.len()).map(|m| row_of(hj, m, i)).collect();
+            wait(ready, job.expert, 2)?;
+            let mut s = crate::tile::Scratch::new(i);
+            // SAFETY: `tiled` holds only for the AVX-512 isas, checked by `Dot::new`.
+            return Ok(unsafe { crate::tile::down(&job.w.down, t.rows, &rows, &mut s) });
+        }
         let (hs, hf) = rows2
             .and_then(|r| r.get(t.job))
             .ok_or(KernelError::MissingExpert { expert: job.expert })?;
@@ -616,6 +690,7 @@ fn group<'a>(
             expert: *e,
             w: *w,
             positions: Vec::new(),
+            tiled: false,
         });
     }
     for (position, &id) in routing.ids.iter().enumerate() {
@@ -637,7 +712,14 @@ fn group<'a>(
 /// Blocks of output rows for every job (a block never spans two jobs), each at least
 /// [`MIN_TASK_MACS`] of work and at least 1 / ([`TASKS_PER_THREAD`] x `threads`) of the
 /// phase's work.
-fn tasks(jobs: &[Job<'_>], rows: usize, macs_per_row_token: usize, threads: usize) -> Vec<Task> {
+/// Blocks of a job on the prompt path are a multiple of `align` rows (its tile's).
+fn tasks(
+    jobs: &[Job<'_>],
+    rows: usize,
+    macs_per_row_token: usize,
+    threads: usize,
+    align: usize,
+) -> Vec<Task> {
     let total: usize = jobs
         .iter()
         .map(|j| {
@@ -650,7 +732,10 @@ fn tasks(jobs: &[Job<'_>], rows: usize, macs_per_row_token: usize, threads: usiz
     let mut out = Vec::new();
     for (job, j) in jobs.iter().enumerate() {
         let per_row = macs_per_row_token.saturating_mul(j.positions.len()).max(1);
-        let block = min.div_ceil(per_row).clamp(1, rows.max(1));
+        let mut block = min.div_ceil(per_row).clamp(1, rows.max(1));
+        if j.tiled {
+            block = block.next_multiple_of(align.max(1)).min(rows.max(1));
+        }
         let mut r = 0;
         while r < rows {
             let end = (r + block).min(rows);
