@@ -35,6 +35,14 @@ const TASKS_PER_THREAD: usize = 8;
 /// is 0.375 Mi.
 const SMALL_CALL_MACS: usize = 1 << 20;
 
+/// Tokens a prompt-path task takes at least when an expert is split by tokens: each task
+/// widens its weight rows again.
+const MIN_TILE_TASK_TOKENS: usize = 48;
+
+/// Expert output values from which [`Kernels::moe_layer`] keeps its buffer between
+/// calls (256 KiB: below, the allocator reuses its own memory).
+const KEEP_OUTPUTS: usize = 64 * 1024;
+
 /// Spins (`spin_loop`) of a thread waiting for the next step before it yields.
 const SPINS: u32 = 1 << 12;
 
@@ -196,6 +204,10 @@ pub struct Kernels {
     pub(crate) threads: usize,
     pub(crate) pool: Option<rayon::ThreadPool>,
     pub(crate) tile_min: usize,
+    /// The expert outputs of the last large [`Self::moe_layer`] call, kept for the next:
+    /// a prompt's `[T * K, H]` buffer (4 MiB at tiny-code-moe's pp512) was mapped,
+    /// faulted in and unmapped by every call (page faults: ~25% of the call's time).
+    pub(crate) outputs: std::sync::Mutex<Vec<f32>>,
 }
 
 /// One expert's share of a call: its weights and the flat positions (t * K + k) that
@@ -208,11 +220,13 @@ struct Job<'a> {
     tiled: bool,
 }
 
-/// A block of output rows of one job.
+/// A block of output rows of one job, for its tokens `toks` (all of them, except on the
+/// prompt path, where an expert with many tokens is also split by tokens).
 #[derive(Clone, Copy)]
 struct Task {
     job: usize,
     rows: (usize, usize),
+    toks: (usize, usize),
 }
 
 impl Kernels {
@@ -240,6 +254,7 @@ impl Kernels {
             threads,
             pool,
             tile_min: TILE_MIN_TOKENS,
+            outputs: std::sync::Mutex::new(Vec::new()),
         })
     }
 
@@ -329,6 +344,17 @@ impl Kernels {
         let tasks2 = tasks(&jobs, h, i, self.threads, crate::tile::BLOCK);
         let parts2: Vec<OnceLock<Result<Vec<f32>>>> =
             tasks2.iter().map(|_| OnceLock::new()).collect();
+        // The prompt path's jobs write their tasks' rows in place: down's inputs into
+        // `tiled_hidden` (empty for the other jobs), outputs into `y` (disjoint rows).
+        let mut tiled_hidden: Vec<Aligned<f32>> = jobs
+            .iter()
+            .map(|j| Aligned::zeroed(if j.tiled { j.positions.len() * i } else { 0 }))
+            .collect();
+        let hp: Vec<Shared<'_>> = tiled_hidden
+            .iter_mut()
+            .map(|a| Shared::new(a.as_mut_slice()))
+            .collect();
+        let yp = Shared::new(&mut *y);
 
         let item = |step: usize, n: usize| match step {
             0 => {
@@ -338,7 +364,7 @@ impl Kernels {
             }
             1 => {
                 if let (Some(t), Some(slot)) = (tasks1.get(n), parts1.get(n)) {
-                    let _ = slot.set(self.gate_up(&jobs, rows1.get(), ready, t));
+                    let _ = slot.set(self.gate_up(&jobs, rows1.get(), &hp, ready, t));
                 }
             }
             2 => {
@@ -356,7 +382,7 @@ impl Kernels {
             }
             _ => {
                 if let (Some(t), Some(slot)) = (tasks2.get(n), parts2.get(n)) {
-                    let _ = slot.set(self.down(&jobs, rows2.get(), hidden.get(), ready, t));
+                    let _ = slot.set(self.down(&jobs, rows2.get(), &hp, &yp, ready, t));
                 }
             }
         };
@@ -381,7 +407,7 @@ impl Kernels {
                 1 => {
                     let mut hs: Vec<Aligned<f32>> = jobs
                         .iter()
-                        .map(|j| Aligned::zeroed(j.positions.len() * i))
+                        .map(|j| Aligned::zeroed(if j.tiled { 0 } else { j.positions.len() * i }))
                         .collect();
                     for (t, part) in tasks1.iter().zip(&parts1) {
                         let (Some(dst), Some(job), Some(Ok(part))) =
@@ -391,14 +417,7 @@ impl Kernels {
                         };
                         let n = job.positions.len();
                         if job.tiled {
-                            let nr = t.rows.1 - t.rows.0;
-                            let dst = dst.as_mut_slice();
-                            for (m, src) in part.chunks_exact(nr.max(1)).enumerate() {
-                                if let Some(d) = dst.get_mut(m * i + t.rows.0..m * i + t.rows.1) {
-                                    d.copy_from_slice(src);
-                                }
-                            }
-                            continue;
+                            continue; // written in place
                         }
                         for (idx, &v) in part.iter().enumerate() {
                             let (r, m) = (t.rows.0 + idx / n, idx % n);
@@ -467,13 +486,7 @@ impl Kernels {
             };
             let n = job.positions.len();
             if job.tiled {
-                let nr = t.rows.1 - t.rows.0;
-                for (&p, src) in job.positions.iter().zip(part.chunks_exact(nr.max(1))) {
-                    if let Some(d) = y.get_mut(p * h + t.rows.0..p * h + t.rows.1) {
-                        d.copy_from_slice(src);
-                    }
-                }
-                continue;
+                continue; // written in place
             }
             for (idx, &v) in part.iter().enumerate() {
                 let (r, m) = (t.rows.0 + idx / n, idx % n);
@@ -492,6 +505,7 @@ impl Kernels {
         &self,
         jobs: &[Job<'_>],
         rows1: Option<&Vec<Rows<'_, '_>>>,
+        hp: &[Shared<'_>],
         ready: &R,
         t: &Task,
     ) -> Result<Vec<f32>> {
@@ -505,12 +519,28 @@ impl Kernels {
             .ok_or(KernelError::MissingExpert { expert: job.expert })?;
         #[cfg(target_arch = "x86_64")]
         if job.tiled {
-            let rows: Vec<&[f32]> = xs.iter().map(|a| a.x()).collect();
+            let rows: Vec<&[f32]> = xs
+                .get(t.toks.0..t.toks.1)
+                .unwrap_or_default()
+                .iter()
+                .map(|a| a.x())
+                .collect();
             let mut s = crate::tile::Scratch::new(job.w.gate.cols);
+            let dst = hp
+                .get(t.job)
+                .ok_or(KernelError::MissingExpert { expert: job.expert })?;
+            let i = job.w.gate.rows;
+            let m0 = t.toks.0;
+            let mut emit = |m: usize, r: usize, v: &[f32]| {
+                // SAFETY: this task alone writes rows t.rows of tokens t.toks of job
+                // t.job's hidden rows, and nothing reads them before step 1 ends.
+                unsafe { dst.write((m0 + m) * i + r, v) };
+            };
             // SAFETY: `tiled` holds only for the AVX-512 isas, checked by `Dot::new`.
-            return Ok(unsafe {
-                crate::tile::gate_up(&job.w.gate, &job.w.up, t.rows, &rows, &mut s)
-            });
+            unsafe {
+                crate::tile::gate_up(&job.w.gate, &job.w.up, t.rows, &rows, &mut s, &mut emit);
+            }
+            return Ok(Vec::new());
         }
         // Rows nothing was prepared for go straight to the f32 kernels (the same
         // bits as through `dot_act`): on small rows (tiny-code-moe's 64 and 256
@@ -552,7 +582,8 @@ impl Kernels {
         &self,
         jobs: &[Job<'_>],
         rows2: Option<&Vec<Rows<'_, '_>>>,
-        hidden: Option<&Vec<Aligned<f32>>>,
+        hp: &[Shared<'_>],
+        yp: &Shared<'_>,
         ready: &R,
         t: &Task,
     ) -> Result<Vec<f32>> {
@@ -561,16 +592,25 @@ impl Kernels {
             .ok_or(KernelError::MissingExpert { expert: 0 })?;
         #[cfg(target_arch = "x86_64")]
         if job.tiled {
-            let hj = hidden
-                .and_then(|hs| hs.get(t.job))
-                .ok_or(KernelError::MissingExpert { expert: job.expert })?
-                .as_slice();
+            let hj = hp
+                .get(t.job)
+                .ok_or(KernelError::MissingExpert { expert: job.expert })?;
+            // SAFETY: step 1 (the only writer) has ended before step 3 runs.
+            let hj = unsafe { hj.slice() };
             let i = job.w.down.cols;
-            let rows: Vec<&[f32]> = (0..job.positions.len()).map(|m| row_of(hj, m, i)).collect();
+            let rows: Vec<&[f32]> = (t.toks.0..t.toks.1).map(|m| row_of(hj, m, i)).collect();
             wait(ready, job.expert, 2)?;
             let mut s = crate::tile::Scratch::new(i);
+            let h = job.w.down.rows;
+            let mut emit = |m: usize, r: usize, v: &[f32]| {
+                if let Some(&p) = job.positions.get(t.toks.0 + m) {
+                    // SAFETY: this task alone writes rows t.rows of its tokens' positions.
+                    unsafe { yp.write(p * h + r, v) };
+                }
+            };
             // SAFETY: `tiled` holds only for the AVX-512 isas, checked by `Dot::new`.
-            return Ok(unsafe { crate::tile::down(&job.w.down, t.rows, &rows, &mut s) });
+            unsafe { crate::tile::down(&job.w.down, t.rows, &rows, &mut s, &mut emit) };
+            return Ok(Vec::new());
         }
         let (hs, hf) = rows2
             .and_then(|r| r.get(t.job))
@@ -623,7 +663,19 @@ impl Kernels {
                 return Err(KernelError::MissingExpert { expert: e as u32 });
             }
         }
-        let mut y = vec![0.0f32; routing.ids.len() * format.hidden()];
+        let len = routing.ids.len() * format.hidden();
+        // Large calls reuse the kept buffer when no other call holds it: every position
+        // is written (every routed expert is listed), so what it held does not matter.
+        let kept = (len >= KEEP_OUTPUTS)
+            .then(|| self.outputs.try_lock().ok())
+            .flatten();
+        if let Some(mut y) = kept {
+            y.resize(len, 0.0);
+            let y = y.get_mut(..len).unwrap_or_default();
+            self.expert_outputs(format, routing, experts, &AllReady, y)?;
+            return weighted_sum(y, weights, routing.top_k, format.hidden(), out);
+        }
+        let mut y = vec![0.0f32; len];
         self.expert_outputs(format, routing, experts, &AllReady, &mut y)?;
         weighted_sum(&y, weights, routing.top_k, format.hidden(), out)
     }
@@ -635,6 +687,51 @@ impl Kernels {
 /// four at a time, `examples/dot_speed.rs`, and the other paths loop over the four.)
 fn by_fours<'a, 'x, A: ?Sized>(rows: &'a [&'x A]) -> (&'a [[&'x A; TOKENS]], &'a [&'x A]) {
     rows.as_chunks::<TOKENS>()
+}
+
+/// A buffer tasks on several threads write disjoint parts of.
+struct Shared<'a> {
+    ptr: *mut f32,
+    len: usize,
+    _buf: std::marker::PhantomData<&'a mut [f32]>,
+}
+
+// SAFETY: a view of a `&mut [f32]` whose users keep writes disjoint (see the methods).
+unsafe impl Sync for Shared<'_> {}
+// SAFETY: as above.
+unsafe impl Send for Shared<'_> {}
+
+impl<'a> Shared<'a> {
+    fn new(buf: &'a mut [f32]) -> Self {
+        Self {
+            ptr: buf.as_mut_ptr(),
+            len: buf.len(),
+            _buf: std::marker::PhantomData,
+        }
+    }
+
+    /// Copies `v` to `start..` (nothing if it does not fit).
+    ///
+    /// # Safety
+    /// No other thread reads or writes those values meanwhile.
+    unsafe fn write(&self, start: usize, v: &[f32]) {
+        if start
+            .checked_add(v.len())
+            .is_some_and(|end| end <= self.len)
+        {
+            // SAFETY: in bounds (checked); exclusive by the caller's guarantee.
+            unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), self.ptr.add(start), v.len()) };
+        }
+    }
+
+    /// The whole buffer.
+    ///
+    /// # Safety
+    /// Nobody writes it while the slice lives.
+    unsafe fn slice(&self) -> &[f32] {
+        // SAFETY: `len` values at `ptr` (a live `&mut [f32]`); no writer (caller).
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
 }
 
 /// A job's activation rows, and the same as f32 slices if none was prepared for a
@@ -731,18 +828,33 @@ fn tasks(
     let min = MIN_TASK_MACS.max(total / threads.saturating_mul(TASKS_PER_THREAD).max(1));
     let mut out = Vec::new();
     for (job, j) in jobs.iter().enumerate() {
-        let per_row = macs_per_row_token.saturating_mul(j.positions.len()).max(1);
+        let n = j.positions.len();
+        let per_row = macs_per_row_token.saturating_mul(n).max(1);
         let mut block = min.div_ceil(per_row).clamp(1, rows.max(1));
+        let mut chunk = n;
         if j.tiled {
             block = block.next_multiple_of(align.max(1)).min(rows.max(1));
+            // One block holds the whole expert: split its tokens instead (an expert of
+            // 437 of a prompt's 4096 positions was one task of 1/5 of a thread's work).
+            let pieces = per_row.saturating_mul(block).div_ceil(min.max(1)).max(1);
+            chunk = n
+                .div_ceil(pieces)
+                .next_multiple_of(crate::tile::TB)
+                .max(MIN_TILE_TASK_TOKENS);
         }
         let mut r = 0;
         while r < rows {
             let end = (r + block).min(rows);
-            out.push(Task {
-                job,
-                rows: (r, end),
-            });
+            let mut m = 0;
+            while m < n {
+                let m1 = (m + chunk.max(1)).min(n);
+                out.push(Task {
+                    job,
+                    rows: (r, end),
+                    toks: (m, m1),
+                });
+                m = m1;
+            }
             r = end;
         }
     }

@@ -23,7 +23,7 @@ pub(crate) const LANES: usize = 16;
 /// Weight vectors per micro-kernel step (rows of a block: 64; gate/up: 32 + 32).
 const RV: usize = 4;
 /// Tokens per micro-kernel step.
-const TB: usize = 6;
+pub(crate) const TB: usize = 6;
 /// Tile columns: rows of one block.
 pub(crate) const BLOCK: usize = RV * LANES;
 /// Rows of gate (and of up) in one gate/up block.
@@ -278,8 +278,8 @@ unsafe fn micro<const N: usize>(tile: *const f32, cols: usize, xs: [*const f32; 
     }
 }
 
-/// Gate/up of rows `r0..r1` for every token of `xs` (each `gate.cols` values):
-/// `silu(g) * u` token-major (`out[m * (r1 - r0) + r - r0]`).
+/// Gate/up of rows `r0..r1` for every token m of `xs` (each `gate.cols` values):
+/// `emit(m, r, values)` with `silu(g) * u` of rows `r..r + values.len()`.
 ///
 /// # Safety
 /// AVX-512F available.
@@ -290,14 +290,14 @@ pub(crate) unsafe fn gate_up(
     rows: (usize, usize),
     xs: &[&[f32]],
     s: &mut Scratch,
-) -> Vec<f32> {
+    emit: &mut dyn FnMut(usize, usize, &[f32]),
+) {
     let (r0, r1) = rows;
-    let nr = r1 - r0;
     let cols = gate.cols;
-    let mut out = vec![0.0f32; xs.len() * nr];
     if xs.iter().any(|x| x.len() != cols) || up.cols != cols {
-        return out;
+        return;
     }
+    let mut vals = [0.0f32; HALF];
     let mut rb = r0;
     while rb < r1 {
         let nb = HALF.min(r1 - rb);
@@ -317,23 +317,19 @@ pub(crate) unsafe fn gate_up(
             unsafe { product(s.tile.as_slice(), cols, chunk, s.acc.as_mut_slice()) };
             let acc = s.acc.as_slice();
             for (t, a) in acc.chunks_exact(BLOCK).take(chunk.len()).enumerate() {
-                let m = c * TB + t;
-                let dst = out
-                    .get_mut(m * nr + rb - r0..m * nr + rb - r0 + nb)
-                    .unwrap_or_default();
                 let (g, u) = a.split_at(HALF);
-                for ((((d, &g), &u), &sg), &su) in dst.iter_mut().zip(g).zip(u).zip(&sg).zip(&su) {
+                for ((((d, &g), &u), &sg), &su) in vals.iter_mut().zip(g).zip(u).zip(&sg).zip(&su) {
                     *d = silu(g * sg) * (u * su);
                 }
+                emit(c * TB + t, rb, vals.get(..nb).unwrap_or_default());
             }
         }
         rb += nb;
     }
-    out
 }
 
-/// Down of rows `r0..r1` for every token of `hs` (each `down.cols` values), token-major
-/// (`out[m * (r1 - r0) + r - r0]`).
+/// Down of rows `r0..r1` for every token m of `hs` (each `down.cols` values):
+/// `emit(m, r, values)` with rows `r..r + values.len()`.
 ///
 /// # Safety
 /// AVX-512F available.
@@ -343,14 +339,14 @@ pub(crate) unsafe fn down(
     rows: (usize, usize),
     hs: &[&[f32]],
     s: &mut Scratch,
-) -> Vec<f32> {
+    emit: &mut dyn FnMut(usize, usize, &[f32]),
+) {
     let (r0, r1) = rows;
-    let nr = r1 - r0;
     let cols = down.cols;
-    let mut out = vec![0.0f32; hs.len() * nr];
     if hs.iter().any(|x| x.len() != cols) {
-        return out;
+        return;
     }
+    let mut vals = [0.0f32; BLOCK];
     let mut rb = r0;
     while rb < r1 {
         let nb = BLOCK.min(r1 - rb);
@@ -366,16 +362,12 @@ pub(crate) unsafe fn down(
             unsafe { product(s.tile.as_slice(), cols, chunk, s.acc.as_mut_slice()) };
             let acc = s.acc.as_slice();
             for (t, a) in acc.chunks_exact(BLOCK).take(chunk.len()).enumerate() {
-                let m = c * TB + t;
-                let dst = out
-                    .get_mut(m * nr + rb - r0..m * nr + rb - r0 + nb)
-                    .unwrap_or_default();
-                for ((d, &v), &sd) in dst.iter_mut().zip(a).zip(&sd) {
+                for ((d, &v), &sd) in vals.iter_mut().zip(a).zip(&sd) {
                     *d = v * sd;
                 }
+                emit(c * TB + t, rb, vals.get(..nb).unwrap_or_default());
             }
         }
         rb += nb;
     }
-    out
 }

@@ -427,7 +427,8 @@ fn layer_call_matches_the_reference_on_any_thread_count() {
 
 /// The prompt path (experts with many tokens, AVX-512: `tile.rs`) on odd shapes (rows
 /// and columns not multiples of its 16-row vectors, 64-row blocks or 16-column
-/// transposes; int4 groups), token counts not multiples of its 6-token blocks: within
+/// transposes; int4 groups), token counts not multiples of its 6-token blocks, experts
+/// split by tokens across tasks: within
 /// the vector paths' tolerance of the reference and of the row dot products, the same
 /// bytes on any thread count, and with bf16-exact activations (the BF16 kernels' input)
 /// as well.
@@ -436,8 +437,10 @@ fn prompt_path_matches_the_reference_on_odd_shapes() {
     let mut rng = Rng(97531);
     for kind in KINDS {
         for (inter, hidden) in shapes(kind) {
-            for tokens in [4, 9, 23] {
-                for bf16_x in [false, true] {
+            // 100 tokens: ~50 per expert, split by tokens across tasks on the pool
+            let big = if inter * hidden >= 10_000 { 100 } else { 23 };
+            for tokens in [4, 9, 23, big] {
+                for bf16_x in [false, tokens < 100] {
                     let mut layer = Layer::new(&mut rng, kind, inter, hidden, tokens);
                     if bf16_x {
                         for v in &mut layer.x {
