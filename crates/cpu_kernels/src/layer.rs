@@ -316,9 +316,10 @@ impl Kernels {
         let x = routing.x;
         let k = routing.top_k.max(1);
         // Each token's activation row prepared once for the whole call (the same for every
-        // expert and wave: the kernel a row goes through depends on the row only).
+        // expert and wave: the kernel a row goes through depends on the row only). The
+        // prompt path reads `x` as it is: only the other jobs' tokens are prepared.
         let mut used = vec![false; routing.ids.len() / k];
-        for p in jobs.iter().flat_map(|j| &j.positions) {
+        for p in jobs.iter().filter(|j| !j.tiled).flat_map(|j| &j.positions) {
             if let Some(u) = used.get_mut(p / k) {
                 *u = true;
             }
@@ -334,9 +335,11 @@ impl Kernels {
         // 64-byte aligned, so that down's f32 kernels read whole cache lines without an
         // aligned copy of each row.
         let hidden: OnceLock<Vec<Aligned<f32>>> = OnceLock::new();
+        // Down's input rows to prepare (not the prompt path's: it reads them as they are).
         let pairs: Vec<(usize, usize)> = jobs
             .iter()
             .enumerate()
+            .filter(|(_, job)| !job.tiled)
             .flat_map(|(j, job)| (0..job.positions.len()).map(move |m| (j, m)))
             .collect();
         let hacts: Vec<OnceLock<Act<'_>>> = pairs.iter().map(|_| OnceLock::new()).collect();
@@ -364,7 +367,7 @@ impl Kernels {
             }
             1 => {
                 if let (Some(t), Some(slot)) = (tasks1.get(n), parts1.get(n)) {
-                    let _ = slot.set(self.gate_up(&jobs, rows1.get(), &hp, ready, t));
+                    let _ = slot.set(self.gate_up(&jobs, rows1.get(), (x, k), &hp, ready, t));
                 }
             }
             2 => {
@@ -393,6 +396,9 @@ impl Kernels {
                     let _ = rows1.set(
                         jobs.iter()
                             .map(|job| {
+                                if job.tiled {
+                                    return rows_of(Vec::new());
+                                }
                                 rows_of(
                                     job.positions
                                         .iter()
@@ -434,6 +440,9 @@ impl Kernels {
                     let rows: Vec<Rows<'_, '_>> = jobs
                         .iter()
                         .map(|job| {
+                            if job.tiled {
+                                return rows_of(Vec::new());
+                            }
                             let n = job.positions.len();
                             let r = rows_of(
                                 hacts
@@ -455,10 +464,8 @@ impl Kernels {
         };
         let counts = [tokens.len(), tasks1.len(), pairs.len(), tasks2.len()];
         let gang = Gang::new(counts);
-        let macs = h
-            .saturating_mul(i)
-            .saturating_mul(3)
-            .saturating_mul(pairs.len());
+        let routed: usize = jobs.iter().map(|j| j.positions.len()).sum();
+        let macs = h.saturating_mul(i).saturating_mul(3).saturating_mul(routed);
         match &self.pool {
             Some(pool) if macs >= SMALL_CALL_MACS => {
                 gang.open(&after);
@@ -505,6 +512,7 @@ impl Kernels {
         &self,
         jobs: &[Job<'_>],
         rows1: Option<&Vec<Rows<'_, '_>>>,
+        (x, k): (&[f32], usize),
         hp: &[Shared<'_>],
         ready: &R,
         t: &Task,
@@ -519,13 +527,15 @@ impl Kernels {
             .ok_or(KernelError::MissingExpert { expert: job.expert })?;
         #[cfg(target_arch = "x86_64")]
         if job.tiled {
-            let rows: Vec<&[f32]> = xs
+            let h = job.w.gate.cols;
+            let rows: Vec<&[f32]> = job
+                .positions
                 .get(t.toks.0..t.toks.1)
                 .unwrap_or_default()
                 .iter()
-                .map(|a| a.x())
+                .map(|&p| row_of(x, p / k, h))
                 .collect();
-            let mut s = crate::tile::Scratch::new(job.w.gate.cols);
+            let mut s = crate::tile::Scratch::new(h);
             let dst = hp
                 .get(t.job)
                 .ok_or(KernelError::MissingExpert { expert: job.expert })?;
