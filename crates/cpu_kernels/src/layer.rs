@@ -535,7 +535,6 @@ impl Kernels {
                 .iter()
                 .map(|&p| row_of(x, p / k, h))
                 .collect();
-            let mut s = crate::tile::Scratch::new(h);
             let dst = hp
                 .get(t.job)
                 .ok_or(KernelError::MissingExpert { expert: job.expert })?;
@@ -546,10 +545,10 @@ impl Kernels {
                 // t.job's hidden rows, and nothing reads them before step 1 ends.
                 unsafe { dst.write((m0 + m) * i + r, v) };
             };
-            // SAFETY: `tiled` holds only for the AVX-512 isas, checked by `Dot::new`.
-            unsafe {
-                crate::tile::gate_up(&job.w.gate, &job.w.up, t.rows, &rows, &mut s, &mut emit);
-            }
+            crate::tile::Scratch::with(h, |s| {
+                // SAFETY: `tiled` holds only for the AVX-512 isas, checked by `Dot::new`.
+                unsafe { crate::tile::gate_up(&job.w.gate, &job.w.up, t.rows, &rows, s, &mut emit) }
+            });
             return Ok(Vec::new());
         }
         // Rows nothing was prepared for go straight to the f32 kernels (the same
@@ -610,7 +609,6 @@ impl Kernels {
             let i = job.w.down.cols;
             let rows: Vec<&[f32]> = (t.toks.0..t.toks.1).map(|m| row_of(hj, m, i)).collect();
             wait(ready, job.expert, 2)?;
-            let mut s = crate::tile::Scratch::new(i);
             let h = job.w.down.rows;
             let mut emit = |m: usize, r: usize, v: &[f32]| {
                 if let Some(&p) = job.positions.get(t.toks.0 + m) {
@@ -618,8 +616,10 @@ impl Kernels {
                     unsafe { yp.write(p * h + r, v) };
                 }
             };
-            // SAFETY: `tiled` holds only for the AVX-512 isas, checked by `Dot::new`.
-            unsafe { crate::tile::down(&job.w.down, t.rows, &rows, &mut s, &mut emit) };
+            crate::tile::Scratch::with(i, |s| {
+                // SAFETY: `tiled` holds only for the AVX-512 isas, checked by `Dot::new`.
+                unsafe { crate::tile::down(&job.w.down, t.rows, &rows, s, &mut emit) }
+            });
             return Ok(Vec::new());
         }
         let (hs, hf) = rows2

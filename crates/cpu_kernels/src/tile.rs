@@ -201,12 +201,37 @@ pub(crate) struct Scratch {
 }
 
 impl Scratch {
-    pub(crate) fn new(cols: usize) -> Self {
+    fn new(cols: usize) -> Self {
         Self {
             tile: crate::act::Aligned::zeroed(cols * BLOCK),
             rows: vec![0.0; LANES * cols],
             acc: crate::act::Aligned::zeroed(TB * BLOCK),
         }
+    }
+
+    /// Runs `f` on this thread's scratch for `cols` columns (kept between tasks and
+    /// calls: a fresh 80 KiB per task was allocated and faulted in again and again).
+    pub(crate) fn with<T>(cols: usize, f: impl FnOnce(&mut Scratch) -> T) -> T {
+        thread_local! {
+            static KEPT: std::cell::RefCell<Vec<Scratch>> = const { std::cell::RefCell::new(Vec::new()) };
+        }
+        KEPT.with(|kept| {
+            let mut kept = kept.borrow_mut();
+            let at = kept.iter().position(|s| s.rows.len() == LANES * cols);
+            let mut s = match at {
+                Some(at) => kept.swap_remove(at),
+                None => Scratch::new(cols),
+            };
+            drop(kept);
+            let out = f(&mut s);
+            KEPT.with(|kept| {
+                let mut kept = kept.borrow_mut();
+                if kept.len() < 4 {
+                    kept.push(s);
+                }
+            });
+            out
+        })
     }
 }
 
