@@ -40,8 +40,12 @@ const SMALL_CALL_MACS: usize = 1 << 20;
 const MIN_TILE_TASK_TOKENS: usize = 48;
 
 /// Expert output values from which [`Kernels::moe_layer`] keeps its buffer between
-/// calls (256 KiB: below, the allocator reuses its own memory).
+/// calls (256 KiB: below, the allocator reuses its own memory) ...
 const KEEP_OUTPUTS: usize = 64 * 1024;
+
+/// ... and up to which (16 MiB: tiny-code-moe's pp2048; a larger model's prompt would
+/// hold hundreds of MiB after it, and its faults weigh less against its wider rows).
+const KEEP_OUTPUTS_MAX: usize = 4 << 20;
 
 /// Spins (`spin_loop`) of a thread waiting for the next step before it yields.
 const SPINS: u32 = 1 << 12;
@@ -676,7 +680,8 @@ impl Kernels {
         let len = routing.ids.len() * format.hidden();
         // Large calls reuse the kept buffer when no other call holds it: every position
         // is written (every routed expert is listed), so what it held does not matter.
-        let kept = (len >= KEEP_OUTPUTS)
+        let kept = (KEEP_OUTPUTS..=KEEP_OUTPUTS_MAX)
+            .contains(&len)
             .then(|| self.outputs.try_lock().ok())
             .flatten();
         if let Some(mut y) = kept {

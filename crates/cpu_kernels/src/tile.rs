@@ -31,6 +31,7 @@ pub(crate) const HALF: usize = BLOCK / 2;
 
 /// Row `r` of `p` widened to f32 into `out` (`p.cols` values): exact for the raw kinds,
 /// q for int8, q * the group's scale for int4.
+#[inline(always)]
 fn widen(p: &Proj<'_>, r: usize, out: &mut [f32]) {
     let w = p.row(r);
     match p.kind {
@@ -101,6 +102,7 @@ fn row_scale(p: &Proj<'_>, r: usize) -> f32 {
 /// # Safety
 /// AVX-512F available.
 #[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
 unsafe fn fill(p: &Proj<'_>, r0: usize, n: usize, tile: &mut [f32], off: usize, rows: &mut [f32]) {
     let cols = p.cols;
     let main = cols - cols % LANES;
