@@ -110,7 +110,8 @@ def _layer_inputs(path: Path, tokens: int) -> tuple[Any, FtwSource, torch.Tensor
 def test_fused_layer_equals_the_per_expert_torch_path(
     quant: str, wide_files: dict[str, Path]
 ) -> None:
-    for tokens in (1, 9):
+    # 40 tokens: every expert gets several (the prompt path on AVX-512)
+    for tokens in (1, 9, 40):
         config, source, x, ids, weights = _layer_inputs(wide_files[quant], tokens)
         fused = FusedResidentExperts(config, source, CPU32, threads=2)
         reference = ResidentExperts(config, source, CPU32)  # dequantized f32, F.linear
@@ -217,7 +218,10 @@ def test_streamed_equals_resident_bit_for_bit_with_fused_kernels(
     ):
         assert streamed.expert_backend is not None
         assert getattr(streamed.expert_backend, "fused", None) is not None
-        for ids in ([7], [5, 17, 250, 3, 99], [(13 * i + 5) % 300 for i in range(23)]):
+        # the 23- and 48-token prompts give experts >= 4 tokens: the prompt path (AVX-512)
+        prompts = [[7], [5, 17, 250, 3, 99], [(13 * i + 5) % 300 for i in range(23)]]
+        prompts.append([(29 * i + 11) % 300 for i in range(48)])
+        for ids in prompts:
             resident.model.reset()
             streamed.model.reset()
             want = resident.model.forward(torch.tensor(ids), all_logits=True)

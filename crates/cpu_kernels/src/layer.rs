@@ -35,11 +35,28 @@ const TASKS_PER_THREAD: usize = 8;
 /// is 0.375 Mi.
 const SMALL_CALL_MACS: usize = 1 << 20;
 
+/// Tokens a prompt-path task takes at least when an expert is split by tokens: each task
+/// widens its weight rows again.
+const MIN_TILE_TASK_TOKENS: usize = 48;
+
+/// Expert output values from which [`Kernels::moe_layer`] keeps its buffer between
+/// calls (256 KiB: below, the allocator reuses its own memory) ...
+const KEEP_OUTPUTS: usize = 64 * 1024;
+
+/// ... and up to which (16 MiB: tiny-code-moe's pp2048; a larger model's prompt would
+/// hold hundreds of MiB after it, and its faults weigh less against its wider rows).
+const KEEP_OUTPUTS_MAX: usize = 4 << 20;
+
 /// Spins (`spin_loop`) of a thread waiting for the next step before it yields.
 const SPINS: u32 = 1 << 12;
 
 /// Steps of a layer call: activation rows, gate/up, down's inputs, down.
 const STEPS: usize = 4;
+
+/// Tokens routed to one expert from which it runs on the prompt path (`tile.rs`: weight
+/// rows widened once into an f32 tile, a register-blocked product over all its tokens)
+/// on AVX-512; below, the row dot products (four tokens per row read).
+pub const TILE_MIN_TOKENS: usize = 4;
 
 /// The threads of one call and where it stands: the open step, each step's next
 /// unclaimed item and its finished items.
@@ -190,6 +207,11 @@ pub struct Kernels {
     pub(crate) dot: Dot,
     pub(crate) threads: usize,
     pub(crate) pool: Option<rayon::ThreadPool>,
+    pub(crate) tile_min: usize,
+    /// The expert outputs of the last large [`Self::moe_layer`] call, kept for the next:
+    /// a prompt's `[T * K, H]` buffer (4 MiB at tiny-code-moe's pp512) was mapped,
+    /// faulted in and unmapped by every call (page faults: ~25% of the call's time).
+    pub(crate) outputs: std::sync::Mutex<Vec<f32>>,
 }
 
 /// One expert's share of a call: its weights and the flat positions (t * K + k) that
@@ -198,13 +220,17 @@ struct Job<'a> {
     expert: u32,
     w: ExpertWeights<'a>,
     positions: Vec<usize>,
+    /// On the prompt path (`tile.rs`): token-major task outputs.
+    tiled: bool,
 }
 
-/// A block of output rows of one job.
+/// A block of output rows of one job, for its tokens `toks` (all of them, except on the
+/// prompt path, where an expert with many tokens is also split by tokens).
 #[derive(Clone, Copy)]
 struct Task {
     job: usize,
     rows: (usize, usize),
+    toks: (usize, usize),
 }
 
 impl Kernels {
@@ -227,7 +253,26 @@ impl Kernels {
         } else {
             None
         };
-        Ok(Self { dot, threads, pool })
+        Ok(Self {
+            dot,
+            threads,
+            pool,
+            tile_min: TILE_MIN_TOKENS,
+            outputs: std::sync::Mutex::new(Vec::new()),
+        })
+    }
+
+    /// Sets the tokens per expert from which the prompt path runs (AVX-512 only;
+    /// `usize::MAX`: never, 1: always). Tests and benches compare the two paths with it.
+    pub fn set_tile_min_tokens(&mut self, tokens: usize) {
+        self.tile_min = tokens.max(1);
+    }
+
+    /// Whether a job of `tokens` tokens runs on the prompt path.
+    fn tiled(&self, tokens: usize) -> bool {
+        matches!(self.dot.isa(), Isa::Avx512 | Isa::Avx512Bf16)
+            && cfg!(target_arch = "x86_64")
+            && tokens >= self.tile_min
     }
 
     /// The instruction set in use.
@@ -260,7 +305,10 @@ impl Kernels {
         y: &mut [f32],
     ) -> Result<()> {
         let (h, i) = (format.hidden(), format.inter());
-        let jobs = group(routing, experts, h)?;
+        let mut jobs = group(routing, experts, h)?;
+        for job in &mut jobs {
+            job.tiled = self.tiled(job.positions.len());
+        }
         let want = routing.ids.len() * h;
         if y.len() != want {
             return Err(KernelError::BadLength {
@@ -272,9 +320,10 @@ impl Kernels {
         let x = routing.x;
         let k = routing.top_k.max(1);
         // Each token's activation row prepared once for the whole call (the same for every
-        // expert and wave: the kernel a row goes through depends on the row only).
+        // expert and wave: the kernel a row goes through depends on the row only). The
+        // prompt path reads `x` as it is: only the other jobs' tokens are prepared.
         let mut used = vec![false; routing.ids.len() / k];
-        for p in jobs.iter().flat_map(|j| &j.positions) {
+        for p in jobs.iter().filter(|j| !j.tiled).flat_map(|j| &j.positions) {
             if let Some(u) = used.get_mut(p / k) {
                 *u = true;
             }
@@ -284,22 +333,35 @@ impl Kernels {
             .collect();
         let acts: Vec<OnceLock<Act<'_>>> = used.iter().map(|_| OnceLock::new()).collect();
         let rows1: OnceLock<Vec<Rows<'_, '_>>> = OnceLock::new();
-        let tasks1 = tasks(&jobs, i, h * 2, self.threads);
+        let tasks1 = tasks(&jobs, i, h * 2, self.threads, crate::tile::HALF);
         let parts1: Vec<OnceLock<Result<Vec<f32>>>> =
             tasks1.iter().map(|_| OnceLock::new()).collect();
         // 64-byte aligned, so that down's f32 kernels read whole cache lines without an
         // aligned copy of each row.
         let hidden: OnceLock<Vec<Aligned<f32>>> = OnceLock::new();
+        // Down's input rows to prepare (not the prompt path's: it reads them as they are).
         let pairs: Vec<(usize, usize)> = jobs
             .iter()
             .enumerate()
+            .filter(|(_, job)| !job.tiled)
             .flat_map(|(j, job)| (0..job.positions.len()).map(move |m| (j, m)))
             .collect();
         let hacts: Vec<OnceLock<Act<'_>>> = pairs.iter().map(|_| OnceLock::new()).collect();
         let rows2: OnceLock<Vec<Rows<'_, '_>>> = OnceLock::new();
-        let tasks2 = tasks(&jobs, h, i, self.threads);
+        let tasks2 = tasks(&jobs, h, i, self.threads, crate::tile::BLOCK);
         let parts2: Vec<OnceLock<Result<Vec<f32>>>> =
             tasks2.iter().map(|_| OnceLock::new()).collect();
+        // The prompt path's jobs write their tasks' rows in place: down's inputs into
+        // `tiled_hidden` (empty for the other jobs), outputs into `y` (disjoint rows).
+        let mut tiled_hidden: Vec<Aligned<f32>> = jobs
+            .iter()
+            .map(|j| Aligned::zeroed(if j.tiled { j.positions.len() * i } else { 0 }))
+            .collect();
+        let hp: Vec<Shared<'_>> = tiled_hidden
+            .iter_mut()
+            .map(|a| Shared::new(a.as_mut_slice()))
+            .collect();
+        let yp = Shared::new(&mut *y);
 
         let item = |step: usize, n: usize| match step {
             0 => {
@@ -309,11 +371,14 @@ impl Kernels {
             }
             1 => {
                 if let (Some(t), Some(slot)) = (tasks1.get(n), parts1.get(n)) {
-                    let _ = slot.set(self.gate_up(&jobs, rows1.get(), ready, t));
+                    let _ = slot.set(self.gate_up(&jobs, rows1.get(), (x, k), &hp, ready, t));
                 }
             }
             2 => {
                 if let (Some(&(j, m)), Some(slot)) = (pairs.get(n), hacts.get(n)) {
+                    if jobs.get(j).is_some_and(|job| job.tiled) {
+                        return; // the prompt path reads `hidden` as it is
+                    }
                     let hj = hidden
                         .get()
                         .and_then(|hs| hs.get(j))
@@ -324,7 +389,7 @@ impl Kernels {
             }
             _ => {
                 if let (Some(t), Some(slot)) = (tasks2.get(n), parts2.get(n)) {
-                    let _ = slot.set(self.down(&jobs, rows2.get(), ready, t));
+                    let _ = slot.set(self.down(&jobs, rows2.get(), &hp, &yp, ready, t));
                 }
             }
         };
@@ -335,6 +400,9 @@ impl Kernels {
                     let _ = rows1.set(
                         jobs.iter()
                             .map(|job| {
+                                if job.tiled {
+                                    return rows_of(Vec::new());
+                                }
                                 rows_of(
                                     job.positions
                                         .iter()
@@ -349,7 +417,7 @@ impl Kernels {
                 1 => {
                     let mut hs: Vec<Aligned<f32>> = jobs
                         .iter()
-                        .map(|j| Aligned::zeroed(j.positions.len() * i))
+                        .map(|j| Aligned::zeroed(if j.tiled { 0 } else { j.positions.len() * i }))
                         .collect();
                     for (t, part) in tasks1.iter().zip(&parts1) {
                         let (Some(dst), Some(job), Some(Ok(part))) =
@@ -358,6 +426,9 @@ impl Kernels {
                             return false;
                         };
                         let n = job.positions.len();
+                        if job.tiled {
+                            continue; // written in place
+                        }
                         for (idx, &v) in part.iter().enumerate() {
                             let (r, m) = (t.rows.0 + idx / n, idx % n);
                             if let Some(d) = dst.as_mut_slice().get_mut(m * i + r) {
@@ -373,6 +444,9 @@ impl Kernels {
                     let rows: Vec<Rows<'_, '_>> = jobs
                         .iter()
                         .map(|job| {
+                            if job.tiled {
+                                return rows_of(Vec::new());
+                            }
                             let n = job.positions.len();
                             let r = rows_of(
                                 hacts
@@ -394,10 +468,8 @@ impl Kernels {
         };
         let counts = [tokens.len(), tasks1.len(), pairs.len(), tasks2.len()];
         let gang = Gang::new(counts);
-        let macs = h
-            .saturating_mul(i)
-            .saturating_mul(3)
-            .saturating_mul(pairs.len());
+        let routed: usize = jobs.iter().map(|j| j.positions.len()).sum();
+        let macs = h.saturating_mul(i).saturating_mul(3).saturating_mul(routed);
         match &self.pool {
             Some(pool) if macs >= SMALL_CALL_MACS => {
                 gang.open(&after);
@@ -424,6 +496,9 @@ impl Kernels {
                 None => return Err(KernelError::MissingExpert { expert: job.expert }),
             };
             let n = job.positions.len();
+            if job.tiled {
+                continue; // written in place
+            }
             for (idx, &v) in part.iter().enumerate() {
                 let (r, m) = (t.rows.0 + idx / n, idx % n);
                 let p = job.positions.get(m).copied().unwrap_or(usize::MAX);
@@ -441,6 +516,8 @@ impl Kernels {
         &self,
         jobs: &[Job<'_>],
         rows1: Option<&Vec<Rows<'_, '_>>>,
+        (x, k): (&[f32], usize),
+        hp: &[Shared<'_>],
         ready: &R,
         t: &Task,
     ) -> Result<Vec<f32>> {
@@ -452,6 +529,32 @@ impl Kernels {
         let (xs, xf) = rows1
             .and_then(|r| r.get(t.job))
             .ok_or(KernelError::MissingExpert { expert: job.expert })?;
+        #[cfg(target_arch = "x86_64")]
+        if job.tiled {
+            let h = job.w.gate.cols;
+            let rows: Vec<&[f32]> = job
+                .positions
+                .get(t.toks.0..t.toks.1)
+                .unwrap_or_default()
+                .iter()
+                .map(|&p| row_of(x, p / k, h))
+                .collect();
+            let dst = hp
+                .get(t.job)
+                .ok_or(KernelError::MissingExpert { expert: job.expert })?;
+            let i = job.w.gate.rows;
+            let m0 = t.toks.0;
+            let mut emit = |m: usize, r: usize, v: &[f32]| {
+                // SAFETY: this task alone writes rows t.rows of tokens t.toks of job
+                // t.job's hidden rows, and nothing reads them before step 1 ends.
+                unsafe { dst.write((m0 + m) * i + r, v) };
+            };
+            crate::tile::Scratch::with(h, |s| {
+                // SAFETY: `tiled` holds only for the AVX-512 isas, checked by `Dot::new`.
+                unsafe { crate::tile::gate_up(&job.w.gate, &job.w.up, t.rows, &rows, s, &mut emit) }
+            });
+            return Ok(Vec::new());
+        }
         // Rows nothing was prepared for go straight to the f32 kernels (the same
         // bits as through `dot_act`): on small rows (tiny-code-moe's 64 and 256
         // columns) the per-call dispatch of the prepared kernels measured -13% prefill.
@@ -492,12 +595,37 @@ impl Kernels {
         &self,
         jobs: &[Job<'_>],
         rows2: Option<&Vec<Rows<'_, '_>>>,
+        hp: &[Shared<'_>],
+        yp: &Shared<'_>,
         ready: &R,
         t: &Task,
     ) -> Result<Vec<f32>> {
         let job = jobs
             .get(t.job)
             .ok_or(KernelError::MissingExpert { expert: 0 })?;
+        #[cfg(target_arch = "x86_64")]
+        if job.tiled {
+            let hj = hp
+                .get(t.job)
+                .ok_or(KernelError::MissingExpert { expert: job.expert })?;
+            // SAFETY: step 1 (the only writer) has ended before step 3 runs.
+            let hj = unsafe { hj.slice() };
+            let i = job.w.down.cols;
+            let rows: Vec<&[f32]> = (t.toks.0..t.toks.1).map(|m| row_of(hj, m, i)).collect();
+            wait(ready, job.expert, 2)?;
+            let h = job.w.down.rows;
+            let mut emit = |m: usize, r: usize, v: &[f32]| {
+                if let Some(&p) = job.positions.get(t.toks.0 + m) {
+                    // SAFETY: this task alone writes rows t.rows of its tokens' positions.
+                    unsafe { yp.write(p * h + r, v) };
+                }
+            };
+            crate::tile::Scratch::with(i, |s| {
+                // SAFETY: `tiled` holds only for the AVX-512 isas, checked by `Dot::new`.
+                unsafe { crate::tile::down(&job.w.down, t.rows, &rows, s, &mut emit) }
+            });
+            return Ok(Vec::new());
+        }
         let (hs, hf) = rows2
             .and_then(|r| r.get(t.job))
             .ok_or(KernelError::MissingExpert { expert: job.expert })?;
@@ -549,7 +677,20 @@ impl Kernels {
                 return Err(KernelError::MissingExpert { expert: e as u32 });
             }
         }
-        let mut y = vec![0.0f32; routing.ids.len() * format.hidden()];
+        let len = routing.ids.len() * format.hidden();
+        // Large calls reuse the kept buffer when no other call holds it: every position
+        // is written (every routed expert is listed), so what it held does not matter.
+        let kept = (KEEP_OUTPUTS..=KEEP_OUTPUTS_MAX)
+            .contains(&len)
+            .then(|| self.outputs.try_lock().ok())
+            .flatten();
+        if let Some(mut y) = kept {
+            y.resize(len, 0.0);
+            let y = y.get_mut(..len).unwrap_or_default();
+            self.expert_outputs(format, routing, experts, &AllReady, y)?;
+            return weighted_sum(y, weights, routing.top_k, format.hidden(), out);
+        }
+        let mut y = vec![0.0f32; len];
         self.expert_outputs(format, routing, experts, &AllReady, &mut y)?;
         weighted_sum(&y, weights, routing.top_k, format.hidden(), out)
     }
@@ -561,6 +702,51 @@ impl Kernels {
 /// four at a time, `examples/dot_speed.rs`, and the other paths loop over the four.)
 fn by_fours<'a, 'x, A: ?Sized>(rows: &'a [&'x A]) -> (&'a [[&'x A; TOKENS]], &'a [&'x A]) {
     rows.as_chunks::<TOKENS>()
+}
+
+/// A buffer tasks on several threads write disjoint parts of.
+struct Shared<'a> {
+    ptr: *mut f32,
+    len: usize,
+    _buf: std::marker::PhantomData<&'a mut [f32]>,
+}
+
+// SAFETY: a view of a `&mut [f32]` whose users keep writes disjoint (see the methods).
+unsafe impl Sync for Shared<'_> {}
+// SAFETY: as above.
+unsafe impl Send for Shared<'_> {}
+
+impl<'a> Shared<'a> {
+    fn new(buf: &'a mut [f32]) -> Self {
+        Self {
+            ptr: buf.as_mut_ptr(),
+            len: buf.len(),
+            _buf: std::marker::PhantomData,
+        }
+    }
+
+    /// Copies `v` to `start..` (nothing if it does not fit).
+    ///
+    /// # Safety
+    /// No other thread reads or writes those values meanwhile.
+    unsafe fn write(&self, start: usize, v: &[f32]) {
+        if start
+            .checked_add(v.len())
+            .is_some_and(|end| end <= self.len)
+        {
+            // SAFETY: in bounds (checked); exclusive by the caller's guarantee.
+            unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), self.ptr.add(start), v.len()) };
+        }
+    }
+
+    /// The whole buffer.
+    ///
+    /// # Safety
+    /// Nobody writes it while the slice lives.
+    unsafe fn slice(&self) -> &[f32] {
+        // SAFETY: `len` values at `ptr` (a live `&mut [f32]`); no writer (caller).
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
 }
 
 /// A job's activation rows, and the same as f32 slices if none was prepared for a
@@ -616,6 +802,7 @@ fn group<'a>(
             expert: *e,
             w: *w,
             positions: Vec::new(),
+            tiled: false,
         });
     }
     for (position, &id) in routing.ids.iter().enumerate() {
@@ -637,7 +824,14 @@ fn group<'a>(
 /// Blocks of output rows for every job (a block never spans two jobs), each at least
 /// [`MIN_TASK_MACS`] of work and at least 1 / ([`TASKS_PER_THREAD`] x `threads`) of the
 /// phase's work.
-fn tasks(jobs: &[Job<'_>], rows: usize, macs_per_row_token: usize, threads: usize) -> Vec<Task> {
+/// Blocks of a job on the prompt path are a multiple of `align` rows (its tile's).
+fn tasks(
+    jobs: &[Job<'_>],
+    rows: usize,
+    macs_per_row_token: usize,
+    threads: usize,
+    align: usize,
+) -> Vec<Task> {
     let total: usize = jobs
         .iter()
         .map(|j| {
@@ -649,15 +843,33 @@ fn tasks(jobs: &[Job<'_>], rows: usize, macs_per_row_token: usize, threads: usiz
     let min = MIN_TASK_MACS.max(total / threads.saturating_mul(TASKS_PER_THREAD).max(1));
     let mut out = Vec::new();
     for (job, j) in jobs.iter().enumerate() {
-        let per_row = macs_per_row_token.saturating_mul(j.positions.len()).max(1);
-        let block = min.div_ceil(per_row).clamp(1, rows.max(1));
+        let n = j.positions.len();
+        let per_row = macs_per_row_token.saturating_mul(n).max(1);
+        let mut block = min.div_ceil(per_row).clamp(1, rows.max(1));
+        let mut chunk = n;
+        if j.tiled {
+            block = block.next_multiple_of(align.max(1)).min(rows.max(1));
+            // One block holds the whole expert: split its tokens instead (an expert of
+            // 437 of a prompt's 4096 positions was one task of 1/5 of a thread's work).
+            let pieces = per_row.saturating_mul(block).div_ceil(min.max(1)).max(1);
+            chunk = n
+                .div_ceil(pieces)
+                .next_multiple_of(crate::tile::TB)
+                .max(MIN_TILE_TASK_TOKENS);
+        }
         let mut r = 0;
         while r < rows {
             let end = (r + block).min(rows);
-            out.push(Task {
-                job,
-                rows: (r, end),
-            });
+            let mut m = 0;
+            while m < n {
+                let m1 = (m + chunk.max(1)).min(n);
+                out.push(Task {
+                    job,
+                    rows: (r, end),
+                    toks: (m, m1),
+                });
+                m = m1;
+            }
             r = end;
         }
     }

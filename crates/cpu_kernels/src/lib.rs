@@ -40,11 +40,12 @@ mod portable;
 mod scalar;
 mod simd;
 mod team;
+mod tile;
 
 pub use act::Act;
 pub use decode::{Attn, Decoder, Ffn, KvRows, Layer, LayerCache, Moe, QkNorm, StepShape, Swiglu};
 pub use error::{KernelError, Result};
 pub use format::{bf16_to_f32, f16_to_f32, ExpertFormat, Proj, WeightKind, MAX_DIM, SCALE_ALIGN};
 pub use isa::{Dot, Isa};
-pub use layer::{weighted_sum, AllReady, ExpertWeights, Kernels, Ready, Routing};
+pub use layer::{weighted_sum, AllReady, ExpertWeights, Kernels, Ready, Routing, TILE_MIN_TOKENS};
 pub use scalar::silu;

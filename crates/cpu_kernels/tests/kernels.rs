@@ -319,7 +319,13 @@ impl Layer {
     }
 
     fn run(&self, isa: Isa, threads: usize) -> Vec<f32> {
-        let k = Kernels::new(isa, threads).unwrap();
+        self.run_from(isa, threads, cpu_kernels::TILE_MIN_TOKENS)
+    }
+
+    /// [`Self::run`] with the prompt path taken from `tile_min` tokens per expert.
+    fn run_from(&self, isa: Isa, threads: usize, tile_min: usize) -> Vec<f32> {
+        let mut k = Kernels::new(isa, threads).unwrap();
+        k.set_tile_min_tokens(tile_min);
         let mut out = vec![0.0; self.x.len()];
         k.moe_layer(
             &self.format,
@@ -413,6 +419,57 @@ fn layer_call_matches_the_reference_on_any_thread_count() {
                         err <= 1e-4 * scale,
                         "{isa:?} {kind:?} T={tokens}: {err} vs {scale}"
                     );
+                }
+            }
+        }
+    }
+}
+
+/// The prompt path (experts with many tokens, AVX-512: `tile.rs`) on odd shapes (rows
+/// and columns not multiples of its 16-row vectors, 64-row blocks or 16-column
+/// transposes; int4 groups), token counts not multiples of its 6-token blocks, experts
+/// split by tokens across tasks: within
+/// the vector paths' tolerance of the reference and of the row dot products, the same
+/// bytes on any thread count, and with bf16-exact activations (the BF16 kernels' input)
+/// as well.
+#[test]
+fn prompt_path_matches_the_reference_on_odd_shapes() {
+    let mut rng = Rng(97531);
+    for kind in KINDS {
+        for (inter, hidden) in shapes(kind) {
+            // 100 tokens: ~50 per expert, split by tokens across tasks on the pool
+            let big = if inter * hidden >= 10_000 { 100 } else { 23 };
+            for tokens in [4, 9, 23, big] {
+                for bf16_x in [false, tokens < 100] {
+                    let mut layer = Layer::new(&mut rng, kind, inter, hidden, tokens);
+                    if bf16_x {
+                        for v in &mut layer.x {
+                            *v = f32::from_bits(v.to_bits() & 0xffff_0000);
+                        }
+                    }
+                    let want = layer.reference();
+                    let scale = want.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+                    for isa in available() {
+                        let tiled = layer.run_from(isa, 1, 1);
+                        let dots = layer.run_from(isa, 1, usize::MAX);
+                        for threads in [2, 3] {
+                            assert_eq!(
+                                tiled,
+                                layer.run_from(isa, threads, 1),
+                                "{isa:?} {kind:?} T={tokens}: threads changed the result"
+                            );
+                        }
+                        for (what, got) in [("reference", &want), ("row dots", &dots)] {
+                            let err = tiled
+                                .iter()
+                                .zip(got)
+                                .fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+                            assert!(
+                                err <= 1e-4 * scale,
+                                "{isa:?} {kind:?} {inter}x{hidden} T={tokens}: {err} vs {what} ({scale})"
+                            );
+                        }
+                    }
                 }
             }
         }

@@ -4,6 +4,8 @@ One call computes every routed expert of a layer for the current tokens, reading
 expert's projections in place in the .ftw layout (raw f32/bf16/f16, int8, int4): gate,
 up and SiLU fused in one pass, then down, split across a thread pool by output rows,
 then the top-k summed in fp32 in router-rank order. Activations stay fp32 throughout.
+On AVX-512 an expert with several tokens in the call (a prompt) runs as a small matrix
+product over an f32 tile of its rows (``docs/cpu-kernels.md``, "The prompt path").
 
 - ``FusedKernel``: checked tensor wrapper over ``_core.CpuKernels`` (every address it
   passes belongs to a CPU tensor of the right dtype, shape and layout, kept alive by
