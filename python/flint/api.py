@@ -185,7 +185,7 @@ class LLM:
     ``pin_ram``: page-lock the RAM expert cache so copies to the GPU skip staging
     (default: on when streaming on CUDA, unless ``FLINT_PIN_RAM=0``; False: off).
     ``graphs``: decode through CUDA graphs (``flint.graphs``): "auto" where the model
-    is covered (resident on one GPU, standard attention, SwiGLU experts), "on" (an
+    is covered (resident on one GPU, every family but Qwen3-Next), "on" (an
     error where it is not), "eager" (the same step launched op by op: identical
     output), "off" (the general eager path).
     ``activation_budget``: GiB a prompt's activations may take (default: half of the

@@ -230,7 +230,7 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {  # parameter -> (annotation, default)
             str,
             typer.Option(
                 help="CUDA graph decode: auto (where the model is covered: resident on one"
-                " GPU, standard attention, SwiGLU experts), on (an error where not), eager"
+                " GPU, every family but Qwen3-Next), on (an error where not), eager"
                 " (the same step launched op by op: identical output, for comparison), off"
                 " (the general eager path).",
                 rich_help_panel=PANEL,
