@@ -4,12 +4,11 @@
 which take one expert per call. The CUDA graph decode step computes a layer's experts
 in one launch by slot index instead (``flint.graphs.moe_kernel``), straight from the
 file's bytes: this backend keeps each layer's experts as ``[E, slab_bytes]`` uint8 on
-the GPU (what the VRAM expert cache holds too). A prompt's experts (many tokens each)
-are dequantized one expert at a time into the model dtype and multiplied by cuBLAS;
-a call of at most ``KERNEL_TOKENS`` tokens uses the slot-indexed kernels, so an
-eagerly launched decode step and a captured one compute alike. A prompt's selected
-experts are dequantized a chunk at a time (a few torch ops per chunk, not per expert:
-one expert at a time, 30B-A3B int4 prefilled 512 tokens at 82 tok/s on the H200).
+the GPU (what the VRAM expert cache holds too). A call of at most ``KERNEL_TOKENS``
+tokens uses the slot-indexed kernels, so an eagerly launched decode step and a
+captured one compute alike. A longer prompt's selected experts are dequantized into
+the model dtype a chunk at a time (a few torch ops per chunk: one expert at a time,
+30B-A3B int4 prefilled 512 tokens at 82 tok/s on the H200) and multiplied by cuBLAS.
 """
 
 from __future__ import annotations
