@@ -40,9 +40,9 @@ from flint.graphs.moe_kernel import (
 from flint.graphs.slab_experts import SlabResidentExperts
 from flint.models.attention import Attention
 from flint.models.kv_cache import SplitKVCache
-from flint.models.mla import LATENT_EPS, LatentAttention
+from flint.models.mla import LatentAttention
 from flint.models.moe import MoEBlock, ResidentExperts
-from flint.models.norm import Norm, rms_norm
+from flint.models.norm import Norm
 from flint.models.rope import apply_rope
 from flint.models.sink_attention import SinkAttention
 from flint.models.transformer import DecoderLayer, MoEModel
@@ -343,22 +343,8 @@ class GraphDecoder:
         """DeepSeek's latent attention (``LatentAttention.__call__``'s ops): the latent
         and rotated shared key written into the cache row, the span's latents expanded
         into keys and values."""
-        m, cache = attn.m, self.model.cache
-        q_pass, q_rot = torch.split(attn._queries(x), [m.qk_nope_head_dim, m.qk_rope_head_dim], -1)
-        query = torch.cat((q_pass, attn._rope(q_rot, cos, sin)), dim=-1)  # [N, 1, Dn+Dr]
-        compressed = F.linear(x, attn.kv_a_w, attn.kv_a_b)  # [1, R+Dr]
-        latent, k_rot = torch.split(compressed, [m.kv_lora_rank, m.qk_rope_head_dim], -1)
-        latent = rms_norm(latent, attn.kv_a_norm, LATENT_EPS)  # [1, R]
-        k_rot = attn._rope(k_rot.unsqueeze(0), cos, sin)  # [1, 1, Dr]
-        latents, k_rots = cache.keys[attn.layer], cache.values[attn.layer]  # [1, ctx, *]
-        latents.index_copy_(1, self.position, latent.unsqueeze(0))
-        k_rots.index_copy_(1, self.position, k_rot)
-        keys, values = attn.expand(latents[:, :span], k_rots[:, :span])  # [N, S, *]
-        out = F.scaled_dot_product_attention(
-            query.unsqueeze(0),
-            keys.unsqueeze(0),
-            values.unsqueeze(0),
-            attn_mask=mask,
-            scale=m.softmax_scale,
-        )  # [1, N, 1, Dv]
-        return F.linear(out[0].transpose(0, 1).reshape(1, -1), attn.o_w, attn.o_b)
+        query, latent, k_rot = attn.project(x, cos, sin)
+        latents, k_rots = self.model.cache.keys[attn.layer], self.model.cache.values[attn.layer]
+        latents.index_copy_(1, self.position, latent)  # [1, ctx, R]
+        k_rots.index_copy_(1, self.position, k_rot)  # [1, ctx, Dr]
+        return attn.attend(query, latents[:, :span], k_rots[:, :span], mask)

@@ -112,6 +112,39 @@ class LatentAttention:
         keys = torch.cat((k_nope, k_rots.expand(self.heads, -1, -1)), dim=-1)  # [N, S, Dn+Dr]
         return keys, values
 
+    def project(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """x [T, H] -> (queries [N, T, Dn+Dr], normed latents [1, T, R], rotated shared
+        keys [1, T, Dr]): what the cache stores and what attends to it."""
+        m = self.m
+        q_pass, q_rot = torch.split(self._queries(x), [m.qk_nope_head_dim, m.qk_rope_head_dim], -1)
+        query = torch.cat((q_pass, self._rope(q_rot, cos, sin)), dim=-1)  # [N, T, Dn+Dr]
+        compressed = F.linear(x, self.kv_a_w, self.kv_a_b)  # [T, R+Dr]
+        latent, k_rot = torch.split(compressed, [m.kv_lora_rank, m.qk_rope_head_dim], -1)
+        latent = rms_norm(latent, self.kv_a_norm, LATENT_EPS)  # [T, R]
+        k_rot = self._rope(k_rot.unsqueeze(0), cos, sin)  # [1, T, Dr]
+        return query, latent.unsqueeze(0), k_rot
+
+    def attend(
+        self,
+        query: torch.Tensor,  # [N, T, Dn+Dr]
+        latents: torch.Tensor,  # [1, S, R]
+        k_rots: torch.Tensor,  # [1, S, Dr]
+        mask: torch.Tensor | None,  # [T, S] bool (or broadcastable), None: every key
+    ) -> torch.Tensor:
+        """The queries against the cached positions, through ``o_proj``: [T, H]."""
+        keys, values = self.expand(latents, k_rots)
+        out = F.scaled_dot_product_attention(
+            query.unsqueeze(0),
+            keys.unsqueeze(0),
+            values.unsqueeze(0),
+            attn_mask=mask,
+            scale=self.m.softmax_scale,
+        )  # [1, N, T, Dv]
+        out = out[0].transpose(0, 1).reshape(query.shape[1], -1)  # [T, N*Dv]
+        return F.linear(out, self.o_w, self.o_b)  # [T, H]
+
     def __call__(
         self,
         x: torch.Tensor,  # [T, H]
@@ -121,24 +154,9 @@ class LatentAttention:
         sin: torch.Tensor,  # [T, Dr]
         mask: torch.Tensor | None,  # [T, S] bool, None for one new token
     ) -> torch.Tensor:
-        m = self.m
-        q_pass, q_rot = torch.split(self._queries(x), [m.qk_nope_head_dim, m.qk_rope_head_dim], -1)
-        query = torch.cat((q_pass, self._rope(q_rot, cos, sin)), dim=-1)  # [N, T, Dn+Dr]
-        compressed = F.linear(x, self.kv_a_w, self.kv_a_b)  # [T, R+Dr]
-        latent, k_rot = torch.split(compressed, [m.kv_lora_rank, m.qk_rope_head_dim], -1)
-        latent = rms_norm(latent, self.kv_a_norm, LATENT_EPS)  # [T, R]
-        k_rot = self._rope(k_rot.unsqueeze(0), cos, sin)  # [1, T, Dr]
-        latents, k_rots = cache.write(self.layer, start, latent.unsqueeze(0), k_rot)
-        keys, values = self.expand(latents, k_rots)
-        out = F.scaled_dot_product_attention(
-            query.unsqueeze(0),
-            keys.unsqueeze(0),
-            values.unsqueeze(0),
-            attn_mask=mask,
-            scale=m.softmax_scale,
-        )  # [1, N, T, Dv]
-        out = out[0].transpose(0, 1).reshape(x.shape[0], -1)  # [T, N*Dv]
-        return F.linear(out, self.o_w, self.o_b)  # [T, H]
+        query, latent, k_rot = self.project(x, cos, sin)
+        latents, k_rots = cache.write(self.layer, start, latent, k_rot)
+        return self.attend(query, latents, k_rots, mask)
 
 
 def latent_cache(
