@@ -206,6 +206,47 @@ gpu11() {
   done
 }
 
+# 2026-11-29 (fifth session), first GPU run: the last session's unrun GPU work (graph
+# tests incl. GPT-OSS/DeepSeek, the suites), the prompt-expert paths (P8's lead), the
+# CPU kernels after the AVX-512 BF16/int4 work, where V1's decode time goes (cProfile
+# of the Python side, kept in $OUT), and R0's rows with graphs.
+gpu12() {
+  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
+  timeout ${GPU12_TESTS_S:-240} python3 -m pytest tests/models/test_graphs.py tests/models/test_gpu.py \
+    tests/models/test_vram_cache.py tests/models/test_gpu_waves.py \
+    -q -p no:cacheprovider --tb=short -rf -m gpu 2>&1 | tail -30
+  timeout 60 python3 benches/prompt_expert_paths.py --scheme int4
+  timeout 60 python3 benches/cpu_kernels.py --threads 1,16 --calls 10 --x-bf16
+  [ -f "$DATA/q30.ftw" ] || flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
+  echo "== V1 profile"
+  timeout 150 python3 -m cProfile -o "$OUT/v1.prof" -m flint bench "$DATA/q30.ftw" -p 0 -n 16 \
+    --tg-random -t 16 -r 1 --mode full --ram-budget 20 --vram-budget 4 2>&1 | tail -6
+  timeout 100 flint bench "$DATA/q30.ftw" -p 512 -n 128 -r 2 --mode resident --graphs auto 2>&1 | tail -4
+}
+
+# V1 by kernel thread count (the fused host kernels share 16 cores with the main thread,
+# the readers and CUDA's), full against naive (issue 9's V1 target), host experts
+# through torch (--expert-kernels dequant) against the fused kernels (issue 15's V1
+# before/after), the host split repeated, the arena's copy rate, tune's GPU path, C1.
+gpu13() {
+  [ -f "$DATA/q30.ftw" ] || flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
+  B="flint bench $DATA/q30.ftw -p 0 -n 16 --tg-random --ram-budget 20 --vram-budget 4"
+  for t in ${GPU13_THREADS:-6 10 14 16}; do
+    echo "== V1 full -t $t"; timeout 60 $B -r 1 --mode full -t $t 2>&1 | grep "q30.ftw"
+  done
+  T=${GPU13_T:-10}
+  echo "== V1 full,naive -t $T"; timeout 120 $B -r 2 --mode full,naive -t $T 2>&1 | grep "q30.ftw"
+  echo "== V1 dequant -t $T"; timeout 60 $B -r 1 --mode full -t $T --expert-kernels dequant 2>&1 | grep "q30.ftw"
+  for hs in fill q; do
+    echo "== V1 --host-split $hs -t $T"; timeout 60 $B -r 1 --mode full -t $T --host-split $hs 2>&1 | grep "q30.ftw"
+  done
+  timeout 40 python3 benches/pinned_copy.py 2>&1 | tail -6
+  echo "== C1 on this box's CPU"
+  timeout 100 flint bench "$DATA/q30.ftw" --device cpu -p 0 -n 8 --tg-random -r 1 --mode full,naive \
+    --ram-budget 8.5 -t 15 2>&1 | grep "q30.ftw"
+  XDG_CACHE_HOME="$DATA/cache" timeout 100 flint tune "$DATA/q30.ftw" --ram-budget 20 2>&1 | tail -14
+}
+
 case $what in
   install) install ;;
   format) install; format ;;
@@ -224,5 +265,7 @@ case $what in
   gpu10k) install; gpu10k ;;
   gpu10r) install; gpu10r ;;
   gpu11) install; gpu11 ;;
+  gpu12) install; gpu12 ;;
+  gpu13) install; gpu13 ;;
 esac 2>&1 | tee "$OUT/gpu_box_$what.log"
 

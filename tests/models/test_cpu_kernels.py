@@ -233,3 +233,16 @@ def test_streamed_equals_resident_bit_for_bit_with_fused_kernels(
                 assert torch.equal(got, want), (quant, ids, step)
         stats = streamed.stats()
         assert stats is not None and stats["demands"] > 0, "demand reads happened"
+
+
+def test_streamed_kernels_leave_threads_to_the_readers_on_big_machines() -> None:
+    from flint.models import cpu_kernels
+
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(16)
+        assert cpu_kernels.streaming_threads() == 16 - cpu_kernels.STREAMING_RESERVE
+        torch.set_num_threads(2)
+        assert cpu_kernels.streaming_threads() == 2  # a small machine keeps them all
+    finally:
+        torch.set_num_threads(before)

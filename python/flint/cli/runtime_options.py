@@ -139,7 +139,11 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {  # parameter -> (annotation, default)
     "threads": (
         Annotated[
             int | None,
-            typer.Option(help="CPU threads for torch (default: torch's).", rich_help_panel=PANEL),
+            typer.Option(
+                help="CPU threads for torch and the fused expert kernels (default: torch's;"
+                " a streamed model's kernels leave 2 of >= 8 to the readers and the main thread).",
+                rich_help_panel=PANEL,
+            ),
         ],
         None,
     ),

@@ -35,9 +35,25 @@ from flint.models.weights import WeightSource
 _FLOAT_NAMES = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}
 
 
+# Threads a streamed model leaves to the main thread, the readers and CUDA's own on a
+# machine of >= STREAMING_MIN_CORES: V1 on the 16-core GPU box decoded at 2.50 tok/s with
+# 16 kernel threads, 4.02 with 14 and 4.07 with 10 (spinning threads preempted by the
+# others hold up each step; docs/benchmarks.md, issue 15).
+STREAMING_RESERVE = 2
+STREAMING_MIN_CORES = 8
+
+
 def default_threads() -> int:
     """The pool size when none is given: torch's intra-op threads (``--threads``)."""
     return max(1, torch.get_num_threads())
+
+
+def streaming_threads() -> int:
+    """The pool size of a streamed model's kernels: ``default_threads`` less
+    ``STREAMING_RESERVE`` on machines of at least ``STREAMING_MIN_CORES`` threads
+    (results do not depend on the pool size)."""
+    n = default_threads()
+    return n - STREAMING_RESERVE if n >= STREAMING_MIN_CORES else n
 
 
 class FusedKernel:

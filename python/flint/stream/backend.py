@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from flint import _core
 from flint.format.reader import ExpertLayout
 from flint.models.config import ModelConfig
-from flint.models.cpu_kernels import FusedKernel, slab_addresses
+from flint.models.cpu_kernels import FusedKernel, slab_addresses, streaming_threads
 from flint.models.loading import indexed
 from flint.models.moe import ExpertMath, weighted_sum
 from flint.models.quant_experts import QUANT_SCHEMES, fused_supported
@@ -173,7 +173,7 @@ class StreamedExperts(CudaPlacement):
         fusable = self.math.plain and fused_supported(config)
         if expert_kernels == "fused" and device.type == "cpu":
             if fusable:
-                self.fused = FusedKernel.for_layout(layout)
+                self.fused = FusedKernel.for_layout(layout, streaming_threads())
             else:
                 (notice or _stderr)(
                     "the fused expert kernels compute SwiGLU experts without biases; "
@@ -184,7 +184,7 @@ class StreamedExperts(CudaPlacement):
         # family's experts are not what they compute (GPT-OSS: torch's then).
         self.host_fused: FusedKernel | None = None
         if self.host is not None and expert_kernels != "dequant" and fusable:
-            self.host_fused = FusedKernel.for_layout(layout)
+            self.host_fused = FusedKernel.for_layout(layout, streaming_threads())
         # A prompt's experts outside VRAM staged through double-buffered VRAM copies on
         # CUDA (gpu_waves.py); off: copied per projection on the compute stream.
         self.gpu_waves = gpu_waves
