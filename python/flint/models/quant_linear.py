@@ -157,8 +157,9 @@ class Int4MmCuda:
         self.group, self.device, self.dtype = group, device, dtype
 
     def pack(self, raw: torch.Tensor, rows: int, cols: int) -> Packed:
-        """Four launches once the bytes are on the device (copied up whole if not): the
-        nibble swap (element 2j to the high nibble), torch's packer, the scales."""
+        """Four launches once the bytes are on the device (copied up whole if not; a pack
+        per streamed projection is launch-bound): the nibble swap (two; element 2j to the
+        high nibble), torch's packer, the scales (one)."""
         packed, scale = split_int4(raw.to(self.device), rows, cols, self.group)
         w = torch.ops.aten._convert_weight_to_int4pack(_swap_nibbles(packed), _inner_k_tiles(cols))
         return w, _scales_and_zeros(scale, self.dtype)
