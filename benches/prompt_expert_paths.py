@@ -12,7 +12,8 @@ token count, with CUDA events (median of 20 after 3 warm-ups):
 - ``pack+mm``: packing from the file's bytes on each call, then torch's kernel (what a
   streamed prompt does);
 - ``pack``, ``pack_old``: the pack alone from bytes already in VRAM (a staged copy), and
-  the formulation it replaced (``old_pack``: more, smaller ops; the same bytes);
+  the formulation it replaced (``old_pack``: more, smaller ops; the same bytes); int4
+  also ``pack_torch``: through torch's ops instead of Triton's one launch (the fallback);
 - ``dequant+mm``: dequantizing the file's bytes to bf16 on each call, then cuBLAS
   (what the resident slab backend does for prompts);
 - ``dense``: cuBLAS on bf16 weights already there (the floor).
@@ -24,12 +25,19 @@ import argparse
 import json
 import statistics
 from collections.abc import Callable
+from functools import partial
 
 import torch
 import torch.nn.functional as F
 
 from flint.format.quant import decode_projection, encode_projection, split_int4, split_int8
-from flint.models.quant_linear import Packed, torch_kernel
+from flint.models.quant_linear import (
+    Int4MmCuda,
+    Packed,
+    ProjectionKernel,
+    torch_kernel,
+    torch_packer_inputs,
+)
 
 
 def median_ms(fn: Callable[[], object]) -> float:
@@ -74,8 +82,14 @@ def main() -> None:
     packed = kernel.pack(raw, args.rows, args.cols)
     shape = (args.rows, args.cols)
     old = old_pack(args.scheme, args.group, raw_gpu, *shape)
-    for new_t, old_t in zip(packed, old, strict=True):  # the same bytes, or no timing
-        assert torch.equal(new_t.view(torch.uint8), old_t.view(torch.uint8)), "packs differ"
+    kernels: dict[str, ProjectionKernel] = {"pack_ms": kernel}
+    if isinstance(kernel, Int4MmCuda):
+        torch_ops = Int4MmCuda(args.group, device, dtype)
+        torch_ops.packer_inputs = torch_packer_inputs
+        kernels["pack_torch_ms"] = torch_ops
+    for each in kernels.values():  # the same bytes, or no timing
+        for new_t, old_t in zip(each.pack(raw_gpu, *shape), old, strict=True):
+            assert torch.equal(new_t.view(torch.uint8), old_t.view(torch.uint8)), "packs differ"
     dense = decode_projection(raw, args.scheme, "u8", args.rows, args.cols, args.group)
     dense = dense.to(device, dtype)
 
@@ -92,7 +106,7 @@ def main() -> None:
             "pack+mm_ms": median_ms(
                 lambda: kernel(x, kernel.pack(raw_gpu, args.rows, args.cols))  # noqa: B023
             ),
-            "pack_ms": median_ms(lambda: kernel.pack(raw_gpu, *shape)),
+            **{col: median_ms(partial(k.pack, raw_gpu, *shape)) for col, k in kernels.items()},
             "pack_old_ms": median_ms(lambda: old_pack(args.scheme, args.group, raw_gpu, *shape)),
             "dequant+mm_ms": median_ms(lambda: F.linear(x, dequant())),  # noqa: B023
             "dense_ms": median_ms(lambda: F.linear(x, dense)),  # noqa: B023
