@@ -10,7 +10,10 @@ token count, with CUDA events (median of 20 after 3 warm-ups):
 
 - ``packed``: torch's kernel on weights packed once (what a resident model does);
 - ``pack+mm``: packing from the file's bytes on each call, then torch's kernel (what a
-  streamed prompt does today);
+  streamed prompt does);
+- ``pack``, ``pack_old``: the pack alone from bytes already in VRAM (a staged copy), and
+  the formulation it replaced (``old_pack``: more, smaller ops; the same bytes); int4
+  also ``pack_torch``: through torch's ops instead of Triton's one launch (the fallback);
 - ``dequant+mm``: dequantizing the file's bytes to bf16 on each call, then cuBLAS
   (what the resident slab backend does for prompts);
 - ``dense``: cuBLAS on bf16 weights already there (the floor).
@@ -22,12 +25,19 @@ import argparse
 import json
 import statistics
 from collections.abc import Callable
+from functools import partial
 
 import torch
 import torch.nn.functional as F
 
-from flint.format.quant import decode_projection, encode_projection
-from flint.models.quant_linear import torch_kernel
+from flint.format.quant import decode_projection, encode_projection, split_int4, split_int8
+from flint.models.quant_linear import (
+    Int4MmCuda,
+    Packed,
+    ProjectionKernel,
+    torch_kernel,
+    torch_packer_inputs,
+)
 
 
 def median_ms(fn: Callable[[], object]) -> float:
@@ -43,6 +53,20 @@ def median_ms(fn: Callable[[], object]) -> float:
     return statistics.median(times)
 
 
+def old_pack(scheme: str, group: int, raw: torch.Tensor, rows: int, cols: int) -> Packed:
+    """The CUDA packs (bf16) as they were before they were cut to fewer ops: the baseline."""
+    device, dtype = raw.device, torch.bfloat16
+    if scheme == "int8":
+        q, scale = split_int8(raw, rows, cols)
+        return q.to(device).contiguous(), scale.to(device, dtype).contiguous()
+    packed, scale4 = split_int4(raw, rows, cols, group)
+    swapped = ((packed & 0x0F) << 4) | (packed >> 4)
+    tiles = next((t for t in (8, 4, 2) if cols % (16 * t) == 0), 2)
+    w = torch.ops.aten._convert_weight_to_int4pack(swapped.to(device), tiles)
+    s = scale4.to(dtype).t()
+    return w, torch.stack([s, torch.zeros_like(s)], dim=-1).contiguous().to(device)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scheme", default="int4")
@@ -56,6 +80,16 @@ def main() -> None:
     raw_gpu = raw.to(device)
     kernel = torch_kernel(args.scheme, args.group, device, dtype)
     packed = kernel.pack(raw, args.rows, args.cols)
+    shape = (args.rows, args.cols)
+    old = old_pack(args.scheme, args.group, raw_gpu, *shape)
+    kernels: dict[str, ProjectionKernel] = {"pack_ms": kernel}
+    if isinstance(kernel, Int4MmCuda):
+        torch_ops = Int4MmCuda(args.group, device, dtype)
+        torch_ops.packer_inputs = torch_packer_inputs
+        kernels["pack_torch_ms"] = torch_ops
+    for each in kernels.values():  # the same bytes, or no timing
+        for new_t, old_t in zip(each.pack(raw_gpu, *shape), old, strict=True):
+            assert torch.equal(new_t.view(torch.uint8), old_t.view(torch.uint8)), "packs differ"
     dense = decode_projection(raw, args.scheme, "u8", args.rows, args.cols, args.group)
     dense = dense.to(device, dtype)
 
@@ -72,6 +106,8 @@ def main() -> None:
             "pack+mm_ms": median_ms(
                 lambda: kernel(x, kernel.pack(raw_gpu, args.rows, args.cols))  # noqa: B023
             ),
+            **{col: median_ms(partial(k.pack, raw_gpu, *shape)) for col, k in kernels.items()},
+            "pack_old_ms": median_ms(lambda: old_pack(args.scheme, args.group, raw_gpu, *shape)),
             "dequant+mm_ms": median_ms(lambda: F.linear(x, dequant())),  # noqa: B023
             "dense_ms": median_ms(lambda: F.linear(x, dense)),  # noqa: B023
         }

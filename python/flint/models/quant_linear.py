@@ -19,6 +19,7 @@ model's projection shapes against ``DequantMm``, and falls back with one printed
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Callable, Sequence
 from typing import Protocol
@@ -92,18 +93,85 @@ class Int8Mm:
         self.device, self.dtype = device, compute_dtype(device, dtype)
 
     def pack(self, raw: torch.Tensor, rows: int, cols: int) -> Packed:
-        q, scale = split_int8(raw, rows, cols)
-        return q.to(self.device).contiguous(), scale.to(self.device, self.dtype).contiguous()
+        """One copy of the bytes to the device (none if there), q a view of it."""
+        q, scale = split_int8(raw.to(self.device), rows, cols)
+        return q, scale.to(self.dtype)
 
     def __call__(self, x: torch.Tensor, w: Packed) -> torch.Tensor:
         out: torch.Tensor = torch.ops.aten._weight_int8pack_mm(x.to(self.dtype), w[0], w[1])
         return out.to(x.dtype)
 
 
+# a float dtype's width -> (an unsigned int of that width, a signed int twice as wide)
+_WIDEN = {2: (torch.uint16, torch.int32), 4: (torch.uint32, torch.int64)}
+
+
 def _scales_and_zeros(scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """scales [N, G] -> torch's [G, N, 2] (scale, zero) with every zero 0 (see above)."""
-    s = scale.to(dtype).t()  # [G, N]
-    return torch.stack([s, torch.zeros_like(s)], dim=-1).contiguous()
+    """scales [N, G] -> torch's [G, N, 2] (scale, zero) with every zero 0 (see above), in
+    one transposing copy (a pack is launch-bound): each scale's bits zero-extended to
+    twice their width read, little-endian, as the pair (scale, +0)."""
+    s = scale.to(dtype)
+    narrow, wide = _WIDEN[s.element_size()]
+    pairs = s.view(narrow).t().to(wide, memory_format=torch.contiguous_format)  # [G, N]
+    return pairs.view(dtype).view(*pairs.shape, 2)
+
+
+def _swap_nibbles(packed: torch.Tensor) -> torch.Tensor:
+    """uint8 bytes with their two nibbles swapped, in two ops: (b >> 4) + 16 b, the
+    product wrapping to its low nibble shifted up (uint8 arithmetic is modulo 256)."""
+    return torch.add(packed >> 4, packed, alpha=16)
+
+
+PackerInputs = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+PACK_BLOCK = 1024  # bytes or scales per Triton program
+
+
+def torch_packer_inputs(
+    packed: torch.Tensor, scale: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(nibble-swapped bytes [N, K/2], scales and zeros [G, N, 2]) for torch's CUDA int4
+    packer and kernel, from the file's bytes [N, K/2] and the scales [N, G] in the
+    compute dtype: three torch ops."""
+    return _swap_nibbles(packed), _scales_and_zeros(scale, scale.dtype)
+
+
+def triton_packer_inputs() -> PackerInputs | None:
+    """``torch_packer_inputs`` in one Triton launch, the same bytes, for contiguous
+    16-bit scales (as ``split_int4`` gives them); None without Triton (imported here:
+    only CUDA loads need it)."""
+    from flint.graphs.moe_kernel import on_device
+    from flint.graphs.triton_kernels import int4_packer_inputs_kernel, triton
+
+    if triton is None:
+        return None
+
+    def packer_inputs(
+        packed: torch.Tensor, scale: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        rows, groups = scale.shape
+        swapped = torch.empty_like(packed)
+        pairs = torch.empty(groups, rows, dtype=torch.int32, device=packed.device)
+        programs = -(-packed.numel() // PACK_BLOCK) - (-pairs.numel() // PACK_BLOCK)
+        with on_device(packed.device):  # a layer's GPU need not be the current one
+            int4_packer_inputs_kernel[(programs,)](
+                packed,
+                scale.view(torch.int16),
+                swapped,
+                pairs,
+                packed.numel(),
+                rows,
+                groups,
+                BLOCK=PACK_BLOCK,
+            )
+        return swapped, pairs.view(scale.dtype).view(groups, rows, 2)
+
+    return packer_inputs
+
+
+@functools.cache
+def _inner_k_tiles(cols: int) -> int:
+    """tinygemm's inner K tiles for K = ``cols``: the most that divide it."""
+    return next((t for t in (8, 4, 2) if cols % (16 * t) == 0), 2)
 
 
 class Int4MmCpu:
@@ -133,13 +201,18 @@ class Int4MmCuda:
 
     def __init__(self, group: int, device: torch.device, dtype: torch.dtype) -> None:
         self.group, self.device, self.dtype = group, device, dtype
+        fused = triton_packer_inputs() if device.type == "cuda" and dtype.itemsize == 2 else None
+        self.packer_inputs: PackerInputs = fused or torch_packer_inputs
 
     def pack(self, raw: torch.Tensor, rows: int, cols: int) -> Packed:
-        packed, scale = split_int4(raw, rows, cols, self.group)
-        swapped = ((packed & 0x0F) << 4) | (packed >> 4)  # element 2j to the high nibble
-        tiles = next((t for t in (8, 4, 2) if cols % (16 * t) == 0), 2)
-        w = torch.ops.aten._convert_weight_to_int4pack(swapped.to(self.device), tiles)
-        return w, _scales_and_zeros(scale, self.dtype).to(self.device)
+        """Two launches (four without Triton) once the bytes are on the device (copied
+        up whole if not; a pack per streamed projection is launch-bound): the packer's
+        inputs (the nibbles swapped, element 2j to the high one; the scales and zeros),
+        then torch's packer."""
+        packed, scale = split_int4(raw.to(self.device), rows, cols, self.group)
+        swapped, scales_and_zeros = self.packer_inputs(packed, scale.to(self.dtype))
+        w = torch.ops.aten._convert_weight_to_int4pack(swapped, _inner_k_tiles(cols))
+        return w, scales_and_zeros
 
     def __call__(self, x: torch.Tensor, w: Packed) -> torch.Tensor:
         out: torch.Tensor = torch.ops.aten._weight_int4pack_mm(x, w[0], self.group, w[1])
