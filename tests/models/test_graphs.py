@@ -93,6 +93,24 @@ def test_slot_kernels_follow_the_per_expert_path(scheme: str, tokens: int) -> No
     assert again.data_ptr() == out.data_ptr() and torch.equal(again, got)
 
 
+@pytest.mark.parametrize("scheme", ["int8", "int4"])
+def test_dequantize_kernel_gives_the_files_weights(scheme: str) -> None:
+    """Odd shapes (rows and columns not multiples of the blocks, 200 columns in groups
+    of 8): each listed expert's projection, bit for bit the file's rule in bf16."""
+    from flint.graphs.moe_kernel import dequantize
+
+    torch.manual_seed(9)
+    experts, inter, hidden = 5, 40, 200
+    shapes = ((inter, hidden), (inter, hidden), (hidden, inter))
+    slabs, offsets, dense = _slabs(scheme, experts, shapes, 8)
+    pool = slab_pool(slabs, scheme, 8, shapes, offsets)
+    picked = [3, 0, 3]
+    for p in range(3):
+        got = dequantize(pool, p, torch.tensor(picked), torch.bfloat16)
+        want = torch.stack([dense[e][p].bfloat16() for e in picked])
+        assert torch.equal(got, want), (scheme, p)
+
+
 def test_slot_kernels_add_biases_and_clamp_as_gpt_oss() -> None:
     """Expert biases and GPT-OSS's clamped activation: the kernels against
     ``ExpertMath`` around torch's matmuls (bf16 stacks: the same roundings)."""

@@ -26,7 +26,13 @@ from typing import Any
 import torch
 
 from flint.format.constants import SCALE_ALIGN
-from flint.graphs.triton_kernels import down_kernel, gate_up_kernel, ranked_sum_kernel, triton
+from flint.graphs.triton_kernels import (
+    dequant_kernel,
+    down_kernel,
+    gate_up_kernel,
+    ranked_sum_kernel,
+    triton,
+)
 from flint.models.moe import ExpertMath
 
 # T = tokens, H = hidden, I = expert intermediate, E = experts, K = top-k
@@ -225,4 +231,25 @@ def _launch(
     ranked_sum_kernel[(tokens, triton.cdiv(h_dim, SUM_BLOCK))](
         per_rank, weights, out, h_dim, TOPK=top_k, BS=SUM_BLOCK
     )
+    return out
+
+
+DEQUANT_BLOCK = (32, 128)  # rows x columns of the weights one program dequantizes
+
+
+def dequantize(pool: ExpertPool, p: int, experts: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Projection ``p`` (0 gate, 1 up, 2 down) of each of ``experts`` (int64 slot
+    indices on the pool's device) in ``dtype``, [N, rows, cols], by the file's rule
+    (the value or nibble - 8, times its scale in fp32, rounded once): one launch."""
+    assert triton is not None and pool.scheme != RAW, "int8/int4 slab pools only"
+    proj = (pool.gate, pool.up, pool.down)[p]
+    rows, cols = (pool.inter, pool.hidden) if p < 2 else (pool.hidden, pool.inter)
+    out = torch.empty(len(experts), rows, cols, dtype=dtype, device=experts.device)
+    br, bc = DEQUANT_BLOCK
+    grid = (len(experts), triton.cdiv(rows, br), triton.cdiv(cols, bc))
+    with on_device(experts.device):
+        dequant_kernel[grid](
+            *_args(proj), experts, out, rows, cols, SCHEME=pool.scheme, GROUP=pool.group,
+            BR=br, BC=bc,
+        )  # fmt: skip
     return out

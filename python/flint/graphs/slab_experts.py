@@ -7,8 +7,10 @@ file's bytes: this backend keeps each layer's experts as ``[E, slab_bytes]`` uin
 the GPU (what the VRAM expert cache holds too). A call of at most ``KERNEL_TOKENS``
 tokens uses the slot-indexed kernels, so an eagerly launched decode step and a
 captured one compute alike. A longer prompt's selected experts are dequantized into
-the model dtype a chunk at a time (a few torch ops per chunk: one expert at a time,
-30B-A3B int4 prefilled 512 tokens at 82 tok/s on the H200) and multiplied by cuBLAS.
+the model dtype a chunk at a time (one Triton launch per projection for the chunk,
+``moe_kernel.dequantize``; torch's ops without Triton; one expert at a time through
+torch's ops, 30B-A3B int4 prefilled 512 tokens at 82 tok/s on the H200) and multiplied
+by cuBLAS.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import torch.nn.functional as F
 
 from flint.format.constants import SCALE_ALIGN
 from flint.format.reader import ExpertLayout
-from flint.graphs.moe_kernel import ExpertPool, moe_experts, slab_pool
+from flint.graphs.moe_kernel import ExpertPool, available, dequantize, moe_experts, slab_pool
 from flint.models.config import ModelConfig
 from flint.models.loading import Placement
 from flint.models.moe import dispatch, expert_math
@@ -61,8 +63,12 @@ class SlabResidentExperts:
         """``experts``' three projections in the model dtype, dequantized together with
         the file's rule (f32 ``q * scale``, then the cast, as ``ExpertLayout.weight``)."""
         lay, slabs = self.layout, self.slabs[layer]
-        picked = slabs.index_select(0, torch.tensor(experts, device=slabs.device))
+        index = torch.tensor(experts, device=slabs.device)
         n = len(experts)
+        if available() is None:  # one launch per projection
+            dense = [dequantize(self.pools[layer], p, index, self.dtype) for p in range(3)]
+            return [tuple(d[j] for d in dense) for j in range(n)]
+        picked = slabs.index_select(0, index)
         dense = []
         for p in range(3):
             rows, cols = lay.shapes[p]

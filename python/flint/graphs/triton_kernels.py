@@ -11,6 +11,7 @@ except ImportError:  # pragma: no cover - depends on the environment
     triton = None
 
 __all__ = [
+    "dequant_kernel",
     "down_kernel",
     "gate_up_kernel",
     "head_rope_kernel",
@@ -315,6 +316,33 @@ if triton is not None:
             s = tl.load(s_ptr + (j % rows) * groups + j // rows, mask=ok, other=0)
             tl.store(sz_ptr + j, s.to(tl.int32) & 0xFFFF, mask=ok)
 
+    @triton.jit
+    def dequant_kernel(
+        w_ptr, w_expert, w_row, s_ptr, s_expert, s_row, experts_ptr, out_ptr, rows, cols,
+        SCHEME: tl.constexpr, GROUP: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr,
+    ):  # fmt: skip
+        """out[i] ([rows, cols], the model dtype) = projection weights of expert
+        ``experts[i]`` by the file's rule: the int8 value or int4 nibble - 8, times its
+        row or group scale in fp32, rounded once (``ExpertLayout.weight``)."""
+        i = tl.program_id(0)
+        e = tl.load(experts_ptr + i).to(tl.int64)
+        r = tl.program_id(1) * BR + tl.arange(0, BR)
+        c = tl.program_id(2) * BC + tl.arange(0, BC)
+        ok = (r[:, None] < rows) & (c[None, :] < cols)
+        out_type = out_ptr.dtype.element_ty
+        w_base = w_ptr + e * w_expert + r[:, None] * w_row
+        s_base = s_ptr + e * s_expert + r[:, None] * s_row
+        if SCHEME == 2:
+            byte = tl.load(w_base + c[None, :] // 2, mask=ok, other=0).to(tl.int32)
+            q = ((byte >> ((c[None, :] % 2) * 4)) & 15).to(tl.float32) - 8.0
+            s = tl.load(s_base + c[None, :] // GROUP, mask=ok, other=0.0).to(tl.float32)
+        else:
+            q = tl.load(w_base + c[None, :], mask=ok, other=0).to(tl.float32)
+            s = tl.load(s_base, mask=r[:, None] < rows, other=0.0).to(tl.float32)
+        at = out_ptr + i.to(tl.int64) * rows * cols + r[:, None] * cols + c[None, :]
+        tl.store(at, _round(q * s, out_type).to(out_type), mask=ok)
+
 else:  # pragma: no cover - depends on the environment
     gate_up_kernel = down_kernel = ranked_sum_kernel = int4_packer_inputs_kernel = None
+    dequant_kernel = None
     rms_norm_kernel = head_rope_kernel = route_kernel = None
