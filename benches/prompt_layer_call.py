@@ -24,7 +24,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--tokens", type=int, default=512)
     parser.add_argument("--calls", type=int, default=20)
-    parser.add_argument("--modes", default="auto,fused")
+    parser.add_argument("--modes", default="torch,fused")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     results = {}
@@ -45,8 +45,8 @@ def main() -> None:
             results[mode] = statistics.median(times) * 1e3
     out = {"model": args.model, "threads": args.threads, "tokens": args.tokens}
     out.update({f"ms_per_layer_{m}": round(v, 3) for m, v in results.items()})
-    if "auto" in outs and "fused" in outs:
-        ref = outs["auto"].float()
+    if "torch" in outs and "fused" in outs:
+        ref = outs["torch"].float()
         out["rel_diff"] = ((outs["fused"].float() - ref).abs().max() / ref.abs().max()).item()
     print(json.dumps(out))
 

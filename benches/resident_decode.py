@@ -1,10 +1,11 @@
 """Decode and prefill speed with every expert resident (the ceiling streaming aims at).
 
 Usage: python benches/resident_decode.py MODEL [MODEL ...] [--device cpu|cuda] [--tokens 128]
-       [--prompt-tokens 512] [--reps 3] [--threads N] [--expert-kernels auto|dequant|fused]
+       [--prompt-tokens 512] [--reps 3] [--threads N] [--expert-kernels auto|torch|dequant|fused]
 
-``--expert-kernels`` takes a comma-separated list (e.g. ``auto,fused``): every model
-runs once per mode, all interleaved.
+``--expert-kernels`` takes a comma-separated list (e.g. ``torch,fused``; ``auto`` is
+``fused`` on the CPU since the fused kernels became its default, ``torch`` on CUDA):
+every model runs once per mode, all interleaved.
 
 MODEL is a .ftw file (bf16, int8 or int4 experts) or a checkpoint directory. Several
 models are measured interleaved (model A, B, C, then A, B, C again, ...), so a change in

@@ -165,11 +165,15 @@ class LLM:
     the CPU; "cuda:N" for one GPU, "cuda:0,cuda:1" for a list (``flint.models.split``).
     ``dtype``: bf16 on CUDA, f32 on the CPU.
     ``context_length``: KV cache positions (default min(model's, 8192)).
-    ``expert_kernels``: "auto" computes int8/int4 experts with torch's quantized
-    kernels (each probed at load, falling back with one printed line); "dequant"
-    always dequantizes then multiplies; "fused" computes every expert scheme with
-    flint's fused CPU kernels, one call per layer on ``torch.get_num_threads()`` threads
-    (CPU only; resident and streamed alike).
+    ``expert_kernels``: "fused" computes every expert scheme with flint's fused CPU
+    kernels, one call per layer on ``torch.get_num_threads()`` threads (CPU only,
+    resident and streamed alike; SwiGLU experts without biases, others use "torch"
+    with one printed line); "torch" computes each expert with torch, int8/int4 experts
+    through its quantized kernels (each probed at load, falling back with one printed
+    line); "dequant" dequantizes int8/int4 experts then multiplies. "auto" (default) is
+    "fused" on the CPU where the fused kernels compute the family's experts, else
+    "torch" (on CUDA, a streamed model's experts computed on the CPU still use the
+    fused kernels with "auto" and "fused").
     ``stream``: stream routed experts from the .ftw file through a RAM expert cache of
     ``ram_budget`` GiB (default: what is free) instead of loading them all; None
     streams when ``ram_budget`` is given. ``lookahead``: layers of router lookahead
@@ -191,9 +195,10 @@ class LLM:
     ``activation_budget``: GiB a prompt's activations may take (default: half of the
     free GPU memory on CUDA, of free RAM on the CPU); a longer prompt is prefilled in
     several layer-major passes, with one printed line.
-    ``cpu_decode_step``: on the CPU with ``expert_kernels="fused"``, decode each token
-    through the Rust decode step (``flint.models.cpu_decode``; standard-shape families)
-    instead of the per-layer torch ops; False (or ``FLINT_CPU_DECODE_STEP=0``) keeps torch.
+    ``cpu_decode_step``: on the CPU with the fused expert kernels ("auto" or "fused"),
+    decode each token through the Rust decode step (``flint.models.cpu_decode``;
+    standard-shape families) instead of the per-layer torch ops; False (or
+    ``FLINT_CPU_DECODE_STEP=0``) keeps torch.
     """
 
     def __init__(
@@ -291,7 +296,7 @@ class LLM:
         if len(self.devices) > 1:
             layer_devices = _split(source, self.devices, self.dtype, ctx, expert_backend)
         cuda_graphs = graphs != "off" and expert_backend is None and self.device.type == "cuda"
-        if cuda_graphs and not layer_devices and expert_kernels == "auto":
+        if cuda_graphs and not layer_devices and expert_kernels in ("auto", "torch"):
             from flint.graphs.setup import resident_backend  # imports Triton: CUDA only
 
             config = parse_config(source.config)

@@ -81,6 +81,19 @@ def test_markdown_table_has_the_columns_and_a_verdict(tiny: Path) -> None:
     assert "2/16 slots/layer" in r.stdout and "identical to resident" in r.stdout
 
 
+def test_the_header_names_the_resident_kernels_and_decode(tiny: Path) -> None:
+    """On the CPU the default kernels are the fused ones, decoding through the Rust
+    step; --expert-kernels torch names torch's path and the layer loop."""
+    r = _bench(tiny, "--mode", "resident")
+    assert r.exit_code == 0, r.output
+    assert "resident experts: flint fused CPU kernels (" in r.stdout
+    assert "resident decode: Rust CPU decode step" in r.stdout
+    r = _bench(tiny, "--mode", "resident", "--expert-kernels", "torch", "-o", "json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["expert_kernel"] == "matmul" and doc["decode"] == "layer loop"
+
+
 def test_nowait_reads_nothing_and_is_not_checked(tiny: Path) -> None:
     r = _bench(tiny, "--mode", "resident,nowait", "--ram-budget", str(TWO_SLOTS), "-o", "json")
     assert r.exit_code == 0, r.output

@@ -49,7 +49,10 @@ def test_json_has_text_ids_timings_and_stats(qwen3: Path) -> None:
     stats = out["stats"]
     assert stats["finish_reason"] == "length" and stats["device"] == "cpu"
     assert stats["threads"] == 1 and stats["context_length"] == 64
-    assert stats["experts"] == "raw (f32)" and stats["expert_kernel"] == "matmul"
+    assert stats["experts"] == "raw (f32)"
+    # the CPU default (--expert-kernels auto): the fused kernels and the Rust decode step
+    assert stats["expert_kernel"].startswith("flint fused CPU kernels")
+    assert stats["decode"] == "Rust CPU decode step"
 
 
 def test_chat_renders_one_user_message(qwen3: Path) -> None:

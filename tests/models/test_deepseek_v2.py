@@ -330,13 +330,16 @@ def test_the_graph_step_follows_the_eager_layer_loop(variant: tuple[Path, Any]) 
     """Latent attention with each rope variant (pairs kept in fp32, plain), low- and
     full-rank queries, group routers, dense first layers: the CUDA graph step (run
     uncaptured on the CPU, its kernels in Triton's interpreter) gives the eager loop's
-    greedy tokens, logits within bf16 rounding."""
+    greedy tokens, logits within bf16 rounding. torch's kernels, as on CUDA: the step's
+    pools are the resident torch backend's."""
     from test_graphs import _decode
 
     from flint.graphs.decode import GraphDecoder, expert_pools
 
     path, _ = variant
-    with flint.LLM(path, device="cpu", dtype="bfloat16", context_length=64) as llm:
+    with flint.LLM(
+        path, device="cpu", dtype="bfloat16", context_length=64, expert_kernels="torch"
+    ) as llm:
         model = llm.model
         prompt = list(range(40, 77))
         want_tokens, want = _decode(model, prompt, 8)

@@ -33,10 +33,13 @@ def _open(
     free: Callable[[], int] | None,
     device: torch.device = CPU,
     notices: list[str] | None = None,
+    expert_kernels: str = "torch",
     **kw: Any,
 ) -> flint.LLM:
     """A streamed LLM with 2 RAM slots per layer and a "VRAM" cache of ``vram_slots``
-    per layer (None: what ``free()`` allows) whose free size is ``free()``."""
+    per layer (None: what ``free()`` allows) whose free size is ``free()``; experts on
+    torch's kernels by default, as a GPU computes them (the fused CPU kernels have no
+    VRAM cache)."""
     source = FtwSource(path)
     lay = source.expert_layout
     assert lay is not None
@@ -53,6 +56,7 @@ def _open(
         vram_device=device,
         vram_free_bytes=free,
         notice=(notices.append if notices is not None else lambda _: None),
+        expert_kernels=expert_kernels,
         **kw,
     )
     return flint.LLM(source, device=device, context_length=256, expert_backend=backend)
@@ -182,7 +186,7 @@ def test_shrink_and_grow_at_token_boundaries_keep_the_output(
     free = [64 * GIB]
     notices: list[str] = []
     with (
-        flint.LLM(path, device="cpu", context_length=256) as resident,
+        flint.LLM(path, device="cpu", context_length=256, expert_kernels="torch") as resident,
         _open(path, 3, lambda: 64 * GIB) as steady,
         _open(path, 3, lambda: free[0], notices=notices, lookahead=2) as elastic,
     ):

@@ -21,13 +21,21 @@ PROMPTS = ([5, 17, 250, 3, 99], list(range(40, 77)), [11])
 
 
 @pytest.mark.parametrize("family", FAMILY_NAMES)
+@pytest.mark.parametrize("kernels", ["auto", "torch"])  # auto: the fused CPU kernels
 def test_ftw_logits_equal_the_checkpoint_bit_for_bit(
-    family: str, tiny_models: dict[str, tuple[Path, Any]], tiny_ftw: dict[str, Path]
+    family: str,
+    kernels: str,
+    tiny_models: dict[str, tuple[Path, Any]],
+    tiny_ftw: dict[str, Path],
 ) -> None:
-    ckpt = load_model(SafetensorsSource(tiny_models[family][0]), CPU, torch.float32, 64)
+    """The same kernels on both sides (torch's: float experts in ``ResidentExperts``)."""
+    ckpt = load_model(
+        SafetensorsSource(tiny_models[family][0]), CPU, torch.float32, 64, expert_kernels=kernels
+    )
     source = FtwSource(tiny_ftw[family])
-    ftw = load_model(source, CPU, torch.float32, 64)
-    assert isinstance(resident_experts(ftw.config, source, ftw.place), ResidentExperts)
+    ftw = load_model(source, CPU, torch.float32, 64, expert_kernels=kernels)
+    if kernels == "torch":
+        assert isinstance(resident_experts(ftw.config, source, ftw.place, kernels), ResidentExperts)
     for prompt in PROMPTS:
         ckpt.reset()
         ftw.reset()

@@ -212,9 +212,14 @@ def test_the_step_covers_the_standard_attention_families(tiny_ftw: dict[str, Pat
 def test_the_step_follows_the_eager_layer_loop(family: str, tiny_ftw: dict[str, Path]) -> None:
     """The fixed-address step (uncaptured, on the CPU) against the model's own decode:
     the same greedy tokens, logits within bf16 rounding, across a span boundary
-    (positions SPAN_STEP - 3 onwards); its KV cache writes serve the eager path too."""
+    (positions SPAN_STEP - 3 onwards); its KV cache writes serve the eager path too.
+    torch's kernels, as on CUDA: the step's pools are the resident torch backend's."""
     with flint.LLM(
-        tiny_ftw[family], device="cpu", dtype="bfloat16", context_length=SPAN_STEP + 16
+        tiny_ftw[family],
+        device="cpu",
+        dtype="bfloat16",
+        context_length=SPAN_STEP + 16,
+        expert_kernels="torch",
     ) as llm:
         model = llm.model
         pools = expert_pools(model.experts)
@@ -240,7 +245,9 @@ def test_slab_experts_step_follows_torch_kernels(quant: str, wide_files: dict[st
     from flint.models.loading import Placement
 
     path = wide_files[quant]
-    with flint.LLM(path, device="cpu", dtype="bfloat16", context_length=64) as usual:
+    with flint.LLM(
+        path, device="cpu", dtype="bfloat16", context_length=64, expert_kernels="torch"
+    ) as usual:
         prompt = [5, 17, 250, 3, 99, 42, 7, 7, 120]
         want_tokens, want = _decode(usual.model, prompt, 6)
         config, source = usual.model.config, usual.source
@@ -307,7 +314,10 @@ def test_closing_frees_a_model_with_a_decoder(tiny_ftw: dict[str, Path]) -> None
 
     gc.disable()
     try:
-        llm = flint.LLM(tiny_ftw["qwen3_moe"], device="cpu", context_length=16)
+        # torch's kernels, as on CUDA: the step's pools are the resident torch backend's
+        llm = flint.LLM(
+            tiny_ftw["qwen3_moe"], device="cpu", context_length=16, expert_kernels="torch"
+        )
         model = llm.model
         pools = expert_pools(model.experts)
         assert pools is not None
@@ -332,7 +342,10 @@ def test_a_step_that_fails_to_start_leaves_the_model_eager(
 
     monkeypatch.setattr(setup, "unsupported", lambda model, backend: None)
     monkeypatch.setattr(GraphDecoder, "warm_up", refuse)
-    with flint.LLM(tiny_ftw["qwen3_moe"], device="cpu", context_length=16) as llm:
+    # torch's kernels, as on CUDA (the fused ones would give the model a Rust decode step)
+    with flint.LLM(
+        tiny_ftw["qwen3_moe"], device="cpu", context_length=16, expert_kernels="torch"
+    ) as llm:
         lines: list[str] = []
         why = setup.attach_decoder(llm.model, "auto", notice=lines.append)
         assert why == "CUDA error: no kernel image is available"
@@ -347,7 +360,10 @@ def test_graph_modes_are_checked(tiny_ftw: dict[str, Path]) -> None:
         flint.LLM(tiny_ftw["qwen3_moe"], device="cpu", graphs="sometimes")
     with pytest.raises(ValueError, match="CUDA graphs need a CUDA device"):
         flint.LLM(tiny_ftw["qwen3_moe"], device="cpu", graphs="on")
-    with flint.LLM(tiny_ftw["qwen3_moe"], device="cpu", context_length=8) as llm:
+    # torch's kernels: the fused ones would give the model the Rust CPU decode step
+    with flint.LLM(
+        tiny_ftw["qwen3_moe"], device="cpu", context_length=8, expert_kernels="torch"
+    ) as llm:
         assert llm.model.decoder is None  # auto: CUDA only, without a word
 
 

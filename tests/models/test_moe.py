@@ -74,7 +74,9 @@ def test_backend_is_swappable_without_touching_the_model(tiny_models: dict[str, 
     cpu = torch.device("cpu")
     backend = _CountingBackend(ResidentExperts(config, source, CPU32))
     ids = torch.tensor([4, 8, 15, 16, 23, 42])
-    want = load_model(source, cpu, torch.float32, 16).forward(ids, all_logits=True)
+    # the default backend on torch's kernels: ``ResidentExperts``, which ``backend`` wraps
+    model = load_model(source, cpu, torch.float32, 16, expert_kernels="torch")
+    want = model.forward(ids, all_logits=True)
     got = load_model(source, cpu, torch.float32, 16, backend=backend).forward(ids, all_logits=True)
     assert torch.equal(want, got)
     sparse = [i for i, s in enumerate(config.sparse_layers) if s]

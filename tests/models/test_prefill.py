@@ -51,13 +51,14 @@ class PlaceRecorder:
         return getattr(self.inner, name)
 
 
-def _stream(path: Path, slots: int, lookahead: int) -> flint.LLM:
+def _stream(path: Path, slots: int, lookahead: int, expert_kernels: str = "auto") -> flint.LLM:
     return flint.LLM(
         path,
         device="cpu",
         context_length=128,
         ram_budget=_slab_gib(path, slots),
         lookahead=lookahead,
+        expert_kernels=expert_kernels,
     )
 
 
@@ -68,12 +69,14 @@ def test_layer_major_streamed_in_waves_equals_resident(
 ) -> None:
     """Two slots per layer force several waves; the logits of every prompt position
     are bit-identical to the resident model's over the same forward, each selected
-    expert is placed exactly once per layer and read at most once."""
+    expert is placed exactly once per layer and read at most once. torch's kernels on
+    both sides: the recorder stands in for the engine, which the fused call hands to
+    Rust."""
     path = tiny_ftw[family]
     ids = torch.tensor(PROMPT)
     with (
-        flint.LLM(path, device="cpu", context_length=128) as resident,
-        _stream(path, 2, lookahead) as streamed,
+        flint.LLM(path, device="cpu", context_length=128, expert_kernels="torch") as resident,
+        _stream(path, 2, lookahead, "torch") as streamed,
     ):
         backend: Any = streamed.expert_backend
         backend.engine = rec = PlaceRecorder(backend.engine)

@@ -24,12 +24,19 @@ SLOTS = 3
 LINE = "the RAM expert cache gives back"
 
 
-def _stream(path: Path, slots: int) -> flint.LLM:
+def _stream(path: Path, slots: int, expert_kernels: str = "auto") -> flint.LLM:
     with flint.LLM(path, device="cpu", context_length=8) as llm:
         lay = llm.source.expert_layout  # type: ignore[attr-defined]
         layers = sum(llm.model.config.sparse_layers)
     budget = slots * layers * lay.slab_bytes / GIB
-    return flint.LLM(path, device="cpu", context_length=128, ram_budget=budget, lookahead=2)
+    return flint.LLM(
+        path,
+        device="cpu",
+        context_length=128,
+        ram_budget=budget,
+        lookahead=2,
+        expert_kernels=expert_kernels,
+    )
 
 
 class WaveRecorder:
@@ -73,8 +80,10 @@ def test_a_prompt_with_memory_lent_equals_resident_bit_for_bit(
     path = tiny_ftw[family]
     ids = torch.tensor(PROMPT)
     with (
-        flint.LLM(path, device="cpu", context_length=128) as resident,
-        _stream(path, SLOTS) as streamed,
+        # torch's kernels on both sides: the recorder stands in for the engine, which the
+        # fused call hands to Rust
+        flint.LLM(path, device="cpu", context_length=128, expert_kernels="torch") as resident,
+        _stream(path, SLOTS, "torch") as streamed,
     ):
         backend: Any = streamed.expert_backend
         memory: PromptMemory = backend.prompt_memory

@@ -42,10 +42,11 @@ def test_observed_times_move_the_split() -> None:
 def test_split_decode_equals_resident(family: str, mode: str, tiny_ftw: dict[str, Path]) -> None:
     """Filled experts (computed on the model's device from a copied slab) and the
     CPU's share go back to their rows: output bit-identical to resident here, where
-    both sides compute in the same dtype with the same ops."""
+    both sides compute in the same dtype with the same ops (torch's kernels, as a GPU
+    computes them)."""
     path = tiny_ftw[family]
     with (
-        flint.LLM(path, device="cpu", context_length=64) as resident,
+        flint.LLM(path, device="cpu", context_length=64, expert_kernels="torch") as resident,
         _open(path, ram_slots=3, vram_slots=1) as streamed,
     ):
         backend = streamed.expert_backend

@@ -107,31 +107,38 @@ def test_quantized_models_follow_their_dequantized_reference(
 ) -> None:
     ids = torch.tensor([5, 17, 250, 3, 99, 42, 7, 7, 120])
     logits = {}
-    for mode in ("auto", "dequant"):
+    for mode in ("torch", "dequant"):
         with flint.LLM(
             wide_files[quant], device="cpu", context_length=32, expert_kernels=mode
         ) as llm:
             backend = llm.model.layers[0].mlp.backend
             assert isinstance(backend, QuantizedResidentExperts)
-            assert backend.kernel.name.startswith("torch" if mode == "auto" else "dequantize")
+            assert backend.kernel.name.startswith("torch" if mode == "torch" else "dequantize")
             logits[mode] = llm.model.forward(ids, all_logits=True)
-    with flint.LLM(wide_files["none"], device="cpu", context_length=32) as llm:
+    with flint.LLM(
+        wide_files["none"], device="cpu", context_length=32, expert_kernels="torch"
+    ) as llm:
         full = llm.model.forward(ids, all_logits=True)
-    kernel_err = (logits["auto"] - logits["dequant"]).abs().max().item()
+    kernel_err = (logits["torch"] - logits["dequant"]).abs().max().item()
     quant_err = (logits["dequant"] - full).abs().max().item()
     assert kernel_err <= 0.02 * full.abs().max().item()
     assert 0 < quant_err <= 0.2 * full.abs().max().item()
 
 
 def test_unknown_kernel_mode_is_refused(wide_files: dict[str, Path]) -> None:
-    with pytest.raises(ValueError, match="expert kernels must be one of auto, dequant"):
+    with pytest.raises(
+        ValueError, match="expert kernels must be one of auto, torch, dequant, fused"
+    ):
         flint.LLM(wide_files["int8"], device="cpu", expert_kernels="fast")
 
 
 def test_kernel_names_reach_the_user(wide_files: dict[str, Any]) -> None:
     from flint.cli.run import expert_kernel
 
-    with flint.LLM(wide_files["int8"], device="cpu", context_length=16) as llm:
+    kw: dict[str, Any] = {"device": "cpu", "context_length": 16, "expert_kernels": "torch"}
+    with flint.LLM(wide_files["int8"], **kw) as llm:
         assert expert_kernel(llm) == "torch _weight_int8pack_mm"
-    with flint.LLM(wide_files["none"], device="cpu", context_length=16) as llm:
+    with flint.LLM(wide_files["none"], **kw) as llm:
         assert expert_kernel(llm) == "matmul"
+    with flint.LLM(wide_files["int8"], device="cpu", context_length=16) as llm:  # auto
+        assert expert_kernel(llm).startswith("flint fused CPU kernels")

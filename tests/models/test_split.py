@@ -110,9 +110,11 @@ def _split_model_checks(path: Path, split: flint.LLM, whole: flint.LLM) -> None:
 def test_a_split_model_equals_the_whole_one_bit_for_bit(
     family: str, tiny_ftw: dict[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """Against the whole model's general path (``cpu_decode_step=False``): a split has
+    no Rust decode step, which is only within rounding of it."""
     path = tiny_ftw[family]
     with (
-        flint.LLM(path, device="cpu", context_length=64) as whole,
+        flint.LLM(path, device="cpu", context_length=64, cpu_decode_step=False) as whole,
         flint.LLM(path, device=TWO, context_length=64) as split,
     ):
         err = capsys.readouterr().err
@@ -144,7 +146,8 @@ def test_a_split_streamed_model_has_a_vram_cache_per_device(
 ) -> None:
     """Streamed over a split with one "VRAM" cache per device (simulated free sizes):
     bit-identical to the whole resident model; each device's cache holds only its
-    layers and reports its own hit rate."""
+    layers and reports its own hit rate. torch's kernels on both sides, as a GPU
+    computes them (the fused CPU kernels have no VRAM cache)."""
     path = tiny_ftw[family]
     source = FtwSource(path)
     lay = source.expert_layout
@@ -163,9 +166,10 @@ def test_a_split_streamed_model_has_a_vram_cache_per_device(
         vram_device=cpu,
         vram_free_bytes=lambda: 64 * GIB,
         notice=lambda _: None,
+        expert_kernels="torch",
     )
     with (
-        flint.LLM(path, device="cpu", context_length=64) as whole,
+        flint.LLM(path, device="cpu", context_length=64, expert_kernels="torch") as whole,
         flint.LLM(source, device=TWO, context_length=64, expert_backend=backend) as split,
     ):
         vrams = backend.vrams

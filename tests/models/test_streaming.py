@@ -5,6 +5,7 @@ several lengths; the statistics show that demand reads and evictions really happ
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -25,16 +26,18 @@ def _slab_gib(path: Path, slots: int) -> float:
 
 @pytest.mark.parametrize("family", FAMILY_NAMES)
 @pytest.mark.parametrize(("slots", "lookahead"), [(1, 0), (2, 2)])
+@pytest.mark.parametrize("kernels", ["auto", "torch"])  # auto: the fused CPU kernels
 def test_streamed_logits_equal_resident_bit_for_bit(
-    family: str, slots: int, lookahead: int, tiny_ftw: dict[str, Path]
+    family: str, slots: int, lookahead: int, kernels: str, tiny_ftw: dict[str, Path]
 ) -> None:
+    """Against the resident general path (``cpu_decode_step=False``): the Rust decode
+    step is only within rounding of it (docs/streaming.md)."""
     path = tiny_ftw[family]
     budget = _slab_gib(path, slots)
+    kw: dict[str, Any] = {"device": "cpu", "context_length": 64, "expert_kernels": kernels}
     with (
-        flint.LLM(path, device="cpu", context_length=64) as resident,
-        flint.LLM(
-            path, device="cpu", context_length=64, ram_budget=budget, lookahead=lookahead
-        ) as streamed,
+        flint.LLM(path, cpu_decode_step=False, **kw) as resident,
+        flint.LLM(path, ram_budget=budget, lookahead=lookahead, **kw) as streamed,
     ):
         for ids in PROMPTS:
             resident.model.reset()
@@ -134,8 +137,8 @@ def test_streamed_on_cuda_equals_resident_on_cuda(family: str, tiny_ftw: dict[st
 def test_streamed_quantized_experts_equal_resident(
     quant: str, group: int, tiny_models: dict[str, tuple[Path, object]], tmp_path: Path
 ) -> None:
-    """int8/int4 experts streamed from slots go through the kernel the resident backend
-    picks, packed from the same bytes: bit-identical too."""
+    """int8/int4 experts streamed from slots go through the torch kernel the resident
+    backend picks, packed from the same bytes: bit-identical too."""
     from flint.convert import ConvertOptions, convert
 
     path = tmp_path / f"{quant}.ftw"
@@ -143,8 +146,10 @@ def test_streamed_quantized_experts_equal_resident(
     budget = _slab_gib(path, 1)
     ids = torch.tensor(PROMPTS[2])
     with (
-        flint.LLM(path, device="cpu", context_length=64) as resident,
-        flint.LLM(path, device="cpu", context_length=64, ram_budget=budget) as streamed,
+        flint.LLM(path, device="cpu", context_length=64, expert_kernels="torch") as resident,
+        flint.LLM(
+            path, device="cpu", context_length=64, ram_budget=budget, expert_kernels="torch"
+        ) as streamed,
     ):
         want = resident.model.forward(ids, all_logits=True)
         got = streamed.model.forward(ids, all_logits=True)
@@ -207,7 +212,11 @@ def test_prompt_batches_age_the_cache_by_their_token_count(tiny_ftw: dict[str, P
             return attr
 
     path = tiny_ftw["mixtral"]
-    with flint.LLM(path, device="cpu", context_length=64, stream=True) as llm:
+    # torch's kernels: the recorder stands in for the engine, which the fused call
+    # hands to Rust
+    with flint.LLM(
+        path, device="cpu", context_length=64, stream=True, expert_kernels="torch"
+    ) as llm:
         backend = llm.expert_backend
         backend.engine = Recorder(backend.engine)  # type: ignore[union-attr]
         llm.generate([5, 17, 250, 3, 99], max_tokens=3, ignore_eos=True)
@@ -259,8 +268,11 @@ def test_the_first_streamed_layer_is_predicted_from_the_dense_layer_before_it(
     tiny_ftw: dict[str, Path],
 ) -> None:
     """A model whose first layers are dense: their residual predicts the first streamed
-    layer's experts, so its reads start before it does."""
-    with flint.LLM(tiny_ftw["qwen3_moe"], device="cpu", context_length=64, stream=True) as llm:
+    layer's experts, so its reads start before it does. torch's kernels: the spy stands
+    in for the engine, which the fused call hands to Rust."""
+    with flint.LLM(
+        tiny_ftw["qwen3_moe"], device="cpu", context_length=64, stream=True, expert_kernels="torch"
+    ) as llm:
         sparse = llm.model.config.sparse_layers
         first = sparse.index(True)
         assert first > 0, "the tiny qwen3_moe model starts with a dense layer"

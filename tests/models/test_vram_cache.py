@@ -30,10 +30,13 @@ def _open(
     vram_slots: int,
     device: torch.device = CPU,
     usage: bool = False,
+    expert_kernels: str = "torch",
     **kw: Any,
 ) -> flint.LLM:
     """A streamed LLM with ``ram_slots`` RAM and ``vram_slots`` "VRAM" slots per layer
-    (on ``device``; on the CPU the VRAM cache lives in RAM: same logic, same bytes)."""
+    (on ``device``; on the CPU the VRAM cache lives in RAM: same logic, same bytes).
+    Experts on torch's kernels by default, as a GPU computes them (the fused CPU kernels
+    have no VRAM cache), so the CPU's resident side of a comparison names them too."""
     source = FtwSource(path)
     lay = source.expert_layout
     assert lay is not None
@@ -50,6 +53,7 @@ def _open(
         vram_device=device,
         vram_free_bytes=(lambda: 64 * GIB) if device.type == "cpu" else None,
         notice=lambda _: None,
+        expert_kernels=expert_kernels,
         **kw,
     )
     return flint.LLM(source, device=device, context_length=256, expert_backend=backend)
@@ -77,7 +81,7 @@ def test_vram_cached_streaming_equals_resident_bit_for_bit(
 ) -> None:
     path = tiny_ftw[family]
     with (
-        flint.LLM(path, device="cpu", context_length=64) as resident,
+        flint.LLM(path, device="cpu", context_length=64, expert_kernels="torch") as resident,
         _open(path, ram_slots=1, vram_slots=2, lookahead=2) as streamed,
     ):
         for ids in PROMPTS:
@@ -245,7 +249,7 @@ def test_quantized_experts_held_packed_equal_resident(
     convert(str(tiny_models["qwen3_moe"][0]), path, ConvertOptions(quant=quant, group_size=group))
     ids = torch.tensor(PROMPTS[2])
     with (
-        flint.LLM(path, device="cpu", context_length=64) as resident,
+        flint.LLM(path, device="cpu", context_length=64, expert_kernels="torch") as resident,
         _open(path, ram_slots=1, vram_slots=2) as streamed,
     ):
         vram: VramCache = streamed.expert_backend.vram  # type: ignore[attr-defined]

@@ -127,6 +127,7 @@ def _meta(setup: Setup, out: Outcome) -> dict[str, Any]:
         "experts_gib": info.get("experts_gib"),
         "io_mode": info.get("io_mode"),
         "decode": info.get("decode", "layer loop"),
+        "expert_kernel": info.get("expert_kernel"),
         "graphs": setup.graphs,
         "engine": {
             "lookahead": e.lookahead,
@@ -160,6 +161,8 @@ def _header(doc: dict[str, Any]) -> str:
         f"model {Path(doc['model']).name} (experts {doc['experts']})",
         f"{doc['device']} {doc['dtype']}, {doc['threads']} threads",
     ]
+    if doc.get("expert_kernel"):
+        parts.append(f"resident experts: {doc['expert_kernel']}")
     if doc.get("decode") and doc["decode"] != "layer loop":
         parts.append(f"resident decode: {doc['decode']}")
     if doc["slots_per_layer"] is not None:

@@ -87,8 +87,9 @@ def _describe(llm: LLM, info: dict[str, Any]) -> None:
     info.setdefault("device", str(llm.device))
     info.setdefault("dtype", str(llm.dtype).removeprefix("torch."))
     backend = llm.expert_backend
-    if not isinstance(backend, StreamedExperts):  # the resident mode's one-token step
+    if not isinstance(backend, StreamedExperts):  # the resident mode's step and kernels
         info.setdefault("decode", llm.model.decode_path)
+        info.setdefault("expert_kernel", llm.model.expert_kernel)
     if isinstance(backend, StreamedExperts):
         plan = backend.plan
         info.setdefault("slots_per_layer", plan.slots_per_layer)

@@ -193,7 +193,11 @@ def register(app: typer.Typer) -> None:
         ] = None,
         expert_kernels: Annotated[
             str,
-            typer.Option(help="int8/int4 experts: auto or dequant.", rich_help_panel=RUNTIME),
+            typer.Option(
+                help="Expert kernels: auto (fused on the CPU, torch on CUDA), fused, torch or"
+                " dequant (see flint run --help).",
+                rich_help_panel=RUNTIME,
+            ),
         ] = "auto",
         graphs: Annotated[
             str,

@@ -17,7 +17,6 @@ from flint.api import LLM
 from flint.cli.errors import USER_ERRORS, fail_from, stderr
 from flint.cli.runtime_options import RuntimeOptions, load_or_fail, runtime_options
 from flint.generation import Completion, StreamChunk, Timings
-from flint.models.moe import MoEBlock
 
 
 def _stream(llm: LLM, prompt: str, chat: bool, options: dict[str, Any]) -> Iterator[StreamChunk]:
@@ -33,13 +32,8 @@ def _complete(llm: LLM, prompt: str, chat: bool, options: dict[str, Any]) -> Com
 
 
 def expert_kernel(llm: LLM) -> str:
-    """What computes the routed experts: a quantized kernel's name or the float matmul."""
-    for layer in llm.model.layers:
-        if isinstance(layer.mlp, MoEBlock):
-            backend = layer.mlp.backend
-            kernel = getattr(backend, "fused", None) or getattr(backend, "kernel", None)
-            return str(getattr(kernel, "name", "matmul"))
-    return "none"
+    """What computes the routed experts (``MoEModel.expert_kernel``)."""
+    return llm.model.expert_kernel
 
 
 def _experts_scheme(llm: LLM) -> str:

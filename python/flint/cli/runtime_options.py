@@ -163,9 +163,11 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {  # parameter -> (annotation, default)
         Annotated[
             str,
             typer.Option(
-                help="int8/int4 experts: auto (torch's quantized kernels, probed at load) or"
-                " dequant (dequantize then matmul); fused: flint's fused CPU kernels for"
-                " every scheme (one call per layer; CPU only, --threads threads).",
+                help="Expert kernels: auto (fused on the CPU, torch on CUDA), fused (flint's"
+                " fused CPU kernels for every scheme: one call per layer on --threads"
+                " threads; CPU only; SwiGLU experts without biases, others use torch), torch"
+                " (torch's per-expert kernels; int8/int4 through its quantized kernels,"
+                " probed at load) or dequant (int8/int4 dequantized then multiplied).",
                 rich_help_panel=PANEL,
             ),
         ],

@@ -70,9 +70,9 @@ def load_model(
     """Builds the model with every dense weight on ``device`` (or, with
     ``layer_devices``, each decoder layer's on its own device: several GPUs, see
     ``flint.models.split``); experts come from ``backend`` (default: all resident beside
-    their layer, int8/int4 experts through torch's quantized kernels, or
-    dequantize-then-matmul if ``expert_kernels`` is "dequant" or a kernel fails its
-    start-up probe). ``cpu_decode_step``: decode one token at a time through the Rust
+    their layer, computed with ``expert_kernels``' kernels: see
+    ``quant_experts.resident_experts``; "auto" is the fused kernels on the CPU and
+    torch's on CUDA). ``cpu_decode_step``: decode one token at a time through the Rust
     decode step where it applies (``flint.models.cpu_decode``: the CPU, fused expert
     kernels, a standard-shape family), unless ``FLINT_CPU_DECODE_STEP=0``."""
     config = parse_config(source.config)

@@ -3,8 +3,10 @@
 ``QuantizedResidentExperts`` reads every expert slab of a .ftw file once, packs each
 projection for the kernel chosen at load (``quant_linear.select_kernel``: torch's int8
 / int4 kernel on the device in use, or dequantize-then-matmul) and keeps it resident.
-``resident_experts`` picks the resident backend that fits a source: this one for
-int8/int4 files, ``ResidentExperts`` (float weights) for everything else.
+``resident_experts`` picks the resident backend that fits a source and the expert
+kernels (``resolve_kernels``): ``FusedResidentExperts`` for "fused" (what "auto" means
+on the CPU), else this one for int8/int4 files and ``ResidentExperts`` (float weights)
+for everything else.
 """
 
 from __future__ import annotations
@@ -105,6 +107,31 @@ def fused_supported(config: ModelConfig) -> bool:
     return config.expert_act.kind == "swiglu" and not config.expert_bias
 
 
+def resolve_kernels(
+    mode: str, device: torch.device, family: str, fusable: bool, notice: Notice = stderr_notice
+) -> str:
+    """The kernels ``mode`` computes experts with on ``device``: "auto" is "fused" on the
+    CPU where the fused kernels compute the family's experts (``fusable``), else
+    "torch"; "fused" where they do not, or off the CPU, is "torch" with one line to
+    ``notice``; "torch" and "dequant" are themselves."""
+    if mode not in KERNEL_MODES:
+        raise ValueError(f"expert kernels must be one of {', '.join(KERNEL_MODES)}, not {mode!r}")
+    if mode == "auto":
+        return "fused" if device.type == "cpu" and fusable else "torch"
+    if mode != "fused":
+        return mode
+    if not fusable:
+        notice(
+            "flint: the fused expert kernels compute SwiGLU experts without biases; "
+            f"{family}'s experts use torch's"
+        )
+        return "torch"
+    if device.type != "cpu":
+        notice(f"flint: the fused expert kernels run on the CPU only; {device.type} uses torch's")
+        return "torch"
+    return "fused"
+
+
 def resident_experts(
     config: ModelConfig,
     source: WeightSource,
@@ -112,25 +139,13 @@ def resident_experts(
     mode: str = "auto",
     notice: Notice = stderr_notice,
 ) -> ExpertBackend:
-    """The resident backend for ``source``: quantized kernels for int8/int4 .ftw files,
-    float weights otherwise. ``mode`` "dequant" skips torch's quantized kernels; "fused"
-    computes every scheme with flint's fused CPU kernels (on a GPU it prints one line
-    and uses "auto")."""
-    if mode not in KERNEL_MODES:
-        raise ValueError(f"expert kernels must be one of {', '.join(KERNEL_MODES)}, not {mode!r}")
-    if mode == "fused" and not fused_supported(config):
-        notice(
-            "flint: the fused expert kernels compute SwiGLU experts without biases; "
-            f"{config.family}'s experts use auto"
-        )
-        mode = "auto"
+    """The resident backend for ``source`` with ``mode``'s kernels (``expert_kernels``):
+    "fused" computes every scheme with flint's fused CPU kernels (the default on the
+    CPU); otherwise int8/int4 experts of a .ftw file go through torch's quantized
+    kernels ("dequant": dequantize-then-matmul), float experts through torch's matmul."""
+    mode = resolve_kernels(mode, place.device, config.family, fused_supported(config), notice)
     if mode == "fused":
-        if place.device.type == "cpu":
-            return FusedResidentExperts(config, source, place)
-        notice(
-            f"flint: the fused expert kernels run on the CPU only; {place.device.type} uses auto"
-        )
-        mode = "auto"
+        return FusedResidentExperts(config, source, place)
     if isinstance(source, PackedExpertSource):
         layout = source.expert_layout
         if layout is not None and layout.scheme in QUANT_SCHEMES:

@@ -39,7 +39,10 @@ from flint.format.quant import (
 
 Packed = tuple[torch.Tensor, ...]
 Notice = Callable[[str], None]
-KERNEL_MODES = ("auto", "dequant", "fused")  # fused: flint.models.cpu_kernels, CPU only
+# auto: "fused" on the CPU (where the fused kernels compute the family's experts), else
+# "torch"; torch: torch's quantized kernels; dequant: dequantize-then-matmul; fused:
+# flint.models.cpu_kernels, CPU only
+KERNEL_MODES = ("auto", "torch", "dequant", "fused")
 
 
 class ProjectionKernel(Protocol):
@@ -270,9 +273,9 @@ def select_kernel(
     mode: str = "auto",
     notice: Notice = stderr_notice,
 ) -> ProjectionKernel:
-    """torch's kernel if ``mode`` is "auto" (or "fused", whose per-projection fallback
-    this is) and it passes its probe, else ``DequantMm`` (with one line to ``notice``
-    when the probe failed)."""
+    """torch's kernel for every ``mode`` but "dequant" ("auto" and "fused" included:
+    this is their per-projection path) if it passes its probe, else ``DequantMm`` (with
+    one line to ``notice`` when the probe failed)."""
     if mode not in KERNEL_MODES:
         raise ValueError(f"expert kernels must be one of {', '.join(KERNEL_MODES)}, not {mode!r}")
     reference = DequantMm(scheme, group, device, dtype)

@@ -215,6 +215,23 @@ class MoEModel:
         return str(getattr(self.decoder, "name", type(self.decoder).__name__))
 
     @property
+    def expert_kernel(self) -> str:
+        """What computes the routed experts: the fused CPU kernels' or a quantized
+        kernel's name (a streamed model's: on its own device), the float "matmul", or
+        "none" without MoE layers."""
+        for layer in self.layers:
+            if isinstance(layer.mlp, MoEBlock):
+                backend = layer.mlp.backend
+                main = getattr(backend, "main", None)  # StreamedExperts' Target
+                kernel = (
+                    getattr(backend, "fused", None)
+                    or getattr(backend, "kernel", None)
+                    or getattr(main, "kernel", None)
+                )
+                return str(getattr(kernel, "name", "matmul"))
+        return "none"
+
+    @property
     def context_length(self) -> int:
         return self.cache.context_length
 

@@ -33,7 +33,7 @@ from flint.models.config import ModelConfig
 from flint.models.cpu_kernels import FusedKernel, slab_addresses, streaming_threads
 from flint.models.loading import indexed
 from flint.models.moe import ExpertMath, weighted_sum
-from flint.models.quant_experts import QUANT_SCHEMES, fused_supported
+from flint.models.quant_experts import QUANT_SCHEMES, fused_supported, resolve_kernels
 from flint.models.quant_linear import select_kernel
 from flint.stream.cuda_place import CudaPlacement
 from flint.stream.elastic import ElasticVram, usable_vram
@@ -138,13 +138,24 @@ class StreamedExperts(CudaPlacement):
         if idle_fill:
             self._idle.start()
 
+        # "auto" is "fused" on the CPU where the fused kernels compute the family's
+        # experts, "torch" otherwise (``resolve_kernels``: the resident backend's choice)
+        fusable = self.math.plain and fused_supported(config)
+        mode = expert_kernels
+        if device.type != "cpu" and mode == "fused":
+            mode = "torch"  # the GPU's experts; "fused" names the CPU's share (host_fused)
+        say = notice or _stderr  # its lines without resolve_kernels' "flint: "
+        kernels = resolve_kernels(
+            mode, device, config.family, fusable, lambda m: say(m.removeprefix("flint: "))
+        )
+
         # int8/int4 experts go through the same kernel the resident backend would pick
         # (packed from the slot on each use), so streamed equals resident for them too.
         def target(dev: torch.device, dt: torch.dtype) -> Target:
             kernel = None
             if layout.scheme in QUANT_SCHEMES:
                 kernel = select_kernel(
-                    layout.scheme, layout.group_size, layout.shapes, dev, dt, expert_kernels
+                    layout.scheme, layout.group_size, layout.shapes, dev, dt, kernels
                 )
             return Target(dev, dt, kernel)
 
@@ -170,20 +181,14 @@ class StreamedExperts(CudaPlacement):
         # their slots, waiting on each projection's ready flag itself; the resident
         # backend makes the same calls, so streamed equals resident here too.
         self.fused: FusedKernel | None = None
-        fusable = self.math.plain and fused_supported(config)
-        if expert_kernels == "fused" and device.type == "cpu":
-            if fusable:
-                self.fused = FusedKernel.for_layout(layout, streaming_threads())
-            else:
-                (notice or _stderr)(
-                    "the fused expert kernels compute SwiGLU experts without biases; "
-                    f"{config.family}'s experts use auto"
-                )
-        # On CUDA the CPU's share of decode steps goes through the fused kernels unless
-        # "dequant" asks for torch's (measured faster there: docs/benchmarks.md), or the
-        # family's experts are not what they compute (GPT-OSS: torch's then).
+        if kernels == "fused":
+            self.fused = FusedKernel.for_layout(layout, streaming_threads())
+        # On CUDA the CPU's share of decode steps goes through the fused kernels with
+        # "auto" and "fused" (measured faster there: docs/benchmarks.md), through torch's
+        # with "torch" and "dequant", or where the family's experts are not what the
+        # fused kernels compute (GPT-OSS).
         self.host_fused: FusedKernel | None = None
-        if self.host is not None and expert_kernels != "dequant" and fusable:
+        if self.host is not None and expert_kernels in ("auto", "fused") and fusable:
             self.host_fused = FusedKernel.for_layout(layout, streaming_threads())
         # A prompt's experts outside VRAM staged through double-buffered VRAM copies on
         # CUDA (gpu_waves.py); off: copied per projection on the compute stream.
