@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import flint
+from flint.graphs.decode import SPAN_STEP
 from flint.graphs.streamed import StreamedDecoder, segments
 from flint.models.ftw_source import FtwSource
 from flint.models.moe import MoEBlock
@@ -24,27 +25,43 @@ from flint.stream.plan import GIB
 PROMPT = [(13 * i + 5) % 300 for i in range(23)]  # no near-tie flips a token in 16 steps
 
 
-def _streamed(path: Path, lookahead_from: str = "output", **kw: Any) -> flint.LLM:
-    """A streamed tiny model on the CPU in bf16, two RAM slots per layer (demand reads
-    and evictions every step), usage table off (both runs start alike)."""
+def _streamed(
+    path: Path,
+    lookahead_from: str = "output",
+    device: str = "cpu",
+    vram_slots: int = 0,
+    deterministic: bool = False,
+    context_length: int = 64,
+    **kw: Any,
+) -> flint.LLM:
+    """A streamed tiny model in bf16, two RAM slots per layer (demand reads and
+    evictions every step; on CUDA ``vram_slots`` VRAM slots per layer, the other
+    experts on the CPU), usage table off (every run starts alike)."""
     source = FtwSource(path)
     config = flint.models.parse_config(source.config)
     layout = source.expert_layout
     assert layout is not None
-    budget = 2 * sum(config.sparse_layers) * layout.slab_bytes / GIB
+    slab_gib = sum(config.sparse_layers) * layout.slab_bytes / GIB
     backend = streamed_backend(
         source,
         config,
-        torch.device("cpu"),
+        torch.device(device),
         torch.bfloat16,
-        budget,
+        2 * slab_gib,
         lookahead=2,
         usage=False,
         lookahead_from=lookahead_from,
         notice=lambda line: None,
+        vram_budget_gib=vram_slots * slab_gib if device != "cpu" else None,
+        deterministic=deterministic,
     )
     return flint.LLM(
-        source, device="cpu", dtype="bfloat16", context_length=64, expert_backend=backend, **kw
+        source,
+        device=device,
+        dtype="bfloat16",
+        context_length=context_length,
+        expert_backend=backend,
+        **kw,
     )
 
 
@@ -80,15 +97,17 @@ def _spy(model: MoEModel) -> Counter[tuple[str, int, int]]:
     return calls
 
 
-def _decode(model: MoEModel, steps: int) -> tuple[list[int], torch.Tensor]:
+def _decode(
+    model: MoEModel, steps: int, prompt: list[int] = PROMPT
+) -> tuple[list[int], torch.Tensor]:
     model.reset()
-    logits = model.forward(torch.tensor(PROMPT))[-1]
+    logits = model.forward(torch.tensor(prompt))[-1]
     tokens, rows = [], []
     for _ in range(steps):
         token = int(logits.argmax())
         tokens.append(token)
         logits = model.forward(torch.tensor([token]))[-1]
-        rows.append(logits.float())
+        rows.append(logits.float().cpu())
     return tokens, torch.stack(rows)
 
 
@@ -146,3 +165,116 @@ def test_segments_cut_at_the_moe_layers(tiny_ftw: dict[str, Path]) -> None:
         assert [s.moe for s in segs] == [*sparse, None]
         layers = [i for s in segs for i in s.dense + ([] if s.moe is None else [s.moe])]
         assert layers == list(range(model.config.num_layers))
+
+
+def test_a_streamed_model_gets_the_step_where_asked(
+    tiny_ftw: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The wiring, on the CPU with the device check stubbed: "eager" attaches the
+    uncaptured step to a streamed model; "auto" leaves deterministic streaming on the
+    general path (bit-identical to resident) and falls back, with one line, when the
+    warm-up fails (here: no CUDA to capture on); "on" lets that error stand."""
+    from flint.graphs import setup
+
+    monkeypatch.setattr(setup, "model_unsupported", lambda model: None)
+    with _streamed(tiny_ftw["qwen3_moe"]) as llm:
+        model = llm.model
+        assert model.decoder is None and llm.no_graphs == "CUDA graphs need a CUDA device"
+        assert setup.attach_decoder(model, "eager") is None
+        assert isinstance(model.decoder, StreamedDecoder) and not model.decoder.capture
+        assert model.decode_path == "streamed graph step, eager launches"
+        tokens, _ = _decode(model, 4)
+        model.decoder = None
+        assert _decode(model, 4)[0] == tokens
+        lines: list[str] = []
+        why = setup.attach_decoder(model, "auto", notice=lines.append)
+        assert why is not None and model.decoder is None
+        assert lines == [f"flint: CUDA graph decode failed to start ({why}); decoding eagerly"]
+        with pytest.raises(Exception):  # noqa: B017 - whatever torch raises without CUDA
+            setup.attach_decoder(model, "on", notice=lines.append)
+    with _streamed(tiny_ftw["qwen3_moe"], deterministic=True) as llm:
+        why = setup.attach_decoder(llm.model, "auto")
+        assert why is not None and "deterministic" in why and llm.model.decoder is None
+        assert setup.attach_decoder(llm.model, "eager") is None
+
+
+def test_a_streamed_model_on_the_cpu_says_why_it_has_no_step(tiny_ftw: dict[str, Path]) -> None:
+    with pytest.raises(ValueError, match="CUDA graphs need a CUDA device"):
+        _streamed(tiny_ftw["qwen3_moe"], graphs="on")
+    for mode, why in (("auto", "CUDA graphs need a CUDA device"), ("off", "graphs off")):
+        with _streamed(tiny_ftw["qwen3_moe"], graphs=mode) as llm:
+            assert llm.model.decoder is None and llm.no_graphs == why
+
+
+# -- CUDA: the captured step ------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("family", ["qwen3_moe", "qwen2_moe", "deepseek_v3"])
+def test_captured_and_eager_streamed_steps_are_bit_identical(
+    family: str, tiny_ftw: dict[str, Path]
+) -> None:
+    """64 greedy tokens of a streamed model (two RAM slots and one VRAM slot per layer:
+    experts on the GPU and on the CPU) through CUDA graphs and through the same step
+    launched op by op: the same bits, across a span boundary (two spans' segments
+    captured); the general path gives the same tokens."""
+    prompt = [(7 * i + 3) % 300 + 2 for i in range(SPAN_STEP - 20)]
+    runs = {}
+    for mode in ("on", "eager", "off"):
+        with _streamed(
+            tiny_ftw[family],
+            device="cuda:0",
+            vram_slots=1,
+            context_length=SPAN_STEP + 64,
+            graphs=mode,
+        ) as llm:
+            runs[mode] = _decode(llm.model, 64, prompt)
+            decoder = llm.model.decoder
+            stats = llm.stats()
+            assert stats is not None and stats["cpu_experts"] > 0 and stats["gpu_experts"] > 0
+            if mode == "on":
+                assert isinstance(decoder, StreamedDecoder)
+                assert llm.model.decode_path == "streamed CUDA graphs"
+                assert len(decoder.segment_graphs) == 2 * len(decoder.segments)
+                assert decoder.replays == 65  # one at load (warm_up)
+            elif mode == "eager":
+                assert isinstance(decoder, StreamedDecoder) and not decoder.capture
+            else:
+                assert decoder is None
+    assert runs["on"][0] == runs["eager"][0]
+    assert torch.equal(runs["on"][1], runs["eager"][1])
+    assert runs["off"][0] == runs["on"][0]
+
+
+@pytest.mark.gpu
+def test_a_v1_like_streamed_model_decodes_through_the_step(
+    wide_files: dict[str, Path], tmp_path: Path
+) -> None:
+    """V1's shape in small: int4 experts streamed through RAM and a small VRAM cache,
+    the rest on the CPU, loaded the way ``flint run``/``bench`` load it: "auto" gets the
+    streamed step and the greedy tokens of "off" (each run from its own copy of the
+    file, so no usage table carries over)."""
+    import shutil
+
+    with flint.LLM(wide_files["int4"], device="cpu", context_length=8) as probe:
+        layout = probe.source.expert_layout  # type: ignore[attr-defined]
+        layers = sum(probe.model.config.sparse_layers)
+    slab_gib = layers * layout.slab_bytes / GIB
+    runs = {}
+    for mode in ("auto", "off"):
+        path = tmp_path / f"{mode}.ftw"
+        shutil.copyfile(wide_files["int4"], path)
+        with flint.LLM(
+            path,
+            device="cuda:0",
+            context_length=128,
+            ram_budget=3 * slab_gib,
+            vram_budget=2 * slab_gib,
+            graphs=mode,
+        ) as llm:
+            want_path = "streamed CUDA graphs" if mode == "auto" else "layer loop"
+            assert llm.model.decode_path == want_path
+            runs[mode] = llm.generate([5, 17, 250, 3, 99], max_tokens=32, ignore_eos=True)
+            stats = llm.stats()
+            assert stats is not None and stats["cpu_experts"] > 0
+    assert runs["auto"].token_ids == runs["off"].token_ids

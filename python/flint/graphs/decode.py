@@ -68,9 +68,9 @@ def expert_pools(backend: object) -> dict[int, ExpertPool] | None:
     return None
 
 
-def unsupported(model: MoEModel, backend: object) -> str | None:
-    """None when ``model`` (as loaded, with ``backend``) can decode through
-    ``GraphDecoder``, else why not (``flint.graphs.setup`` checks the family first)."""
+def model_unsupported(model: MoEModel) -> str | None:
+    """None when ``model``'s dense parts (attention, norms, router) can run through the
+    graph step's ops on one CUDA device, else why not."""
     why = available()
     if why is not None:
         return why
@@ -81,6 +81,15 @@ def unsupported(model: MoEModel, backend: object) -> str | None:
     kinds = (Attention, SinkAttention, LatentAttention)
     if any(type(layer.attn) not in kinds for layer in model.layers):
         return f"{model.config.family}'s attention"
+    return None
+
+
+def unsupported(model: MoEModel, backend: object) -> str | None:
+    """None when ``model`` (as loaded, with ``backend``) can decode through
+    ``GraphDecoder``, else why not (``flint.graphs.setup`` checks the family first)."""
+    why = model_unsupported(model)
+    if why is not None:
+        return why
     if expert_pools(backend) is None:
         layout = getattr(backend, "layout", None)  # quantized experts kept otherwise
         why = None if layout is None else slab_unsupported(layout.scheme, layout.group_size)
