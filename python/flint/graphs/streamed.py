@@ -99,10 +99,13 @@ class StreamedDecoder(GraphDecoder):
         self.segment_graphs: dict[tuple[int, int], Any] = {}  # (span, segment) -> graph
 
     def _weight_dtype(self, mlp: MoEBlock) -> torch.dtype:
-        """The dtype of the router's weights (what ``_route`` returns), from a zero row."""
-        zero = torch.zeros(1, self.model.config.hidden_size, dtype=self.model.place.dtype)
+        """The dtype of the router's weights, from the family's torch router on a zero
+        row (the fused router returns the same dtype; no kernel compiles before the
+        warm-up, where a failure falls back)."""
+        cfg, place = self.model.config, self.model.place
+        zero = torch.zeros(1, cfg.hidden_size, dtype=place.dtype, device=self.device)
         with torch.inference_mode():
-            return self._route(mlp, zero.to(self.device))[1].dtype
+            return mlp.route(zero)[1].dtype
 
     @property
     def name(self) -> str:
