@@ -129,6 +129,9 @@ FAMILIES = [
     ("mixtral", "output"),
     ("qwen2_moe", "input"),  # the shared expert's output reaches the lookahead
     ("deepseek_v3", "output"),  # a dense first layer inside segment 0
+    ("olmoe", "output"),  # q/k norms over all heads: the step's torch projections
+    ("glm4_moe", "input"),  # the group router, a shared expert
+    ("gpt_oss", "output"),  # attention sinks, expert biases, the top-k-first router
 ]
 
 
@@ -183,6 +186,11 @@ def test_a_streamed_model_gets_the_step_where_asked(
         assert setup.attach_decoder(model, "eager") is None
         assert isinstance(model.decoder, StreamedDecoder) and not model.decoder.capture
         assert model.decode_path == "streamed graph step, eager launches"
+        # the warm-up leaves the backend alone: no forward, read, prediction or hook
+        calls = _spy(model)
+        before = llm.stats()
+        model.decoder.warm_up()
+        assert llm.stats() == before and not calls
         tokens, _ = _decode(model, 4)
         model.decoder = None
         assert _decode(model, 4)[0] == tokens
