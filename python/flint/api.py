@@ -150,6 +150,12 @@ def _split(
     return split.layer_devices
 
 
+def _is_streamed(backend: ExpertBackend) -> bool:
+    from flint.stream.backend import StreamedExperts
+
+    return isinstance(backend, StreamedExperts)
+
+
 def _eos_ids(source: WeightSource) -> list[int]:
     value = source.generation_config.get("eos_token_id", source.config.get("eos_token_id"))
     if value is None:
@@ -189,9 +195,10 @@ class LLM:
     ``pin_ram``: page-lock the RAM expert cache so copies to the GPU skip staging
     (default: on when streaming on CUDA, unless ``FLINT_PIN_RAM=0``; False: off).
     ``graphs``: decode through CUDA graphs (``flint.graphs``): "auto" where the model
-    is covered (resident on one GPU, every family but Qwen3-Next), "on" (an
-    error where it is not), "eager" (the same step launched op by op: identical
-    output), "off" (the general eager path).
+    is covered (one GPU, every family but Qwen3-Next; resident experts, or streamed
+    ones between graph segments, unless ``deterministic``), "on" (an error where it
+    is not), "eager" (the same step launched op by op: identical output), "off" (the
+    general eager path). ``no_graphs`` then says why a model has no step.
     ``activation_budget``: GiB a prompt's activations may take (default: half of the
     free GPU memory on CUDA, of free RAM on the CPU); a longer prompt is prefilled in
     several layer-major passes, with one printed line.
@@ -236,6 +243,8 @@ class LLM:
         if isinstance(ctx, bool) or not isinstance(ctx, int) or ctx < 2:
             raise ValueError(f"context_length must be an integer >= 2, got {ctx!r}")
         self.source = source
+        # why the model decodes without a CUDA graph step (None: it has one)
+        self.no_graphs: str | None = None
         owned = expert_backend is None  # built here: closed here if loading fails
         if expert_backend is None and (stream or (stream is None and ram_budget is not None)):
             expert_backend = _streamed(
@@ -295,8 +304,16 @@ class LLM:
         layer_devices: tuple[torch.device, ...] = ()
         if len(self.devices) > 1:
             layer_devices = _split(source, self.devices, self.dtype, ctx, expert_backend)
-        cuda_graphs = graphs != "off" and expert_backend is None and self.device.type == "cuda"
-        if cuda_graphs and not layer_devices and expert_kernels in ("auto", "torch"):
+        cuda = graphs != "off" and self.device.type == "cuda"
+        # resident experts (the backend built here) or streamed ones get a graph step;
+        # a backend the caller passed otherwise decodes as it is
+        cuda_graphs = cuda and (expert_backend is None or _is_streamed(expert_backend))
+        if (
+            cuda_graphs
+            and expert_backend is None
+            and not layer_devices
+            and expert_kernels in ("auto", "torch")
+        ):
             from flint.graphs.setup import resident_backend  # imports Triton: CUDA only
 
             config = parse_config(source.config)
@@ -316,7 +333,13 @@ class LLM:
         if cuda_graphs or graphs == "on":
             from flint.graphs.setup import attach_decoder
 
-            attach_decoder(model, graphs)
+            self.no_graphs = attach_decoder(model, graphs)
+        elif graphs == "off":
+            self.no_graphs = "graphs off"
+        elif self.device.type != "cuda":
+            self.no_graphs = "CUDA graphs need a CUDA device"
+        else:
+            self.no_graphs = "a caller's expert backend"
         if activation_budget is not None:
             model.activation_budget = int(activation_budget * (1 << 30))
         attach = getattr(expert_backend, "attach", None)

@@ -65,6 +65,9 @@ def test_json_has_a_row_per_mode_and_test_with_streaming_columns(tiny: Path) -> 
     assert naive["demand_reads"]["mean"] > 0 and naive["prefetch_reads"]["mean"] == 0
     assert naive["recall_d1"] is None and full["recall_d1"] is not None
     assert 0 <= full["ram_hit_rate"]["mean"] <= 1
+    # the decode path of each kind of mode, and why there is no graph step (the CPU)
+    assert doc["decode"] != "streamed CUDA graphs" and doc["streamed_decode"] == "layer loop"
+    assert doc["graphs"] == "auto" and doc["no_graphs"] == "CUDA graphs need a CUDA device"
 
 
 def test_markdown_table_has_the_columns_and_a_verdict(tiny: Path) -> None:
@@ -79,6 +82,8 @@ def test_markdown_table_has_the_columns_and_a_verdict(tiny: Path) -> None:
     assert len(rows) == 4 and all(len(row.strip("|").split("|")) == len(cols) for row in rows)
     assert " ± " in rows[0]
     assert "2/16 slots/layer" in r.stdout and "identical to resident" in r.stdout
+    assert "streamed decode: layer loop" in r.stdout
+    assert "no CUDA graph step: CUDA graphs need a CUDA device" in r.stdout
 
 
 def test_the_header_names_the_resident_kernels_and_decode(tiny: Path) -> None:

@@ -113,7 +113,7 @@ class Setup:
     context_length: int = 1024
     expert_kernels: str = "auto"
     engine: Engine = Engine()
-    graphs: str = "auto"  # the resident mode's decode (flint.graphs.GRAPH_MODES)
+    graphs: str = "auto"  # every mode's CUDA decode step (flint.graphs.GRAPH_MODES)
 
 
 def load(mode: str, setup: Setup, notice: Callable[[str], None]) -> LLM:
@@ -167,4 +167,5 @@ def load(mode: str, setup: Setup, notice: Callable[[str], None]) -> LLM:
         context_length=setup.context_length,
         expert_backend=backend,
         expert_kernels=setup.expert_kernels,
+        graphs=setup.graphs,
     )

@@ -128,6 +128,8 @@ def _meta(setup: Setup, out: Outcome) -> dict[str, Any]:
         "io_mode": info.get("io_mode"),
         "decode": info.get("decode", "layer loop"),
         "expert_kernel": info.get("expert_kernel"),
+        "streamed_decode": info.get("streamed_decode"),
+        "no_graphs": info.get("no_graphs"),
         "graphs": setup.graphs,
         "engine": {
             "lookahead": e.lookahead,
@@ -165,6 +167,10 @@ def _header(doc: dict[str, Any]) -> str:
         parts.append(f"resident experts: {doc['expert_kernel']}")
     if doc.get("decode") and doc["decode"] != "layer loop":
         parts.append(f"resident decode: {doc['decode']}")
+    if doc.get("streamed_decode"):
+        parts.append(f"streamed decode: {doc['streamed_decode']}")
+    if doc.get("no_graphs") and doc.get("graphs") != "off":
+        parts.append(f"no CUDA graph step: {doc['no_graphs']}")
     if doc["slots_per_layer"] is not None:
         e = doc["engine"]
         budget = "free memory" if doc["ram_budget_gib"] is None else f"{doc['ram_budget_gib']:g}"

@@ -90,6 +90,10 @@ def _describe(llm: LLM, info: dict[str, Any]) -> None:
     if not isinstance(backend, StreamedExperts):  # the resident mode's step and kernels
         info.setdefault("decode", llm.model.decode_path)
         info.setdefault("expert_kernel", llm.model.expert_kernel)
+    else:  # the streamed modes' (the streamed graph step, or the layer loop)
+        info.setdefault("streamed_decode", llm.model.decode_path)
+    if llm.no_graphs is not None:
+        info.setdefault("no_graphs", llm.no_graphs)
     if isinstance(backend, StreamedExperts):
         plan = backend.plan
         info.setdefault("slots_per_layer", plan.slots_per_layer)

@@ -202,9 +202,10 @@ def register(app: typer.Typer) -> None:
         graphs: Annotated[
             str,
             typer.Option(
-                help="The resident mode's CUDA decode: auto (CUDA graphs where the model is"
-                " covered), on, eager (the graph step launched op by op), off (the general"
-                " eager path).",
+                help="CUDA graph decode, resident and streamed modes: auto (CUDA graphs"
+                " where the model is covered; streamed: the dense parts in graph segments"
+                " between the expert hops), on, eager (the graph step launched op by op),"
+                " off (the general eager path).",
                 rich_help_panel=RUNTIME,
             ),
         ] = "auto",

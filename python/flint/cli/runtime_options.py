@@ -235,10 +235,11 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {  # parameter -> (annotation, default)
         Annotated[
             str,
             typer.Option(
-                help="CUDA graph decode: auto (where the model is covered: resident on one"
-                " GPU, every family but Qwen3-Next), on (an error where not), eager"
-                " (the same step launched op by op: identical output, for comparison), off"
-                " (the general eager path).",
+                help="CUDA graph decode: auto (where the model is covered: one GPU, every"
+                " family but Qwen3-Next; streamed experts computed between graph segments,"
+                " except with --deterministic), on (an error where not), eager (the same"
+                " step launched op by op: identical output, for comparison), off (the"
+                " general eager path).",
                 rich_help_panel=PANEL,
             ),
         ],

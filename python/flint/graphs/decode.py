@@ -23,6 +23,7 @@ every layer on one GPU, every expert resident (docs/cuda-graphs.md lists the fam
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -67,9 +68,9 @@ def expert_pools(backend: object) -> dict[int, ExpertPool] | None:
     return None
 
 
-def unsupported(model: MoEModel, backend: object) -> str | None:
-    """None when ``model`` (as loaded, with ``backend``) can decode through
-    ``GraphDecoder``, else why not (``flint.graphs.setup`` checks the family first)."""
+def model_unsupported(model: MoEModel) -> str | None:
+    """None when ``model``'s dense parts (attention, norms, router) can run through the
+    graph step's ops on one CUDA device, else why not."""
     why = available()
     if why is not None:
         return why
@@ -80,6 +81,15 @@ def unsupported(model: MoEModel, backend: object) -> str | None:
     kinds = (Attention, SinkAttention, LatentAttention)
     if any(type(layer.attn) not in kinds for layer in model.layers):
         return f"{model.config.family}'s attention"
+    return None
+
+
+def unsupported(model: MoEModel, backend: object) -> str | None:
+    """None when ``model`` (as loaded, with ``backend``) can decode through
+    ``GraphDecoder``, else why not (``flint.graphs.setup`` checks the family first)."""
+    why = model_unsupported(model)
+    if why is not None:
+        return why
     if expert_pools(backend) is None:
         layout = getattr(backend, "layout", None)  # quantized experts kept otherwise
         why = None if layout is None else slab_unsupported(layout.scheme, layout.group_size)
@@ -179,12 +189,18 @@ class GraphDecoder:
         self.memory = None
 
     def _record(self, span: int) -> Any:
-        """Captures the step for ``span`` (after one eager run on a side stream, which
-        compiles the kernels and computes this very step)."""
+        """Captures the step for ``span``."""
+        graph = self._capture(lambda: self._step(span))
+        self.graphs[span] = graph
+        return graph
+
+    def _capture(self, step: Callable[[], None]) -> Any:
+        """A CUDA graph of ``step`` (after one eager run on a side stream, which
+        compiles the kernels and computes this very step), in the shared memory pool."""
         side = torch.cuda.Stream(self.device)  # type: ignore[no-untyped-call]
         side.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(side):
-            self._step(span)
+            step()
         torch.cuda.current_stream(self.device).wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         if self.memory is None:
@@ -195,19 +211,28 @@ class GraphDecoder:
         with torch.cuda.graph(
             graph, pool=self.memory, stream=side, capture_error_mode="thread_local"
         ):
-            self._step(span)
-        self.graphs[span] = graph
+            step()
         return graph
 
     @torch.inference_mode()
     def _step(self, span: int) -> None:
         model = self.model
-        cos = model.cos.index_select(0, self.position)  # [1, D]
-        sin = model.sin.index_select(0, self.position)
-        mask = (self.positions[:span] <= self.position)[None, :]  # [1, S]
+        cos, sin, mask = self._inputs(span)
         x = model.embed.index_select(0, self.token)  # [1, H]
         for layer in model.layers:
             x = self._layer(layer, x, cos, sin, mask, span)
+        self._head(x)
+
+    def _inputs(self, span: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """RoPE rows cos, sin [1, D] at ``position`` and the span's mask [1, S]."""
+        cos = self.model.cos.index_select(0, self.position)  # [1, D]
+        sin = self.model.sin.index_select(0, self.position)
+        mask = (self.positions[:span] <= self.position)[None, :]  # [1, S]
+        return cos, sin, mask
+
+    def _head(self, x: torch.Tensor) -> None:
+        """The final norm and LM head of x [1, H] into ``logits``."""
+        model = self.model
         normed = self._norm(model.final_norm, x, model.norm, model.config.rms_norm_eps)
         self.logits.copy_(F.linear(normed, model.lm_head))
 
@@ -225,23 +250,41 @@ class GraphDecoder:
         mask: torch.Tensor,
         span: int,
     ) -> torch.Tensor:
-        xs = self._norm(layer.norm, x, layer.input_norm, layer.eps)
-        h = x + self._attention(layer.attn, xs, cos, sin, mask, span)
-        normed = self._norm(layer.norm, h, layer.post_norm, layer.eps)
+        h, normed = self._dense(layer, x, cos, sin, mask, span)
         mlp = layer.mlp
         if not isinstance(mlp, MoEBlock):
             return h + mlp(normed)
-        if self.fused_router:
-            cfg = self.model.config
-            dtype = torch.float32 if cfg.router_weights_fp32 else normed.dtype
-            logits = F.linear(normed, mlp.router)  # [1, E]
-            ids, weights = fused.route(logits, cfg.top_k, cfg.norm_topk_prob, dtype)
-        else:
-            ids, weights = mlp.route(normed)  # [1, K] each, on the GPU
+        ids, weights = self._route(mlp, normed)
         out = moe_experts(normed, ids, weights, self.pools[layer.index], self.scratch, self.moe_out)
         if mlp.shared is not None:
             out = out + mlp._shared(normed)
         return h + out
+
+    def _dense(
+        self,
+        layer: DecoderLayer,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        mask: torch.Tensor,
+        span: int,
+        h: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The layer up to its MLP: the residual after attention h [1, H] (written into
+        ``h`` when given) and its post-attention norm [1, H]."""
+        xs = self._norm(layer.norm, x, layer.input_norm, layer.eps)
+        attn = self._attention(layer.attn, xs, cos, sin, mask, span)
+        h = x + attn if h is None else torch.add(x, attn, out=h)
+        return h, self._norm(layer.norm, h, layer.post_norm, layer.eps)
+
+    def _route(self, mlp: MoEBlock, normed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The router's (ids [1, K], weights [1, K]), on the GPU."""
+        if self.fused_router:
+            cfg = self.model.config
+            dtype = torch.float32 if cfg.router_weights_fp32 else normed.dtype
+            logits = F.linear(normed, mlp.router)  # [1, E]
+            return fused.route(logits, cfg.top_k, cfg.norm_topk_prob, dtype)
+        return mlp.route(normed)
 
     def _attention(
         self,

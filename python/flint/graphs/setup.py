@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from flint.graphs import check_graph_mode
-from flint.graphs.decode import GraphDecoder, expert_pools, unsupported
+from flint.graphs.decode import GraphDecoder, expert_pools, model_unsupported, unsupported
 from flint.graphs.moe_kernel import ACTIVATIONS, available, slab_unsupported
 from flint.graphs.slab_experts import SlabResidentExperts
+from flint.graphs.streamed import StreamedDecoder
 from flint.models.config import ModelConfig
 from flint.models.loading import Placement
 from flint.models.moe import ExpertBackend
@@ -13,6 +14,7 @@ from flint.models.quant_experts import PackedExpertSource
 from flint.models.quant_linear import Notice, stderr_notice
 from flint.models.transformer import MoEModel
 from flint.models.weights import WeightSource
+from flint.stream.backend import StreamedExperts
 
 
 def family_unsupported(config: ModelConfig) -> str | None:
@@ -45,21 +47,40 @@ def resident_backend(
     return SlabResidentExperts(config, source, place)
 
 
+def streamed_unsupported(model: MoEModel, mode: str) -> str | None:
+    """None when ``model`` (its experts streamed) can decode through ``StreamedDecoder``
+    in ``mode``, else why not. In "auto", ``deterministic`` streaming keeps the general
+    path: its output is bit-identical to a resident ``--graphs off`` run, the step's
+    dense ops only within rounding ("on" and "eager" ask for the step regardless)."""
+    why = model_unsupported(model)
+    if why is None and mode == "auto" and getattr(model.experts, "deterministic", False):
+        return "deterministic streaming keeps the general path"
+    return why
+
+
 def attach_decoder(model: MoEModel, mode: str, notice: Notice = stderr_notice) -> str | None:
     """Gives ``model`` a graph decode step as ``mode`` says; returns why not when it
-    has none (mode "on" raises instead). In "auto", a step that fails to compile or
+    has none (mode "on" raises instead): ``GraphDecoder`` for resident experts,
+    ``StreamedDecoder`` for streamed ones. In "auto", a step that fails to compile or
     capture leaves the model eager, with one line to ``notice``."""
     check_graph_mode(mode)
     if mode == "off":
         return "graphs off"
-    why = family_unsupported(model.config) or unsupported(model, model.experts)
+    streamed = isinstance(model.experts, StreamedExperts)
+    why = family_unsupported(model.config)
+    if why is None:
+        why = streamed_unsupported(model, mode) if streamed else unsupported(model, model.experts)
     if why is not None:
         if mode == "on":
             raise ValueError(f"no CUDA graph decode for this model: {why}")
         return why
-    pools = expert_pools(model.experts)
-    assert pools is not None
-    decoder = GraphDecoder(model, pools, capture=mode != "eager")
+    decoder: GraphDecoder
+    if streamed:
+        decoder = StreamedDecoder(model, capture=mode != "eager")
+    else:
+        pools = expert_pools(model.experts)
+        assert pools is not None
+        decoder = GraphDecoder(model, pools, capture=mode != "eager")
     if decoder.capture:
         try:
             decoder.warm_up()

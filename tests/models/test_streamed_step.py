@@ -1,0 +1,288 @@
+"""The streamed decode step (``flint.graphs.streamed``): a streamed model's dense parts
+through the graph step's ops, the routed experts through the streaming backend between
+segments. On the CPU it runs uncaptured (Triton's interpreter); the gpu-marked tests
+capture it."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import flint
+from flint.graphs.decode import SPAN_STEP
+from flint.graphs.streamed import StreamedDecoder, segments
+from flint.models.ftw_source import FtwSource
+from flint.models.moe import MoEBlock
+from flint.models.transformer import MoEModel
+from flint.stream import streamed_backend
+from flint.stream.plan import GIB
+
+PROMPT = [(13 * i + 5) % 300 for i in range(23)]  # no near-tie flips a token in 16 steps
+
+
+def _streamed(
+    path: Path,
+    lookahead_from: str = "output",
+    device: str = "cpu",
+    vram_slots: int = 0,
+    deterministic: bool = False,
+    context_length: int = 64,
+    **kw: Any,
+) -> flint.LLM:
+    """A streamed tiny model in bf16, two RAM slots per layer (demand reads and
+    evictions every step; on CUDA ``vram_slots`` VRAM slots per layer, the other
+    experts on the CPU), usage table off (every run starts alike)."""
+    source = FtwSource(path)
+    config = flint.models.parse_config(source.config)
+    layout = source.expert_layout
+    assert layout is not None
+    slab_gib = sum(config.sparse_layers) * layout.slab_bytes / GIB
+    backend = streamed_backend(
+        source,
+        config,
+        torch.device(device),
+        torch.bfloat16,
+        2 * slab_gib,
+        lookahead=2,
+        usage=False,
+        lookahead_from=lookahead_from,
+        notice=lambda line: None,
+        vram_budget_gib=vram_slots * slab_gib if device != "cpu" else None,
+        deterministic=deterministic,
+    )
+    return flint.LLM(
+        source,
+        device=device,
+        dtype="bfloat16",
+        context_length=context_length,
+        expert_backend=backend,
+        **kw,
+    )
+
+
+def _spy(model: MoEModel) -> Counter[tuple[str, int, int]]:
+    """Counts the calls of every hook the backend set, per (hook, layer, rows)."""
+    calls: Counter[tuple[str, int, int]] = Counter()
+
+    def counted(name: str, fn: Callable[[int, torch.Tensor], None]) -> Callable[..., None]:
+        def hook(layer: int, x: torch.Tensor) -> None:
+            assert x.shape[1] == model.config.hidden_size
+            calls[(name, layer, x.shape[0])] += 1
+            fn(layer, x)
+
+        return hook
+
+    def backend(inner: Any) -> Any:
+        def call(layer: int, x: torch.Tensor, ids: torch.Tensor, w: torch.Tensor) -> Any:
+            calls[("backend", layer, x.shape[0])] += 1
+            return inner(layer, x, ids, w)
+
+        return call
+
+    for layer in model.layers:
+        if layer.observe is not None:
+            layer.observe = counted("observe", layer.observe)
+        if layer.observe_output is not None:
+            layer.observe_output = counted("observe_output", layer.observe_output)
+        mlp = layer.mlp
+        if isinstance(mlp, MoEBlock) and mlp.observe_shared is not None:
+            mlp.observe_shared = counted("observe_shared", mlp.observe_shared)
+        if isinstance(mlp, MoEBlock):
+            mlp.backend = backend(mlp.backend)
+    return calls
+
+
+def _decode(
+    model: MoEModel, steps: int, prompt: list[int] = PROMPT
+) -> tuple[list[int], torch.Tensor]:
+    model.reset()
+    logits = model.forward(torch.tensor(prompt))[-1]
+    tokens, rows = [], []
+    for _ in range(steps):
+        token = int(logits.argmax())
+        tokens.append(token)
+        logits = model.forward(torch.tensor([token]))[-1]
+        rows.append(logits.float().cpu())
+    return tokens, torch.stack(rows)
+
+
+def _run(path: Path, step: bool, lookahead_from: str, steps: int) -> tuple[Any, ...]:
+    with _streamed(path, lookahead_from) as llm:
+        model = llm.model
+        if step:
+            model.decoder = StreamedDecoder(model, capture=False)
+        calls = _spy(model)
+        tokens, logits = _decode(model, steps)
+        stats = llm.stats()
+        assert stats is not None
+        stats["placed"] = stats["hits"] + stats["in_flight_at_start"] + stats["demand_placements"]
+        return tokens, logits, calls, stats
+
+
+FAMILIES = [
+    ("qwen3_moe", "output"),
+    ("mixtral", "output"),
+    ("qwen2_moe", "input"),  # the shared expert's output reaches the lookahead
+    ("deepseek_v3", "output"),  # a dense first layer inside segment 0
+    ("olmoe", "output"),  # q/k norms over all heads: the step's torch projections
+    ("glm4_moe", "input"),  # the group router, a shared expert
+    ("gpt_oss", "output"),  # attention sinks, expert biases, the top-k-first router
+]
+
+
+@pytest.mark.parametrize(("family", "lookahead_from"), FAMILIES)
+def test_the_streamed_step_follows_the_general_path(
+    family: str, lookahead_from: str, tiny_ftw: dict[str, Path]
+) -> None:
+    """The step (uncaptured, on the CPU) against the same streamed model's layer loop:
+    the same greedy tokens, logits within bf16 rounding (the bound the resident step's
+    test uses), every hook called as often per layer, the backend called once per
+    MoE layer and token (the same forward count and demand traffic)."""
+    steps = 16
+    want_tokens, want, want_calls, want_stats = _run(tiny_ftw[family], False, lookahead_from, steps)
+    got_tokens, got, got_calls, got_stats = _run(tiny_ftw[family], True, lookahead_from, steps)
+    assert got_tokens == want_tokens
+    scale = want.abs().max().item()
+    assert (got - want).abs().max().item() <= 0.03 * scale
+    assert got_calls == want_calls and want_calls, (got_calls, want_calls)
+    if lookahead_from == "input":
+        assert any(key[0] == "observe_shared" for key in got_calls)
+    # what rounding may move (which expert a near-tie picks, so which read is on
+    # demand) aside, the backend saw the same calls: forwards, K placements per MoE
+    # layer and token, the backend once per MoE layer and token
+    for key in ("forward_calls", "placed"):
+        assert got_stats[key] == want_stats[key], key
+    assert got_stats["forward_calls"] == steps + 1
+
+
+def test_segments_cut_at_the_moe_layers(tiny_ftw: dict[str, Path]) -> None:
+    with flint.LLM(tiny_ftw["deepseek_v3"], device="cpu", context_length=8) as llm:
+        model = llm.model
+        sparse = [i for i, s in enumerate(model.config.sparse_layers) if s]
+        segs = segments(model)
+        assert [s.moe for s in segs] == [*sparse, None]
+        layers = [i for s in segs for i in s.dense + ([] if s.moe is None else [s.moe])]
+        assert layers == list(range(model.config.num_layers))
+
+
+def test_a_streamed_model_gets_the_step_where_asked(
+    tiny_ftw: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The wiring, on the CPU with the device check stubbed: "eager" attaches the
+    uncaptured step to a streamed model; "auto" leaves deterministic streaming on the
+    general path (bit-identical to resident) and falls back, with one line, when the
+    warm-up fails (here: no CUDA to capture on); "on" lets that error stand."""
+    from flint.graphs import setup
+
+    monkeypatch.setattr(setup, "model_unsupported", lambda model: None)
+    with _streamed(tiny_ftw["qwen3_moe"]) as llm:
+        model = llm.model
+        assert model.decoder is None and llm.no_graphs == "CUDA graphs need a CUDA device"
+        assert setup.attach_decoder(model, "eager") is None
+        assert isinstance(model.decoder, StreamedDecoder) and not model.decoder.capture
+        assert model.decode_path == "streamed graph step, eager launches"
+        # the warm-up leaves the backend alone: no forward, read, prediction or hook
+        calls = _spy(model)
+        before = llm.stats()
+        model.decoder.warm_up()
+        assert llm.stats() == before and not calls
+        tokens, _ = _decode(model, 4)
+        model.decoder = None
+        assert _decode(model, 4)[0] == tokens
+        lines: list[str] = []
+        why = setup.attach_decoder(model, "auto", notice=lines.append)
+        assert why is not None and model.decoder is None
+        assert lines == [f"flint: CUDA graph decode failed to start ({why}); decoding eagerly"]
+        with pytest.raises(Exception):  # noqa: B017 - whatever torch raises without CUDA
+            setup.attach_decoder(model, "on", notice=lines.append)
+    with _streamed(tiny_ftw["qwen3_moe"], deterministic=True) as llm:
+        why = setup.attach_decoder(llm.model, "auto")
+        assert why is not None and "deterministic" in why and llm.model.decoder is None
+        assert setup.attach_decoder(llm.model, "eager") is None
+
+
+def test_a_streamed_model_on_the_cpu_says_why_it_has_no_step(tiny_ftw: dict[str, Path]) -> None:
+    with pytest.raises(ValueError, match="CUDA graphs need a CUDA device"):
+        _streamed(tiny_ftw["qwen3_moe"], graphs="on")
+    for mode, why in (("auto", "CUDA graphs need a CUDA device"), ("off", "graphs off")):
+        with _streamed(tiny_ftw["qwen3_moe"], graphs=mode) as llm:
+            assert llm.model.decoder is None and llm.no_graphs == why
+
+
+# -- CUDA: the captured step ------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("family", ["qwen3_moe", "qwen2_moe", "deepseek_v3"])
+def test_captured_and_eager_streamed_steps_are_bit_identical(
+    family: str, tiny_ftw: dict[str, Path]
+) -> None:
+    """64 greedy tokens of a streamed model (two RAM slots and one VRAM slot per layer:
+    experts on the GPU and on the CPU) through CUDA graphs and through the same step
+    launched op by op: the same bits, across a span boundary (two spans' segments
+    captured); the general path gives the same tokens."""
+    prompt = [(7 * i + 3) % 300 + 2 for i in range(SPAN_STEP - 20)]
+    runs = {}
+    for mode in ("on", "eager", "off"):
+        with _streamed(
+            tiny_ftw[family],
+            device="cuda:0",
+            vram_slots=1,
+            context_length=SPAN_STEP + 64,
+            graphs=mode,
+        ) as llm:
+            runs[mode] = _decode(llm.model, 64, prompt)
+            decoder = llm.model.decoder
+            stats = llm.stats()
+            assert stats is not None and stats["cpu_experts"] > 0 and stats["gpu_experts"] > 0
+            if mode == "on":
+                assert isinstance(decoder, StreamedDecoder)
+                assert llm.model.decode_path == "streamed CUDA graphs"
+                assert len(decoder.segment_graphs) == 2 * len(decoder.segments)
+                assert decoder.replays == 65  # one at load (warm_up)
+            elif mode == "eager":
+                assert isinstance(decoder, StreamedDecoder) and not decoder.capture
+            else:
+                assert decoder is None
+    assert runs["on"][0] == runs["eager"][0]
+    assert torch.equal(runs["on"][1], runs["eager"][1])
+    assert runs["off"][0] == runs["on"][0]
+
+
+@pytest.mark.gpu
+def test_a_v1_like_streamed_model_decodes_through_the_step(
+    wide_files: dict[str, Path], tmp_path: Path
+) -> None:
+    """V1's shape in small: int4 experts streamed through RAM and a small VRAM cache,
+    the rest on the CPU, loaded the way ``flint run``/``bench`` load it: "auto" gets the
+    streamed step and the greedy tokens of "off" (each run from its own copy of the
+    file, so no usage table carries over)."""
+    import shutil
+
+    with flint.LLM(wide_files["int4"], device="cpu", context_length=8) as probe:
+        layout = probe.source.expert_layout  # type: ignore[attr-defined]
+        layers = sum(probe.model.config.sparse_layers)
+    slab_gib = layers * layout.slab_bytes / GIB
+    runs = {}
+    for mode in ("auto", "off"):
+        path = tmp_path / f"{mode}.ftw"
+        shutil.copyfile(wide_files["int4"], path)
+        with flint.LLM(
+            path,
+            device="cuda:0",
+            context_length=128,
+            ram_budget=3 * slab_gib,
+            vram_budget=2 * slab_gib,
+            graphs=mode,
+        ) as llm:
+            want_path = "streamed CUDA graphs" if mode == "auto" else "layer loop"
+            assert llm.model.decode_path == want_path
+            runs[mode] = llm.generate([5, 17, 250, 3, 99], max_tokens=32, ignore_eos=True)
+            stats = llm.stats()
+            assert stats is not None and stats["cpu_experts"] > 0
+    assert runs["auto"].token_ids == runs["off"].token_ids
