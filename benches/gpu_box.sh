@@ -247,6 +247,33 @@ gpu13() {
   XDG_CACHE_HOME="$DATA/cache" timeout 100 flint tune "$DATA/q30.ftw" --ram-budget 20 2>&1 | tail -14
 }
 
+# Fifth session's last GPU run: the streamed decode step (tests, V1 through it against
+# the layer loop), the faster int4 pack (tests, prompt-expert paths), P8 warm (experts
+# in RAM: the PCIe bound's premise), R0 with the Triton-dequantized prompt path, then
+# V1 and S1 at other budgets through the step.
+gpu15() {
+  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
+  timeout ${GPU15_TESTS_S:-240} python3 -m pytest tests/models/test_streamed_step.py \
+    tests/models/test_quant_pack.py tests/models/test_graphs.py tests/models/test_gpu_waves.py \
+    tests/models/test_vram_cache.py tests/models/test_gpu.py tests/bench/test_tune.py \
+    tests/models/test_elastic_vram.py -q -p no:cacheprovider --tb=short -rf -m gpu 2>&1 | tail -30
+  timeout 40 python3 benches/prompt_expert_paths.py --scheme int4 --tokens 1,512
+  [ -f "$DATA/q30.ftw" ] || flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
+  B="flint bench $DATA/q30.ftw -p 0 -n 64 --tg-random -r 1 --mode full --ram-budget 20 --vram-budget 4"
+  for g in auto off; do
+    echo "== V1 --graphs $g"; timeout 90 $B --graphs $g 2>&1 | grep -E "q30.ftw|decode|graph"
+  done
+  echo "== P8 warm"
+  timeout 120 flint bench "$DATA/q30.ftw" -p 8192 -n 0 -r 1 --mode full --warm --ram-budget 20 \
+    --vram-budget 4 2>&1 | grep -E "q30.ftw|decode"
+  echo "== R0"; timeout 100 flint bench "$DATA/q30.ftw" -p 512 -n 64 -r 1 --mode resident 2>&1 | grep -E "q30.ftw|decode"
+  S="flint bench $DATA/q30.ftw -p 0 -n 32 --tg-random -r 1 --mode full"
+  for b in "--ram-budget 20 --vram-budget 2" "--ram-budget 20 --vram-budget 8" \
+      "--ram-budget 6 --vram-budget 4" "--ram-budget 10 --vram-budget 4"; do
+    echo "== $b"; timeout 60 $S $b 2>&1 | grep "q30.ftw"
+  done
+}
+
 case $what in
   install) install ;;
   format) install; format ;;
@@ -267,5 +294,6 @@ case $what in
   gpu11) install; gpu11 ;;
   gpu12) install; gpu12 ;;
   gpu13) install; gpu13 ;;
+  gpu15) install; gpu15 ;;
 esac 2>&1 | tee "$OUT/gpu_box_$what.log"
 
