@@ -12,8 +12,7 @@ token count, with CUDA events (median of 20 after 3 warm-ups):
 - ``pack+mm``: packing from the file's bytes on each call, then torch's kernel (what a
   streamed prompt does);
 - ``pack``, ``pack_old``: the pack alone from bytes already in VRAM (a staged copy), and
-  the formulation it replaced (``old_pack``: more, smaller ops; the same bytes); int4
-  also ``pack_torch``: through torch's ops instead of Triton's one launch (the fallback);
+  the formulation it replaced (``old_pack``: more, smaller ops; the same bytes);
 - ``dequant+mm``: dequantizing the file's bytes to bf16 on each call, then cuBLAS
   (what the resident slab backend does for prompts);
 - ``dense``: cuBLAS on bf16 weights already there (the floor).
@@ -32,11 +31,9 @@ import torch.nn.functional as F
 
 from flint.format.quant import decode_projection, encode_projection, split_int4, split_int8
 from flint.models.quant_linear import (
-    Int4MmCuda,
     Packed,
     ProjectionKernel,
     torch_kernel,
-    torch_packer_inputs,
 )
 
 
@@ -83,10 +80,6 @@ def main() -> None:
     shape = (args.rows, args.cols)
     old = old_pack(args.scheme, args.group, raw_gpu, *shape)
     kernels: dict[str, ProjectionKernel] = {"pack_ms": kernel}
-    if isinstance(kernel, Int4MmCuda):
-        torch_ops = Int4MmCuda(args.group, device, dtype)
-        torch_ops.packer_inputs = torch_packer_inputs
-        kernels["pack_torch_ms"] = torch_ops
     for each in kernels.values():  # the same bytes, or no timing
         for new_t, old_t in zip(each.pack(raw_gpu, *shape), old, strict=True):
             assert torch.equal(new_t.view(torch.uint8), old_t.view(torch.uint8)), "packs differ"

@@ -1,8 +1,7 @@
 """The kernels' ``pack`` against the formulation it replaced (a few ops less per
 projection): the packed tensors must be the same bytes, since streamed experts are packed
 per use and resident ones at load, and their outputs must agree bit for bit.
-``_convert_weight_to_int4pack`` is CUDA-only: on the CPU its inputs are compared, made
-by torch's ops and by the Triton kernel (in Triton's interpreter there)."""
+``_convert_weight_to_int4pack`` is CUDA-only: on the CPU its inputs are compared."""
 
 from __future__ import annotations
 
@@ -13,12 +12,7 @@ from flint.format.quant import encode_projection, split_int4
 from flint.models import quant_linear as ql
 
 CUDA = torch.device("cuda")
-HERE = CUDA if torch.cuda.is_available() else torch.device("cpu")  # where Triton runs
-FUSED = ql.triton_packer_inputs()
-PACKER_INPUTS = [
-    pytest.param(ql.torch_packer_inputs, id="torch"),
-    pytest.param(FUSED, id="triton", marks=pytest.mark.skipif(FUSED is None, reason="no Triton")),
-]
+HERE = CUDA if torch.cuda.is_available() else torch.device("cpu")
 # (rows, cols, group): odd row counts; cols for 8, 4 and 2 inner K tiles (256, 192, 96)
 INT4_SHAPES = [(7, 256, 32), (33, 192, 64), (65, 256, 128), (24, 96, 32), (40, 384, 128)]
 CUDA_INT4_SHAPES = [(8, 256, 32), (40, 192, 64), (72, 256, 128), (24, 96, 32), (768, 2048, 32)]
@@ -76,26 +70,8 @@ def test_int4_packer_inputs_equal_the_old_ops(
 
 
 @pytest.mark.parametrize(("rows", "cols", "group"), INT4_SHAPES)
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_triton_packer_inputs_equal_torch_ops(
-    rows: int, cols: int, group: int, dtype: torch.dtype
-) -> None:
-    if FUSED is None:
-        pytest.skip("no Triton")
-    raw = _raw(rows, cols, "int4", group, rows).to(HERE)
-    packed, scale = split_int4(raw, rows, cols, group)
-    for s in (scale.to(dtype), -scale.to(dtype)):  # a set sign bit stays out of the zero
-        _same_bytes(FUSED(packed, s), ql.torch_packer_inputs(packed, s))
-
-
-@pytest.mark.parametrize(("rows", "cols", "group"), INT4_SHAPES)
-@pytest.mark.parametrize("packer_inputs", PACKER_INPUTS)
 def test_int4_cuda_pack_feeds_the_packer_as_before(
-    rows: int,
-    cols: int,
-    group: int,
-    packer_inputs: ql.PackerInputs,
-    monkeypatch: pytest.MonkeyPatch,
+    rows: int, cols: int, group: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # torch's packer replaced by one that returns its input: the rest of the CUDA pack
     # (split, packer inputs, tiles) runs anywhere
@@ -107,21 +83,17 @@ def test_int4_cuda_pack_feeds_the_packer_as_before(
 
     monkeypatch.setattr(torch.ops.aten, "_convert_weight_to_int4pack", packer)
     kernel = ql.Int4MmCuda(group, HERE, torch.bfloat16)
-    kernel.packer_inputs = packer_inputs
     raw = _raw(rows, cols, "int4", group, rows)
     want = _old_int4_cuda_pack(kernel, raw, rows, cols)
     _same_bytes(kernel.pack(raw, rows, cols), want)
     assert len(tiles) == 2 and tiles[0] == tiles[1]
 
 
-@pytest.mark.parametrize("packer_inputs", PACKER_INPUTS)
-def test_packer_inputs_have_the_nibble_order_and_transposition_torch_wants(
-    packer_inputs: ql.PackerInputs,
-) -> None:
+def test_packer_inputs_have_the_nibble_order_and_transposition_torch_wants() -> None:
     # element 0 (low nibble of byte 0) = 1, element 1 = 2: torch's packer wants 0x12
     packed = torch.tensor([[0x21, 0xF0], [0x00, 0x7E]], dtype=torch.uint8, device=HERE)
     scale = torch.tensor([[1.0, -2.0, 3.0], [-4.0, 5.0, -6.0]], dtype=torch.bfloat16)  # [N, G]
-    swapped, sz = packer_inputs(packed, scale.to(HERE))  # sz [G, N, 2]
+    swapped, sz = ql.torch_packer_inputs(packed, scale.to(HERE))  # sz [G, N, 2]
     assert swapped.tolist() == [[0x12, 0x0F], [0x00, 0xE7]]
     assert sz.shape == (3, 2, 2) and sz.dtype == torch.bfloat16
     assert sz[..., 0].tolist() == scale.t().tolist() and sz[..., 1].eq(0).all()
@@ -138,15 +110,8 @@ def test_int8_pack_equals_the_old_ops(dtype: torch.dtype) -> None:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize(("rows", "cols", "group"), CUDA_INT4_SHAPES)  # rows by 8 on CUDA
-@pytest.mark.parametrize("packer_inputs", [*PACKER_INPUTS, pytest.param(None, id="default")])
-def test_int4_cuda_pack_equals_the_old_ops(
-    rows: int, cols: int, group: int, packer_inputs: ql.PackerInputs | None
-) -> None:
+def test_int4_cuda_pack_equals_the_old_ops(rows: int, cols: int, group: int) -> None:
     kernel = ql.Int4MmCuda(group, CUDA, torch.bfloat16)
-    if packer_inputs is not None:
-        kernel.packer_inputs = packer_inputs
-    else:  # Triton's where it is installed
-        assert (kernel.packer_inputs is ql.torch_packer_inputs) == (FUSED is None)
     raw = _raw(rows, cols, "int4", group, rows)
     want = _old_int4_cuda_pack(kernel, raw, rows, cols)
     _same_bytes(kernel.pack(raw, rows, cols), want)  # bytes on the host

@@ -1,5 +1,5 @@
-"""The Triton kernels of ``flint.graphs.moe_kernel``, ``flint.graphs.fused`` and
-``flint.models.quant_linear`` (which document them); untyped,
+"""The Triton kernels of ``flint.graphs.moe_kernel`` and ``flint.graphs.fused`` (which
+document them); untyped,
 as Triton kernels are, so mypy's strict checks are relaxed for this module only."""
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ __all__ = [
     "down_kernel",
     "gate_up_kernel",
     "head_rope_kernel",
-    "int4_packer_inputs_kernel",
     "ranked_sum_kernel",
     "rms_norm_kernel",
     "route_kernel",
@@ -296,26 +295,6 @@ if triton is not None:
             tl.store(w_ptr + token * TOPK + k, _round(weight, w_type).to(w_type))
             p = tl.where(e == pick, -1.0, p)
 
-    @triton.jit(do_not_specialize=["n_bytes", "rows", "groups"])  # one compile for all shapes
-    def int4_packer_inputs_kernel(
-        w_ptr, s_ptr, swapped_ptr, sz_ptr, n_bytes, rows, groups, BLOCK: tl.constexpr
-    ):
-        """The first programs swap the nibbles of the n_bytes at ``w_ptr``; the rest write
-        the 16-bit scales [rows, groups] at ``s_ptr`` (read as int16) transposed to
-        [groups, rows] int32, each zero-extended (its upper half: the zero beside it)."""
-        pid = tl.program_id(0)
-        byte_programs = tl.cdiv(n_bytes, BLOCK)
-        if pid < byte_programs:
-            i = pid * BLOCK + tl.arange(0, BLOCK)
-            ok = i < n_bytes
-            b = tl.load(w_ptr + i, mask=ok, other=0)
-            tl.store(swapped_ptr + i, (b >> 4) | (b << 4), mask=ok)  # stored: the low 8 bits
-        else:
-            j = (pid - byte_programs) * BLOCK + tl.arange(0, BLOCK)  # in [groups, rows] order
-            ok = j < rows * groups
-            s = tl.load(s_ptr + (j % rows) * groups + j // rows, mask=ok, other=0)
-            tl.store(sz_ptr + j, s.to(tl.int32) & 0xFFFF, mask=ok)
-
     @triton.jit
     def dequant_kernel(
         w_ptr, w_expert, w_row, s_ptr, s_expert, s_row, experts_ptr, out_ptr, rows, cols,
@@ -343,6 +322,6 @@ if triton is not None:
         tl.store(at, _round(q * s, out_type).to(out_type), mask=ok)
 
 else:  # pragma: no cover - depends on the environment
-    gate_up_kernel = down_kernel = ranked_sum_kernel = int4_packer_inputs_kernel = None
+    gate_up_kernel = down_kernel = ranked_sum_kernel = None
     dequant_kernel = None
     rms_norm_kernel = head_rope_kernel = route_kernel = None

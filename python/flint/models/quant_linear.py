@@ -125,50 +125,15 @@ def _swap_nibbles(packed: torch.Tensor) -> torch.Tensor:
     return torch.add(packed >> 4, packed, alpha=16)
 
 
-PackerInputs = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
-PACK_BLOCK = 1024  # bytes or scales per Triton program
-
-
 def torch_packer_inputs(
     packed: torch.Tensor, scale: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(nibble-swapped bytes [N, K/2], scales and zeros [G, N, 2]) for torch's CUDA int4
     packer and kernel, from the file's bytes [N, K/2] and the scales [N, G] in the
-    compute dtype: three torch ops."""
+    compute dtype: three torch ops. (One Triton launch writing both was measured
+    slower on the H200: 0.100-0.107 ms per pack against 0.093-0.096, docs/benchmarks.md;
+    the launch of torch's packer dominates either way.)"""
     return _swap_nibbles(packed), _scales_and_zeros(scale, scale.dtype)
-
-
-def triton_packer_inputs() -> PackerInputs | None:
-    """``torch_packer_inputs`` in one Triton launch, the same bytes, for contiguous
-    16-bit scales (as ``split_int4`` gives them); None without Triton (imported here:
-    only CUDA loads need it)."""
-    from flint.graphs.moe_kernel import on_device
-    from flint.graphs.triton_kernels import int4_packer_inputs_kernel, triton
-
-    if triton is None:
-        return None
-
-    def packer_inputs(
-        packed: torch.Tensor, scale: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        rows, groups = scale.shape
-        swapped = torch.empty_like(packed)
-        pairs = torch.empty(groups, rows, dtype=torch.int32, device=packed.device)
-        programs = -(-packed.numel() // PACK_BLOCK) - (-pairs.numel() // PACK_BLOCK)
-        with on_device(packed.device):  # a layer's GPU need not be the current one
-            int4_packer_inputs_kernel[(programs,)](
-                packed,
-                scale.view(torch.int16),
-                swapped,
-                pairs,
-                packed.numel(),
-                rows,
-                groups,
-                BLOCK=PACK_BLOCK,
-            )
-        return swapped, pairs.view(scale.dtype).view(groups, rows, 2)
-
-    return packer_inputs
 
 
 @functools.cache
@@ -204,16 +169,13 @@ class Int4MmCuda:
 
     def __init__(self, group: int, device: torch.device, dtype: torch.dtype) -> None:
         self.group, self.device, self.dtype = group, device, dtype
-        fused = triton_packer_inputs() if device.type == "cuda" and dtype.itemsize == 2 else None
-        self.packer_inputs: PackerInputs = fused or torch_packer_inputs
 
     def pack(self, raw: torch.Tensor, rows: int, cols: int) -> Packed:
-        """Two launches (four without Triton) once the bytes are on the device (copied
-        up whole if not; a pack per streamed projection is launch-bound): the packer's
-        inputs (the nibbles swapped, element 2j to the high one; the scales and zeros),
-        then torch's packer."""
+        """Four launches once the bytes are on the device (copied up whole if not; a
+        pack per streamed projection is launch-bound): the packer's inputs (the nibbles
+        swapped, element 2j to the high one; the scales and zeros), then torch's packer."""
         packed, scale = split_int4(raw.to(self.device), rows, cols, self.group)
-        swapped, scales_and_zeros = self.packer_inputs(packed, scale.to(self.dtype))
+        swapped, scales_and_zeros = torch_packer_inputs(packed, scale.to(self.dtype))
         w = torch.ops.aten._convert_weight_to_int4pack(swapped, _inner_k_tiles(cols))
         return w, scales_and_zeros
 
