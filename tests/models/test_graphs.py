@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.nn.functional as F
+from tiny import greedy_decode
 
 import flint
 from flint.format.quant import decode_projection, encode_projection
@@ -191,16 +192,7 @@ def _covered(tiny_ftw: dict[str, Path]) -> list[str]:
 
 
 def _decode(model: MoEModel, prompt: list[int], steps: int) -> tuple[list[int], torch.Tensor]:
-    """Greedy tokens and their logits [steps, V] after an eager prefill of ``prompt``."""
-    model.reset()
-    logits = model.forward(torch.tensor(prompt))[-1]
-    tokens, rows = [], []
-    for _ in range(steps):
-        token = int(logits.argmax())
-        tokens.append(token)
-        logits = model.forward(torch.tensor([token]))[-1]
-        rows.append(logits.float().cpu())
-    return tokens, torch.stack(rows)
+    return greedy_decode(model, prompt, steps)
 
 
 def test_the_step_covers_the_standard_attention_families(tiny_ftw: dict[str, Path]) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import torch
+from tiny import greedy_decode
 
 import flint
 from flint.graphs.decode import SPAN_STEP
@@ -100,15 +101,7 @@ def _spy(model: MoEModel) -> Counter[tuple[str, int, int]]:
 def _decode(
     model: MoEModel, steps: int, prompt: list[int] = PROMPT
 ) -> tuple[list[int], torch.Tensor]:
-    model.reset()
-    logits = model.forward(torch.tensor(prompt))[-1]
-    tokens, rows = [], []
-    for _ in range(steps):
-        token = int(logits.argmax())
-        tokens.append(token)
-        logits = model.forward(torch.tensor([token]))[-1]
-        rows.append(logits.float().cpu())
-    return tokens, torch.stack(rows)
+    return greedy_decode(model, prompt, steps)
 
 
 def _run(path: Path, step: bool, lookahead_from: str, steps: int) -> tuple[Any, ...]:

@@ -315,3 +315,17 @@ def save_tokenizer(path: Path, tok_json: str) -> None:
         "chat_template": QWEN3_TEMPLATE.resolve().read_text("utf-8"),
     }
     (path / "tokenizer_config.json").write_text(json.dumps(config), "utf-8")
+
+
+def greedy_decode(model: Any, prompt: list[int], steps: int) -> tuple[list[int], torch.Tensor]:
+    """Greedy tokens and their logits [steps, V] (fp32, CPU) after an eager prefill of
+    ``prompt`` (``model``: a ``flint.models.transformer.MoEModel``)."""
+    model.reset()
+    logits = model.forward(torch.tensor(prompt))[-1]
+    tokens, rows = [], []
+    for _ in range(steps):
+        token = int(logits.argmax())
+        tokens.append(token)
+        logits = model.forward(torch.tensor([token]))[-1]
+        rows.append(logits.float().cpu())
+    return tokens, torch.stack(rows)
