@@ -274,6 +274,16 @@ gpu15() {
   done
 }
 
+# Where V1's decode time goes through the streamed step: cProfile of the main thread
+# (kept in $OUT as v1-step.prof), its top entries printed.
+gpu16() {
+  [ -f "$DATA/q30.ftw" ] || flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
+  timeout 120 python3 -m cProfile -o "$OUT/v1-step.prof" -m flint bench "$DATA/q30.ftw" -p 0 -n 32 \
+    --tg-random -r 1 --mode full --ram-budget 20 --vram-budget 4 2>&1 | grep -E "q30.ftw|decode"
+  python3 -c "import pstats; p = pstats.Stats('$OUT/v1-step.prof'); p.sort_stats('tottime').print_stats(25)" \
+    2>&1 | tail -32 | cut -c1-160
+}
+
 case $what in
   install) install ;;
   format) install; format ;;
@@ -295,5 +305,6 @@ case $what in
   gpu12) install; gpu12 ;;
   gpu13) install; gpu13 ;;
   gpu15) install; gpu15 ;;
+  gpu16) install; gpu16 ;;
 esac 2>&1 | tee "$OUT/gpu_box_$what.log"
 
