@@ -172,7 +172,8 @@ class LLM:
     ``dtype``: bf16 on CUDA, f32 on the CPU.
     ``context_length``: KV cache positions (default min(model's, 8192)).
     ``expert_kernels``: "fused" computes every expert scheme with flint's fused CPU
-    kernels, one call per layer on ``torch.get_num_threads()`` threads (CPU only,
+    kernels, one call per layer on ``torch.get_num_threads()`` threads (2 fewer for a
+    streamed model when that leaves >= 8: ``flint.models.cpu_kernels``) (CPU only,
     resident and streamed alike; SwiGLU experts without biases, others use "torch"
     with one printed line); "torch" computes each expert with torch, int8/int4 experts
     through its quantized kernels (each probed at load, falling back with one printed

@@ -108,6 +108,30 @@ def test_nowait_reads_nothing_and_is_not_checked(tiny: Path) -> None:
     assert nowait["demand_reads"]["mean"] == 0 and nowait["read_mib"]["mean"] == 0
 
 
+@pytest.mark.parametrize(("kernels", "fused_calls"), [("auto", True), ("torch", False)])
+def test_nowait_computes_with_the_kernels_full_uses(
+    tiny: Path, kernels: str, fused_calls: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The compute ceiling goes through the same kernels as the modes it caps: the
+    fused call on the CPU by default, torch's path with --expert-kernels torch."""
+    from flint.models.cpu_kernels import FusedKernel
+
+    calls = []
+    real = FusedKernel.expert_outputs
+
+    def spy(self: FusedKernel, *args: Any, **kwargs: Any) -> None:
+        calls.append(1)
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(FusedKernel, "expert_outputs", spy)
+    r = _bench(
+        tiny, "--mode", "nowait", "-p", "0", "--ram-budget", str(TWO_SLOTS),
+        "--expert-kernels", kernels,
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert bool(calls) == fused_calls
+
+
 def test_a_mismatch_is_loud_and_exits_nonzero(tiny: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     real = suite.run_test
 
@@ -125,6 +149,8 @@ def test_a_mismatch_is_loud_and_exits_nonzero(tiny: Path, monkeypatch: pytest.Mo
     tg = next(m for m in doc["mismatches"] if m["test"] == "tg4")
     assert tg["index"] == 4 and tg["got"] == tg["want"] + 1
     assert "MISMATCH" in r.stderr and "mode naive, tg4" in r.stderr
+    # the resident control decoded through the Rust step: the hint says what is exact
+    assert doc["decode"] != "layer loop" and "FLINT_CPU_DECODE_STEP=0" in r.stderr
 
 
 def test_without_resident_nothing_is_checked_and_it_says_so(tiny: Path) -> None:

@@ -250,6 +250,7 @@ def test_slab_experts_step_follows_torch_kernels(quant: str, wide_files: dict[st
         path, device="cpu", dtype="bfloat16", context_length=64, expert_backend=backend
     ) as slabs:
         model = slabs.model
+        assert model.expert_kernel.startswith(f"flint Triton slot kernels ({quant}")
         model.decoder = GraphDecoder(model, backend.pools, capture=False)
         got_tokens, got = _decode(model, prompt, 6)
     assert got_tokens == want_tokens

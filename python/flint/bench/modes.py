@@ -22,6 +22,7 @@ import torch
 
 from flint.api import LLM, resolve_devices, resolve_dtype
 from flint.models import parse_config
+from flint.models.cpu_kernels import slab_addresses
 from flint.models.ftw_source import FtwSource
 from flint.models.moe import weighted_sum
 from flint.stream import StreamedExperts, streamed_backend
@@ -94,6 +95,14 @@ class NoWaitExperts(StreamedExperts):
         flat = ids.reshape(-1)  # [T*K]
         outputs = torch.empty(tokens * k, x.shape[1], dtype=torch.float32, device=x.device)
         slots = self.addresses[layer]
+        if self.fused is not None:  # the fused kernels, as full and naive compute
+            listed = [
+                (e, *slab_addresses(slots[e % len(slots)], self.layout))
+                for e in dict.fromkeys(flat.tolist())
+            ]
+            x32 = x.to(torch.float32).contiguous()
+            self.fused.expert_outputs(x32, ids.contiguous(), listed, outputs)
+            return self.fused.weighted_sum(outputs, weights).to(x.dtype)
         for expert in dict.fromkeys(flat.tolist()):
             rows = (flat == expert).nonzero().squeeze(1)  # [N]
             address = slots[expert % len(slots)]

@@ -42,6 +42,8 @@ class SlabResidentExperts:
         if layout is None or layout.scheme not in ("int8", "int4"):
             raise ValueError("SlabResidentExperts needs int8 or int4 experts")
         self.layout: ExpertLayout = layout
+        # what bench and stats name the resident experts' kernels by
+        self.name = f"flint Triton slot kernels ({layout.scheme}; longer prompts: cuBLAS)"
         self.math = expert_math(config, source, place)
         self.dtype = place.dtype
         self.slabs: dict[int, torch.Tensor] = {}  # layer -> [E, slab_bytes] uint8

@@ -35,10 +35,12 @@ from flint.models.weights import WeightSource
 _FLOAT_NAMES = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}
 
 
-# Threads a streamed model leaves to the main thread, the readers and CUDA's own on a
-# machine of >= STREAMING_MIN_CORES: V1 on the 16-core GPU box decoded at 2.50 tok/s with
-# 16 kernel threads, 4.02 with 14 and 4.07 with 10 (spinning threads preempted by the
-# others hold up each step; docs/benchmarks.md, issue 15).
+# Threads a streamed model's kernels leave to the readers, their verifiers and (on CUDA)
+# the main thread and CUDA's own, when torch has >= STREAMING_MIN_CORES threads: V1 on
+# the 16-core GPU box decoded at 2.50 tok/s with 16 kernel threads, 4.02 with 14 and
+# 4.07 with 10 (spinning threads preempted by the others hold up each step;
+# docs/benchmarks.md, issue 15). Measured on CUDA only; CPU-only streaming keeps the
+# same rule (its readers and verifiers need cores too).
 STREAMING_RESERVE = 2
 STREAMING_MIN_CORES = 8
 
@@ -50,8 +52,8 @@ def default_threads() -> int:
 
 def streaming_threads() -> int:
     """The pool size of a streamed model's kernels: ``default_threads`` less
-    ``STREAMING_RESERVE`` on machines of at least ``STREAMING_MIN_CORES`` threads
-    (results do not depend on the pool size)."""
+    ``STREAMING_RESERVE`` when that is at least ``STREAMING_MIN_CORES`` (results do not
+    depend on the pool size)."""
     n = default_threads()
     return n - STREAMING_RESERVE if n >= STREAMING_MIN_CORES else n
 

@@ -227,6 +227,7 @@ class MoEModel:
                     getattr(backend, "fused", None)
                     or getattr(backend, "kernel", None)
                     or getattr(main, "kernel", None)
+                    or backend  # one that names itself (the slab experts' Triton kernels)
                 )
                 return str(getattr(kernel, "name", "matmul"))
         return "none"
