@@ -267,7 +267,7 @@ unsafe fn i4_dot<const T: usize, const G: usize>(
         let mut g = 0;
         while g + 2 <= groups {
             // Both scales from one 4-byte read.
-            let d = _mm512_set1_epi32(s.add(2 * g).cast::<i32>().read_unaligned().to_le());
+            let d = _mm512_set1_epi32(i32::from_le(s.add(2 * g).cast::<i32>().read_unaligned()));
             let s0 = _mm512_slli_epi32::<16>(d);
             let s1 = _mm512_and_si512(d, _mm512_set1_epi32(0xffff_0000_u32 as i32));
             let t0 = _mm512_mul_ps(table, _mm512_castsi512_ps(s0));
@@ -481,7 +481,8 @@ unsafe fn i4_bf16_dot<const NP: usize, const T: usize, const G: usize>(
     xs: [*const u16; T],
 ) -> [f32; T] {
     // SAFETY: the caller's guarantees; reads stay below cols / 2 bytes of w, below the
-    // group count of s (masked) and below cols values of each plane.
+    // group count of s (masked, or, for groups of 32/64/128, the step's own 4/2/1
+    // scales: c + 128 <= cols) and below cols values of each plane.
     unsafe {
         let table = _mm512_loadu_si512(Q_BF16.as_ptr().cast());
         let sidx = scale_index(group);
