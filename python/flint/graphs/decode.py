@@ -358,21 +358,13 @@ class GraphDecoder:
         values: torch.Tensor,  # [Nkv, S, D]
         span: int,
     ) -> torch.Tensor:
-        """GPT-OSS attention for one query (``SinkAttention._attend``'s ops) over the
+        """GPT-OSS attention for one query (``SinkAttention.attend_keys``) over the
         span, the positions after the token or outside its window masked."""
         positions = self.positions[:span]
         visible = positions <= self.position  # [S]
         if attn.window:
             visible = visible & (positions > self.position - attn.window)
-        nkv, dim = keys.shape[0], keys.shape[2]
-        qg = q.view(nkv, -1, 1, dim)  # [Nkv, G, 1, D]
-        scores = torch.matmul(qg, keys.unsqueeze(1).transpose(2, 3)) * attn.scale  # [Nkv, G, 1, S]
-        scores = scores.masked_fill(~visible, float("-inf"))
-        sinks = attn.sinks.view(nkv, -1, 1, 1)  # [Nkv, G, 1, 1]
-        logits = torch.cat([scores, sinks], dim=-1)
-        logits = logits - logits.max(dim=-1, keepdim=True).values
-        probs = F.softmax(logits, dim=-1, dtype=logits.dtype)[..., :-1].to(values.dtype)
-        return torch.matmul(probs, values.unsqueeze(1)).view(-1, 1, dim)  # [Nq, 1, D]
+        return attn.attend_keys(q, keys, values, visible)  # [Nq, 1, D]
 
     def _latent_attention(
         self,

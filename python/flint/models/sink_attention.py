@@ -72,10 +72,21 @@ class SinkAttention(Attention):
         rows, end = q.shape[1], start + q.shape[1]
         first = max(0, start - self.window + 1) if self.window else 0
         k, v = keys[:, first:end], values[:, first:end]  # [Nkv, S, D]
-        nkv, dim = k.shape[0], k.shape[2]
+        visible = self._visible(start, rows, first, end, q.device)  # [C, S] or None
+        return self.attend_keys(q, k, v, visible)
+
+    def attend_keys(
+        self,
+        q: torch.Tensor,  # [Nq, C, D]
+        k: torch.Tensor,  # [Nkv, S, D]
+        v: torch.Tensor,  # [Nkv, S, D]
+        visible: torch.Tensor | None,  # bool, broadcast to [C, S]; None: every key
+    ) -> torch.Tensor:
+        """The queries against keys ``k`` where ``visible``, each head's sink logit in
+        the softmax (and dropped after): [Nq, C, D]. Shared with the graph decode step."""
+        rows, nkv, dim = q.shape[1], k.shape[0], k.shape[2]
         qg = q.view(nkv, -1, rows, dim)  # [Nkv, G, C, D]: query head h uses kv head h // G
         scores = torch.matmul(qg, k.unsqueeze(1).transpose(2, 3)) * self.scale  # [Nkv, G, C, S]
-        visible = self._visible(start, rows, first, end, q.device)  # [C, S] or None
         if visible is not None:
             scores = scores.masked_fill(~visible, float("-inf"))
         sinks = self.sinks.view(nkv, -1, 1, 1).expand(-1, -1, rows, 1)  # [Nkv, G, C, 1]
