@@ -12,7 +12,9 @@
 
 use std::time::Instant;
 
-use cpu_kernels::{ExpertFormat, ExpertWeights, Isa, Kernels, Routing, WeightKind};
+mod common;
+
+use cpu_kernels::{ExpertFormat, Isa, Kernels, Routing};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -25,66 +27,15 @@ fn main() {
     let isa = Isa::parse(args.get(1).map_or("auto", String::as_str)).unwrap();
     let num = |j: usize, d: usize| args.get(j).map_or(d, |a| a.parse().unwrap());
     let (h, i, n, k, calls) = (num(2, 2048), num(3, 768), 64, 8, num(4, 40));
-    let mut seed = 0x2545_f491_4f6c_dd1du64;
-    let mut rnd = move || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    };
+    let mut rnd = common::rng();
     let x: Vec<f32> = (0..h)
         .map(|_| f32::from_bits((((rnd() >> 40) as f32 / 8e6 - 1.0).to_bits()) & 0xffff_0000))
         .collect();
     let kinds = args.get(5).map_or("bf16,int8,int4", String::as_str);
-    for kind in [
-        WeightKind::Bf16,
-        WeightKind::Int8,
-        WeightKind::Int4 { group: 32 },
-    ] {
-        let name = match kind {
-            WeightKind::Bf16 => "bf16",
-            WeightKind::Int8 => "int8",
-            _ => "int4",
-        };
-        if !kinds.split(',').any(|k| k == name) {
-            continue;
-        }
+    for (kind, _) in common::kinds(kinds) {
         let f = ExpertFormat::new(kind, [(i, h), (i, h), (h, i)]).unwrap();
-        let slabs: Vec<[Vec<u8>; 3]> = (0..n)
-            .map(|_| {
-                [0, 1, 2].map(|p| {
-                    let mut b: Vec<u8> =
-                        (0..f.proj_bytes(p).unwrap()).map(|_| rnd() as u8).collect();
-                    if kind == WeightKind::Bf16 {
-                        for c in b.chunks_exact_mut(2) {
-                            c[1] &= 0x3c; // finite, small
-                        }
-                    } else {
-                        let (rows, cols) = f.shapes[p];
-                        let tail = if kind == WeightKind::Int8 {
-                            rows * 4
-                        } else {
-                            rows * cols / 32 * 2
-                        };
-                        let len = b.len();
-                        for v in &mut b[len - tail..] {
-                            *v = 0x3a;
-                        }
-                    }
-                    b
-                })
-            })
-            .collect();
-        let experts: Vec<(u32, ExpertWeights<'_>)> = slabs
-            .iter()
-            .enumerate()
-            .map(|(e, s)| {
-                (
-                    e as u32,
-                    ExpertWeights::new(&f, [&s[0], &s[1], &s[2]]).unwrap(),
-                )
-            })
-            .collect();
+        let slabs = common::slabs(&f, kind, n, &mut rnd);
+        let experts = common::experts(&f, &slabs);
         let kerns: Vec<Kernels> = threads
             .iter()
             .map(|&t| Kernels::new(isa, t).unwrap())
@@ -107,18 +58,7 @@ fn main() {
             // Each turn's own 8 random experts, so that every turn reads (mostly) cold
             // experts whatever ran before it.
             let turns = kerns.len() + 1;
-            let picks: Vec<Vec<i64>> = (0..turns)
-                .map(|_| {
-                    let mut ids: Vec<i64> = Vec::new();
-                    while ids.len() < k {
-                        let e = (rnd() % n as u64) as i64;
-                        if !ids.contains(&e) {
-                            ids.push(e);
-                        }
-                    }
-                    ids
-                })
-                .collect();
+            let picks: Vec<Vec<i64>> = (0..turns).map(|_| common::pick(n, k, &mut rnd)).collect();
             // The turns in a rotating order.
             for (turn, ids) in picks.iter().enumerate() {
                 let which = (turn + call) % turns;

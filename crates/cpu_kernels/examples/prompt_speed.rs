@@ -8,7 +8,9 @@
 
 use std::time::Instant;
 
-use cpu_kernels::{ExpertFormat, ExpertWeights, Isa, Kernels, Routing, WeightKind};
+mod common;
+
+use cpu_kernels::{ExpertFormat, Isa, Kernels, Routing};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -16,77 +18,16 @@ fn main() {
     let (threads, t, calls, h, i) = (num(0, 1), num(1, 512), num(2, 20), num(3, 256), num(4, 64));
     let (n, k) = (64usize, 8usize);
     let kinds = args.get(5).map_or("bf16,int8,int4", String::as_str);
-    let mut seed = 0x2545_f491_4f6c_dd1du64;
-    let mut rnd = move || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    };
+    let mut rnd = common::rng();
     let x: Vec<f32> = (0..t * h)
         .map(|_| (rnd() >> 40) as f32 / 8e6 - 1.0)
         .collect();
-    let mut ids: Vec<i64> = Vec::new();
-    for _ in 0..t {
-        let mut row: Vec<i64> = Vec::new();
-        while row.len() < k {
-            let e = (rnd() % n as u64) as i64;
-            if !row.contains(&e) {
-                row.push(e);
-            }
-        }
-        ids.extend(row);
-    }
+    let ids: Vec<i64> = (0..t).flat_map(|_| common::pick(n, k, &mut rnd)).collect();
     let w = vec![1.0 / k as f32; t * k];
-    for kind in [
-        WeightKind::Bf16,
-        WeightKind::Int8,
-        WeightKind::Int4 { group: 32 },
-    ] {
-        let name = match kind {
-            WeightKind::Bf16 => "bf16",
-            WeightKind::Int8 => "int8",
-            _ => "int4",
-        };
-        if !kinds.split(',').any(|k| k == name) {
-            continue;
-        }
+    for (kind, name) in common::kinds(kinds) {
         let f = ExpertFormat::new(kind, [(i, h), (i, h), (h, i)]).unwrap();
-        let slabs: Vec<[Vec<u8>; 3]> = (0..n)
-            .map(|_| {
-                [0, 1, 2].map(|p| {
-                    let mut b: Vec<u8> =
-                        (0..f.proj_bytes(p).unwrap()).map(|_| rnd() as u8).collect();
-                    if kind == WeightKind::Bf16 {
-                        for c in b.chunks_exact_mut(2) {
-                            c[1] &= 0x3c;
-                        }
-                    } else {
-                        let (rows, cols) = f.shapes[p];
-                        let tail = if kind == WeightKind::Int8 {
-                            rows * 4
-                        } else {
-                            rows * cols / 32 * 2
-                        };
-                        let len = b.len();
-                        for v in &mut b[len - tail..] {
-                            *v = 0x3a;
-                        }
-                    }
-                    b
-                })
-            })
-            .collect();
-        let experts: Vec<(u32, ExpertWeights<'_>)> = slabs
-            .iter()
-            .enumerate()
-            .map(|(e, s)| {
-                (
-                    e as u32,
-                    ExpertWeights::new(&f, [&s[0], &s[1], &s[2]]).unwrap(),
-                )
-            })
-            .collect();
+        let slabs = common::slabs(&f, kind, n, &mut rnd);
+        let experts = common::experts(&f, &slabs);
         let old = {
             let mut k = Kernels::new(Isa::best(), threads).unwrap();
             k.set_tile_min_tokens(usize::MAX);
