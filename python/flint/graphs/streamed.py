@@ -84,16 +84,16 @@ class StreamedDecoder(GraphDecoder):
         self.ids: dict[int, torch.Tensor] = {}  # [1, K] int64
         self.weights: dict[int, torch.Tensor] = {}  # [1, K], the router's dtype
         self.shared: dict[int, torch.Tensor] = {}  # the shared expert's output
+        weight_dtype: torch.dtype | None = None  # every MoE layer routes alike
         for seg in self.segments:
             if seg.moe is None:
                 continue
             mlp = model.layers[seg.moe].mlp
             assert isinstance(mlp, MoEBlock)
+            weight_dtype = weight_dtype or self._weight_dtype(mlp)
             self.normed[seg.moe] = row()
             self.ids[seg.moe] = torch.zeros(1, cfg.top_k, dtype=torch.int64, device=device)
-            self.weights[seg.moe] = torch.zeros(
-                1, cfg.top_k, dtype=self._weight_dtype(mlp), device=device
-            )
+            self.weights[seg.moe] = torch.zeros(1, cfg.top_k, dtype=weight_dtype, device=device)
             if mlp.shared is not None:
                 self.shared[seg.moe] = row()
         self.segment_graphs: dict[tuple[int, int], Any] = {}  # (span, segment) -> graph
