@@ -284,6 +284,28 @@ gpu16() {
     2>&1 | tail -32 | cut -c1-160
 }
 
+# V1 and S1 after the background fill became its own read class (it was demand reads
+# that every layer start cancelled): full against naive with every expert in RAM (the
+# bench waits for the load's fill), a profile of V1, S1 against naive, the int4 host
+# kernels at the streaming pool size, and the streaming GPU tests.
+gpu17() {
+  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
+  timeout 150 python3 -m pytest tests/models/test_streaming.py tests/models/test_streamed_step.py \
+    tests/models/test_vram_cache.py -q -p no:cacheprovider --tb=short -rf -m gpu 2>&1 | tail -8
+  [ -f "$DATA/q30.ftw" ] || flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
+  B="flint bench $DATA/q30.ftw -p 0 -n 64 --tg-random"
+  echo "== V1 full,naive"
+  timeout 200 $B -r 2 --mode full,naive --ram-budget 20 --vram-budget 4 2>&1 | grep -E "q30.ftw|waited|decode"
+  echo "== V1 profile"
+  timeout 90 python3 -m cProfile -o "$OUT/v1-filled.prof" -m flint bench "$DATA/q30.ftw" -p 0 -n 64 \
+    --tg-random -r 1 --mode full --ram-budget 20 --vram-budget 4 2>&1 | grep -E "q30.ftw|waited"
+  python3 -c "import pstats; p = pstats.Stats('$OUT/v1-filled.prof'); p.sort_stats('tottime').print_stats(28)" \
+    2>&1 | tail -34 | cut -c1-150
+  echo "== S1 full,naive"
+  timeout 150 $B -r 1 --mode full,naive --ram-budget 6 --vram-budget 4 2>&1 | grep -E "q30.ftw"
+  timeout 40 python3 benches/cpu_kernels.py --threads 14,16 --calls 10 --schemes int4 --x-bf16
+}
+
 case $what in
   install) install ;;
   format) install; format ;;
@@ -306,5 +328,6 @@ case $what in
   gpu13) install; gpu13 ;;
   gpu15) install; gpu15 ;;
   gpu16) install; gpu16 ;;
+  gpu17) install; gpu17 ;;
 esac 2>&1 | tee "$OUT/gpu_box_$what.log"
 

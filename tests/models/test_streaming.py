@@ -312,3 +312,30 @@ def test_a_budget_that_holds_every_expert_keeps_them_whole(
     assert after["demands"] == before["demands"], "the fill's reads only"
     assert after["demand_placements"] == 0 and after["hits"] > 0
     assert "fits the RAM budget" in capfd.readouterr().err
+
+
+def test_generating_while_the_fill_runs_keeps_every_expert(tiny_ftw: dict[str, Path]) -> None:
+    """Decode right after load, while the background fill of a budget that holds every
+    expert is still reading: layer starts do not cancel the fill (it ends with every
+    expert read once, by the fill or by a demand that promoted it), the tokens match a
+    resident run, and a later generation finds every expert in RAM."""
+    path = tiny_ftw["qwen3_moe"]
+    prompt = [5, 17, 250]
+    with flint.LLM(path, device="cpu", context_length=64) as ref:
+        n = ref.model.config.num_experts
+        want = ref.generate(prompt, max_tokens=6, ignore_eos=True)
+    with flint.LLM(path, device="cpu", context_length=64, ram_budget=_slab_gib(path, n)) as s:
+        backend = s.expert_backend
+        got = s.generate(prompt, max_tokens=6, ignore_eos=True)
+        _, nbytes = backend.wait_for_fill()  # type: ignore[attr-defined]
+        assert backend.engine.fills_left() == 0  # type: ignore[attr-defined]
+        mid = s.stats()
+        again = s.generate(prompt, max_tokens=6, ignore_eos=True)
+        after = s.stats()
+    assert got.token_ids == want.token_ids == again.token_ids
+    assert mid is not None and after is not None
+    every = n * mid["streamed_layers"] * backend.layout.slab_bytes  # type: ignore[attr-defined]
+    assert mid["cancelled"] == 0
+    assert mid["bytes_fill"] + mid["bytes_demand"] == every == nbytes + mid["bytes_demand"]
+    assert after["demand_placements"] == mid["demand_placements"], "all in RAM"
+    assert after["bytes_demand"] == mid["bytes_demand"]

@@ -225,10 +225,15 @@ impl PyIoEngine {
         })
     }
 
-    /// Reads the most-used experts not resident into empty slots (never evicting);
-    /// returns the reads started.
+    /// Reads the most-used experts not resident into empty slots (never evicting), in
+    /// the background (after every demand and prefetch); returns the reads started.
     fn idle_fill(&self, py: Python<'_>) -> PyResult<usize> {
         detach(py, || self.inner.idle_fill())
+    }
+
+    /// Background fills ([`Self::idle_fill`]) not finished yet.
+    fn fills_left(&self) -> usize {
+        self.inner.fills_left()
     }
 
     /// Saves the usage table atomically to `path`.
@@ -303,6 +308,8 @@ impl PyIoEngine {
             ("reads_prefetch", s.reads.1),
             ("bytes_demand", s.bytes.0),
             ("bytes_prefetch", s.bytes.1),
+            ("reads_fill", s.reads.2),
+            ("bytes_fill", s.bytes.2),
             ("waits", s.waits),
             ("wait_us", s.wait_us),
             ("max_in_service", s.max_in_service),

@@ -447,8 +447,14 @@ impl CachedEngine {
         self.engine.predict(&p)
     }
 
+    /// Background fills not finished yet ([`Self::idle_fill`]'s reads).
+    pub fn fills_left(&self) -> usize {
+        self.engine.fills_left()
+    }
+
     /// Idle fill: reads the most-used experts (usage table) not resident into the empty
-    /// slots of every layer, never evicting. Returns the reads started.
+    /// slots of every layer, never evicting, as background reads (after every demand
+    /// and prefetch; a layer that selects one promotes it). Returns the reads started.
     pub fn idle_fill(&self) -> Result<usize> {
         let plan = self.slots.cache().idle_fill();
         let mut started = 0;
@@ -461,7 +467,7 @@ impl CachedEngine {
                 continue;
             }
             if let Some(slot) = self.slots.admit(key, AdmitKind::Fill) {
-                if self.engine.demand(key, slot)? {
+                if self.engine.fill(key, slot)? {
                     started += 1;
                 } else {
                     self.slots.release(key, slot);

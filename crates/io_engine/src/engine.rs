@@ -128,6 +128,19 @@ impl Engine {
         Ok(used)
     }
 
+    /// Reads `key` into `slot` in the background, after every demand and prefetch.
+    /// `Ok(false)`: the engine is already reading this expert and `slot` was not used.
+    pub fn fill(&self, key: ExpertKey, slot: Slot) -> Result<bool> {
+        let used = self.shared.lock().fill(key, slot)?;
+        self.shared.work_cv.notify_all();
+        Ok(used)
+    }
+
+    /// Background fills not finished yet.
+    pub fn fills_left(&self) -> usize {
+        self.shared.lock().fills_left()
+    }
+
     /// Queues predictions `(key, distance, rank)`; they get slots only when workers idle.
     pub fn predict(&self, predictions: &[(ExpertKey, u8, u8)]) -> Result<()> {
         {

@@ -32,6 +32,10 @@ pub enum ReadClass {
     Demand,
     /// Predicted by lookahead: chunked, capped, bound late.
     Prefetch,
+    /// Background fill of empty slots (the usage table's most-used experts, or every
+    /// expert when they all fit): chunked, served only when no demand or prefetch
+    /// waits, never cancelled by a layer start, promoted when a layer selects it.
+    Fill,
 }
 
 /// Where a job is in its life.
@@ -72,6 +76,11 @@ pub(crate) struct Job {
 }
 
 impl Job {
+    /// True while being read or verified.
+    pub fn is_live(&self) -> bool {
+        matches!(self.state, JobState::Active | JobState::Verifying)
+    }
+
     /// Bytes contiguously landed from the slab start.
     pub fn landed_prefix(&mut self) -> u64 {
         self.landed.sort_unstable();

@@ -1,7 +1,9 @@
 //! The queueing state of the engine, free of threads and I/O so its rules can be tested
 //! directly: demand first; prefetches split into chunks and capped (fewer while a demand
 //! is in service); predictions bound to a slot only when a worker has nothing better to
-//! do (late binding); cancel and promote when a layer starts.
+//! do (late binding); cancel and promote when a layer starts. Background fills come
+//! last: chunked like prefetches, started only when no prefetch waits, never cancelled
+//! by a layer start, and promoted to demand when a layer selects one.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
@@ -105,9 +107,11 @@ pub struct Scheduler {
     zombies: Vec<Job>,
     demand_q: VecDeque<ExpertKey>,
     prefetch_q: VecDeque<ExpertKey>,
+    fill_q: VecDeque<ExpertKey>,
     waiting: Vec<Prediction>,
     demand_in_service: usize,
     prefetch_in_service: usize,
+    fill_in_service: usize,
     verifying: usize,
     next_gen: u64,
     /// Counters.
@@ -143,9 +147,11 @@ impl Scheduler {
             zombies: Vec::new(),
             demand_q: VecDeque::new(),
             prefetch_q: VecDeque::new(),
+            fill_q: VecDeque::new(),
             waiting: Vec::new(),
             demand_in_service: 0,
             prefetch_in_service: 0,
+            fill_in_service: 0,
             verifying: 0,
             next_gen: 1,
             stats: Stats::default(),
@@ -172,7 +178,7 @@ impl Scheduler {
                 detail,
             });
         }
-        let chunk = if class == ReadClass::Prefetch && self.cfg.chunking {
+        let chunk = if class != ReadClass::Demand && self.cfg.chunking {
             self.cfg.chunk_bytes
         } else {
             info.len
@@ -220,6 +226,20 @@ impl Scheduler {
         Ok(true)
     }
 
+    /// Queues a background fill of `key` into `slot`. Returns `false` (slot not used:
+    /// give it back) when the engine is already reading this expert.
+    pub fn fill(&mut self, key: ExpertKey, slot: Slot) -> Result<bool> {
+        if self.is_live(key) {
+            return Ok(false);
+        }
+        self.jobs.remove(&key); // a stale record (see `demand`)
+        let job = self.new_job(key, ReadClass::Fill, slot)?;
+        self.jobs.insert(key, job);
+        self.fill_q.push_back(key);
+        self.stats.fills += 1;
+        Ok(true)
+    }
+
     /// Adds a prediction (distance in layers ahead, rank in the router's top-k).
     pub fn predict(&mut self, key: ExpertKey, distance: u8, rank: u8) -> Result<()> {
         self.info(key)?;
@@ -245,11 +265,15 @@ impl Scheduler {
         let Some(job) = self.jobs.get_mut(&key) else {
             return;
         };
-        if job.class == ReadClass::Prefetch && matches!(job.state, JobState::Active) {
+        if job.class != ReadClass::Demand && matches!(job.state, JobState::Active) {
+            let from = job.class;
             job.class = ReadClass::Demand;
             self.stats.promoted += 1;
             if !job.pending.is_empty() {
-                self.prefetch_q.retain(|k| *k != key);
+                match from {
+                    ReadClass::Fill => self.fill_q.retain(|k| *k != key),
+                    _ => self.prefetch_q.retain(|k| *k != key),
+                }
                 self.demand_q.push_back(key);
             }
         }
@@ -265,7 +289,7 @@ impl Scheduler {
         let mut out = LayerStart::default();
         let is_sel = |e: u32| selected.contains(&e);
         // Unbound predictions of this layer go: selected ones are demanded by the
-        // caller (reported absent), the others were wrong guesses.
+        // caller (reported absent), the others were wrong guesses. Fills stay.
         let wrong = self
             .waiting
             .iter()
@@ -274,9 +298,9 @@ impl Scheduler {
         self.waiting.retain(|p| p.key.layer != layer);
         let keys: Vec<ExpertKey> = self
             .jobs
-            .keys()
-            .filter(|k| k.layer == layer)
-            .copied()
+            .iter()
+            .filter(|(k, j)| k.layer == layer && !(j.class == ReadClass::Fill && j.is_live()))
+            .map(|(k, _)| *k)
             .collect();
         for key in keys {
             if !is_sel(key.expert) {
@@ -321,6 +345,7 @@ impl Scheduler {
         }
         self.demand_q.retain(|k| *k != key);
         self.prefetch_q.retain(|k| *k != key);
+        self.fill_q.retain(|k| *k != key);
         job.pending.clear();
         let verifying = matches!(job.state, JobState::Verifying);
         job.state = JobState::Cancelled;
@@ -340,20 +365,39 @@ impl Scheduler {
         }
     }
 
-    /// The next read a free worker should do, binding a prediction if nothing better.
+    /// Background fill chunks in service at once: every worker while no demand is
+    /// queued or in service, the prefetch cap with demand otherwise.
+    fn fill_cap(&self) -> usize {
+        if self.demand_in_service > 0 || !self.demand_q.is_empty() {
+            self.cfg.prefetch_cap_with_demand
+        } else {
+            self.cfg.workers
+        }
+    }
+
+    /// The next read a free worker should do, binding a prediction if nothing better;
+    /// a background fill only when no prefetch is waiting for its turn.
     pub fn next_work(&mut self, src: &dyn SlotSource) -> Option<WorkItem> {
         if let Some(item) = self.pop_chunk(ReadClass::Demand) {
             self.demand_in_service += 1;
             return Some(item);
         }
-        if self.prefetch_in_service >= self.prefetch_cap() {
+        if self.prefetch_in_service < self.prefetch_cap() {
+            if self.prefetch_q.is_empty() {
+                self.bind_next(src);
+            }
+            if let Some(item) = self.pop_chunk(ReadClass::Prefetch) {
+                self.prefetch_in_service += 1;
+                return Some(item);
+            }
+        } else if !self.prefetch_q.is_empty() || !self.waiting.is_empty() {
+            return None; // prefetches first
+        }
+        if self.fill_in_service + self.prefetch_in_service >= self.fill_cap() {
             return None;
         }
-        if self.prefetch_q.is_empty() {
-            self.bind_next(src);
-        }
-        let item = self.pop_chunk(ReadClass::Prefetch)?;
-        self.prefetch_in_service += 1;
+        let item = self.pop_chunk(ReadClass::Fill)?;
+        self.fill_in_service += 1;
         Some(item)
     }
 
@@ -377,10 +421,10 @@ impl Scheduler {
     }
 
     fn pop_chunk(&mut self, class: ReadClass) -> Option<WorkItem> {
-        let q = if class == ReadClass::Demand {
-            &mut self.demand_q
-        } else {
-            &mut self.prefetch_q
+        let q = match class {
+            ReadClass::Demand => &mut self.demand_q,
+            ReadClass::Prefetch => &mut self.prefetch_q,
+            ReadClass::Fill => &mut self.fill_q,
         };
         let key = *q.front()?;
         let job = self.jobs.get_mut(&key)?;
@@ -405,6 +449,7 @@ impl Scheduler {
         match item.class {
             ReadClass::Demand => self.demand_in_service -= 1,
             ReadClass::Prefetch => self.prefetch_in_service -= 1,
+            ReadClass::Fill => self.fill_in_service -= 1,
         }
         self.stats.record_read(item.class, item.len, res.is_ok());
         if let Some(i) = self
@@ -432,6 +477,7 @@ impl Scheduler {
                 job.state = JobState::Failed(e);
                 self.demand_q.retain(|k| *k != item.key);
                 self.prefetch_q.retain(|k| *k != item.key);
+                self.fill_q.retain(|k| *k != item.key);
                 self.stats.failed += 1;
             }
             Ok(_) => {
@@ -528,14 +574,13 @@ impl Scheduler {
 
     /// True while the engine is reading (or verifying) `key`.
     pub fn is_live(&self, key: ExpertKey) -> bool {
-        self.jobs
-            .get(&key)
-            .is_some_and(|j| matches!(j.state, JobState::Active | JobState::Verifying))
+        self.jobs.get(&key).is_some_and(Job::is_live)
     }
 
     /// True while any read is in service or being verified (its slot is pinned).
     pub fn reads_in_flight(&self) -> bool {
-        self.demand_in_service + self.prefetch_in_service + self.verifying > 0
+        self.demand_in_service + self.prefetch_in_service + self.fill_in_service + self.verifying
+            > 0
             || !self.zombies.is_empty()
     }
 
@@ -543,15 +588,17 @@ impl Scheduler {
     pub fn idle(&self) -> bool {
         self.demand_q.is_empty()
             && self.prefetch_q.is_empty()
+            && self.fill_q.is_empty()
             && self.waiting.is_empty()
             && self.demand_in_service == 0
             && self.prefetch_in_service == 0
+            && self.fill_in_service == 0
             && self.verifying == 0
     }
 
     /// Queue depths now: (demand jobs, prefetch jobs, waiting predictions, in service).
     pub fn depths(&self) -> (usize, usize, usize, usize) {
-        let in_service = self.demand_in_service + self.prefetch_in_service;
+        let in_service = self.demand_in_service + self.prefetch_in_service + self.fill_in_service;
         (
             self.demand_q.len(),
             self.prefetch_q.len(),
@@ -563,6 +610,14 @@ impl Scheduler {
     /// Prefetch chunks in service now.
     pub fn prefetch_in_service(&self) -> usize {
         self.prefetch_in_service
+    }
+
+    /// Background fill jobs not finished yet (queued, in service or being verified).
+    pub fn fills_left(&self) -> usize {
+        self.jobs
+            .values()
+            .filter(|j| j.class == ReadClass::Fill && j.is_live())
+            .count()
     }
 
     /// Jobs tracked (live and finished-but-unswept) plus zombies.

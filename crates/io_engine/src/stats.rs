@@ -59,10 +59,12 @@ pub struct Stats {
     pub promoted: u64,
     /// Jobs that failed (I/O error, short read, checksum).
     pub failed: u64,
-    /// Reads issued per class: (demand, prefetch).
-    pub reads: (u64, u64),
-    /// Bytes read per class: (demand, prefetch).
-    pub bytes: (u64, u64),
+    /// Background fill jobs submitted.
+    pub fills: u64,
+    /// Reads issued per class: (demand, prefetch, fill).
+    pub reads: (u64, u64, u64),
+    /// Bytes read per class: (demand, prefetch, fill).
+    pub bytes: (u64, u64, u64),
     /// Waits that blocked, and their total time in microseconds.
     pub waits: u64,
     /// Total blocked wait time in microseconds.
@@ -80,6 +82,7 @@ impl Stats {
         let (r, b) = match class {
             ReadClass::Demand => (&mut self.reads.0, &mut self.bytes.0),
             ReadClass::Prefetch => (&mut self.reads.1, &mut self.bytes.1),
+            ReadClass::Fill => (&mut self.reads.2, &mut self.bytes.2),
         };
         *r += 1;
         if ok {
@@ -91,6 +94,7 @@ impl Stats {
         match class {
             ReadClass::Demand => self.demand_latency.record(d),
             ReadClass::Prefetch => self.prefetch_latency.record(d),
+            ReadClass::Fill => {}
         }
     }
 }

@@ -182,3 +182,94 @@ fn a_finished_read_evicted_since_is_read_again_on_demand() {
     );
     assert_eq!(s.next_work(&pool).unwrap().key, key(0, 3));
 }
+
+/// Everything `next_work` hands out now, finishing none of it.
+fn drain(s: &mut Scheduler, pool: &Pool) -> Vec<io_engine::WorkItem> {
+    std::iter::from_fn(|| s.next_work(pool)).collect()
+}
+
+#[test]
+fn fills_wait_for_demands_and_prefetches_and_use_every_worker_alone() {
+    let (mut s, pool) = sched();
+    for e in 0..4 {
+        assert!(s.fill(key(0, e), pool.take(key(0, e)).unwrap()).unwrap());
+    }
+    s.predict(key(1, 0), 1, 0).unwrap();
+    s.demand(key(2, 0), pool.take(key(2, 0)).unwrap()).unwrap();
+    let first = drain(&mut s, &pool);
+    assert_eq!(first[0].class, ReadClass::Demand);
+    assert!(
+        first.iter().all(|w| w.class != ReadClass::Fill),
+        "no fill while a prefetch waits for its turn"
+    );
+    for item in &first {
+        s.finish(item, Ok(item.len), &pool);
+    }
+    // the prefetch's last chunks first, then fills beside them on the other workers
+    let second = drain(&mut s, &pool);
+    let classes: Vec<_> = second.iter().map(|w| w.class).collect();
+    let last_prefetch = classes
+        .iter()
+        .rposition(|&c| c == ReadClass::Prefetch)
+        .unwrap();
+    assert!(classes[last_prefetch + 1..]
+        .iter()
+        .all(|&c| c == ReadClass::Fill));
+    assert_eq!(second.len(), EngineConfig::default().workers);
+    assert!(
+        second.iter().all(|w| w.len == 512 << 10),
+        "fills are chunked"
+    );
+    for item in &second {
+        s.finish(item, Ok(item.len), &pool);
+    }
+    // a demand in service: fills and prefetches share its lower cap
+    s.demand(key(2, 1), pool.take(key(2, 1)).unwrap()).unwrap();
+    let third = drain(&mut s, &pool);
+    assert_eq!(third[0].class, ReadClass::Demand);
+    assert_eq!(
+        third.len(),
+        1 + EngineConfig::default().prefetch_cap_with_demand
+    );
+}
+
+#[test]
+fn a_layer_start_keeps_fills_and_promotes_the_selected_one() {
+    let (mut s, pool) = sched();
+    for e in 0..3 {
+        s.fill(key(1, e), pool.take(key(1, e)).unwrap()).unwrap();
+    }
+    s.fill(key(2, 0), pool.take(key(2, 0)).unwrap()).unwrap();
+    assert_eq!(s.fills_left(), 4);
+    let start = s.begin_layer(1, &[2], &pool);
+    assert_eq!((start.pending.clone(), start.cancelled), (vec![2], 0));
+    assert_eq!(s.fills_left(), 3, "the selected fill is a demand now");
+    let next = s.next_work(&pool).unwrap();
+    assert_eq!((next.key, next.class), (key(1, 2), ReadClass::Demand));
+    assert!(
+        matches!(s.status(key(1, 0), Proj::Gate), WaitStatus::Pending),
+        "kept"
+    );
+    // a demand of an expert being filled promotes it too (its slot is not used)
+    assert!(!s.demand(key(2, 0), pool.take(key(2, 0)).unwrap()).unwrap());
+    assert_eq!(s.fills_left(), 2);
+}
+
+#[test]
+fn finished_fills_are_counted_as_fill_reads() {
+    let (mut s, pool) = sched();
+    s.fill(key(0, 1), pool.take(key(0, 1)).unwrap()).unwrap();
+    while let Some(item) = s.next_work(&pool) {
+        s.finish(&item, Ok(item.len), &pool);
+    }
+    assert_eq!(s.fills_left(), 0);
+    assert!(s.idle());
+    assert_eq!(
+        (s.stats.fills, s.stats.reads.0, s.stats.bytes.2),
+        (1, 0, SLAB)
+    );
+    assert!(matches!(
+        s.status(key(0, 1), Proj::Down),
+        WaitStatus::Ready(_)
+    ));
+}
