@@ -2,7 +2,7 @@
 
 Usage: python benches/cpu_kernels.py [--threads 1,2] [--experts 64] [--calls 40]
        [--schemes bf16,int8,int4] [--hidden 2048] [--inter 768] [--top-k 8]
-       [--isa auto,avx512] [--x-bf16]
+       [--isa auto,avx512] [--x-bf16] [--gap-ms 0,2] [--pin]
 
 One synthetic MoE layer of ``--experts`` experts with Qwen3-30B-A3B's expert geometry
 (H=2048, I=768) per scheme, far larger than the L3 cache; each call routes one token to
@@ -13,7 +13,10 @@ read). Every call's output is checked against the scalar reference kernel on the
 first call of each configuration (a fast wrong answer is a bug). ``--isa`` compares
 instruction sets in one run; ``--x-bf16`` rounds the hidden state to bf16 values (what a
 bf16 model hands the gate/up projections; the default, random f32, is the worst case of
-the AVX-512 BF16 kernel: three bf16 planes per activation).
+the AVX-512 BF16 kernel: three bf16 planes per activation). ``--gap-ms`` waits that long
+(sleeping) between calls, as a decode step does between its layers' calls (the pool's
+threads park in between); ``--pin`` page-locks the weights with ``cudaHostRegister``
+first, as the streamed RAM cache is on CUDA.
 """
 
 from __future__ import annotations
@@ -91,11 +94,22 @@ def _fused_gbs(
         raise SystemExit(f"{scheme}: the fused kernel disagrees with the scalar reference")
     times = []
     for sel in ids:
+        if args.gap:
+            time.sleep(args.gap / 1000)
         t0 = time.perf_counter()
         kernel.moe_layer(x, sel, w, table)
         times.append(time.perf_counter() - t0)
     bytes_per_call = args.top_k * sum(probe.proj_bytes)
     return bytes_per_call / statistics.median(times) / 1e9, bytes_per_call / min(times) / 1e9
+
+
+def _pin(blobs: list[torch.Tensor]) -> None:
+    """Page-locks each tensor's memory for CUDA (as ``flint.stream.pinned`` does)."""
+    rt = torch.cuda.cudart()  # type: ignore[no-untyped-call]
+    for b in blobs:
+        err = rt.cudaHostRegister(b.data_ptr(), b.numel() * b.element_size(), 1)
+        if int(getattr(err, "value", err)) != 0:
+            raise SystemExit(f"cudaHostRegister failed: {err}")
 
 
 def main() -> None:
@@ -109,21 +123,29 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=40)
     parser.add_argument("--isa", default="auto")
     parser.add_argument("--x-bf16", action="store_true")
+    parser.add_argument("--gap-ms", default="0")
+    parser.add_argument("--pin", action="store_true")
     args = parser.parse_args()
     buf = torch.ones(512 << 18)  # 512 MiB of f32
     for scheme in args.schemes.split(","):
         layer = _layer(scheme, args.experts, args.inter, args.hidden)
+        if args.pin:
+            _pin(_layer.keep)  # type: ignore[attr-defined]
         name, dtype, group = SCHEMES[scheme]
         shapes = ((args.inter, args.hidden), (args.inter, args.hidden), (args.hidden, args.inter))
-        for threads, isa in (
-            (int(t), i) for t in args.threads.split(",") for i in args.isa.split(",")
+        for threads, isa, gap in (
+            (int(t), i, float(g))
+            for t in args.threads.split(",")
+            for i in args.isa.split(",")
+            for g in args.gap_ms.split(",")
         ):
+            args.gap = gap
             kernel = FusedKernel(name, dtype, group, shapes, args.experts, threads=threads, isa=isa)
             read = _read_gbs(buf, threads)
             median, best = _fused_gbs(args, scheme, threads, layer, kernel)
             print(json.dumps({
                 "scheme": scheme, "isa": kernel.core.isa, "threads": threads,
-                "x_bf16": args.x_bf16,
+                "x_bf16": args.x_bf16, "gap_ms": gap, "pinned": args.pin,
                 "fused_gb_s_median": round(median, 2), "fused_gb_s_best": round(best, 2),
                 "memory_read_gb_s": round(read, 2), "ratio_median": round(median / read, 3),
                 "date": time.strftime("%Y-%m-%d"),

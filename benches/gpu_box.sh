@@ -306,6 +306,21 @@ gpu17() {
   timeout 40 python3 benches/cpu_kernels.py --threads 14,16 --calls 10 --schemes int4 --x-bf16
 }
 
+# Why V1's fused host call is slower than the isolated one: the isolated call with gaps
+# between calls (the pool parks in between) and from page-locked memory, then V1 with
+# the arena unpinned and at fewer threads (the bench's "CPU ms/tok" column).
+gpu18() {
+  [ -f "$DATA/q30.ftw" ] || flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
+  K="python3 benches/cpu_kernels.py --threads 14 --calls 24 --schemes int4 --x-bf16"
+  timeout 60 $K --gap-ms 0,0.5,2,5
+  timeout 60 $K --gap-ms 0,2 --pin
+  B="flint bench $DATA/q30.ftw -p 0 -n 32 --tg-random -r 1 --mode full --ram-budget 20 --vram-budget 4"
+  for pin in 1 0; do
+    echo "== FLINT_PIN_RAM=$pin"; FLINT_PIN_RAM=$pin timeout 80 $B 2>&1 | grep -E "q30.ftw|CPU ms"
+  done
+  for t in 4 8; do echo "== -t $t"; timeout 80 $B -t $t 2>&1 | grep -E "q30.ftw"; done
+}
+
 case $what in
   install) install ;;
   format) install; format ;;
@@ -329,5 +344,6 @@ case $what in
   gpu15) install; gpu15 ;;
   gpu16) install; gpu16 ;;
   gpu17) install; gpu17 ;;
+  gpu18) install; gpu18 ;;
 esac 2>&1 | tee "$OUT/gpu_box_$what.log"
 

@@ -22,6 +22,7 @@ STREAM_KEYS = (
     "vram_hit_rate",
     "pcie_mib",
     "cpu_share",
+    "cpu_ms",
     "recall_d1",
     "precision_d1",
     "recall_d2",
@@ -227,8 +228,10 @@ def to_markdown(doc: dict[str, Any]) -> str:
     )
     gpu = any(r.get("cpu_share") is not None for r in doc["results"])
     if gpu:  # the CUDA columns: VRAM cache, PCIe traffic, experts computed on the CPU
-        head = head[: -len(" exact |")] + " VRAM hit | PCIe MiB/tok | CPU share | exact |"
-    lines = [_header(doc), "", head, "|" + "---|" * (16 if gpu else 13)]
+        head = head[: -len(" exact |")] + (
+            " VRAM hit | PCIe MiB/tok | CPU share | CPU ms/tok | exact |"
+        )
+    lines = [_header(doc), "", head, "|" + "---|" * (17 if gpu else 13)]
     name = Path(doc["model"]).name
     for r in doc["results"]:
         exact = {None: "-", True: "yes", False: "**NO**"}[r["exact"]]
@@ -243,6 +246,7 @@ def to_markdown(doc: dict[str, Any]) -> str:
                 f" | {_num(r.get('vram_hit_rate'), '.3f')}{_per_gpu(r)}"
                 f" | {_num(r.get('pcie_mib'), '.2f')}"
                 f" | {_num(r.get('cpu_share'), '.3f')}"
+                f" | {_num(r.get('cpu_ms'), '.1f')}"
                 if gpu
                 else ""
             )

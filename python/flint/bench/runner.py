@@ -103,6 +103,7 @@ def per_token(before: dict[str, Any], after: dict[str, Any], tokens: int) -> dic
         else None,
         "pcie_mib": d["pcie_bytes"] / tokens / MIB,
         "cpu_share": _ratio(d["cpu_experts"], d["cpu_experts"] + d["gpu_experts"]),
+        "cpu_ms": 1000 * d["cpu_expert_s"] / tokens if d["cpu_experts"] else None,
     }
     for key in (k for k in after if k.startswith("vram ")):  # per GPU of a split
         (h1, n1), (h0, n0) = after[key], before[key]

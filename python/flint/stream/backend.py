@@ -68,6 +68,7 @@ class Counters:
     tokens: int = 0
     gpu_experts: int = 0  # expert computations on the model's device (CUDA)
     host_experts: int = 0  # expert computations on the CPU while the model is on CUDA
+    host_s: float = 0.0  # wall time of those computations (their calls, copies up)
     copy_bytes: int = 0  # slab bytes copied to the device for a single use
     # Prompt layers (forwards of more than one token): per streamed layer call, the
     # distinct experts selected and the waves they were placed in.
@@ -505,6 +506,7 @@ class StreamedExperts(CudaPlacement):
                 t0 = time.perf_counter()
                 if on_host:
                     self._host_experts(layer, on_host, x_host, starts, counts, outputs)
+                    self.counters.host_s += time.perf_counter() - t0
                 if self.qsplit is not None:
                     self._observe(queued, on_host, time.perf_counter() - t0)
             self.engine.unpin(layer, wave)
@@ -616,6 +618,7 @@ class StreamedExperts(CudaPlacement):
             mode=self.engine.mode,
             gpu_experts=c.gpu_experts,
             cpu_experts=c.host_experts,
+            cpu_expert_s=c.host_s,
             cpu_share=c.host_experts / max(1, c.host_experts + c.gpu_experts)
             if self.main.device.type == "cuda"
             else 1.0,
