@@ -321,6 +321,15 @@ gpu18() {
   for t in 4 8; do echo "== -t $t"; timeout 80 $B -t $t 2>&1 | grep -E "q30.ftw"; done
 }
 
+# The fused host call in V1's decode against the same calls replayed (benches/v1_host_call.py).
+gpu19() {
+  [ -f "$DATA/q30.ftw" ] || flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
+  H="python3 benches/v1_host_call.py $DATA/q30.ftw --tokens 16"
+  echo "== default"; timeout 150 $H 2>&1 | tail -4
+  echo "== torch threads 1"; timeout 150 $H --torch-threads 1 2>&1 | tail -3
+  echo "== FLINT_PIN_RAM=0"; FLINT_PIN_RAM=0 timeout 150 $H 2>&1 | tail -3
+}
+
 case $what in
   install) install ;;
   format) install; format ;;
@@ -345,5 +354,6 @@ case $what in
   gpu16) install; gpu16 ;;
   gpu17) install; gpu17 ;;
   gpu18) install; gpu18 ;;
+  gpu19) install; gpu19 ;;
 esac 2>&1 | tee "$OUT/gpu_box_$what.log"
 
