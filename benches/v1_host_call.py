@@ -9,7 +9,9 @@ times every fused call the CPU makes for the experts outside VRAM. Then replays 
 recorded calls (same slots, same inputs, same kernel object) in a tight loop, once as
 the decode made them (with the engine, its hits listed) and once with no engine: if the
 replay is as slow as the decode, the call's memory or its inputs are what is slow; if
-it is fast, something running beside the decode is (``--torch-threads`` sets torch's
+it is fast, something running beside the decode is, or the caches: a random-weight
+model routes consecutive tokens to many of the same experts, so a tight replay finds
+them in L3, and a third replay reads 1 GiB before each call (``--torch-threads`` sets torch's
 own pool after the load, the kernels' pool unchanged). Prints one JSON line per case:
 milliseconds per call (median), experts per call, and effective GB/s.
 """
@@ -36,15 +38,16 @@ def main() -> None:
     parser.add_argument("--ram-budget", type=float, default=20.0)
     parser.add_argument("--vram-budget", type=float, default=4.0)
     parser.add_argument("--torch-threads", type=int, default=0)
+    parser.add_argument("--device", default=None)
     args = parser.parse_args()
     engine = Engine(ram_budget=args.ram_budget, vram_budget=args.vram_budget)
-    llm = load("full", Setup(model=args.model, engine=engine), print)
+    llm = load("full", Setup(model=args.model, device=args.device, engine=engine), print)
     if args.torch_threads:
         torch.set_num_threads(args.torch_threads)
     backend: Any = llm.expert_backend
-    fused = backend.host_fused
+    fused = backend.host_fused or backend.fused  # CUDA's host share, or a CPU model's
     if fused is None:
-        raise SystemExit("no fused host kernels here (CPU model, or torch's host path)")
+        raise SystemExit("no fused kernels here (torch's expert path)")
     calls: list[tuple[Any, ...]] = []
     times: list[float] = []
     inner = fused.expert_outputs
@@ -71,14 +74,25 @@ def main() -> None:
         }))  # fmt: skip
 
     report(f"in decode ({sample.tok_s:.2f} tok/s)", times)
-    for case, eng in (("replayed, engine and hits", backend.engine), ("replayed, no engine", None)):
+    flush = torch.ones(256 << 20)  # 1 GiB: read between calls, the caches start cold
+    for case, eng, cold in (
+        ("replayed, engine and hits", backend.engine, False),
+        ("replayed, no engine", None, False),
+        ("replayed, caches flushed before each call", None, True),
+    ):
         ts = []
         for x32, ids, listed, shape, layer, hits in calls:
             y = torch.empty(shape, dtype=torch.float32)
+            if cold:
+                flush.sum()
             t0 = time.perf_counter()
             inner(x32, ids, listed, y, eng, layer, hits)
             ts.append(time.perf_counter() - t0)
         report(case, ts)
+    thp = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+    rollup = Path("/proc/self/smaps_rollup")
+    huge = [ln for ln in rollup.read_text().splitlines() if "AnonHugePages" in ln]
+    print(json.dumps({"thp": thp.read_text().strip() if thp.exists() else None, "huge": huge}))
     llm.close()
 
 
