@@ -205,3 +205,23 @@ def test_bad_flags_give_one_line_errors(tiny: Path, args: list[str], message: st
 def test_missing_model_is_an_error(tmp_path: Path) -> None:
     r = runner.invoke(app, ["bench", str(tmp_path / "nope.ftw"), *SMALL])
     assert r.exit_code == 2 and "does not exist" in r.stderr
+
+
+def test_the_cpu_expert_time_per_token_comes_from_the_backend_counters(tiny: Path) -> None:
+    """The CUDA columns' CPU ms/tok: the host expert calls' time between two snapshots
+    (a CPU model has no host share; its counters are moved by hand here)."""
+    from flint.bench.modes import Engine, load
+    from flint.bench.runner import _counters, per_token
+
+    setup = Setup(model=tiny, device="cpu", engine=Engine(ram_budget=TWO_SLOTS))
+    llm = load("full", setup, lambda _: None)
+    try:
+        before = _counters(llm)
+        c = llm.expert_backend.counters  # type: ignore[union-attr]
+        c.host_experts, c.gpu_experts, c.host_s = c.host_experts + 6, c.gpu_experts + 2, 0.012
+        after = _counters(llm)
+    finally:
+        llm.close()
+    assert before is not None and after is not None
+    row = per_token(before, after, 4)
+    assert row["cpu_share"] == 0.75 and row["cpu_ms"] == pytest.approx(3.0)

@@ -73,7 +73,7 @@ def _counters(llm: LLM) -> dict[str, Any] | None:
     s["stall_s"] = s["wait_us"] / 1e6  # blocked waits, timed in the engine (every path)
     s["forward_calls"] = backend.counters.tokens
     full = backend.stats()
-    for key in ("vram_hits", "gpu_experts", "cpu_experts", "pcie_bytes"):
+    for key in ("vram_hits", "gpu_experts", "cpu_experts", "cpu_expert_s", "pcie_bytes"):
         s[key] = full.get(key, 0)
     for d in (1, 2, 3):
         s[f"q{d}"] = (q.hits[d], q.selected[d], q.predicted[d])
