@@ -330,6 +330,16 @@ gpu19() {
   echo "== FLINT_PIN_RAM=0"; FLINT_PIN_RAM=0 timeout 150 $H 2>&1 | tail -3
 }
 
+# After the arena became its own huge-page mapping: the host call in and out of V1's
+# decode, then V1 full,naive and S1 full with the CPU ms/tok column.
+gpu20() {
+  [ -f "$DATA/q30.ftw" ] || flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
+  timeout 150 python3 benches/v1_host_call.py $DATA/q30.ftw --tokens 16 2>&1 | tail -6
+  B="flint bench $DATA/q30.ftw -p 0 -n 64 --tg-random -r 1"
+  echo "== V1"; timeout 170 $B --mode full,naive --ram-budget 20 --vram-budget 4 2>&1 | grep -E "q30.ftw|waited|CPU ms|Error"
+  echo "== S1"; timeout 100 $B --mode full --ram-budget 6 --vram-budget 4 2>&1 | grep -E "q30.ftw|Error"
+}
+
 case $what in
   install) install ;;
   format) install; format ;;
@@ -355,5 +365,6 @@ case $what in
   gpu17) install; gpu17 ;;
   gpu18) install; gpu18 ;;
   gpu19) install; gpu19 ;;
+  gpu20) install; gpu20 ;;
 esac 2>&1 | tee "$OUT/gpu_box_$what.log"
 
