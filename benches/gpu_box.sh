@@ -340,6 +340,17 @@ gpu20() {
   echo "== S1"; timeout 100 $B --mode full --ram-budget 6 --vram-budget 4 2>&1 | grep -E "q30.ftw|Error"
 }
 
+# With torch's OpenMP threads waiting passively (flint's default from now on): the host
+# call in V1's decode, then V1 full,naive and S1 full.
+gpu21() {
+  [ -f "$DATA/q30.ftw" ] || flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
+  OMP_WAIT_POLICY=PASSIVE timeout 100 python3 benches/v1_host_call.py $DATA/q30.ftw --tokens 16 2>&1 \
+    | grep -E "in decode|flushed before"
+  B="flint bench $DATA/q30.ftw -p 0 -n 64 --tg-random -r 1"
+  echo "== V1"; timeout 150 $B --mode full,naive --ram-budget 20 --vram-budget 4 2>&1 | grep -E "q30.ftw|Error"
+  echo "== S1"; timeout 90 $B --mode full --ram-budget 6 --vram-budget 4 2>&1 | grep -E "q30.ftw \||Error"
+}
+
 case $what in
   install) install ;;
   format) install; format ;;
@@ -366,5 +377,6 @@ case $what in
   gpu18) install; gpu18 ;;
   gpu19) install; gpu19 ;;
   gpu20) install; gpu20 ;;
+  gpu21) install; gpu21 ;;
 esac 2>&1 | tee "$OUT/gpu_box_$what.log"
 

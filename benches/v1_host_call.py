@@ -11,9 +11,12 @@ the decode made them (with the engine, its hits listed) and once with no engine:
 replay is as slow as the decode, the call's memory or its inputs are what is slow; if
 it is fast, something running beside the decode is, or the caches: a random-weight
 model routes consecutive tokens to many of the same experts, so a tight replay finds
-them in L3, and a third replay reads 1 GiB before each call (``--torch-threads`` sets torch's
-own pool after the load, the kernels' pool unchanged). Prints one JSON line per case:
-milliseconds per call (median), experts per call, and effective GB/s.
+them in L3, and the next replays read 1 GiB before each call: with torch's threads,
+with one of them (torch's OpenMP threads spin for a while after a parallel region, on
+the cores the kernels' pool wants), and with torch's threads and 20 ms of idle after.
+``--torch-threads`` sets torch's own pool after the load, the kernels' pool unchanged.
+Prints one JSON line per case: milliseconds per call (median), experts per call, and
+effective GB/s.
 """
 
 from __future__ import annotations
@@ -75,16 +78,22 @@ def main() -> None:
 
     report(f"in decode ({sample.tok_s:.2f} tok/s)", times)
     flush = torch.ones(256 << 20)  # 1 GiB: read between calls, the caches start cold
-    for case, eng, cold in (
-        ("replayed, engine and hits", backend.engine, False),
-        ("replayed, no engine", None, False),
-        ("replayed, caches flushed before each call", None, True),
+    threads = torch.get_num_threads()
+    for case, eng, cold, flush_threads, pause in (
+        ("replayed, engine and hits", backend.engine, False, 0, 0.0),
+        ("replayed, no engine", None, False, 0, 0.0),
+        ("replayed, caches flushed before each call", None, True, threads, 0.0),
+        ("replayed, flushed by one torch thread", None, True, 1, 0.0),
+        ("replayed, flushed, then 20 ms idle", None, True, threads, 0.02),
     ):
         ts = []
-        for x32, ids, listed, shape, layer, hits in calls:
+        for x32, ids, listed, shape, layer, hits in calls[:200]:
             y = torch.empty(shape, dtype=torch.float32)
             if cold:
+                torch.set_num_threads(flush_threads)
                 flush.sum()
+                torch.set_num_threads(threads)
+                time.sleep(pause)
             t0 = time.perf_counter()
             inner(x32, ids, listed, y, eng, layer, hits)
             ts.append(time.perf_counter() - t0)

@@ -6,6 +6,16 @@ re-exported from here.
 
 from __future__ import annotations
 
+import os
+
+# torch's OpenMP threads (GNU libgomp) spin for milliseconds after each parallel region
+# by default, on the cores flint's expert kernels and Rust decode step then want: a
+# decode layer's fused call ran 2-8x slower right after a torch op (docs/cpu-kernels.md, "Threads").
+# Passive waiting is read once, when torch loads libgomp, so it is set before torch is
+# imported (a program that imported torch first keeps its own); OMP_WAIT_POLICY=ACTIVE
+# in the environment keeps spinning.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 from flint._version import __version__, core_version
 from flint.api import LLM
 from flint.generation import Completion, StreamChunk, Timings
