@@ -351,6 +351,13 @@ gpu21() {
   echo "== S1"; timeout 90 $B --mode full --ram-budget 6 --vram-budget 4 2>&1 | grep -E "q30.ftw \||Error"
 }
 
+# V1 once lookahead stops predicting when every expert is in RAM.
+gpu22() {
+  [ -f "$DATA/q30.ftw" ] || flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
+  timeout 130 flint bench $DATA/q30.ftw -p 0 -n 64 --tg-random -r 1 --mode full,naive --ram-budget 20 \
+    --vram-budget 4 2>&1 | grep -E "q30.ftw \||Error"
+}
+
 case $what in
   install) install ;;
   format) install; format ;;
@@ -378,5 +385,6 @@ case $what in
   gpu19) install; gpu19 ;;
   gpu20) install; gpu20 ;;
   gpu21) install; gpu21 ;;
+  gpu22) install; gpu22 ;;
 esac 2>&1 | tee "$OUT/gpu_box_$what.log"
 

@@ -269,9 +269,11 @@ def test_the_first_streamed_layer_is_predicted_from_the_dense_layer_before_it(
 ) -> None:
     """A model whose first layers are dense: their residual predicts the first streamed
     layer's experts, so its reads start before it does. torch's kernels: the spy stands
-    in for the engine, which the fused call hands to Rust."""
+    in for the engine, which the fused call hands to Rust. Two slots a layer: with every
+    expert in RAM there is nothing to predict."""
+    path = tiny_ftw["qwen3_moe"]
     with flint.LLM(
-        tiny_ftw["qwen3_moe"], device="cpu", context_length=64, stream=True, expert_kernels="torch"
+        path, device="cpu", context_length=64, ram_budget=_slab_gib(path, 2), expert_kernels="torch"
     ) as llm:
         sparse = llm.model.config.sparse_layers
         first = sparse.index(True)
@@ -311,6 +313,7 @@ def test_a_budget_that_holds_every_expert_keeps_them_whole(
     assert before["fills"] == n * before["streamed_layers"]
     assert after["demands"] == before["demands"], "the fill's reads only"
     assert after["demand_placements"] == 0 and after["hits"] > 0
+    assert after["predictions"] == before["predictions"], "nothing to read ahead"
     assert "fits the RAM budget" in capfd.readouterr().err
 
 

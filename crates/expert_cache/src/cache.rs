@@ -92,6 +92,15 @@ impl<P: Policy> ExpertCache<P> {
     pub fn capacity(&self) -> usize {
         self.pools.first().map_or(0, SlotPool::capacity)
     }
+    /// True when every expert of every layer holds a slot (none free, none lent): the
+    /// cache can miss no more until a prompt lends slots. Its experts may still be
+    /// being read into them (the caller checks its reads).
+    pub fn holds_every_expert(&self) -> bool {
+        let n = self.n_experts as usize;
+        self.pools
+            .iter()
+            .all(|p| p.capacity() == n && p.free_count() == 0 && p.lent_count() == 0)
+    }
     /// The policy (for its name and, in tests, its state).
     pub fn policy(&self) -> &P {
         &self.policy

@@ -147,6 +147,13 @@ fn a_layer_with_a_slot_for_every_expert_is_filled_whole() -> Result<()> {
         15,
         "9 is resident"
     );
+    assert!(!c.holds_every_expert());
+    for (layer, e) in plan {
+        c.admit(layer, e, AdmitKind::Fill)?;
+    }
+    assert!(c.holds_every_expert(), "every slot of every layer taken");
+    c.evict(1, 9)?;
+    assert!(!c.holds_every_expert());
     Ok(())
 }
 

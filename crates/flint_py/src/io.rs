@@ -231,6 +231,11 @@ impl PyIoEngine {
         detach(py, || self.inner.idle_fill())
     }
 
+    /// True when every expert is in RAM and no read is queued or in service.
+    fn all_resident(&self) -> bool {
+        self.inner.all_resident()
+    }
+
     /// Background fills ([`Self::idle_fill`]) not finished yet.
     fn fills_left(&self) -> usize {
         self.inner.fills_left()

@@ -447,6 +447,15 @@ impl CachedEngine {
         self.engine.predict(&p)
     }
 
+    /// True when every expert of every streamed layer is in RAM and no read is queued
+    /// or in service: nothing can miss, so lookahead has nothing to read ahead.
+    pub fn all_resident(&self) -> bool {
+        let (demand, prefetch, _, in_service) = self.engine.depths();
+        demand + prefetch + in_service == 0
+            && self.engine.fills_left() == 0
+            && self.slots.cache().holds_every_expert()
+    }
+
     /// Background fills not finished yet ([`Self::idle_fill`]'s reads).
     pub fn fills_left(&self) -> usize {
         self.engine.fills_left()

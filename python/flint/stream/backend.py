@@ -326,7 +326,10 @@ class StreamedExperts(CudaPlacement):
             self._predict(layer, h)
 
     def _predict(self, layer: int, h: torch.Tensor) -> None:
-        if not self.lookahead.depth:
+        # Every expert in RAM (a budget that holds them all, its fill done): nothing to
+        # read ahead, and the prediction's router products and device sync would only
+        # cost the host time (V1 decoded 27% slower with them, docs/benchmarks.md).
+        if not self.lookahead.depth or self.engine.all_resident():
             return
         predictions = self.lookahead.predict(layer, h)
         if self.vram_of:  # what VRAM holds needs no read
