@@ -234,23 +234,25 @@ impl Arena {
 /// their bytes. The range is inside one live allocation (checked by the caller).
 #[cfg(any(target_os = "linux", target_os = "android"))]
 fn release_pages(start: usize, len: usize) -> std::io::Result<usize> {
-    // SAFETY: sysconf has no preconditions.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    let page = usize::try_from(page)
-        .ok()
-        .filter(|p| p.is_power_of_two())
-        .unwrap_or(SLOT_ALIGN as usize);
+    let page = page_size();
     let first = start.next_multiple_of(page);
     let end = (start + len) / page * page;
     if end <= first {
         return Ok(0);
     }
     let bytes = end - first;
+    let at = first as *mut libc::c_void;
+    // The range first leaves transparent huge pages: dropping part of a huge page only
+    // splits it (its memory goes back when the kernel's deferred split runs), and
+    // khugepaged could collapse the emptied range into a resident huge page again.
     // SAFETY: [first, end) is whole pages inside the arena's allocation (rounded inward
-    // from the slot's range), so no memory outside the arena is affected; the caller
-    // promised nobody uses these bytes (see `Arena::release_slot`). MADV_DONTNEED on
-    // private anonymous memory only drops the pages; later accesses read zeros.
-    let rc = unsafe { libc::madvise(first as *mut libc::c_void, bytes, libc::MADV_DONTNEED) };
+    // from the slot's range), so no memory outside the arena is affected; the advice
+    // changes no bytes (a refused one leaves the pages as they are).
+    unsafe { libc::madvise(at, bytes, libc::MADV_NOHUGEPAGE) };
+    // SAFETY: the same range; the caller promised nobody uses these bytes (see
+    // `Arena::release_slot`). MADV_DONTNEED on private anonymous memory only drops the
+    // pages; later accesses read zeros.
+    let rc = unsafe { libc::madvise(at, bytes, libc::MADV_DONTNEED) };
     if rc != 0 {
         return Err(std::io::Error::last_os_error());
     }
@@ -263,14 +265,27 @@ fn release_pages(_start: usize, _len: usize) -> std::io::Result<usize> {
     Ok(0)
 }
 
-/// A fresh anonymous mapping of `bytes` (a multiple of 4 KiB) at a 2 MiB boundary,
+/// The OS page size (4 KiB where it cannot be read).
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(page)
+        .ok()
+        .filter(|p| p.is_power_of_two())
+        .unwrap_or(SLOT_ALIGN as usize)
+}
+
+/// A fresh anonymous mapping of `bytes` (rounded up to whole pages) at a 2 MiB boundary,
 /// advised for huge pages; None if the kernel refuses the mapping (a refused advice
 /// is ignored: the arena then has 4 KiB pages).
 #[cfg(any(target_os = "linux", target_os = "android"))]
 fn map_huge(bytes: usize) -> Option<NonNull<u8>> {
+    let page = page_size();
+    let bytes = bytes.checked_next_multiple_of(page)?; // whole pages to unmap the tail
     let reserve = bytes.checked_add(HUGE_PAGE)?;
     let prot = libc::PROT_READ | libc::PROT_WRITE;
-    let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
+    let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
     // SAFETY: a new private anonymous mapping; it overlaps nothing.
     let raw = unsafe { libc::mmap(std::ptr::null_mut(), reserve, prot, flags, -1, 0) };
     if raw == libc::MAP_FAILED {
@@ -279,8 +294,8 @@ fn map_huge(bytes: usize) -> Option<NonNull<u8>> {
     let base = raw as usize;
     let start = base.next_multiple_of(HUGE_PAGE);
     let (head, tail) = (start - base, base + reserve - (start + bytes));
-    // SAFETY: the head and the tail are whole pages of the mapping just made (`base`
-    // and `start` are page aligned, `bytes` is a multiple of 4 KiB), outside the
+    // SAFETY: the head and the tail are whole pages of the mapping just made (`base`,
+    // `start` and `bytes` are multiples of the page size), outside the
     // arena's `[start, start + bytes)`; nothing else refers to them.
     unsafe {
         if head > 0 {

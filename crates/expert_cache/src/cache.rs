@@ -253,6 +253,14 @@ impl<P: Policy> ExpertCache<P> {
         Ok(())
     }
 
+    /// Pins on a resident expert (0 when it is not resident).
+    pub fn pins(&self, layer: usize, expert: u32) -> u32 {
+        match (self.lookup(layer, expert), self.pools.get(layer)) {
+            (Ok(Some(slot)), Some(pool)) => pool.pins(slot),
+            _ => 0,
+        }
+    }
+
     /// Removes a resident, unpinned expert (e.g. a cancelled prefetch). Returns its slot.
     pub fn evict(&mut self, layer: usize, expert: u32) -> Result<u32> {
         let (slot, _) = self.resident_slot(layer, expert)?;

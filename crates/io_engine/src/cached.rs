@@ -254,7 +254,7 @@ impl CachedEngine {
         for i in misses {
             let Some(&e) = experts.get(i) else { continue };
             counts.demand += 1;
-            let placed = self.demand(ExpertKey { layer, expert: e })?;
+            let placed = self.demand(ExpertKey { layer, expert: e }, experts)?;
             self.slots.cache().pin(l, e).map_err(cache_error)?;
             if let Some(o) = out.get_mut(i) {
                 *o = Some(placed);
@@ -337,7 +337,8 @@ impl CachedEngine {
         Ok(())
     }
 
-    fn demand(&self, key: ExpertKey) -> Result<Placement> {
+    /// A demand read of `key` for a wave of `wave`'s experts.
+    fn demand(&self, key: ExpertKey, wave: &[u32]) -> Result<Placement> {
         let full = || IoError::BadSlot {
             layer: key.layer,
             expert: key.expert,
@@ -349,6 +350,11 @@ impl CachedEngine {
         let slot = loop {
             if let Some(slot) = self.slots.admit(key, AdmitKind::Demand) {
                 break slot;
+            }
+            // Slots held by background fills not started yet: give one back now rather
+            // than wait for the fill to get to it (the idle fill reads it again later).
+            if self.cancel_one_fill(key.layer, wave) {
+                continue;
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -371,6 +377,23 @@ impl CachedEngine {
             slot,
             hit: false,
         })
+    }
+
+    /// Cancels one of `layer`'s background fills that has no read in service, is not of
+    /// `wave`'s experts and holds only its read's pin; true if one was.
+    fn cancel_one_fill(&self, layer: u32, wave: &[u32]) -> bool {
+        let Some(l) = self.slots.cache_layer(layer) else {
+            return false;
+        };
+        for expert in self.engine.queued_fills(layer) {
+            if wave.contains(&expert) || self.slots.cache().pins(l, expert) != 1 {
+                continue;
+            }
+            if self.engine.cancel_queued_fill(ExpertKey { layer, expert }) {
+                return true;
+            }
+        }
+        false
     }
 
     /// Blocks until `proj` of the expert is in its slot (down: whole slab verified).

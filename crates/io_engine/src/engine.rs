@@ -136,6 +136,22 @@ impl Engine {
         Ok(used)
     }
 
+    /// Experts of `layer` whose background fill has no read in service yet.
+    pub fn queued_fills(&self, layer: u32) -> Vec<u32> {
+        self.shared.lock().queued_fills(layer)
+    }
+
+    /// Cancels the background fill of `key` if no read of it is in service (its slot is
+    /// released at once); false if it is not such a fill.
+    pub fn cancel_queued_fill(&self, key: ExpertKey) -> bool {
+        let done = self
+            .shared
+            .lock()
+            .cancel_queued_fill(key, self.shared.src.as_ref());
+        self.shared.done_cv.notify_all();
+        done
+    }
+
     /// Background fills not finished yet.
     pub fn fills_left(&self) -> usize {
         self.shared.lock().fills_left()

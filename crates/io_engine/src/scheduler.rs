@@ -612,6 +612,30 @@ impl Scheduler {
         self.prefetch_in_service
     }
 
+    /// Experts of `layer` whose background fill has no read in service yet (it could be
+    /// cancelled without waiting on a read), in no particular order.
+    pub fn queued_fills(&self, layer: u32) -> Vec<u32> {
+        self.jobs
+            .values()
+            .filter(|j| j.key.layer == layer && j.class == ReadClass::Fill && j.in_flight == 0)
+            .filter(|j| matches!(j.state, JobState::Active))
+            .map(|j| j.key.expert)
+            .collect()
+    }
+
+    /// Cancels the background fill of `key` if no read of it is in service (its slot
+    /// goes back at once); false if it is not such a fill any more.
+    pub fn cancel_queued_fill(&mut self, key: ExpertKey, src: &dyn SlotSource) -> bool {
+        let queued = self.jobs.get(&key).is_some_and(|j| {
+            j.class == ReadClass::Fill && j.in_flight == 0 && matches!(j.state, JobState::Active)
+        });
+        if queued {
+            self.cancel(key, src);
+            self.stats.cancelled += 1;
+        }
+        queued
+    }
+
     /// Background fill jobs not finished yet (queued, in service or being verified).
     pub fn fills_left(&self) -> usize {
         self.jobs

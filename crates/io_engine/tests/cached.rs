@@ -275,3 +275,53 @@ fn lent_slots_give_memory_back_and_are_never_read_into_until_reclaimed() {
     }
     eng.unpin(0, &sel).unwrap();
 }
+
+#[test]
+fn a_demand_takes_the_slot_of_a_fill_not_started_instead_of_waiting_for_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.ftw");
+    let r = write_model(&path, 2, 8, 128);
+    let len = r.experts()[0].len as usize;
+    let plan = ArenaPlan {
+        n_layers: 2,
+        slots_per_layer: 2,
+        slot_bytes: r.experts()[0].len,
+    };
+    let policy = AnyPolicy::online(PolicyKind::Decay, 16).unwrap();
+    let cache = ExpertCache::new(2, 8, 2, policy).unwrap();
+    let slots = CacheSlots::new(cache, Arena::new(plan).unwrap(), &[0, 1]);
+    // one slow worker: the fills queue behind each other
+    let slow: io_engine::FaultHook = std::sync::Arc::new(|_, _| {
+        std::thread::sleep(Duration::from_millis(50));
+        None
+    });
+    let cfg = EngineConfig {
+        workers: 1,
+        fault: Some(slow),
+        ..EngineConfig::default()
+    };
+    let eng = CachedEngine::open(&path, r.experts(), slots, cfg).unwrap();
+    for layer in [0, 1] {
+        eng.record_use(layer, &[0, 1]).unwrap();
+    }
+    assert_eq!(
+        eng.idle_fill().unwrap(),
+        4,
+        "every slot of both layers taken by a fill"
+    );
+    // layer 1's slots are held by fills the one worker has not reached
+    let (placed, _) = start(&eng, 1, &[5]);
+    let s = eng.wait(1, 5, Proj::Down, T).unwrap();
+    assert_eq!(
+        (placed[0].slot, slot_bytes(s, len)),
+        (s, slab_bytes(&r, 1, 5))
+    );
+    let (stats, _) = eng.stats();
+    assert_eq!(stats.cancelled, 1, "one queued fill gave its slot back");
+    eng.unpin(1, &[5]).unwrap();
+    assert!(eng.engine().wait_idle(T));
+    assert_eq!(eng.fills_left(), 0);
+    let mut kept = eng.resident(1).unwrap();
+    kept.sort_unstable();
+    assert!(kept.contains(&5) && kept.len() == 2, "{kept:?}");
+}

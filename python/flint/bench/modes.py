@@ -181,11 +181,11 @@ def load(mode: str, setup: Setup, notice: Callable[[str], None]) -> LLM:
     )
     # Every expert fits the RAM budget (V1): the load started reading them all in the
     # background; the rows measure the model with its experts in RAM, not that read.
-    waited, nbytes = backend.wait_for_fill()
-    if nbytes:
-        rate = nbytes / max(waited, 1e-9) / 1e9
+    waited, during, total = backend.wait_for_fill()
+    if total:
+        rate = f", {during / waited / 1e9:.2f} GB/s" if waited > 0.1 else ""
         notice(
             f"every expert fits the RAM budget: waited {waited:.1f} s for the rest of "
-            f"their read ({nbytes / (1 << 30):.2f} GiB in all, {rate:.2f} GB/s after load)"
+            f"their read ({during / (1 << 30):.2f} of {total / (1 << 30):.2f} GiB{rate})"
         )
     return llm

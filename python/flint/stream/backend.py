@@ -405,14 +405,15 @@ class StreamedExperts(CudaPlacement):
                     print(f"flint: idle fill stopped: {err}", file=sys.stderr)
                     return
 
-    def wait_for_fill(self, poll_s: float = 0.05) -> tuple[float, int]:
+    def wait_for_fill(self, poll_s: float = 0.05) -> tuple[float, int, int]:
         """Blocks until the background fill (``engine.idle_fill``: at load when every
         expert fits the RAM budget, or when idle) has read all its experts; returns
-        (seconds waited, bytes the fills read in all; 0 when there were none)."""
-        t0 = time.perf_counter()
+        (seconds waited, bytes the fills read during the wait, bytes they read in all)."""
+        t0, before = time.perf_counter(), int(self.engine.stats()["bytes_fill"])
         while self.engine.fills_left():
             time.sleep(poll_s)
-        return time.perf_counter() - t0, int(self.engine.stats()["bytes_fill"])
+        total = int(self.engine.stats()["bytes_fill"])
+        return time.perf_counter() - t0, total - before, total
 
     def load_usage(self, path: Path, notice: Callable[[str], None]) -> None:
         """Seeds the usage table from ``path`` (missing: first run; corrupt or another
