@@ -225,3 +225,14 @@ def test_the_cpu_expert_time_per_token_comes_from_the_backend_counters(tiny: Pat
     assert before is not None and after is not None
     row = per_token(before, after, 4)
     assert row["cpu_share"] == 0.75 and row["cpu_ms"] == pytest.approx(3.0)
+
+
+def test_the_header_names_how_torchs_openmp_threads_wait(
+    tiny: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The OpenMP wait changes CPU decode several-fold, so the header says which one ran."""
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+    monkeypatch.setenv("GOMP_SPINCOUNT", "1000")
+    r = _bench(tiny, "--mode", "resident", "-p", "0")
+    assert r.exit_code == 0, r.output
+    assert "1 threads, OpenMP wait PASSIVE, GOMP_SPINCOUNT=1000" in r.stdout

@@ -3,6 +3,7 @@ columns of BENCHMARKS.md) or one JSON object with the same content."""
 
 from __future__ import annotations
 
+import os
 import resource
 import subprocess
 import time
@@ -108,6 +109,14 @@ def to_json(plan: Plan, setup: Setup, out: Outcome) -> dict[str, Any]:
     }
 
 
+def openmp_wait() -> str:
+    """How torch's OpenMP threads wait, as the environment set it before torch loaded
+    (``import flint`` sets PASSIVE when nothing else is set: docs/cpu-kernels.md)."""
+    policy = os.environ.get("OMP_WAIT_POLICY", "default")
+    spin = os.environ.get("GOMP_SPINCOUNT")
+    return policy + (f", GOMP_SPINCOUNT={spin}" if spin else "")
+
+
 def _meta(setup: Setup, out: Outcome) -> dict[str, Any]:
     e: Engine = setup.engine
     info = out.info
@@ -116,6 +125,7 @@ def _meta(setup: Setup, out: Outcome) -> dict[str, Any]:
         "device": info.get("device"),
         "dtype": info.get("dtype"),
         "threads": info.get("threads"),
+        "openmp_wait": openmp_wait(),
         "ram_budget_gib": e.ram_budget,
         "vram_budget_gib": e.vram_budget,
         "vram_slots_per_layer": info.get("vram_slots_per_layer"),
@@ -162,7 +172,8 @@ def _pair(a: dict[str, float] | None, b: dict[str, float] | None) -> str:
 def _header(doc: dict[str, Any]) -> str:
     parts = [
         f"model {Path(doc['model']).name} (experts {doc['experts']})",
-        f"{doc['device']} {doc['dtype']}, {doc['threads']} threads",
+        f"{doc['device']} {doc['dtype']}, {doc['threads']} threads"
+        + (f", OpenMP wait {doc['openmp_wait']}" if doc.get("openmp_wait") else ""),
     ]
     if doc.get("expert_kernel"):
         parts.append(f"resident experts: {doc['expert_kernel']}")
