@@ -10,7 +10,8 @@ import os
 
 # torch's OpenMP threads (GNU libgomp) spin for milliseconds after each parallel region
 # by default, on the cores flint's expert kernels and Rust decode step then want: a
-# decode layer's fused call ran 2-8x slower right after a torch op (docs/cpu-kernels.md, "Threads").
+# decode layer's fused call ran 2-8x slower right after a torch op (docs/cpu-kernels.md,
+# "Threads").
 # Passive waiting is read once, when torch loads libgomp, so it is set before torch is
 # imported (a program that imported torch first keeps its own); OMP_WAIT_POLICY=ACTIVE
 # in the environment keeps spinning.
