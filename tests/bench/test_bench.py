@@ -236,3 +236,21 @@ def test_the_header_names_how_torchs_openmp_threads_wait(
     r = _bench(tiny, "--mode", "resident", "-p", "0")
     assert r.exit_code == 0, r.output
     assert "1 threads, OpenMP wait PASSIVE, GOMP_SPINCOUNT=1000" in r.stdout
+
+
+def test_streamed_decode_rows_carry_the_belady_bound(tiny: Path) -> None:
+    """tg rows of streamed modes: the bytes Belady-optimal caching would still read in
+    that run (never more than the run read) and the stall they cost at the drive's
+    direct-read rate, measured once at start."""
+    r = _bench(tiny, "--mode", "full,naive", "--ram-budget", str(3 * TWO_SLOTS), "-o", "json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["disk_gb_s"] > 0
+    tg = [row for row in doc["results"] if row["test"] == "tg4"]
+    assert len(tg) == 2
+    for row in tg:
+        bound, read = row["belady_mib"]["mean"], row["read_mib"]["mean"]
+        assert 0 <= bound <= read + 1e-9, (bound, read)
+        want = bound * (1 << 20) / (doc["disk_gb_s"] * 1e9) * 1000
+        assert abs(row["belady_stall_ms"]["mean"] - want) < 1e-9
+    assert all(row["belady_mib"] is None for row in doc["results"] if row["test"] == "pp8")

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from flint.bench.modes import Engine, Setup
+from flint.bench.runner import MIB
 from flint.bench.suite import CONTROL, UNCHECKED, Outcome, Plan, summary
 
 STREAM_KEYS = (
@@ -24,6 +25,7 @@ STREAM_KEYS = (
     "pcie_mib",
     "cpu_share",
     "cpu_ms",
+    "belady_mib",
     "recall_d1",
     "precision_d1",
     "recall_d2",
@@ -89,6 +91,7 @@ def to_json(plan: Plan, setup: Setup, out: Outcome) -> dict[str, Any]:
             streamed = any(s.streaming for s in samples)
             for key in STREAM_KEYS:
                 row[key] = _mean([s.streaming.get(key) for s in samples]) if streamed else None
+            row["belady_stall_ms"] = _stall_bound(row.get("belady_mib"), out.info.get("disk_gb_s"))
             per_gpu = {k for s in samples for k in s.streaming if k.startswith("vram_hit_rate ")}
             for key in sorted(per_gpu):  # layers split across GPUs: each one's hit rate
                 row[key] = _mean([s.streaming.get(key) for s in samples])
@@ -109,6 +112,15 @@ def to_json(plan: Plan, setup: Setup, out: Outcome) -> dict[str, Any]:
     }
 
 
+def _stall_bound(mib: dict[str, float] | None, gb_s: float | None) -> dict[str, float] | None:
+    """ms per token to read ``mib`` (the Belady bytes per token) at ``gb_s``, as a
+    summary like the other columns' (its sd from the runs' spread of bytes)."""
+    if mib is None or not gb_s:
+        return None
+    ms = 1000 * MIB / (gb_s * 1e9)
+    return {k: v * ms for k, v in mib.items()}
+
+
 def openmp_wait() -> str:
     """How torch's OpenMP threads wait, as the environment set it before torch loaded
     (``import flint`` sets PASSIVE when nothing else is set: docs/cpu-kernels.md)."""
@@ -126,6 +138,7 @@ def _meta(setup: Setup, out: Outcome) -> dict[str, Any]:
         "dtype": info.get("dtype"),
         "threads": info.get("threads"),
         "openmp_wait": openmp_wait(),
+        "disk_gb_s": info.get("disk_gb_s"),
         "ram_budget_gib": e.ram_budget,
         "vram_budget_gib": e.vram_budget,
         "vram_slots_per_layer": info.get("vram_slots_per_layer"),
@@ -203,6 +216,11 @@ def _header(doc: dict[str, Any]) -> str:
                     else ""
                 )
             )
+        if doc.get("disk_gb_s"):
+            parts.append(
+                f"disk {doc['disk_gb_s']:.2f} GB/s direct reads, measured at start (Belady "
+                "stall: the reads Belady-optimal caching would still make, at that rate)"
+            )
         parts.append(
             f"full: lookahead {e['lookahead']} from the MoE {e['lookahead_from']}, "
             f"{e['policy']}, chunking "
@@ -234,7 +252,7 @@ def to_markdown(doc: dict[str, Any]) -> str:
     """The table of ``to_json``'s document; per-token columns are per generated token
     for ``tg`` rows and per prompt token for ``pp`` rows."""
     head = (
-        "| model | mode | test | t/s | ttft ms | stall ms/tok | demand rd/tok "
+        "| model | mode | test | t/s | ttft ms | stall ms/tok | Belady stall | demand rd/tok "
         "| prefetch rd/tok | read MiB/tok | RAM hit | recall/prec d1 | recall/prec d2 | exact |"
     )
     gpu = any(r.get("cpu_share") is not None for r in doc["results"])
@@ -242,14 +260,15 @@ def to_markdown(doc: dict[str, Any]) -> str:
         head = head[: -len(" exact |")] + (
             " VRAM hit | PCIe MiB/tok | CPU share | CPU ms/tok | exact |"
         )
-    lines = [_header(doc), "", head, "|" + "---|" * (17 if gpu else 13)]
+    lines = [_header(doc), "", head, "|" + "---|" * (18 if gpu else 14)]
     name = Path(doc["model"]).name
     for r in doc["results"]:
         exact = {None: "-", True: "yes", False: "**NO**"}[r["exact"]]
         lines.append(
             f"| {name} | {r['mode']} | {r['test']} | {_pm(r['tok_s'])}"
             f" | {_num(r['ttft_ms'], '.1f')}"
-            f" | {_num(r['stall_ms'])} | {_num(r['demand_reads'])} | {_num(r['prefetch_reads'])}"
+            f" | {_num(r['stall_ms'])} | {_num(r.get('belady_stall_ms'))}"
+            f" | {_num(r['demand_reads'])} | {_num(r['prefetch_reads'])}"
             f" | {_num(r['read_mib'], '.3f')} | {_num(r['ram_hit_rate'], '.3f')}"
             f" | {_pair(r['recall_d1'], r['precision_d1'])}"
             f" | {_pair(r['recall_d2'], r['precision_d2'])}"

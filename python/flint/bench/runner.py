@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from flint.api import LLM
+from flint.bench.belady import belady_reads
 from flint.models.prefill import prefill
 from flint.stream import StreamedExperts
 
@@ -138,14 +139,39 @@ def run_test(llm: LLM, test: Case) -> Sample:
         stream = per_token(before, after, len(ids)) if before and after else {}
         return Sample(len(ids) / (t1 - t0), 1000 * (t1 - t0), tokens, stream)
     mid = _counters(llm)
+    backend = llm.expert_backend if isinstance(llm.expert_backend, StreamedExperts) else None
+    held = backend.held() if backend is not None else []
+    if backend is not None:
+        backend.routing = []  # recorded for the Belady bound (``_belady_mib``)
     device = model.place.device
     feed = torch.randint(0, vocab, (test.n,), generator=torch.Generator().manual_seed(PP_SEED))
-    for i in range(test.n):
-        fed = int(feed[i]) if test.random_feed else token
-        logits = model.forward(torch.tensor([fed], dtype=torch.int64, device=device))
-        token = _greedy(logits, vocab)
-        tokens.append(token)
-    t2 = time.perf_counter()
+    try:
+        for i in range(test.n):
+            fed = int(feed[i]) if test.random_feed else token
+            logits = model.forward(torch.tensor([fed], dtype=torch.int64, device=device))
+            token = _greedy(logits, vocab)
+            tokens.append(token)
+        t2 = time.perf_counter()
+    finally:
+        rows = backend.routing if backend is not None else None
+        if backend is not None:
+            backend.routing = None
     after = _counters(llm)
     stream = per_token(mid, after, test.n) if mid and after else {}
+    if backend is not None and rows is not None:
+        stream["belady_mib"] = _belady_mib(backend, rows, held, test.n)
     return Sample(test.n / (t2 - t1), 1000 * (t1 - t0), tokens, stream)
+
+
+def _belady_mib(
+    backend: StreamedExperts, rows: list[list[int]], held: list[set[int]], tokens: int
+) -> float | None:
+    """MiB per token that Belady-optimal caching would still have read in this run: the
+    RAM cache's slots plus a VRAM cache's, per layer (``flint.bench.belady``)."""
+    capacity = backend.plan.slots_per_layer + max(
+        (v.slots for v in backend.vrams.values()), default=0
+    )
+    reads = belady_reads(rows, held, backend.cfg.num_experts, capacity)
+    if reads is None:
+        return None
+    return reads * backend.layout.slab_bytes / tokens / MIB

@@ -119,6 +119,8 @@ def run_plan(plan: Plan, setup: Setup, notice: Callable[[str], None], step: Step
             seen.add(line)
             notice(line)
 
+    if any(m in ("full", "naive") for m in plan.modes) and any(t.kind == "tg" for t in plan.tests):
+        out.info["disk_gb_s"] = _disk_gb_s(setup)
     warm: dict[str, LLM] = {}
     try:
         if plan.warm:
@@ -148,6 +150,18 @@ def run_plan(plan: Plan, setup: Setup, notice: Callable[[str], None], step: Step
             llm.close()
     out.info["threads"] = torch.get_num_threads()
     return out
+
+
+def _disk_gb_s(setup: Setup) -> float | None:
+    """The model drive's direct-read rate, one short pass of ``flint tune``'s read test
+    (the rate the Belady stall bound divides by); None unless the model is a file (a
+    checkpoint directory, or a missing path the load then names)."""
+    if not setup.model.is_file():
+        return None
+    from flint.models.ftw_source import FtwSource
+    from flint.tune.measure import direct_reads  # here: flint.tune imports flint.bench
+
+    return direct_reads(FtwSource(setup.model), setup.engine.io_workers, passes=1).gb_s
 
 
 def _check(plan: Plan, out: Outcome, rep: int, test: Case, control: list[int] | None) -> None:

@@ -225,7 +225,10 @@ def register(app: typer.Typer) -> None:
         (for each repetition and test, each mode in turn), each run in a fresh model
         whose expert cache starts empty unless --warm. Streamed modes add, per
         generated token (tg) or prompt token (pp): SSD stall, demand and prefetch reads,
-        MiB read, RAM hit rate, lookahead recall/precision.
+        MiB read, RAM hit rate, lookahead recall/precision; tg rows also the Belady
+        stall (the reads Belady-optimal caching would still make over the run's own
+        routing, at the drive's direct-read rate measured at start) and, on CUDA, the
+        VRAM hit rate, PCIe MiB, CPU share and CPU ms per token.
 
         Modes: resident (all experts loaded: the ceiling and the control), full (the
         streaming engine with the flags below), naive (on-demand reads, no lookahead,

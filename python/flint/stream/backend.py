@@ -131,6 +131,9 @@ class StreamedExperts(CudaPlacement):
         )
         self.read_ahead.capacity = self.prompt_memory.capacity
         self.counters = Counters()
+        # decode steps' selections (one list of K ids per streamed layer call, rank
+        # order) while a bench records them for its Belady bound; None: not recording
+        self.routing: list[list[int]] | None = None
         self._last_call = time.monotonic()
         self._last_tokens = 1
         self._filled_since_call = False
@@ -405,6 +408,17 @@ class StreamedExperts(CudaPlacement):
                     print(f"flint: idle fill stopped: {err}", file=sys.stderr)
                     return
 
+    def held(self) -> list[set[int]]:
+        """Per streamed layer, the experts in a RAM slot or a VRAM slot now."""
+        out = []
+        for layer in self.plan.streamed_layers:
+            experts = set(self.engine.resident(layer))
+            vram = self.vram_of.get(layer)
+            if vram is not None:
+                experts |= set(vram.where[layer])
+            out.append(experts)
+        return out
+
     def wait_for_fill(self, poll_s: float = 0.05) -> tuple[float, int, int]:
         """Blocks until the background fill (``engine.idle_fill``: at load when every
         expert fits the RAM budget, or when idle) has read all its experts; returns
@@ -455,6 +469,8 @@ class StreamedExperts(CudaPlacement):
         starts = [0] * len(counts)
         for e in range(1, len(counts)):
             starts[e] = starts[e - 1] + counts[e - 1]
+        if self.routing is not None and tokens == 1:
+            self.routing.append(flat_host.tolist())
         selected = list(dict.fromkeys(flat_host.tolist()))  # rank order of first selection
         self.lookahead.score(layer, set(selected))
         vram, held = self.vram_of.get(layer), []
