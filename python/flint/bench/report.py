@@ -219,7 +219,7 @@ def _header(doc: dict[str, Any]) -> str:
         if doc.get("disk_gb_s"):
             parts.append(
                 f"disk {doc['disk_gb_s']:.2f} GB/s direct reads, measured at start (Belady "
-                "stall: the reads Belady-optimal caching would still make, at that rate)"
+                "ms/tok: reading what Belady-optimal caching would still read, at that rate)"
             )
         parts.append(
             f"full: lookahead {e['lookahead']} from the MoE {e['lookahead_from']}, "
@@ -252,7 +252,7 @@ def to_markdown(doc: dict[str, Any]) -> str:
     """The table of ``to_json``'s document; per-token columns are per generated token
     for ``tg`` rows and per prompt token for ``pp`` rows."""
     head = (
-        "| model | mode | test | t/s | ttft ms | stall ms/tok | Belady stall | demand rd/tok "
+        "| model | mode | test | t/s | ttft ms | stall ms/tok | Belady ms/tok | demand rd/tok "
         "| prefetch rd/tok | read MiB/tok | RAM hit | recall/prec d1 | recall/prec d2 | exact |"
     )
     gpu = any(r.get("cpu_share") is not None for r in doc["results"])

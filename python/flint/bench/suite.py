@@ -153,15 +153,15 @@ def run_plan(plan: Plan, setup: Setup, notice: Callable[[str], None], step: Step
 
 
 def _disk_gb_s(setup: Setup) -> float | None:
-    """The model drive's direct-read rate, one short pass of ``flint tune``'s read test
-    (the rate the Belady stall bound divides by); None unless the model is a file (a
-    checkpoint directory, or a missing path the load then names)."""
+    """The model drive's direct-read rate, the median of two short passes of ``flint
+    tune``'s read test (what the Belady bound divides by); None unless the model is a
+    file (a checkpoint directory, or a missing path the load then names)."""
     if not setup.model.is_file():
         return None
     from flint.models.ftw_source import FtwSource
     from flint.tune.measure import direct_reads  # here: flint.tune imports flint.bench
 
-    return direct_reads(FtwSource(setup.model), setup.engine.io_workers, passes=1).gb_s
+    return direct_reads(FtwSource(setup.model), setup.engine.io_workers, passes=2).gb_s
 
 
 def _check(plan: Plan, out: Outcome, rep: int, test: Case, control: list[int] | None) -> None:

@@ -225,9 +225,11 @@ def register(app: typer.Typer) -> None:
         (for each repetition and test, each mode in turn), each run in a fresh model
         whose expert cache starts empty unless --warm. Streamed modes add, per
         generated token (tg) or prompt token (pp): SSD stall, demand and prefetch reads,
-        MiB read, RAM hit rate, lookahead recall/precision; tg rows also the Belady
-        stall (the reads Belady-optimal caching would still make over the run's own
-        routing, at the drive's direct-read rate measured at start) and, on CUDA, the
+        MiB read, RAM hit rate, lookahead recall/precision; tg rows also Belady ms/tok
+        (the time to read what Belady-optimal caching would still read over the run's
+        own routing, at the drive's direct-read rate measured at start: the bound the
+        stall is measured against; a stall below it means reads were overlapped) and,
+        on CUDA, the
         VRAM hit rate, PCIe MiB, CPU share and CPU ms per token.
 
         Modes: resident (all experts loaded: the ceiling and the control), full (the
