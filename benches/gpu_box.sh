@@ -358,6 +358,20 @@ gpu22() {
     --vram-budget 4 2>&1 | grep -E "q30.ftw \||Error"
 }
 
+# Next session's first run (prepared, not run yet): S1 full,naive over 128 tokens against
+# the Belady bound (issue 9's S1 target), V1 with GOMP_SPINCOUNT=1000 against the PASSIVE
+# default, and flint tune's GPU path with a longer limit.
+gpu23() {
+  [ -f "$DATA/q30.ftw" ] || flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
+  B="flint bench $DATA/q30.ftw -p 0 -n 128 --tg-random -r 1"
+  echo "== S1"; timeout 240 $B --mode full,naive --ram-budget 6 --vram-budget 4 2>&1 | grep -E "q30.ftw \||disk|Error"
+  for env in "OMP_WAIT_POLICY=PASSIVE" "GOMP_SPINCOUNT=1000"; do
+    echo "== V1 $env"; env $env timeout 100 flint bench $DATA/q30.ftw -p 0 -n 64 --tg-random -r 1 \
+      --mode full --ram-budget 20 --vram-budget 4 2>&1 | grep -E "q30.ftw \||Error"
+  done
+  echo "== tune"; timeout 200 flint tune $DATA/q30.ftw --ram-budget 20 2>&1 | tail -12
+}
+
 case $what in
   install) install ;;
   format) install; format ;;
@@ -386,5 +400,6 @@ case $what in
   gpu20) install; gpu20 ;;
   gpu21) install; gpu21 ;;
   gpu22) install; gpu22 ;;
+  gpu23) install; gpu23 ;;
 esac 2>&1 | tee "$OUT/gpu_box_$what.log"
 
