@@ -218,7 +218,8 @@ def _header(doc: dict[str, Any]) -> str:
             )
         if doc.get("disk_gb_s"):
             parts.append(
-                f"disk {doc['disk_gb_s']:.2f} GB/s direct reads, measured at start (Belady "
+                f"disk {doc['disk_gb_s']:.2f} GB/s {doc.get('io_mode') or 'direct'} reads, "
+                "measured at start (Belady "
                 "ms/tok: reading what Belady-optimal caching would still read, at that rate)"
             )
         parts.append(

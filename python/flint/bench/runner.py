@@ -140,12 +140,12 @@ def run_test(llm: LLM, test: Case) -> Sample:
         return Sample(len(ids) / (t1 - t0), 1000 * (t1 - t0), tokens, stream)
     mid = _counters(llm)
     backend = llm.expert_backend if isinstance(llm.expert_backend, StreamedExperts) else None
-    held = backend.held() if backend is not None else []
-    if backend is not None:
-        backend.routing = []  # recorded for the Belady bound (``_belady_mib``)
+    held, vram_slots = (backend.held(), _vram_slots(backend)) if backend is not None else ([], 0)
     device = model.place.device
     feed = torch.randint(0, vocab, (test.n,), generator=torch.Generator().manual_seed(PP_SEED))
     try:
+        if backend is not None:
+            backend.routing = []  # recorded for the Belady bound (``_belady_mib``)
         for i in range(test.n):
             fed = int(feed[i]) if test.random_feed else token
             logits = model.forward(torch.tensor([fed], dtype=torch.int64, device=device))
@@ -159,18 +159,27 @@ def run_test(llm: LLM, test: Case) -> Sample:
     after = _counters(llm)
     stream = per_token(mid, after, test.n) if mid and after else {}
     if backend is not None and rows is not None:
-        stream["belady_mib"] = _belady_mib(backend, rows, held, test.n)
+        # the larger VRAM cache of the start and the end (an elastic one may shrink)
+        capacity = backend.plan.slots_per_layer + max(vram_slots, _vram_slots(backend))
+        stream["belady_mib"] = _belady_mib(backend, rows, held, capacity, test.n)
     return Sample(test.n / (t2 - t1), 1000 * (t1 - t0), tokens, stream)
 
 
+def _vram_slots(backend: StreamedExperts) -> int:
+    """VRAM expert slots per layer (the largest GPU's when the layers are split: the
+    bound stays a lower bound, looser for the other GPUs' layers)."""
+    return max((v.slots for v in backend.vrams.values()), default=0)
+
+
 def _belady_mib(
-    backend: StreamedExperts, rows: list[list[int]], held: list[set[int]], tokens: int
+    backend: StreamedExperts,
+    rows: list[list[int]],
+    held: list[set[int]],
+    capacity: int,
+    tokens: int,
 ) -> float | None:
-    """MiB per token that Belady-optimal caching would still have read in this run: the
-    RAM cache's slots plus a VRAM cache's, per layer (``flint.bench.belady``)."""
-    capacity = backend.plan.slots_per_layer + max(
-        (v.slots for v in backend.vrams.values()), default=0
-    )
+    """MiB per token that Belady-optimal caching would still have read in this run, at
+    ``capacity`` experts per layer (``flint.bench.belady``)."""
     reads = belady_reads(rows, held, backend.cfg.num_experts, capacity)
     if reads is None:
         return None

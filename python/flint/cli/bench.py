@@ -228,9 +228,9 @@ def register(app: typer.Typer) -> None:
         MiB read, RAM hit rate, lookahead recall/precision; tg rows also Belady ms/tok
         (the time to read what Belady-optimal caching would still read over the run's
         own routing, at the drive's direct-read rate measured at start: the bound the
-        stall is measured against; a stall below it means reads were overlapped) and,
-        on CUDA, the
-        VRAM hit rate, PCIe MiB, CPU share and CPU ms per token.
+        stall is measured against; a stall below it means reads were overlapped, or
+        the drive ran faster than measured) and, on CUDA, the VRAM hit rate, PCIe MiB,
+        CPU share and CPU ms per token.
 
         Modes: resident (all experts loaded: the ceiling and the control), full (the
         streaming engine with the flags below), naive (on-demand reads, no lookahead,
