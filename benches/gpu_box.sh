@@ -360,7 +360,8 @@ gpu22() {
 
 # Next session's first run (prepared, not run yet): S1 full,naive over 128 tokens against
 # the Belady bound (issue 9's S1 target), V1 with GOMP_SPINCOUNT=1000 against the PASSIVE
-# default, and flint tune's GPU path with a longer limit.
+# default, V1 and S1 with --graphs off (issue 10's gain over eager), and flint tune's GPU
+# path with a longer limit (split it over two calls if the 600 s limit bites).
 gpu23() {
   [ -f "$DATA/q30.ftw" ] || flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
   B="flint bench $DATA/q30.ftw -p 0 -n 128 --tg-random -r 1"
@@ -368,6 +369,10 @@ gpu23() {
   for env in "OMP_WAIT_POLICY=PASSIVE" "GOMP_SPINCOUNT=1000"; do
     echo "== V1 $env"; env $env timeout 100 flint bench $DATA/q30.ftw -p 0 -n 64 --tg-random -r 1 \
       --mode full --ram-budget 20 --vram-budget 4 2>&1 | grep -E "q30.ftw \||Error"
+  done
+  for b in "--ram-budget 20" "--ram-budget 6"; do  # issue 10: V1/S1 gains over the eager path
+    echo "== $b --graphs off"; timeout 120 flint bench $DATA/q30.ftw -p 0 -n 64 --tg-random -r 1 \
+      --mode full $b --vram-budget 4 --graphs off 2>&1 | grep -E "q30.ftw \||Error"
   done
   echo "== tune"; timeout 200 flint tune $DATA/q30.ftw --ram-budget 20 2>&1 | tail -12
 }
