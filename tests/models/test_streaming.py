@@ -12,6 +12,7 @@ import torch
 from tiny import FAMILY_NAMES
 
 import flint
+from flint.stream.backend import StreamedExperts
 from flint.stream.plan import GIB, plan_cache
 
 PROMPTS = ([7], [5, 17, 250, 3, 99], [(13 * i + 5) % 300 for i in range(23)])
@@ -299,12 +300,14 @@ def test_the_first_streamed_layer_is_predicted_from_the_dense_layer_before_it(
 def test_a_budget_that_holds_every_expert_keeps_them_whole(
     tiny_ftw: dict[str, Path], capfd: pytest.CaptureFixture[str]
 ) -> None:
-    """When every routed expert fits the RAM budget they are all read at start, in the
-    background, and then never streamed: the generation makes no demand reads."""
+    """When every routed expert fits the RAM budget and streaming is asked for, they are
+    all read at start, in the background, and then never streamed: the generation makes
+    no demand reads."""
     path = tiny_ftw["olmoe"]
     with flint.LLM(path, device="cpu", context_length=64) as probe:
         n = probe.model.config.num_experts
-    with flint.LLM(path, device="cpu", context_length=64, ram_budget=_slab_gib(path, n)) as s:
+    budget = _slab_gib(path, n)
+    with flint.LLM(path, device="cpu", context_length=64, ram_budget=budget, stream=True) as s:
         assert s.expert_backend.engine.wait_idle(30)  # type: ignore[attr-defined]
         before = s.stats()
         s.generate([5, 17, 250], max_tokens=6, ignore_eos=True)
@@ -328,7 +331,8 @@ def test_generating_while_the_fill_runs_keeps_every_expert(tiny_ftw: dict[str, P
     with flint.LLM(path, device="cpu", context_length=64) as ref:
         n = ref.model.config.num_experts
         want = ref.generate(prompt, max_tokens=6, ignore_eos=True)
-    with flint.LLM(path, device="cpu", context_length=64, ram_budget=_slab_gib(path, n)) as s:
+    budget = _slab_gib(path, n)
+    with flint.LLM(path, device="cpu", context_length=64, ram_budget=budget, stream=True) as s:
         backend = s.expert_backend
         got = s.generate(prompt, max_tokens=6, ignore_eos=True)
         _, _, nbytes = backend.wait_for_fill()  # type: ignore[attr-defined]
@@ -343,3 +347,26 @@ def test_generating_while_the_fill_runs_keeps_every_expert(tiny_ftw: dict[str, P
     assert mid["bytes_fill"] + mid["bytes_demand"] == every == nbytes + mid["bytes_demand"]
     assert after["demand_placements"] == mid["demand_placements"], "all in RAM"
     assert after["bytes_demand"] == mid["bytes_demand"]
+
+
+def test_a_cpu_model_whose_experts_all_fit_the_budget_loads_resident(
+    tiny_ftw: dict[str, Path], capfd: pytest.CaptureFixture[str]
+) -> None:
+    """On the CPU a budget that holds every routed expert loads the model resident (the
+    Rust decode step), saying so; stream=True streams it anyway; a smaller budget
+    streams. The tokens are the same either way."""
+    path = tiny_ftw["qwen3_moe"]
+    with flint.LLM(path, device="cpu", context_length=16) as probe:
+        n = probe.model.config.num_experts
+    prompt = [5, 17, 250]
+    with flint.LLM(path, device="cpu", context_length=64, ram_budget=_slab_gib(path, n)) as r:
+        assert r.expert_backend is None and r.model.decode_path == "Rust CPU decode step"
+        want = r.generate(prompt, max_tokens=6, ignore_eos=True).token_ids
+    assert "loaded resident" in capfd.readouterr().err
+    budget = _slab_gib(path, n)
+    with flint.LLM(path, device="cpu", context_length=64, ram_budget=budget, stream=True) as s:
+        assert isinstance(s.expert_backend, StreamedExperts)
+        got = s.generate(prompt, max_tokens=6, ignore_eos=True).token_ids
+    with flint.LLM(path, device="cpu", context_length=64, ram_budget=_slab_gib(path, 2)) as t:
+        assert isinstance(t.expert_backend, StreamedExperts)
+    assert got == want
