@@ -205,8 +205,10 @@ class LLM:
     fused kernels with "auto" and "fused").
     ``stream``: stream routed experts from the .ftw file through a RAM expert cache of
     ``ram_budget`` GiB (default: what is free) instead of loading them all; None
-    streams when ``ram_budget`` is given. ``lookahead``: layers of router lookahead
-    (0-3) used to prefetch experts; ``io_workers``: reader threads.
+    streams when ``ram_budget`` is given, except on the CPU when every routed expert
+    fits it (then the model is loaded, with one line: it decodes faster resident).
+    ``lookahead``: layers of router lookahead (0-3) used to prefetch experts;
+    ``io_workers``: reader threads.
     ``vram_budget``: GiB of GPU memory for the VRAM expert cache when streaming on CUDA
     (default: what is free once the model is loaded; 0: none; with several GPUs the
     total, shared by their streamed layers). ``deterministic``:
