@@ -475,11 +475,7 @@ impl CachedEngine {
     pub fn all_resident(&self) -> bool {
         // The cache first: a budget that cannot hold every expert answers at its first
         // layer, before the engine's lock is taken (called once per decode layer).
-        if !self.slots.cache().holds_every_expert() {
-            return false;
-        }
-        let (demand, prefetch, _, in_service) = self.engine.depths();
-        demand + prefetch + in_service == 0 && self.engine.fills_left() == 0
+        self.slots.cache().holds_every_expert() && self.engine.is_idle()
     }
 
     /// Background fills not finished yet ([`Self::idle_fill`]'s reads).

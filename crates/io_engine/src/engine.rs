@@ -152,6 +152,11 @@ impl Engine {
         done
     }
 
+    /// True when nothing is queued, waiting or in service (fills included).
+    pub fn is_idle(&self) -> bool {
+        self.shared.lock().idle()
+    }
+
     /// Background fills not finished yet.
     pub fn fills_left(&self) -> usize {
         self.shared.lock().fills_left()

@@ -219,8 +219,8 @@ def _header(doc: dict[str, Any]) -> str:
         if doc.get("disk_gb_s"):
             parts.append(
                 f"disk {doc['disk_gb_s']:.2f} GB/s {doc.get('io_mode') or 'direct'} reads, "
-                "measured at start (Belady "
-                "ms/tok: reading what Belady-optimal caching would still read, at that rate)"
+                "measured at start (Belady ms/tok: reading what Belady-optimal caching "
+                "would still read, at that rate)"
             )
         parts.append(
             f"full: lookahead {e['lookahead']} from the MoE {e['lookahead_from']}, "
@@ -261,7 +261,7 @@ def to_markdown(doc: dict[str, Any]) -> str:
         head = head[: -len(" exact |")] + (
             " VRAM hit | PCIe MiB/tok | CPU share | CPU ms/tok | exact |"
         )
-    lines = [_header(doc), "", head, "|" + "---|" * (18 if gpu else 14)]
+    lines = [_header(doc), "", head, "|" + "---|" * (head.count("|") - 1)]
     name = Path(doc["model"]).name
     for r in doc["results"]:
         exact = {None: "-", True: "yes", False: "**NO**"}[r["exact"]]

@@ -469,9 +469,10 @@ class StreamedExperts(CudaPlacement):
         starts = [0] * len(counts)
         for e in range(1, len(counts)):
             starts[e] = starts[e - 1] + counts[e - 1]
+        host_ids = flat_host.tolist()
         if self.routing is not None and tokens == 1:
-            self.routing.append(flat_host.tolist())
-        selected = list(dict.fromkeys(flat_host.tolist()))  # rank order of first selection
+            self.routing.append(host_ids)
+        selected = list(dict.fromkeys(host_ids))  # rank order of first selection
         self.lookahead.score(layer, set(selected))
         vram, held = self.vram_of.get(layer), []
         if vram is not None:
