@@ -365,15 +365,15 @@ gpu22() {
 gpu23() {
   [ -f "$DATA/q30.ftw" ] || flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
   B="flint bench $DATA/q30.ftw -p 0 -n 128 --tg-random -r 1"
-  echo "== S1"; timeout 200 $B --mode full,naive --ram-budget 6 --vram-budget 4 2>&1 | grep -E "q30.ftw \||disk|Error"
+  echo "== S1"; timeout 200 $B --mode full,naive --ram-budget 6 --vram-budget 4 2>&1 | grep -E "model \||q30.ftw \||disk|Error"
   echo "== tune"; timeout 150 flint tune $DATA/q30.ftw --ram-budget 20 2>&1 | tail -12
   for env in "OMP_WAIT_POLICY=PASSIVE" "GOMP_SPINCOUNT=1000"; do
     echo "== V1 $env"; env $env timeout 80 flint bench $DATA/q30.ftw -p 0 -n 64 --tg-random -r 1 \
-      --mode full --ram-budget 20 --vram-budget 4 2>&1 | grep -E "q30.ftw \||Error"
+      --mode full --ram-budget 20 --vram-budget 4 2>&1 | grep -E "model \||q30.ftw \||Error"
   done
   for b in "--ram-budget 20" "--ram-budget 6"; do  # issue 10: V1/S1 gains over the eager path
     echo "== $b --graphs off"; timeout 80 flint bench $DATA/q30.ftw -p 0 -n 64 --tg-random -r 1 \
-      --mode full $b --vram-budget 4 --graphs off 2>&1 | grep -E "q30.ftw \||Error"
+      --mode full $b --vram-budget 4 --graphs off 2>&1 | grep -E "model \||q30.ftw \||Error"
   done
 }
 
