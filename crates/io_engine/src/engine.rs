@@ -198,16 +198,10 @@ impl Engine {
         let start = Instant::now();
         let mut s = self.shared.lock();
         let mut blocked = false;
-        loop {
+        let out = loop {
             match s.status(key, proj) {
-                WaitStatus::Ready(slot) => {
-                    if blocked {
-                        s.stats.waits += 1;
-                        s.stats.wait_us += start.elapsed().as_micros() as u64;
-                    }
-                    return Ok(slot);
-                }
-                WaitStatus::Failed(e) => return Err(e),
+                WaitStatus::Ready(slot) => break Ok(slot),
+                WaitStatus::Failed(e) => break Err(e),
                 WaitStatus::Pending => {}
             }
             let left = timeout
@@ -215,20 +209,27 @@ impl Engine {
                 .filter(|d| !d.is_zero());
             let Some(left) = left else {
                 let ms = timeout.as_millis() as u64;
-                return Err(IoError::Timeout {
+                break Err(IoError::Timeout {
                     layer: key.layer,
                     expert: key.expert,
                     ms,
                 });
             };
-            blocked = true;
+            if !blocked {
+                blocked = true;
+                s.block_begin(start);
+            }
             s = self
                 .shared
                 .done_cv
                 .wait_timeout(s, left)
                 .map(|r| r.0)
                 .unwrap_or_else(|p| p.into_inner().0);
+        };
+        if blocked {
+            s.block_end(Instant::now());
         }
+        out
     }
 
     /// True while the engine is reading (or verifying) `key`.

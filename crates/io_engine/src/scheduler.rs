@@ -114,6 +114,10 @@ pub struct Scheduler {
     fill_in_service: usize,
     verifying: usize,
     next_gen: u64,
+    /// Waiters blocked now, and since when at least one has been (stall time is wall
+    /// time with someone blocked: threads that wait together count once).
+    blocked: u32,
+    blocked_since: Option<Instant>,
     /// Counters.
     pub stats: Stats,
 }
@@ -154,7 +158,29 @@ impl Scheduler {
             fill_in_service: 0,
             verifying: 0,
             next_gen: 1,
+            blocked: 0,
+            blocked_since: None,
             stats: Stats::default(),
+        }
+    }
+
+    /// A waiter starts blocking at `now`.
+    pub fn block_begin(&mut self, now: Instant) {
+        if self.blocked == 0 {
+            self.blocked_since = Some(now);
+        }
+        self.blocked += 1;
+        self.stats.waits += 1;
+    }
+
+    /// A waiter that blocked stops at `now`; the last one out adds the wall time since
+    /// the first one in to `wait_us`.
+    pub fn block_end(&mut self, now: Instant) {
+        self.blocked = self.blocked.saturating_sub(1);
+        if self.blocked == 0 {
+            if let Some(since) = self.blocked_since.take() {
+                self.stats.wait_us += now.saturating_duration_since(since).as_micros() as u64;
+            }
         }
     }
 

@@ -65,9 +65,10 @@ pub struct Stats {
     pub reads: (u64, u64, u64),
     /// Bytes read per class: (demand, prefetch, fill).
     pub bytes: (u64, u64, u64),
-    /// Waits that blocked, and their total time in microseconds.
+    /// Waits that blocked (one per waiting thread).
     pub waits: u64,
-    /// Total blocked wait time in microseconds.
+    /// Wall time, in microseconds, during which at least one waiter was blocked
+    /// (threads waiting at the same time count once: a stall, not thread time).
     pub wait_us: u64,
     /// Submit-to-verified latency of demand jobs.
     pub demand_latency: Histogram,

@@ -273,3 +273,26 @@ fn finished_fills_are_counted_as_fill_reads() {
         WaitStatus::Ready(_)
     ));
 }
+
+#[test]
+fn waiters_blocked_together_stall_once_in_wall_time() {
+    use std::time::{Duration, Instant};
+    let mut s = Scheduler::new(EngineConfig::default(), &entries(1, 4));
+    let t0 = Instant::now();
+    let ms = |n: u64| t0 + Duration::from_millis(n);
+    // two threads wait on the same projection, overlapping from 10 to 30 ms
+    s.block_begin(ms(0));
+    s.block_begin(ms(10));
+    s.block_end(ms(30));
+    assert_eq!(s.stats.wait_us, 0, "one waiter is still blocked");
+    s.block_end(ms(50));
+    assert_eq!(
+        s.stats.wait_us, 50_000,
+        "0..50 ms with someone blocked, not 50 + 20"
+    );
+    // a later stall on its own adds its own length
+    s.block_begin(ms(100));
+    s.block_end(ms(105));
+    assert_eq!(s.stats.wait_us, 55_000);
+    assert_eq!(s.stats.waits, 3);
+}
