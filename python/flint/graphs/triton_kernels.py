@@ -11,6 +11,8 @@ except ImportError:  # pragma: no cover - depends on the environment
     triton = None
 
 __all__ = [
+    "_activate",
+    "_round",
     "dequant_kernel",
     "down_kernel",
     "gate_up_kernel",
@@ -34,6 +36,23 @@ if triton is not None:
             return bits.to(tl.float32, bitcast=True)
         else:
             return x.to(OUT).to(tl.float32)
+
+    @triton.jit
+    def _activate(gate, up, alpha, limit, out_type: tl.constexpr, ACT: tl.constexpr):
+        """The expert activation on gate and up (fp32 holding model-dtype values):
+        ``ACT`` 0 is SwiGLU, ``silu(gate) * up``; 1 is GPT-OSS's, gate clamped above at
+        ``limit``, up to [-limit, limit], ``(up + 1) * gate * sigmoid(alpha * gate)``;
+        each op rounded as ``flint.models.mlp.activate`` rounds it."""
+        if ACT == 0:
+            silu = _round(gate / (1.0 + tl.exp(-gate)), out_type)
+            h = _round(silu * up, out_type)
+        else:
+            gate = tl.minimum(gate, limit)
+            up = tl.minimum(tl.maximum(up, -limit), limit)
+            scaled = _round(gate * alpha, out_type)
+            glu = _round(gate * _round(1.0 / (1.0 + tl.exp(-scaled)), out_type), out_type)
+            h = _round(_round(up + 1.0, out_type) * glu, out_type)
+        return h
 
     @triton.jit
     def _rows_dot(
@@ -115,9 +134,7 @@ if triton is not None:
         ACT: tl.constexpr,
     ):
         """h[pair, rows] = act(gate(x) (+ bias), up(x) (+ bias)) for one (token, rank)
-        pair: ``ACT`` 0 is SwiGLU, ``silu(gate) * up``; 1 is GPT-OSS's, gate clamped
-        above at ``limit``, up to [-limit, limit], ``(up + 1) * gate * sigmoid(alpha *
-        gate)``; each op rounded as ``flint.models.mlp.activate`` rounds it."""
+        pair (``_activate``)."""
         pair = tl.program_id(0)
         token = pair // TOPK
         expert = tl.load(ids_ptr + pair).to(tl.int64)
@@ -141,15 +158,7 @@ if triton is not None:
                 gate + tl.load(gb_ptr + at, mask=row_ok, other=0.0).to(tl.float32), out_type
             )
             up = _round(up + tl.load(ub_ptr + at, mask=row_ok, other=0.0).to(tl.float32), out_type)
-        if ACT == 0:
-            silu = _round(gate / (1.0 + tl.exp(-gate)), out_type)
-            h = _round(silu * up, out_type)
-        else:
-            gate = tl.minimum(gate, limit)
-            up = tl.minimum(tl.maximum(up, -limit), limit)
-            scaled = _round(gate * alpha, out_type)
-            glu = _round(gate * _round(1.0 / (1.0 + tl.exp(-scaled)), out_type), out_type)
-            h = _round(_round(up + 1.0, out_type) * glu, out_type)
+        h = _activate(gate, up, alpha, limit, out_type, ACT)
         tl.store(h_ptr + pair * inter + rows, h.to(out_type), mask=row_ok)
 
     @triton.jit

@@ -1,0 +1,100 @@
+"""Routed experts of a prompt computed as grouped matrix products, in two Triton launches.
+
+A prompt sends tens to thousands of (token, rank) pairs to each expert, so its experts
+are matrix-matrix products, not the matrix-vector products of ``moe_kernel``'s slot
+kernels. ``grouped_experts`` sorts the pairs by the pool slot of their expert and cuts
+each slot's pairs into blocks of ``BM``; one program computes a block against a
+``BN``-row slice of the slot's projection, loading ``BK``-column weight tiles straight
+from the pool (bf16 weights, or int8/int4 slab bytes dequantized in registers by the
+file's rule) and multiplying on the tensor cores with fp32 accumulation:
+
+- ``grouped_gate_up_kernel``: gate and up of the block's tokens, each rounded to the
+  model dtype (as ``F.linear`` returns them), biases, then the activation with
+  ``gate_up_kernel``'s roundings -> ``hidden`` [P, I];
+- ``grouped_down_kernel``: down of the block's hidden rows, rounded to the model dtype,
+  bias -> the pair's output [P, H] in fp32, which the caller sums in router-rank order
+  (``flint.models.moe.weighted_sum``).
+
+Each output row is computed from its own token and its expert's weights alone, in a
+fixed order (the ``BK`` loop; the block shape is chosen from the token count only), so a
+pair gives the same bits whichever other pairs share its launch: the streaming backend
+computes a wave's experts in one launch and the resident backend a layer's in one, and
+they agree bit for bit. Against dequantize-then-cuBLAS they agree within rounding.
+One launch replaces a layer's per-expert dequantizations and products; on the H200 the
+dequantizing path prefilled 30B-A3B int4 at 298 tok/s (docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from flint.graphs.grouped_kernels import grouped_down_kernel, grouped_gate_up_kernel
+from flint.graphs.moe_kernel import _DTYPES, ExpertPool, _args, on_device
+from flint.graphs.triton_kernels import triton
+
+# (BN rows of a projection, BK columns, warps, pipeline stages) per program; BM, the
+# pairs of one slot per program, comes from the token count (``block_m``).
+BLOCK = (64, 64, 4, 3)
+# Triton's CPU interpreter (the tests without a GPU) gets bf16 tile products wrong:
+# there the kernels widen the tiles to fp32 first.
+_INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def block_m(tokens: int) -> int:
+    """Pairs per program: a prompt of a few hundred tokens sends ~30 pairs to each of
+    128 experts, an 8k one ~500; blocks a fraction empty cost their weight tiles."""
+    return 16 if tokens < 128 else 32 if tokens < 1024 else 64
+
+
+def grouped_experts(
+    x: torch.Tensor,  # [T, H] in the model dtype
+    slots: torch.Tensor,  # [T*K] int64: pool slot of each (token, rank) pair; >= E: skip
+    pool: ExpertPool,
+    out: torch.Tensor,  # [T*K, H] fp32: each computed pair's output, others untouched
+    slot_experts: torch.Tensor | None = None,  # [E] expert id of each slot (biases)
+) -> None:
+    """Computes every pair whose slot is in the pool into ``out`` (see the module docs)."""
+    assert triton is not None, "check moe_kernel.available() first"
+    tokens, h_dim = x.shape
+    top_k = slots.numel() // tokens
+    n, i_dim, dev = pool.experts, pool.inter, x.device
+    bm = block_m(tokens)
+    bn, bk, warps, stages = BLOCK
+    bk = max(bk, pool.group)  # an int4 tile holds whole groups
+    capped = torch.clamp(slots, max=n)  # the skipped pairs sort last and get no block
+    order = torch.argsort(capped, stable=True)
+    counts = torch.bincount(capped, minlength=n + 1)[:n].tolist()  # one sync
+    blocks = [-(-c // bm) for c in counts]
+    blk = [s for s in range(n) for _ in range(blocks[s])]
+    if not blk:
+        return
+    start, first, at, b = [], [], 0, 0
+    for s in range(n):
+        start.append(at)
+        first.append(b)
+        at, b = at + counts[s], b + blocks[s]
+    meta = torch.tensor(blk + start + counts + first, dtype=torch.int32).to(dev)
+    nb = len(blk)
+    blk_t, start_t = meta[:nb], meta[nb : nb + n]
+    count_t, first_t = meta[nb + n : nb + 2 * n], meta[nb + 2 * n :]
+    eids = slot_experts if slot_experts is not None else torch.arange(n, device=dev)
+    hidden = torch.empty(slots.numel(), i_dim, dtype=x.dtype, device=dev)
+    gate_b, up_b, down_b = pool.biases or (x, x, x)  # x: never read without biases
+    has_bias = pool.biases is not None
+
+    x = x.contiguous()
+    rows = (order, blk_t, start_t, count_t, first_t, eids)
+    with on_device(dev):
+        grouped_gate_up_kernel[(nb, triton.cdiv(i_dim, bn))](
+            x, *rows, hidden, *_args(pool.gate), *_args(pool.up), gate_b, up_b, h_dim, i_dim,
+            pool.alpha, pool.limit, TOPK=top_k, SCHEME=pool.scheme, GROUP=pool.group, BM=bm,
+            BN=bn, BK=bk, HAS_BIAS=has_bias, ACT=pool.act, F32=_INTERPRETED, num_warps=warps,
+            num_stages=stages,
+        )  # fmt: skip
+        grouped_down_kernel[(nb, triton.cdiv(h_dim, bn))](
+            hidden, *rows, out, *_args(pool.down), down_b, h_dim, i_dim, OUT=_DTYPES[x.dtype],
+            SCHEME=pool.scheme, GROUP=pool.group, BM=bm, BN=bn, BK=bk, HAS_BIAS=has_bias,
+            F32=_INTERPRETED, num_warps=warps, num_stages=stages,
+        )  # fmt: skip

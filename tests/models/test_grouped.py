@@ -1,0 +1,104 @@
+"""Grouped expert kernels for prompts (``flint.graphs.grouped``): against the per-expert
+torch path, and a pair's bits independent of what shares its launch. Without a GPU the
+kernels run in Triton's CPU interpreter (tests/conftest.py)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from test_graphs import _reference, _slabs
+
+from flint.graphs.grouped import block_m, grouped_experts
+from flint.graphs.moe_kernel import available, slab_pool, stacked_pool
+from flint.models.moe import dispatch, weighted_sum
+
+pytestmark = pytest.mark.skipif(available() is not None, reason="needs Triton")
+
+
+def _pool(scheme: str, experts: int, inter: int, hidden: int, group: int = 8) -> tuple:
+    shapes = ((inter, hidden), (inter, hidden), (hidden, inter))
+    if scheme == "raw":
+        g, u, d = (torch.randn(experts, *s).bfloat16() for s in shapes)
+        dense = [(g[e].float(), u[e].float(), d[e].float()) for e in range(experts)]
+        return stacked_pool(g, u, d), dense
+    slabs, offsets, dense = _slabs(scheme, experts, shapes, group)
+    return slab_pool(slabs, scheme, group, shapes, offsets), dense
+
+
+def _route(tokens: int, experts: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    ids = torch.stack([torch.randperm(experts)[:k] for _ in range(tokens)])
+    return ids, torch.rand(tokens, k).bfloat16()
+
+
+@pytest.mark.parametrize("scheme", ["raw", "int8", "int4"])
+def test_grouped_kernels_follow_the_per_expert_path(scheme: str) -> None:
+    """Odd shapes (rows and columns not multiples of the tiles or the int4 group
+    count, a slot's pairs not a multiple of the block): within bf16 rounding of the
+    per-expert torch path on the file's dequantized weights."""
+    torch.manual_seed(1)
+    experts, inter, hidden, k, tokens = 5, 40, 200, 3, 37
+    pool, dense = _pool(scheme, experts, inter, hidden)
+    x = torch.randn(tokens, hidden).bfloat16()
+    ids, w = _route(tokens, experts, k)
+    out = torch.full((tokens * k, hidden), float("nan"))
+    grouped_experts(x, ids.reshape(-1), pool, out)
+    got = weighted_sum(out.view(tokens, k, -1), w).to(x.dtype)
+    want = _reference(x, ids, w, dense)
+    err = ((got.float() - want.float()).norm() / want.float().norm()).item()
+    assert err <= 1e-2, err
+
+
+def test_a_pair_gets_the_same_bits_whatever_shares_its_launch() -> None:
+    """The experts split over two launches (the others' pairs skipped) give the bits of
+    one launch over all of them; a skipped pair's row is left as it was."""
+    torch.manual_seed(2)
+    experts, inter, hidden, k, tokens = 6, 24, 136, 2, 50
+    pool, _ = _pool("int4", experts, inter, hidden)
+    x = torch.randn(tokens, hidden).bfloat16()
+    ids, _ = _route(tokens, experts, k)
+    flat = ids.reshape(-1)
+    whole = torch.full((tokens * k, hidden), float("nan"))
+    grouped_experts(x, flat, pool, whole)
+    assert not whole.isnan().any()
+    parts = torch.full_like(whole, float("nan"))
+    first = flat < 2
+    grouped_experts(x, torch.where(first, flat, experts), pool, parts)
+    assert parts[~first].isnan().all() and not parts[first].isnan().any()
+    grouped_experts(x, torch.where(first, experts + 5, flat), pool, parts)
+    assert torch.equal(parts, whole)
+
+
+def test_grouped_kernels_add_biases_by_expert_id_from_any_slot() -> None:
+    """A pool whose slots hold the experts in another order (as the streaming
+    backend's staging buffers do): biases are looked up by expert id, GPT-OSS's clamped
+    activation is applied; against ``ExpertMath`` around torch's matmuls."""
+    from flint.models.config import ExpertActivation
+    from flint.models.moe import ExpertBiases, ExpertMath
+
+    torch.manual_seed(4)
+    experts, inter, hidden, k, tokens = 5, 24, 72, 2, 33
+    g, u = (torch.randn(experts, inter, hidden).bfloat16() * 0.3 for _ in range(2))
+    d = torch.randn(experts, hidden, inter).bfloat16() * 0.3
+    b = ExpertBiases(*(torch.randn(experts, n).bfloat16() for n in (inter, inter, hidden)))
+    math = ExpertMath(ExpertActivation("gpt_oss", 1.702, 7.0), {0: b})
+    perm = torch.tensor([3, 0, 4, 1, 2])  # slot s holds expert perm[s]
+    pool = stacked_pool(g[perm], u[perm], d[perm]).with_math(math, 0)
+    x = torch.randn(tokens, hidden).bfloat16() * 4  # some gates past the clamp
+    ids, w = _route(tokens, experts, k)
+    slot_of = torch.argsort(perm)
+    out = torch.empty(tokens * k, hidden)
+    grouped_experts(x, slot_of[ids.reshape(-1)], pool, out, slot_experts=perm)
+    got = weighted_sum(out.view(tokens, k, -1), w).to(x.dtype)
+
+    def run(e: int, xs: torch.Tensor) -> torch.Tensor:
+        h = math.hidden(0, e, F.linear(xs, g[e]), F.linear(xs, u[e]))
+        return math.output(0, e, F.linear(h, d[e]))
+
+    want = dispatch(x, ids, w, experts, run)
+    err = ((got.float() - want.float()).norm() / want.float().norm()).item()
+    assert err <= 1e-2, err
+
+
+def test_block_shape_depends_on_the_token_count_only() -> None:
+    assert [block_m(t) for t in (33, 127, 128, 1023, 1024, 8192)] == [16, 16, 32, 32, 64, 64]
