@@ -120,6 +120,7 @@ def _streamed(
     deterministic: bool,
     host_split: str,
     pin_ram: bool | None = None,
+    slab_kernels: bool = False,
 ) -> ExpertBackend:
     from flint.models import parse_config
     from flint.models.ftw_source import FtwSource
@@ -140,6 +141,7 @@ def _streamed(
         deterministic=deterministic,
         host_split=host_split,
         pin_ram=pin_ram,
+        slab_kernels=slab_kernels,
     )
 
 
@@ -289,6 +291,8 @@ class LLM:
                 deterministic,
                 host_split,
                 pin_ram,
+                # the graph step's kernels on the GPU's side too (grouped from slabs)
+                slab_kernels=graphs != "off" and self.device.type == "cuda",
             )
         self.expert_backend = expert_backend
         try:

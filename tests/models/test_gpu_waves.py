@@ -52,3 +52,30 @@ def test_staged_prompt_experts_equal_resident_and_per_use_copies(
         else:
             assert "gpu_wave_chunks" not in s
     assert all(torch.equal(a, b) for a, b in zip(runs[True], runs[False], strict=True))
+
+
+@pytest.mark.parametrize("quant", ["int8", "int4"])
+def test_slab_kernel_waves_equal_the_resident_slab_backend(
+    quant: str, wide_files: dict[str, Path]
+) -> None:
+    """int8/int4 beside the graph step: a prompt's experts staged two at a time and the
+    VRAM cache's one slot per layer, each group computed in one grouped launch from
+    slabs, give the resident slab backend's prompt logits bit for bit (the same
+    kernels, each pair computed alone), and greedy decode its tokens."""
+    cuda = torch.device("cuda", 0)
+    path = wide_files[quant]
+    prompt = torch.tensor([3, 17, 42, 7, 99, 5, 23, 61] * 6)  # 48 tokens: grouped
+    with (
+        flint.LLM(path, device="cuda:0", context_length=64, graphs="on") as resident,
+        _open(
+            path, ram_slots=3, vram_slots=1, device=cuda, deterministic=True, slab_kernels=True
+        ) as streamed,
+    ):
+        backend = streamed.expert_backend
+        assert backend.slab_kernels  # type: ignore[attr-defined]
+        backend._stagers[cuda] = GpuStager(cuda, backend.layout.slab_bytes, 2)  # type: ignore[attr-defined]
+        want = resident.model.forward(prompt.to(cuda), all_logits=True)
+        got = streamed.model.forward(prompt.to(cuda), all_logits=True)
+        assert torch.equal(got, want)
+        s = streamed.stats()
+    assert s is not None and s["gpu_wave_chunks"] > s["forward_calls"]

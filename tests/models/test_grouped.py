@@ -4,11 +4,14 @@ kernels run in Triton's CPU interpreter (tests/conftest.py)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
 from test_graphs import _reference, _slabs
 
+import flint
 from flint.graphs.grouped import block_m, grouped_experts
 from flint.graphs.moe_kernel import available, slab_pool, stacked_pool
 from flint.models.moe import dispatch, weighted_sum
@@ -102,3 +105,60 @@ def test_grouped_kernels_add_biases_by_expert_id_from_any_slot() -> None:
 
 def test_block_shape_depends_on_the_token_count_only() -> None:
     assert [block_m(t) for t in (33, 127, 128, 1023, 1024, 8192)] == [16, 16, 32, 32, 64, 64]
+
+
+@pytest.mark.parametrize("quant", ["int8", "int4"])
+def test_streamed_vram_experts_equal_the_resident_slab_backend(
+    quant: str, wide_files: dict[str, Path]
+) -> None:
+    """A streamed model whose "VRAM" cache (in RAM here) holds every expert as slabs
+    computes a prompt's experts in one grouped launch from that pool: the bits of the
+    resident slab backend's grouped launch over its own."""
+    from test_vram_cache import _open
+
+    from flint.graphs.slab_experts import KERNEL_TOKENS, SlabResidentExperts
+    from flint.models.loading import Placement
+
+    path = wide_files[quant]
+    with flint.LLM(path, device="cpu", context_length=8) as llm:
+        config = llm.model.config
+        resident = SlabResidentExperts(
+            config,
+            llm.source,  # type: ignore[arg-type]
+            Placement(torch.device("cpu"), torch.float32),
+        )
+    layer = config.sparse_layers.index(True)
+    with _open(path, ram_slots=2, vram_slots=config.num_experts, slab_kernels=True) as streamed:
+        backend = streamed.expert_backend
+        assert backend.slab_kernels and backend.vram_of[layer].pack is None  # type: ignore[union-attr]
+        torch.manual_seed(3)
+        tokens = KERNEL_TOKENS + 8
+        x = torch.randn(tokens, config.hidden_size)
+        ids, w = _route(tokens, config.num_experts, config.top_k)
+        got = backend(layer, x, ids, w.float())  # type: ignore[misc]
+        stats = streamed.stats()
+    assert stats is not None and stats["gpu_experts"] == len(set(ids.reshape(-1).tolist()))
+    assert torch.equal(got, resident(layer, x, ids, w.float()))
+
+
+def test_streamed_slab_kernels_decode_as_the_per_expert_path(wide_files: dict[str, Path]) -> None:
+    """Two "VRAM" slots per layer, filled on first use (admissions) then held: a prompt
+    and greedy decode through the slab kernels give the per-expert path's tokens, and
+    logits within rounding."""
+    from test_vram_cache import _open
+
+    prompt = torch.tensor([3, 17, 42, 7, 99, 5, 23, 61] * 5)  # 40 tokens: a grouped prompt
+    runs = {}
+    for slab in (True, False):
+        with _open(wide_files["int4"], ram_slots=3, vram_slots=2, slab_kernels=slab) as llm:
+            ids, logits = prompt.tolist(), []
+            for _ in range(6):
+                out = llm.model.forward(torch.tensor(ids[-1:] if logits else ids))
+                logits.append(out[-1])
+                ids.append(int(out[-1].argmax()))
+            s = llm.stats()
+            assert s is not None and s["vram_admitted"] > 0 and s["vram_hits"] > 0
+            runs[slab] = (ids, torch.stack(logits))
+    assert runs[True][0] == runs[False][0]
+    a, b = runs[True][1], runs[False][1]
+    assert ((a - b).norm() / b.norm()).item() <= 1e-3

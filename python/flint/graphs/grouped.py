@@ -55,7 +55,9 @@ def grouped_experts(
     out: torch.Tensor,  # [T*K, H] fp32: each computed pair's output, others untouched
     slot_experts: torch.Tensor | None = None,  # [E] expert id of each slot (biases)
 ) -> None:
-    """Computes every pair whose slot is in the pool into ``out`` (see the module docs)."""
+    """Computes every pair whose slot is in the pool into ``out`` (see the module docs).
+    ``slots`` on the CPU: the launch plan is made there and sent in one copy, with no
+    synchronisation; on the GPU it is sorted there and its counts read back once."""
     assert triton is not None, "check moe_kernel.available() first"
     tokens, h_dim = x.shape
     top_k = slots.numel() // tokens
@@ -64,8 +66,8 @@ def grouped_experts(
     bn, bk, warps, stages = BLOCK
     bk = max(bk, pool.group)  # an int4 tile holds whole groups
     capped = torch.clamp(slots, max=n)  # the skipped pairs sort last and get no block
-    order = torch.argsort(capped, stable=True)
-    counts = torch.bincount(capped, minlength=n + 1)[:n].tolist()  # one sync
+    order = torch.argsort(capped, stable=True).to(torch.int32)
+    counts = torch.bincount(capped, minlength=n + 1)[:n].tolist()  # on the GPU: one sync
     blocks = [-(-c // bm) for c in counts]
     blk = [s for s in range(n) for _ in range(blocks[s])]
     if not blk:
@@ -75,17 +77,21 @@ def grouped_experts(
         start.append(at)
         first.append(b)
         at, b = at + counts[s], b + blocks[s]
-    meta = torch.tensor(blk + start + counts + first, dtype=torch.int32).to(dev)
+    meta = torch.tensor(blk + start + counts + first, dtype=torch.int32)
+    if order.device == meta.device:
+        meta = torch.cat([meta, order]).to(dev)
+    else:
+        meta = torch.cat([meta.to(dev), order])
     nb = len(blk)
     blk_t, start_t = meta[:nb], meta[nb : nb + n]
-    count_t, first_t = meta[nb + n : nb + 2 * n], meta[nb + 2 * n :]
+    count_t, first_t = meta[nb + n : nb + 2 * n], meta[nb + 2 * n : nb + 3 * n]
+    order = meta[nb + 3 * n :]
     eids = slot_experts if slot_experts is not None else torch.arange(n, device=dev)
     hidden = torch.empty(slots.numel(), i_dim, dtype=x.dtype, device=dev)
     gate_b, up_b, down_b = pool.biases or (x, x, x)  # x: never read without biases
     has_bias = pool.biases is not None
-
     x = x.contiguous()
-    rows = (order, blk_t, start_t, count_t, first_t, eids)
+    rows = (order, blk_t, start_t, count_t, first_t, eids.to(dev))
     with on_device(dev):
         grouped_gate_up_kernel[(nb, triton.cdiv(i_dim, bn))](
             x, *rows, hidden, *_args(pool.gate), *_args(pool.up), gate_b, up_b, h_dim, i_dim,

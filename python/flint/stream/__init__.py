@@ -51,6 +51,7 @@ def streamed_backend(
     host_split: str = "cpu",
     gpu_waves: bool = True,
     pin_ram: bool | None = None,
+    slab_kernels: bool = False,
 ) -> StreamedExperts:
     """A ``StreamedExperts`` for ``source`` with a RAM cache planned from
     ``ram_budget_gib`` (or free memory); plan notes go to ``notice``, one line each.
@@ -67,6 +68,9 @@ def streamed_backend(
     all copied up ("fill"), or split between the two by the q* rule ("q": qsplit.py).
     ``gpu_waves`` (CUDA): a prompt's experts outside VRAM staged through double-buffered
     VRAM copies on a side stream (gpu_waves.py); off: copied per projection.
+    ``slab_kernels``: int8/int4 experts computed on the GPU from their slabs in grouped
+    Triton launches (the VRAM cache then holds slabs; ``LLM`` turns it on for CUDA with
+    graphs); off: each expert through torch's kernels.
     ``pin_ram``: page-lock the RAM expert cache for CUDA copies (default: on when
     ``device`` is CUDA, unless ``FLINT_PIN_RAM=0``; ``flint.stream.pinned``).
     ``backend``: the class built over the engine (``flint.bench`` passes its ``nowait``
@@ -115,6 +119,7 @@ def streamed_backend(
         math=expert_math(config, source, Placement(device, dtype)),
         host_split=host_split,
         gpu_waves=gpu_waves,
+        slab_kernels=slab_kernels,
     )
     if wanted(device, pin_ram):
         experts.pinned = pin_arena(engine.arena_address, engine.arena_len, experts, notice)

@@ -35,7 +35,7 @@ from flint.models.loading import indexed
 from flint.models.moe import ExpertMath, weighted_sum
 from flint.models.quant_experts import QUANT_SCHEMES, fused_supported, resolve_kernels
 from flint.models.quant_linear import select_kernel
-from flint.stream.cuda_place import CudaPlacement
+from flint.stream.cuda_place import CudaPlacement, slab_ready
 from flint.stream.elastic import ElasticVram, usable_vram
 from flint.stream.gpu_waves import GpuStager
 from flint.stream.lookahead import Lookahead
@@ -99,6 +99,7 @@ class StreamedExperts(CudaPlacement):
         math: ExpertMath | None = None,
         host_split: str = "cpu",
         gpu_waves: bool = True,
+        slab_kernels: bool = False,
     ) -> None:
         self.cfg, self.layout, self.engine, self.plan = config, layout, engine, plan
         device = indexed(device)  # "cuda" -> "cuda:N": one key per GPU everywhere
@@ -198,6 +199,12 @@ class StreamedExperts(CudaPlacement):
         # CUDA (gpu_waves.py); off: copied per projection on the compute stream.
         self.gpu_waves = gpu_waves
         self._stagers: dict[torch.device, GpuStager] = {}
+        # int8/int4 on CUDA beside the graph step (``slab_kernels``): the VRAM cache
+        # holds slabs, and the GPU computes from slabs in grouped launches
+        # (flint.graphs.grouped): a layer's VRAM experts in one, each staged chunk of a
+        # prompt's in one. The resident slab backend's prompts run the same kernels, so
+        # the two agree bit for bit. Off: each expert through torch's kernels.
+        self.slab_kernels = slab_kernels and slab_ready(layout)
         # The q* split of a decode step's missing experts between PCIe fills and the CPU
         # (qsplit.py); None: all on the CPU.
         if host_split not in HOST_SPLITS:
@@ -265,7 +272,7 @@ class StreamedExperts(CudaPlacement):
                 continue
             req.notice(label + plan.describe(lay.n_experts))
             kernel, pack = self._on(device).kernel, None
-            if kernel is not None:  # quantized: held packed, as the kernel computes from
+            if kernel is not None and not self.slab_kernels:  # held packed for the kernel
 
                 def pack(slab: torch.Tensor, kernel: Any = kernel) -> list[Any]:
                     return [kernel.pack(lay.raw(slab, p), *lay.shapes[p]) for p in range(3)]
@@ -394,6 +401,20 @@ class StreamedExperts(CudaPlacement):
         h = m.hidden(layer, expert, kernel(xs, w[0]), kernel(xs, w[1]))  # [N, I]
         return m.output(layer, expert, kernel(h, w[2]))  # [N, H]
 
+    def _vram_grouped(
+        self,
+        layer: int,
+        vram: VramCache,
+        experts: list[int],
+        x: torch.Tensor,
+        host_ids: torch.Tensor,
+        outputs: torch.Tensor,
+    ) -> None:
+        """``experts`` (held in ``vram``) computed from its pool in one grouped launch."""
+        where = vram.where[layer]
+        slots = {e: where[e] for e in experts}
+        self._grouped(layer, vram.pools[layer], slots, x, host_ids, outputs)
+
     def _idle_loop(self) -> None:
         """Fills empty slots with the most-used experts (usage table) once no forward
         call has come for ``IDLE_FILL_AFTER_S``; never evicts."""
@@ -496,10 +517,13 @@ class StreamedExperts(CudaPlacement):
         if host is not None and selected and tokens <= HOST_MAX_TOKENS:
             # copied now, before the GPU work below is queued
             x_host = HostBatch(x, ids, order, host.dtype)
-        for expert in held:  # queued on the GPU; runs while the CPU works below
+        if vram is not None and held and self.slab_kernels:  # one launch, queued first
+            self._vram_grouped(layer, vram, held, x, flat_host, outputs)
+        for expert in held if not self.slab_kernels else []:  # runs while the CPU works
             rows = rows_of(expert)
             outputs[rows] = self._vram_expert(layer, expert, x[rows // k]).float()
         stager = self._stager(x.device) if x_host is None else None
+        admitted: list[int] = []
         for wave in self._waves(layer, ids, selected):
             on_host: list[tuple[int, int, bool]] = []
             staged: list[tuple[int, int, bool]] = []
@@ -510,6 +534,9 @@ class StreamedExperts(CudaPlacement):
                     if not hit:
                         self._wait(layer, expert, 2)
                     vram.admit(layer, expert, slab)
+                    if self.slab_kernels:
+                        admitted.append(expert)
+                        continue
                     y = self._vram_expert(layer, expert, x[rows // k])
                     outputs[rows] = y.to(torch.float32)
                 elif x_host is not None:
@@ -520,7 +547,7 @@ class StreamedExperts(CudaPlacement):
                     y = self._expert(self._on(x.device), layer, expert, slab, hit, x[rows // k])
                     outputs[rows] = y.to(torch.float32)
             if staged and stager is not None:
-                self._staged(layer, stager, staged, x, rows_of, outputs)
+                self._staged(layer, stager, staged, x, rows_of, outputs, flat_host)
             if on_host and x_host is not None:
                 fills, on_host = self._split(on_host)
                 queued = self._fill(layer, fills, x, rows_of, outputs) if fills else None
@@ -531,6 +558,8 @@ class StreamedExperts(CudaPlacement):
                 if self.qsplit is not None:
                     self._observe(queued, on_host, time.perf_counter() - t0)
             self.engine.unpin(layer, wave)
+        if vram is not None and admitted:
+            self._vram_grouped(layer, vram, admitted, x, flat_host, outputs)
         return weighted_sum(outputs.view(tokens, k, -1), weights).to(x.dtype)
 
     def _fused_waves(

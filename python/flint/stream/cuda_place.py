@@ -13,7 +13,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from flint.format.reader import ExpertLayout
+from flint.graphs.grouped import grouped_experts
+from flint.graphs.moe_kernel import available, slab_pool, slab_unsupported
 from flint.models.cpu_kernels import FusedKernel, slab_addresses
+from flint.models.moe import ExpertMath
 from flint.stream.gpu_waves import GpuStager, cuda_event
 from flint.stream.placement import HostBatch, Target
 from flint.stream.qsplit import QSplit
@@ -22,6 +25,15 @@ from flint.stream.slab import slot_bytes
 if TYPE_CHECKING:
     from flint import _core
     from flint.stream.backend import Counters
+
+
+def slab_ready(layout: ExpertLayout) -> bool:
+    """Whether the slab kernels (Triton) can compute ``layout``'s experts."""
+    return (
+        layout.scheme in ("int8", "int4")
+        and available() is None
+        and slab_unsupported(layout.scheme, layout.group_size) is None
+    )
 
 
 class CudaPlacement:
@@ -34,6 +46,8 @@ class CudaPlacement:
     host_fused: FusedKernel | None
     qsplit: QSplit | None
     gpu_waves: bool
+    slab_kernels: bool
+    math: ExpertMath
     _stagers: dict[torch.device, GpuStager]
 
     if TYPE_CHECKING:  # defined by StreamedExperts
@@ -68,18 +82,51 @@ class CudaPlacement:
         x: torch.Tensor,  # [T, H] on the GPU
         rows_of: Callable[[int], torch.Tensor],
         outputs: torch.Tensor,  # [T*K, H] fp32 on the GPU
+        host_ids: torch.Tensor | None = None,  # [T*K] on the CPU: the slab kernels' plan
     ) -> None:
         """A wave's experts outside VRAM through the double-buffered staging copies
-        (gpu_waves.py), computed on the GPU as from their slots."""
+        (gpu_waves.py), computed on the GPU as from their slots: with the slab kernels
+        one grouped launch per chunk, else each expert as its copy lands."""
         t, k = self._on(x.device), outputs.shape[0] // x.shape[0]
+        wait = lambda e: self._wait(layer, e, 2)  # noqa: E731
 
         def compute(expert: int, slab: torch.Tensor) -> None:
             rows = rows_of(expert)
             y = self._expert(t, layer, expert, slab, True, x[rows // k])
             outputs[rows] = y.to(torch.float32)
 
-        stager.run(experts, lambda e: self._wait(layer, e, 2), compute)
+        def compute_chunk(chunk: list[int], buffers: torch.Tensor) -> None:
+            assert host_ids is not None
+            slot = dict(zip(chunk, range(len(chunk)), strict=True))
+            self._grouped(layer, buffers, slot, x, host_ids, outputs)
+
+        if self.slab_kernels and host_ids is not None:
+            stager.run(experts, wait, compute_chunk=compute_chunk)
+        else:
+            stager.run(experts, wait, compute)
         self.counters.copy_bytes += len(experts) * self.layout.slab_bytes
+
+    def _grouped(
+        self,
+        layer: int,
+        slabs: torch.Tensor,  # [slots, slab_bytes] on the GPU
+        slot: dict[int, int],  # expert -> its row in ``slabs``
+        x: torch.Tensor,  # [T, H]
+        host_ids: torch.Tensor,  # [T*K] the layer's selections, on the CPU
+        outputs: torch.Tensor,  # [T*K, H] fp32
+    ) -> None:
+        """The pairs routed to ``slot``'s experts, computed from ``slabs`` in one grouped
+        launch (``flint.graphs.grouped``) into their rows of ``outputs``."""
+        n, lay = slabs.shape[0], self.layout
+        to_slot = torch.full((lay.n_experts,), n, dtype=torch.int64)
+        to_slot[list(slot)] = torch.tensor(list(slot.values()))
+        pool = slab_pool(slabs, lay.scheme, lay.group_size, lay.shapes, lay.proj_offsets)
+        experts = None
+        if self.math.biases.get(layer) is not None:  # biases are looked up by expert id
+            experts = torch.zeros(n, dtype=torch.int64)
+            experts[list(slot.values())] = torch.tensor(list(slot))
+        grouped_experts(x, to_slot[host_ids], pool.with_math(self.math, layer), outputs, experts)
+        self.counters.gpu_experts += len(slot)
 
     def _split(
         self, missing: list[tuple[int, int, bool]]

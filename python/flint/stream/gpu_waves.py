@@ -46,11 +46,15 @@ class GpuStager:
         self,
         experts: list[tuple[int, int, bool]],  # (expert, slot address, bytes all in)
         wait: Callable[[int], None],
-        compute: Callable[[int, torch.Tensor], None],
+        compute: Callable[[int, torch.Tensor], None] | None = None,
+        compute_chunk: Callable[[list[int], torch.Tensor], None] | None = None,
     ) -> None:
         """Stages and computes ``experts``: ``wait(expert)`` blocks until its slab is in
         and verified, ``compute(expert, slab)`` queues its computation on the current
-        stream from the staged copy. Returns when every copy has landed."""
+        stream from the staged copy as soon as that copy lands; or ``compute_chunk``
+        (experts, buffer set ``[slots, slab_bytes]``: expert j in row j) queues one
+        computation per chunk once the chunk's copies have landed. Returns when every
+        copy has landed."""
         if not experts:
             return
         main = torch.cuda.current_stream(self.device)
@@ -69,8 +73,12 @@ class GpuStager:
                     staged.copy_(slot_bytes(address, self.slab_bytes), non_blocking=True)
                     last = cuda_event()
                     last.record(self.copies)
-                main.wait_event(last)
-                compute(expert, staged)
+                if compute is not None:
+                    main.wait_event(last)
+                    compute(expert, staged)
+            if compute_chunk is not None and last is not None:
+                main.wait_event(last)  # the copy stream runs the chunk's copies in order
+                compute_chunk([e for e, _, _ in chunk], self.buffers[half])
             released = cuda_event()
             released.record(main)
             self.released[half] = released
