@@ -377,6 +377,23 @@ gpu23() {
   done
 }
 
+# Seventh session: the grouped slab kernels for prompts (GPU tests; R0 pp512; P8 with
+# slab kernels (graphs auto) against the per-expert path (graphs off); V1 decode).
+gpu24() {
+  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
+  timeout 170 python3 -m pytest tests/models/test_grouped.py tests/models/test_gpu_waves.py \
+    tests/models/test_graphs.py tests/models/test_vram_cache.py tests/models/test_streamed_step.py \
+    -q -p no:cacheprovider --tb=short -rf -m gpu 2>&1 | tail -25
+  [ -f "$DATA/q30.ftw" ] || flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
+  echo "== R0"; timeout 80 flint bench "$DATA/q30.ftw" -p 512 -n 32 -r 2 --mode resident 2>&1 | grep -E "model \||q30.ftw \||Error"
+  for g in auto off; do
+    echo "== P8 --graphs $g"; timeout 110 flint bench "$DATA/q30.ftw" -p 8192 -n 0 -r 1 --mode full --warm \
+      --ram-budget 20 --vram-budget 4 --graphs $g 2>&1 | grep -E "model \||q30.ftw \||Error|Traceback|rror:"
+  done
+  echo "== V1"; timeout 70 flint bench "$DATA/q30.ftw" -p 0 -n 64 --tg-random -r 1 --mode full \
+    --ram-budget 20 --vram-budget 4 2>&1 | grep -E "model \||q30.ftw \||Error"
+}
+
 case $what in
   install) install ;;
   format) install; format ;;
@@ -406,5 +423,6 @@ case $what in
   gpu21) install; gpu21 ;;
   gpu22) install; gpu22 ;;
   gpu23) install; gpu23 ;;
+  gpu24) install; gpu24 ;;
 esac 2>&1 | tee "$OUT/gpu_box_$what.log"
 
