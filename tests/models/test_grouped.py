@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from test_graphs import _reference, _slabs
 
 import flint
-from flint.graphs.grouped import block_m, grouped_experts
+from flint.graphs.grouped import block_m, grouped_experts, pair_plan
 from flint.graphs.moe_kernel import available, slab_pool, stacked_pool
 from flint.models.moe import dispatch, weighted_sum
 
@@ -47,7 +47,8 @@ def test_grouped_kernels_follow_the_per_expert_path(scheme: str) -> None:
     x = torch.randn(tokens, hidden).bfloat16()
     ids, w = _route(tokens, experts, k)
     out = torch.full((tokens * k, hidden), float("nan"))
-    grouped_experts(x, ids.reshape(-1), pool, out)
+    every = {e: e for e in range(experts)}
+    grouped_experts(x, pair_plan(ids, experts, x.device), every, pool, out)
     got = weighted_sum(out.view(tokens, k, -1), w).to(x.dtype)
     want = _reference(x, ids, w, dense)
     err = ((got.float() - want.float()).norm() / want.float().norm()).item()
@@ -62,15 +63,15 @@ def test_a_pair_gets_the_same_bits_whatever_shares_its_launch() -> None:
     pool, _ = _pool("int4", experts, inter, hidden)
     x = torch.randn(tokens, hidden).bfloat16()
     ids, _ = _route(tokens, experts, k)
-    flat = ids.reshape(-1)
+    plan = pair_plan(ids, experts, x.device)
     whole = torch.full((tokens * k, hidden), float("nan"))
-    grouped_experts(x, flat, pool, whole)
+    grouped_experts(x, plan, {e: e for e in range(experts)}, pool, whole)
     assert not whole.isnan().any()
     parts = torch.full_like(whole, float("nan"))
-    first = flat < 2
-    grouped_experts(x, torch.where(first, flat, experts), pool, parts)
+    first = ids.reshape(-1) < 2
+    grouped_experts(x, plan, {0: 0, 1: 1}, pool, parts)
     assert parts[~first].isnan().all() and not parts[first].isnan().any()
-    grouped_experts(x, torch.where(first, experts + 5, flat), pool, parts)
+    grouped_experts(x, plan, {e: e for e in range(2, experts)}, pool, parts)
     assert torch.equal(parts, whole)
 
 
@@ -91,9 +92,9 @@ def test_grouped_kernels_add_biases_by_expert_id_from_any_slot() -> None:
     pool = stacked_pool(g[perm], u[perm], d[perm]).with_math(math, 0)
     x = torch.randn(tokens, hidden).bfloat16() * 4  # some gates past the clamp
     ids, w = _route(tokens, experts, k)
-    slot_of = torch.argsort(perm)
+    slot_of = {int(e): s for s, e in enumerate(perm)}
     out = torch.empty(tokens * k, hidden)
-    grouped_experts(x, slot_of[ids.reshape(-1)], pool, out, slot_experts=perm)
+    grouped_experts(x, pair_plan(ids, experts, x.device), slot_of, pool, out)
     got = weighted_sum(out.view(tokens, k, -1), w).to(x.dtype)
 
     def run(e: int, xs: torch.Tensor) -> torch.Tensor:
@@ -178,15 +179,15 @@ def test_grouped_kernels_on_the_gpu(scheme: str) -> None:
     pool, dense = _pool(scheme, experts, inter, hidden, device="cuda")
     x = torch.randn(tokens, hidden).bfloat16()
     ids, w = _route(tokens, experts, k)
-    flat = ids.reshape(-1).to(cuda)
+    plan = pair_plan(ids.to(cuda), experts, cuda)  # sorted on the GPU
     out = torch.full((tokens * k, hidden), float("nan"), device=cuda)
-    grouped_experts(x.to(cuda), flat, pool, out)
+    grouped_experts(x.to(cuda), plan, {e: e for e in range(experts)}, pool, out)
     got = weighted_sum(out.view(tokens, k, -1), w.to(cuda)).to(torch.bfloat16).cpu()
     want = _reference(x, ids, w, dense)
     err = ((got.float() - want.float()).norm() / want.float().norm()).item()
     assert err <= 1e-2, err
     alone = torch.full_like(out, float("nan"))
-    for e in range(experts):  # one launch per slot, on the host's plan (CPU slots)
-        mine = ids.reshape(-1) == e
-        grouped_experts(x.to(cuda), torch.where(mine, ids.reshape(-1), experts), pool, alone)
+    plan = pair_plan(ids, experts, cuda)  # sorted on the CPU
+    for e in range(experts):  # one launch per slot
+        grouped_experts(x.to(cuda), plan, {e: e}, pool, alone)
     assert torch.equal(alone, out)

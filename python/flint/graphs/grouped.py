@@ -27,6 +27,7 @@ dequantizing path prefilled 30B-A3B int4 at 298 tok/s (docs/benchmarks.md).
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 import torch
 
@@ -48,50 +49,67 @@ def block_m(tokens: int) -> int:
     return 16 if tokens < 128 else 32 if tokens < 1024 else 64
 
 
+@dataclass(slots=True, frozen=True)
+class PairPlan:
+    """A layer call's (token, rank) pairs sorted by expert id, made once per call:
+    expert e's pairs are ``order[start[e] : start[e] + count[e]]`` (``order`` on the
+    device). Each grouped launch over some of the experts reads its segments."""
+
+    tokens: int
+    order: torch.Tensor  # [T*K] int32 or int64
+    start: list[int]
+    count: list[int]
+    host_ids: list[int] | None = None  # [T*K] the expert of each pair, when the host has it
+
+
+def pair_plan(ids: torch.Tensor, n_experts: int, device: torch.device) -> PairPlan:
+    """The plan of ``ids`` [T, K] (on the CPU: made there and sent in one copy; on the
+    GPU: sorted there, its counts read back once)."""
+    flat = ids.reshape(-1)
+    order = torch.argsort(flat, stable=True).to(torch.int32).to(device)
+    count = torch.bincount(flat, minlength=n_experts).tolist()
+    start, at = [], 0
+    for c in count:
+        start.append(at)
+        at += c
+    return PairPlan(ids.shape[0], order, start, count)
+
+
 def grouped_experts(
     x: torch.Tensor,  # [T, H] in the model dtype
-    slots: torch.Tensor,  # [T*K] int64: pool slot of each (token, rank) pair; >= E: skip
+    plan: PairPlan,
+    slot_of: dict[int, int],  # expert -> its pool slot: the experts computed
     pool: ExpertPool,
     out: torch.Tensor,  # [T*K, H] fp32: each computed pair's output, others untouched
-    slot_experts: torch.Tensor | None = None,  # [E] expert id of each slot (biases)
 ) -> None:
-    """Computes every pair whose slot is in the pool into ``out`` (see the module docs).
-    ``slots`` on the CPU: the launch plan is made there and sent in one copy, with no
-    synchronisation; on the GPU it is sorted there and its counts read back once."""
+    """Computes the pairs routed to ``slot_of``'s experts into ``out`` (see the module
+    docs); biases are looked up by expert id."""
     assert triton is not None, "check moe_kernel.available() first"
     tokens, h_dim = x.shape
-    top_k = slots.numel() // tokens
+    top_k = plan.order.numel() // tokens
     n, i_dim, dev = pool.experts, pool.inter, x.device
     bm = block_m(tokens)
     bn, bk, warps, stages = BLOCK
     bk = max(bk, pool.group)  # an int4 tile holds whole groups
-    capped = torch.clamp(slots, max=n)  # the skipped pairs sort last and get no block
-    order = torch.argsort(capped, stable=True).to(torch.int32)
-    counts = torch.bincount(capped, minlength=n + 1)[:n].tolist()  # on the GPU: one sync
-    blocks = [-(-c // bm) for c in counts]
-    blk = [s for s in range(n) for _ in range(blocks[s])]
+    start, count, experts = [0] * n, [0] * n, [0] * n
+    for e, s in slot_of.items():
+        start[s], count[s], experts[s] = plan.start[e], plan.count[e], e
+    blk: list[int] = []
+    first: list[int] = []
+    for s in range(n):
+        first.append(len(blk))
+        blk += [s] * -(-count[s] // bm)
     if not blk:
         return
-    start, first, at, b = [], [], 0, 0
-    for s in range(n):
-        start.append(at)
-        first.append(b)
-        at, b = at + counts[s], b + blocks[s]
-    meta = torch.tensor(blk + start + counts + first, dtype=torch.int32)
-    if order.device == meta.device:
-        meta = torch.cat([meta, order]).to(dev)
-    else:
-        meta = torch.cat([meta.to(dev), order])
     nb = len(blk)
+    meta = torch.tensor(blk + start + count + first + experts, dtype=torch.int32).to(dev)
     blk_t, start_t = meta[:nb], meta[nb : nb + n]
     count_t, first_t = meta[nb + n : nb + 2 * n], meta[nb + 2 * n : nb + 3 * n]
-    order = meta[nb + 3 * n :]
-    eids = slot_experts if slot_experts is not None else torch.arange(n, device=dev)
-    hidden = torch.empty(slots.numel(), i_dim, dtype=x.dtype, device=dev)
+    hidden = torch.empty(plan.order.numel(), i_dim, dtype=x.dtype, device=dev)
     gate_b, up_b, down_b = pool.biases or (x, x, x)  # x: never read without biases
     has_bias = pool.biases is not None
     x = x.contiguous()
-    rows = (order, blk_t, start_t, count_t, first_t, eids.to(dev))
+    rows = (plan.order, blk_t, start_t, count_t, first_t, meta[nb + 3 * n :])
     with on_device(dev):
         grouped_gate_up_kernel[(nb, triton.cdiv(i_dim, bn))](
             x, *rows, hidden, *_args(pool.gate), *_args(pool.up), gate_b, up_b, h_dim, i_dim,

@@ -234,6 +234,42 @@ def _launch(
     return out
 
 
+def slot_outputs(
+    x: torch.Tensor,  # [T, H] in the model dtype
+    pairs: list[int],  # (token, rank) pairs to compute: t * K + k
+    slots: list[int],  # the pool slot of each
+    top_k: int,
+    pool: ExpertPool,
+    out: torch.Tensor,  # [T*K, H] fp32: the pairs' rows written, others untouched
+) -> None:
+    """Each listed pair's expert output (rounded to the model dtype, in fp32) by the slot
+    kernels, as ``moe_experts`` computes it before its ranked sum (no biases: the
+    kernels look them up by slot)."""
+    assert triton is not None and pool.biases is None
+    if not pairs:
+        return
+    index = torch.tensor(pairs + slots).to(x.device)
+    rows, ids = index[: len(pairs)], index[len(pairs) :, None]
+    xs = x.index_select(0, rows // top_k).contiguous()
+    n, h_dim, i_dim = len(pairs), pool.hidden, pool.inter
+    hidden = torch.empty(n, i_dim, dtype=x.dtype, device=x.device)
+    y = torch.empty(n, h_dim, dtype=torch.float32, device=x.device)
+    with on_device(x.device):
+        bn, bk, warps = GATE_UP_BLOCK
+        gate_up_kernel[(n, triton.cdiv(i_dim, bn))](
+            xs, ids, hidden, *_args(pool.gate), *_args(pool.up), xs, xs, h_dim, i_dim,
+            pool.alpha, pool.limit, TOPK=1, SCHEME=pool.scheme, GROUP=pool.group, BN=bn,
+            BK=_cols(bk, pool.group), HAS_BIAS=False, ACT=pool.act, num_warps=warps,
+        )  # fmt: skip
+        bn, bk, warps = DOWN_BLOCK
+        down_kernel[(n, triton.cdiv(h_dim, bn))](
+            hidden, ids, y, *_args(pool.down), xs, h_dim, i_dim, OUT=_DTYPES[x.dtype],
+            SCHEME=pool.scheme, GROUP=pool.group, BN=bn, BK=_cols(bk, pool.group),
+            HAS_BIAS=False, num_warps=warps,
+        )  # fmt: skip
+    out.index_copy_(0, rows, y)
+
+
 DEQUANT_BLOCK = (32, 128)  # rows x columns of the weights one program dequantizes
 
 

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 from flint.format.constants import SCALE_ALIGN
 from flint.format.reader import ExpertLayout
-from flint.graphs.grouped import grouped_experts
+from flint.graphs.grouped import grouped_experts, pair_plan
 from flint.graphs.moe_kernel import ExpertPool, available, moe_experts, slab_pool
 from flint.models.config import ModelConfig
 from flint.models.loading import Placement
@@ -99,7 +99,9 @@ class SlabResidentExperts:
         if available() is None:
             tokens, k = ids.shape
             out = torch.empty(tokens * k, x.shape[1], dtype=torch.float32, device=x.device)
-            grouped_experts(x, ids.reshape(-1), self.pools[layer], out)
+            plan = pair_plan(ids, self.layout.n_experts, x.device)
+            every = {e: e for e in range(self.layout.n_experts)}
+            grouped_experts(x, plan, every, self.pools[layer], out)
             return weighted_sum(out.view(tokens, k, -1), weights).to(x.dtype)
         m = self.math
         selected = torch.unique(ids).tolist()  # ascending: the order dispatch runs them in

@@ -29,6 +29,7 @@ import torch.nn.functional as F
 
 from flint import _core
 from flint.format.reader import ExpertLayout
+from flint.graphs.grouped import PairPlan
 from flint.models.config import ModelConfig
 from flint.models.cpu_kernels import FusedKernel, slab_addresses, streaming_threads
 from flint.models.loading import indexed
@@ -202,9 +203,11 @@ class StreamedExperts(CudaPlacement):
         # int8/int4 on CUDA beside the graph step (``slab_kernels``): the VRAM cache
         # holds slabs, and the GPU computes from slabs in grouped launches
         # (flint.graphs.grouped): a layer's VRAM experts in one, each staged chunk of a
-        # prompt's in one. The resident slab backend's prompts run the same kernels, so
-        # the two agree bit for bit. Off: each expert through torch's kernels.
-        self.slab_kernels = slab_kernels and slab_ready(layout)
+        # prompt's in one; a decode step's VRAM experts in one launch of the slot
+        # kernels. The resident slab backend's prompts run the same kernels, so the two
+        # agree bit for bit. Off (and for experts with biases, which the slot kernels
+        # look up by slot): each expert through torch's kernels.
+        self.slab_kernels = slab_kernels and slab_ready(layout) and not self.math.biases
         # The q* split of a decode step's missing experts between PCIe fills and the CPU
         # (qsplit.py); None: all on the CPU.
         if host_split not in HOST_SPLITS:
@@ -407,13 +410,13 @@ class StreamedExperts(CudaPlacement):
         vram: VramCache,
         experts: list[int],
         x: torch.Tensor,
-        host_ids: torch.Tensor,
+        plan: PairPlan,
         outputs: torch.Tensor,
     ) -> None:
-        """``experts`` (held in ``vram``) computed from its pool in one grouped launch."""
+        """``experts`` (held in ``vram``) computed from its pool in one launch."""
         where = vram.where[layer]
         slots = {e: where[e] for e in experts}
-        self._grouped(layer, vram.pools[layer], slots, x, host_ids, outputs)
+        self._grouped(layer, vram.pools[layer], slots, x, plan, outputs)
 
     def _idle_loop(self) -> None:
         """Fills empty slots with the most-used experts (usage table) once no forward
@@ -517,8 +520,9 @@ class StreamedExperts(CudaPlacement):
         if host is not None and selected and tokens <= HOST_MAX_TOKENS:
             # copied now, before the GPU work below is queued
             x_host = HostBatch(x, ids, order, host.dtype)
-        if vram is not None and held and self.slab_kernels:  # one launch, queued first
-            self._vram_grouped(layer, vram, held, x, flat_host, outputs)
+        plan = PairPlan(tokens, order, starts, counts, host_ids) if self.slab_kernels else None
+        if vram is not None and held and plan is not None:  # one launch, queued first
+            self._vram_grouped(layer, vram, held, x, plan, outputs)
         for expert in held if not self.slab_kernels else []:  # runs while the CPU works
             rows = rows_of(expert)
             outputs[rows] = self._vram_expert(layer, expert, x[rows // k]).float()
@@ -547,7 +551,7 @@ class StreamedExperts(CudaPlacement):
                     y = self._expert(self._on(x.device), layer, expert, slab, hit, x[rows // k])
                     outputs[rows] = y.to(torch.float32)
             if staged and stager is not None:
-                self._staged(layer, stager, staged, x, rows_of, outputs, flat_host)
+                self._staged(layer, stager, staged, x, rows_of, outputs, plan)
             if on_host and x_host is not None:
                 fills, on_host = self._split(on_host)
                 queued = self._fill(layer, fills, x, rows_of, outputs) if fills else None
@@ -558,8 +562,8 @@ class StreamedExperts(CudaPlacement):
                 if self.qsplit is not None:
                     self._observe(queued, on_host, time.perf_counter() - t0)
             self.engine.unpin(layer, wave)
-        if vram is not None and admitted:
-            self._vram_grouped(layer, vram, admitted, x, flat_host, outputs)
+        if vram is not None and admitted and plan is not None:
+            self._vram_grouped(layer, vram, admitted, x, plan, outputs)
         return weighted_sum(outputs.view(tokens, k, -1), weights).to(x.dtype)
 
     def _fused_waves(

@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from flint.format.reader import ExpertLayout
-from flint.graphs.grouped import grouped_experts
-from flint.graphs.moe_kernel import available, slab_pool, slab_unsupported
+from flint.graphs.grouped import PairPlan, grouped_experts
+from flint.graphs.moe_kernel import available, slab_pool, slab_unsupported, slot_outputs
+from flint.graphs.slab_experts import KERNEL_TOKENS
 from flint.models.cpu_kernels import FusedKernel, slab_addresses
 from flint.models.moe import ExpertMath
 from flint.stream.gpu_waves import GpuStager, cuda_event
@@ -82,7 +83,7 @@ class CudaPlacement:
         x: torch.Tensor,  # [T, H] on the GPU
         rows_of: Callable[[int], torch.Tensor],
         outputs: torch.Tensor,  # [T*K, H] fp32 on the GPU
-        host_ids: torch.Tensor | None = None,  # [T*K] on the CPU: the slab kernels' plan
+        plan: PairPlan | None = None,  # the slab kernels' pairs
     ) -> None:
         """A wave's experts outside VRAM through the double-buffered staging copies
         (gpu_waves.py), computed on the GPU as from their slots: with the slab kernels
@@ -96,11 +97,11 @@ class CudaPlacement:
             outputs[rows] = y.to(torch.float32)
 
         def compute_chunk(chunk: list[int], buffers: torch.Tensor) -> None:
-            assert host_ids is not None
+            assert plan is not None
             slot = dict(zip(chunk, range(len(chunk)), strict=True))
-            self._grouped(layer, buffers, slot, x, host_ids, outputs)
+            self._grouped(layer, buffers, slot, x, plan, outputs)
 
-        if self.slab_kernels and host_ids is not None:
+        if self.slab_kernels and plan is not None:
             stager.run(experts, wait, compute_chunk=compute_chunk)
         else:
             stager.run(experts, wait, compute)
@@ -112,20 +113,22 @@ class CudaPlacement:
         slabs: torch.Tensor,  # [slots, slab_bytes] on the GPU
         slot: dict[int, int],  # expert -> its row in ``slabs``
         x: torch.Tensor,  # [T, H]
-        host_ids: torch.Tensor,  # [T*K] the layer's selections, on the CPU
+        plan: PairPlan,
         outputs: torch.Tensor,  # [T*K, H] fp32
     ) -> None:
-        """The pairs routed to ``slot``'s experts, computed from ``slabs`` in one grouped
-        launch (``flint.graphs.grouped``) into their rows of ``outputs``."""
-        n, lay = slabs.shape[0], self.layout
-        to_slot = torch.full((lay.n_experts,), n, dtype=torch.int64)
-        to_slot[list(slot)] = torch.tensor(list(slot.values()))
+        """The pairs routed to ``slot``'s experts, computed from ``slabs`` into their rows
+        of ``outputs``: one grouped launch (``flint.graphs.grouped``) for a prompt, the
+        slot kernels on the pairs for a few tokens (``moe_kernel.slot_outputs``)."""
+        lay = self.layout
         pool = slab_pool(slabs, lay.scheme, lay.group_size, lay.shapes, lay.proj_offsets)
-        experts = None
-        if self.math.biases.get(layer) is not None:  # biases are looked up by expert id
-            experts = torch.zeros(n, dtype=torch.int64)
-            experts[list(slot.values())] = torch.tensor(list(slot))
-        grouped_experts(x, to_slot[host_ids], pool.with_math(self.math, layer), outputs, experts)
+        pool = pool.with_math(self.math, layer)
+        if plan.tokens > KERNEL_TOKENS:
+            grouped_experts(x, plan, slot, pool, outputs)
+        else:
+            assert plan.host_ids is not None
+            pairs = [i for i, e in enumerate(plan.host_ids) if e in slot]
+            slots = [slot[plan.host_ids[i]] for i in pairs]
+            slot_outputs(x, pairs, slots, len(plan.host_ids) // plan.tokens, pool, outputs)
         self.counters.gpu_experts += len(slot)
 
     def _split(
