@@ -394,6 +394,22 @@ gpu24() {
     --ram-budget 20 --vram-budget 4 2>&1 | grep -E "model \||q30.ftw \||Error"
 }
 
+# Seventh session, second run: the grouped kernels by tile shape, R0's prompt, P8 and V1
+# after the per-layer pair plan and the slot kernels for decode.
+gpu25() {
+  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
+  timeout 60 python3 benches/grouped_kernel.py --tokens 512,8192
+  timeout 130 python3 -m pytest tests/models/test_grouped.py tests/models/test_gpu_waves.py \
+    tests/models/test_vram_cache.py tests/models/test_streamed_step.py \
+    -q -p no:cacheprovider --tb=short -rf -m gpu 2>&1 | tail -15
+  [ -f "$DATA/q30.ftw" ] || flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
+  echo "== R0"; timeout 150 flint bench "$DATA/q30.ftw" -p 512 -n 0 -r 2 --mode resident 2>&1 | tail -4
+  echo "== P8 --graphs auto"; timeout 110 flint bench "$DATA/q30.ftw" -p 8192 -n 0 -r 1 --mode full --warm \
+    --ram-budget 20 --vram-budget 4 2>&1 | grep -E "model \||q30.ftw \||Error|Traceback|rror:"
+  echo "== V1"; timeout 70 flint bench "$DATA/q30.ftw" -p 0 -n 64 --tg-random -r 1 --mode full \
+    --ram-budget 20 --vram-budget 4 2>&1 | grep -E "model \||q30.ftw \||Error"
+}
+
 case $what in
   install) install ;;
   format) install; format ;;
@@ -424,5 +440,6 @@ case $what in
   gpu22) install; gpu22 ;;
   gpu23) install; gpu23 ;;
   gpu24) install; gpu24 ;;
+  gpu25) install; gpu25 ;;
 esac 2>&1 | tee "$OUT/gpu_box_$what.log"
 

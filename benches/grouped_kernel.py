@@ -1,0 +1,123 @@
+"""One MoE layer of a prompt through the grouped slab kernels, by block shape (issue 8).
+
+Usage: python benches/grouped_kernel.py [--scheme int4|int8] [--tokens 512,8192]
+       [--experts 128] [--top-k 8] [--hidden 2048] [--inter 768] [--blocks BN:BK:W:S,...]
+
+A layer of random experts in the .ftw slab layout (30B-A3B geometry by default) and a
+random routing of T tokens; ``flint.graphs.grouped.grouped_experts`` over every expert
+(what the resident slab backend launches for a prompt), timed with CUDA events (median
+of 10 after 2 warm-ups), per (BN, BK, warps, stages) tile shape given. Printed per row:
+ms per layer, TFLOP/s of the expert math (2 x 3 x H x I per pair), and GB/s of expert
+bytes (each selected expert's slab read once). Then the path it replaced: each selected
+expert dequantized to bf16 (one Triton launch per projection for all of them) and
+multiplied by cuBLAS per expert.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from flint.format.quant import encode_projection
+from flint.graphs import grouped
+from flint.graphs.grouped import grouped_experts, pair_plan
+from flint.graphs.moe_kernel import dequantize, slab_pool
+
+
+def median_ms(fn: Callable[[], object], reps: int = 10) -> float:
+    times = []
+    for i in range(reps + 2):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        if i >= 2:
+            times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def layer(scheme: str, experts: int, hidden: int, inter: int, group: int) -> tuple:
+    """(slabs [E, bytes] on the GPU, projection offsets, shapes)."""
+    shapes = ((inter, hidden), (inter, hidden), (hidden, inter))
+    parts = [encode_projection(torch.randn(r, c) * 0.02, scheme, group) for r, c in shapes]
+    offsets, at = [], 0
+    for part in parts:
+        at += -at % 64
+        offsets.append(at)
+        at += part.numel()
+    slab = torch.zeros(at + (-at % 64), dtype=torch.uint8)
+    for o, part in zip(offsets, parts, strict=True):
+        slab[o : o + part.numel()] = part
+    # every expert the same bytes: the kernels' time does not depend on the values
+    return slab.cuda().expand(experts, -1).contiguous(), tuple(offsets), shapes
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--scheme", default="int4", choices=["int4", "int8"])
+    ap.add_argument("--tokens", default="512,8192")
+    ap.add_argument("--experts", type=int, default=128)
+    ap.add_argument("--top-k", type=int, default=8)
+    ap.add_argument("--hidden", type=int, default=2048)
+    ap.add_argument("--inter", type=int, default=768)
+    ap.add_argument("--group", type=int, default=32)
+    ap.add_argument("--blocks", default="64:64:4:3,128:64:4:3,64:128:4:3,128:128:8:3,64:64:4:4")
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    slabs, offsets, shapes = layer(a.scheme, a.experts, a.hidden, a.inter, a.group)
+    pool = slab_pool(slabs, a.scheme, a.group, shapes, offsets)
+    slab_bytes = slabs.shape[1]
+    rows = []
+    for tokens in (int(t) for t in a.tokens.split(",")):
+        x = torch.randn(tokens, a.hidden, device="cuda").bfloat16()
+        ids = torch.stack([torch.randperm(a.experts)[: a.top_k] for _ in range(tokens)]).cuda()
+        plan = pair_plan(ids, a.experts, x.device)
+        every = {e: e for e in range(a.experts)}
+        out = torch.empty(tokens * a.top_k, a.hidden, device="cuda")
+        used = len(set(ids.reshape(-1).tolist()))
+        flop = 2 * 3 * a.hidden * a.inter * tokens * a.top_k
+        for spec in a.blocks.split(","):
+            bn, bk, w, s = (int(v) for v in spec.split(":"))
+            grouped.BLOCK = (bn, bk, w, s)
+            ms = median_ms(lambda: grouped_experts(x, plan, every, pool, out))
+            rows.append(
+                {"tokens": tokens, "path": f"grouped {spec} BM={grouped.block_m(tokens)}",
+                 "ms": ms, "tflops": flop / ms / 1e9, "gb_s": used * slab_bytes / ms / 1e6}
+            )  # fmt: skip
+
+        def dequant_mm() -> None:
+            index = torch.arange(a.experts, device="cuda")
+            dense = [dequantize(pool, p, index, torch.bfloat16) for p in range(3)]
+            flat = ids.reshape(-1)
+            for e in range(a.experts):
+                pairs = (flat == e).nonzero().squeeze(1)
+                xs = x[pairs // a.top_k]
+                h = F.silu(F.linear(xs, dense[0][e])) * F.linear(xs, dense[1][e])
+                out[pairs] = F.linear(h, dense[2][e]).float()
+
+        ms = median_ms(dequant_mm, reps=3)
+        rows.append(
+            {"tokens": tokens, "path": "dequantize + cuBLAS per expert", "ms": ms,
+             "tflops": flop / ms / 1e9, "gb_s": used * slab_bytes / ms / 1e6}
+        )  # fmt: skip
+    if a.json:
+        print(json.dumps(rows, indent=1))
+        return
+    print(f"{a.scheme}, {a.experts} experts of {a.hidden} x {a.inter}, top-{a.top_k}")
+    print("| tokens | path | ms / layer | TFLOP/s | GB/s of expert bytes |")
+    print("|---|---|---|---|---|")
+    for r in rows:
+        print(
+            f"| {r['tokens']} | {r['path']} | {r['ms']:.3f} | {r['tflops']:.1f} "
+            f"| {r['gb_s']:.0f} |"
+        )
+
+
+if __name__ == "__main__":
+    main()
