@@ -19,6 +19,7 @@ import argparse
 import json
 import statistics
 from collections.abc import Callable
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -58,6 +59,44 @@ def layer(scheme: str, experts: int, hidden: int, inter: int, group: int) -> tup
     return slab.cuda().expand(experts, -1).contiguous(), tuple(offsets), shapes
 
 
+def dequant_mm(pool: object, x: torch.Tensor, ids: torch.Tensor, out: torch.Tensor) -> None:
+    """The replaced path: every expert dequantized (one launch per projection), then
+    cuBLAS per expert on its rows."""
+    experts, top_k = pool.experts, ids.shape[1]  # type: ignore[attr-defined]
+    index = torch.arange(experts, device="cuda")
+    dense = [dequantize(pool, p, index, torch.bfloat16) for p in range(3)]  # type: ignore[arg-type]
+    flat = ids.reshape(-1)
+    for e in range(experts):
+        pairs = (flat == e).nonzero().squeeze(1)
+        xs = x[pairs // top_k]
+        h = F.silu(F.linear(xs, dense[0][e])) * F.linear(xs, dense[1][e])
+        out[pairs] = F.linear(h, dense[2][e]).float()
+
+
+def bench_tokens(a: argparse.Namespace, pool: object, slab_bytes: int, tokens: int) -> list[dict]:
+    x = torch.randn(tokens, a.hidden, device="cuda").bfloat16()
+    ids = torch.stack([torch.randperm(a.experts)[: a.top_k] for _ in range(tokens)]).cuda()
+    plan = pair_plan(ids, a.experts, x.device)
+    every = {e: e for e in range(a.experts)}
+    out = torch.empty(tokens * a.top_k, a.hidden, device="cuda")
+    used = len(set(ids.reshape(-1).tolist()))
+    flop = 2 * 3 * a.hidden * a.inter * tokens * a.top_k
+    rows = []
+    for spec in a.blocks.split(","):
+        grouped.BLOCK = tuple(int(v) for v in spec.split(":"))  # type: ignore[assignment]
+        ms = median_ms(partial(grouped_experts, x, plan, every, pool, out))
+        rows.append(
+            {"tokens": tokens, "path": f"grouped {spec} BM={grouped.block_m(tokens)}",
+             "ms": ms, "tflops": flop / ms / 1e9, "gb_s": used * slab_bytes / ms / 1e6}
+        )  # fmt: skip
+    ms = median_ms(partial(dequant_mm, pool, x, ids, out), reps=3)
+    rows.append(
+        {"tokens": tokens, "path": "dequantize + cuBLAS per expert", "ms": ms,
+         "tflops": flop / ms / 1e9, "gb_s": used * slab_bytes / ms / 1e6}
+    )  # fmt: skip
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--scheme", default="int4", choices=["int4", "int8"])
@@ -75,37 +114,7 @@ def main() -> None:
     slab_bytes = slabs.shape[1]
     rows = []
     for tokens in (int(t) for t in a.tokens.split(",")):
-        x = torch.randn(tokens, a.hidden, device="cuda").bfloat16()
-        ids = torch.stack([torch.randperm(a.experts)[: a.top_k] for _ in range(tokens)]).cuda()
-        plan = pair_plan(ids, a.experts, x.device)
-        every = {e: e for e in range(a.experts)}
-        out = torch.empty(tokens * a.top_k, a.hidden, device="cuda")
-        used = len(set(ids.reshape(-1).tolist()))
-        flop = 2 * 3 * a.hidden * a.inter * tokens * a.top_k
-        for spec in a.blocks.split(","):
-            bn, bk, w, s = (int(v) for v in spec.split(":"))
-            grouped.BLOCK = (bn, bk, w, s)
-            ms = median_ms(lambda: grouped_experts(x, plan, every, pool, out))
-            rows.append(
-                {"tokens": tokens, "path": f"grouped {spec} BM={grouped.block_m(tokens)}",
-                 "ms": ms, "tflops": flop / ms / 1e9, "gb_s": used * slab_bytes / ms / 1e6}
-            )  # fmt: skip
-
-        def dequant_mm() -> None:
-            index = torch.arange(a.experts, device="cuda")
-            dense = [dequantize(pool, p, index, torch.bfloat16) for p in range(3)]
-            flat = ids.reshape(-1)
-            for e in range(a.experts):
-                pairs = (flat == e).nonzero().squeeze(1)
-                xs = x[pairs // a.top_k]
-                h = F.silu(F.linear(xs, dense[0][e])) * F.linear(xs, dense[1][e])
-                out[pairs] = F.linear(h, dense[2][e]).float()
-
-        ms = median_ms(dequant_mm, reps=3)
-        rows.append(
-            {"tokens": tokens, "path": "dequantize + cuBLAS per expert", "ms": ms,
-             "tflops": flop / ms / 1e9, "gb_s": used * slab_bytes / ms / 1e6}
-        )  # fmt: skip
+        rows += bench_tokens(a, pool, slabs.shape[1], tokens)
     if a.json:
         print(json.dumps(rows, indent=1))
         return
@@ -114,8 +123,7 @@ def main() -> None:
     print("|---|---|---|---|---|")
     for r in rows:
         print(
-            f"| {r['tokens']} | {r['path']} | {r['ms']:.3f} | {r['tflops']:.1f} "
-            f"| {r['gb_s']:.0f} |"
+            f"| {r['tokens']} | {r['path']} | {r['ms']:.3f} | {r['tflops']:.1f} | {r['gb_s']:.0f} |"
         )
 
 
