@@ -111,7 +111,6 @@ def main() -> None:
     a = ap.parse_args()
     slabs, offsets, shapes = layer(a.scheme, a.experts, a.hidden, a.inter, a.group)
     pool = slab_pool(slabs, a.scheme, a.group, shapes, offsets)
-    slab_bytes = slabs.shape[1]
     rows = []
     for tokens in (int(t) for t in a.tokens.split(",")):
         rows += bench_tokens(a, pool, slabs.shape[1], tokens)
