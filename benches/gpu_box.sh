@@ -410,6 +410,19 @@ gpu25() {
     --ram-budget 20 --vram-budget 4 2>&1 | grep -E "model \||q30.ftw \||Error"
 }
 
+# Seventh session, third run: V1 and P8 with the slab kernels against torch's per-expert
+# kernels (FLINT_SLAB_KERNELS=0) in one run; R0's prompt warm.
+gpu26() {
+  [ -f "$DATA/q30.ftw" ] || flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
+  for sk in 1 0 1; do
+    echo "== V1 FLINT_SLAB_KERNELS=$sk"; FLINT_SLAB_KERNELS=$sk timeout 60 flint bench "$DATA/q30.ftw" -p 0 -n 64 \
+      --tg-random -r 1 --mode full --ram-budget 20 --vram-budget 4 2>&1 | grep -E "q30.ftw \||Error"
+  done
+  echo "== P8 FLINT_SLAB_KERNELS=0"; FLINT_SLAB_KERNELS=0 timeout 100 flint bench "$DATA/q30.ftw" -p 8192 -n 0 \
+    -r 1 --mode full --warm --ram-budget 20 --vram-budget 4 2>&1 | grep -E "q30.ftw \||Error|rror:"
+  echo "== R0"; timeout 120 flint bench "$DATA/q30.ftw" -p 512 -n 0 -r 3 --mode resident 2>&1 | grep -E "q30.ftw \||Error"
+}
+
 case $what in
   install) install ;;
   format) install; format ;;
@@ -441,5 +454,6 @@ case $what in
   gpu23) install; gpu23 ;;
   gpu24) install; gpu24 ;;
   gpu25) install; gpu25 ;;
+  gpu26) install; gpu26 ;;
 esac 2>&1 | tee "$OUT/gpu_box_$what.log"
 

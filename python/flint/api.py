@@ -14,6 +14,7 @@ Example::
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -291,8 +292,11 @@ class LLM:
                 deterministic,
                 host_split,
                 pin_ram,
-                # the graph step's kernels on the GPU's side too (grouped from slabs)
-                slab_kernels=graphs != "off" and self.device.type == "cuda",
+                # the graph step's kernels on the GPU's side too (grouped from slabs);
+                # FLINT_SLAB_KERNELS=0 keeps torch's per-expert kernels (to compare)
+                slab_kernels=graphs != "off"
+                and self.device.type == "cuda"
+                and os.environ.get("FLINT_SLAB_KERNELS", "1") != "0",
             )
         self.expert_backend = expert_backend
         try:

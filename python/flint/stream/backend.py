@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from flint import _core
 from flint.format.reader import ExpertLayout
 from flint.graphs.grouped import PairPlan
+from flint.graphs.moe_kernel import ExpertPool
 from flint.models.config import ModelConfig
 from flint.models.cpu_kernels import FusedKernel, slab_addresses, streaming_threads
 from flint.models.loading import indexed
@@ -208,6 +209,7 @@ class StreamedExperts(CudaPlacement):
         # agree bit for bit. Off (and for experts with biases, which the slot kernels
         # look up by slot): each expert through torch's kernels.
         self.slab_kernels = slab_kernels and slab_ready(layout) and not self.math.biases
+        self._slab_pools: dict[tuple[int, int, int], ExpertPool] = {}  # _slab_pool's views
         # The q* split of a decode step's missing experts between PCIe fills and the CPU
         # (qsplit.py); None: all on the CPU.
         if host_split not in HOST_SPLITS:

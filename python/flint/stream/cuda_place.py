@@ -14,7 +14,13 @@ import torch
 
 from flint.format.reader import ExpertLayout
 from flint.graphs.grouped import PairPlan, grouped_experts
-from flint.graphs.moe_kernel import available, slab_pool, slab_unsupported, slot_outputs
+from flint.graphs.moe_kernel import (
+    ExpertPool,
+    available,
+    slab_pool,
+    slab_unsupported,
+    slot_outputs,
+)
 from flint.graphs.slab_experts import KERNEL_TOKENS
 from flint.models.cpu_kernels import FusedKernel, slab_addresses
 from flint.models.moe import ExpertMath
@@ -49,6 +55,7 @@ class CudaPlacement:
     gpu_waves: bool
     slab_kernels: bool
     math: ExpertMath
+    _slab_pools: dict[tuple[int, int, int], ExpertPool]
     _stagers: dict[torch.device, GpuStager]
 
     if TYPE_CHECKING:  # defined by StreamedExperts
@@ -119,9 +126,7 @@ class CudaPlacement:
         """The pairs routed to ``slot``'s experts, computed from ``slabs`` into their rows
         of ``outputs``: one grouped launch (``flint.graphs.grouped``) for a prompt, the
         slot kernels on the pairs for a few tokens (``moe_kernel.slot_outputs``)."""
-        lay = self.layout
-        pool = slab_pool(slabs, lay.scheme, lay.group_size, lay.shapes, lay.proj_offsets)
-        pool = pool.with_math(self.math, layer)
+        pool = self._slab_pool(layer, slabs)
         if plan.tokens > KERNEL_TOKENS:
             grouped_experts(x, plan, slot, pool, outputs)
         else:
@@ -130,6 +135,24 @@ class CudaPlacement:
             slots = [slot[plan.host_ids[i]] for i in pairs]
             slot_outputs(x, pairs, slots, len(plan.host_ids) // plan.tokens, pool, outputs)
         self.counters.gpu_experts += len(slot)
+
+    def _slab_pool(self, layer: int, slabs: torch.Tensor) -> ExpertPool:
+        """The kernels' view of ``slabs``, made once per buffer (~20 tensor views; a
+        layer's VRAM pool is replaced when the cache resizes, and its view with it)."""
+        key = (layer, slabs.data_ptr(), slabs.shape[0])
+        pool = self._slab_pools.get(key)
+        if pool is None:
+            lay = self.layout
+            pool = slab_pool(slabs, lay.scheme, lay.group_size, lay.shapes, lay.proj_offsets)
+            pool = pool.with_math(self.math, layer)
+            # a layer's views: its two staging buffer sets' and its VRAM pool's; more
+            # means the VRAM pool was replaced: drop them all, so its memory can go
+            stale = [k for k in self._slab_pools if k[0] == layer and k[1:] != key[1:]]
+            if len(stale) > 2:
+                for k in stale:
+                    del self._slab_pools[k]
+            self._slab_pools[key] = pool
+        return pool
 
     def _split(
         self, missing: list[tuple[int, int, bool]]
