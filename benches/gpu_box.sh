@@ -420,7 +420,7 @@ gpu26() {
   done
   echo "== P8 FLINT_SLAB_KERNELS=0"; FLINT_SLAB_KERNELS=0 timeout 100 flint bench "$DATA/q30.ftw" -p 8192 -n 0 \
     -r 1 --mode full --warm --ram-budget 20 --vram-budget 4 2>&1 | grep -E "q30.ftw \||Error|rror:"
-  echo "== R0"; timeout 120 flint bench "$DATA/q30.ftw" -p 512 -n 0 -r 3 --mode resident 2>&1 | grep -E "q30.ftw \||Error"
+  echo "== R0"; timeout 120 flint bench "$DATA/q30.ftw" -p 512 -n 0 -r 3 --warm --mode resident 2>&1 | grep -E "q30.ftw \||Error"
 }
 
 case $what in
