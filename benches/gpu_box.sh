@@ -423,6 +423,15 @@ gpu26() {
   echo "== R0"; timeout 120 flint bench "$DATA/q30.ftw" -p 512 -n 0 -r 3 --warm --mode resident 2>&1 | grep -E "q30.ftw \||Error"
 }
 
+# Seventh session, fourth run: where P8's prompt time goes (cProfile of the main thread).
+gpu27() {
+  [ -f "$DATA/q30.ftw" ] || flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
+  timeout 150 python3 -m cProfile -o "$OUT/p8.prof" "$(command -v flint)" bench "$DATA/q30.ftw" -p 8192 -n 0 \
+    -r 1 --mode full --warm --ram-budget 20 --vram-budget 4 2>&1 | grep -E "q30.ftw \||Error|rror:"
+  python3 -c "import pstats; s = pstats.Stats('$OUT/p8.prof'); s.sort_stats('tottime').print_stats(28); s.sort_stats('cumulative').print_stats(40)" \
+    2>&1 | grep -E "^ +[0-9]" | cut -c1-150 | head -70
+}
+
 case $what in
   install) install ;;
   format) install; format ;;
@@ -455,5 +464,6 @@ case $what in
   gpu24) install; gpu24 ;;
   gpu25) install; gpu25 ;;
   gpu26) install; gpu26 ;;
+  gpu27) install; gpu27 ;;
 esac 2>&1 | tee "$OUT/gpu_box_$what.log"
 
