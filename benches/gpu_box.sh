@@ -432,6 +432,16 @@ gpu27() {
     2>&1 | grep -E "^ +[0-9]" | cut -c1-150 | head -70
 }
 
+# Seventh session, last run: P8 and V1 with the slab kernels really on (flint bench's
+# streamed modes had built their backend without them until the fix before this run).
+gpu28() {
+  [ -f "$DATA/q30.ftw" ] || flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
+  echo "== P8 slab"; timeout 60 flint bench "$DATA/q30.ftw" -p 8192 -n 0 -r 1 --mode full --warm \
+    --ram-budget 20 --vram-budget 4 2>&1 | grep -E "q30.ftw \||Error|rror:"
+  echo "== V1 slab"; timeout 55 flint bench "$DATA/q30.ftw" -p 0 -n 64 --tg-random -r 1 --mode full \
+    --ram-budget 20 --vram-budget 4 2>&1 | grep -E "q30.ftw \||Error"
+}
+
 case $what in
   install) install ;;
   format) install; format ;;
@@ -465,5 +475,6 @@ case $what in
   gpu25) install; gpu25 ;;
   gpu26) install; gpu26 ;;
   gpu27) install; gpu27 ;;
+  gpu28) install; gpu28 ;;
 esac 2>&1 | tee "$OUT/gpu_box_$what.log"
 

@@ -14,7 +14,6 @@ Example::
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -121,11 +120,11 @@ def _streamed(
     deterministic: bool,
     host_split: str,
     pin_ram: bool | None = None,
-    slab_kernels: bool = False,
+    graphs: str = "auto",
 ) -> ExpertBackend:
     from flint.models import parse_config
     from flint.models.ftw_source import FtwSource
-    from flint.stream import streamed_backend
+    from flint.stream import slab_kernels_default, streamed_backend
 
     if not isinstance(source, FtwSource):
         raise ValueError("streaming needs a .ftw model file (convert it with `flint convert`)")
@@ -142,7 +141,8 @@ def _streamed(
         deterministic=deterministic,
         host_split=host_split,
         pin_ram=pin_ram,
-        slab_kernels=slab_kernels,
+        # the graph step's kernels on the GPU's side too (grouped from slabs)
+        slab_kernels=slab_kernels_default(graphs, device),
     )
 
 
@@ -292,11 +292,8 @@ class LLM:
                 deterministic,
                 host_split,
                 pin_ram,
-                # the graph step's kernels on the GPU's side too (grouped from slabs);
-                # FLINT_SLAB_KERNELS=0 keeps torch's per-expert kernels (to compare)
-                slab_kernels=graphs != "off"
-                and self.device.type == "cuda"
-                and os.environ.get("FLINT_SLAB_KERNELS", "1") != "0",
+                graphs,
+
             )
         self.expert_backend = expert_backend
         try:

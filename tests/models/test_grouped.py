@@ -191,3 +191,41 @@ def test_grouped_kernels_on_the_gpu(scheme: str) -> None:
     for e in range(experts):  # one launch per slot
         grouped_experts(x.to(cuda), plan, {e: e}, pool, alone)
     assert torch.equal(alone, out)
+
+
+def test_slab_kernels_are_chosen_alike_by_the_api_and_the_bench(
+    monkeypatch: pytest.MonkeyPatch, wide_files: dict[str, Path]
+) -> None:
+    """On CUDA beside the graph step, unless FLINT_SLAB_KERNELS=0; and ``flint bench``'s
+    streamed modes, which build their backend themselves, ask the same question."""
+    from flint import api
+    from flint.bench import modes
+    from flint.stream import slab_kernels_default
+
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert slab_kernels_default("auto", cuda) and slab_kernels_default("on", cuda)
+    assert not slab_kernels_default("off", cuda) and not slab_kernels_default("auto", cpu)
+    monkeypatch.setenv("FLINT_SLAB_KERNELS", "0")
+    assert not slab_kernels_default("auto", cuda)
+    monkeypatch.delenv("FLINT_SLAB_KERNELS")
+
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def capture(*args: object, **kw: object) -> None:
+        seen.append(kw["slab_kernels"])
+        raise Stop
+
+    monkeypatch.setattr(modes, "slab_kernels_default", lambda graphs, device: graphs == "on")
+    monkeypatch.setattr(modes, "streamed_backend", capture)
+    for graphs in ("on", "off"):
+        with pytest.raises(Stop):
+            modes.load("full", modes.Setup(wide_files["int4"], device="cpu", graphs=graphs), print)
+    monkeypatch.setattr("flint.stream.slab_kernels_default", lambda g, d: g == "on")
+    monkeypatch.setattr("flint.stream.streamed_backend", capture)
+    for graphs in ("on", "off"):
+        with pytest.raises(Stop):
+            api.LLM(wide_files["int4"], device="cpu", stream=True, graphs=graphs)
+    assert seen == [True, False, True, False]

@@ -25,7 +25,7 @@ from flint.models import parse_config
 from flint.models.cpu_kernels import slab_addresses
 from flint.models.ftw_source import FtwSource
 from flint.models.moe import weighted_sum
-from flint.stream import StreamedExperts, streamed_backend
+from flint.stream import StreamedExperts, slab_kernels_default, streamed_backend
 from flint.stream.qsplit import HOST_SPLITS
 from flint.stream.slab import slot_bytes
 
@@ -166,6 +166,7 @@ def load(mode: str, setup: Setup, notice: Callable[[str], None]) -> LLM:
         lookahead_from=e.lookahead_from,
         host_split=e.host_split,
         gpu_waves=e.gpu_waves,
+        slab_kernels=slab_kernels_default(setup.graphs, device),
         backend=NoWaitExperts if mode == "nowait" else StreamedExperts,
     )
     if isinstance(backend, NoWaitExperts):

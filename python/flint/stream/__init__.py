@@ -132,6 +132,18 @@ def streamed_backend(
     return experts
 
 
+def slab_kernels_default(graphs: str, device: torch.device) -> bool:
+    """Whether a streamed model computes its GPU experts with the slab kernels: on CUDA
+    beside the graph step (``graphs`` not "off"), unless ``FLINT_SLAB_KERNELS=0``
+    (torch's per-expert kernels, to compare); the layout's own limits are checked by
+    the backend (``slab_ready``)."""
+    return (
+        graphs != "off"
+        and device.type == "cuda"
+        and os.environ.get("FLINT_SLAB_KERNELS", "1") != "0"
+    )
+
+
 def usage_path(model: Path) -> Path:
     """Where a model's usage table lives: beside the model file when that directory is
     writable, else in flint's cache directory."""
@@ -143,4 +155,11 @@ def usage_path(model: Path) -> Path:
     return base / beside.name
 
 
-__all__ = ["StreamPlan", "StreamedExperts", "plan_cache", "streamed_backend", "usage_path"]
+__all__ = [
+    "StreamPlan",
+    "StreamedExperts",
+    "plan_cache",
+    "slab_kernels_default",
+    "streamed_backend",
+    "usage_path",
+]
