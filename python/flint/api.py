@@ -293,7 +293,6 @@ class LLM:
                 host_split,
                 pin_ram,
                 graphs,
-
             )
         self.expert_backend = expert_backend
         try:
