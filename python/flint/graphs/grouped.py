@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import torch
 
 from flint.graphs.grouped_kernels import grouped_down_kernel, grouped_gate_up_kernel
-from flint.graphs.moe_kernel import _DTYPES, ExpertPool, _args, on_device
+from flint.graphs.moe_kernel import _DTYPES, ExpertPool, _args, aligned_views, on_device
 from flint.graphs.triton_kernels import triton
 
 # (BN rows of a projection, BK columns, warps, pipeline stages) per program; BM, the
@@ -102,14 +102,14 @@ def grouped_experts(
     if not blk:
         return
     nb = len(blk)
-    meta = torch.tensor(blk + start + count + first + experts, dtype=torch.int32).to(dev)
-    blk_t, start_t = meta[:nb], meta[nb : nb + n]
-    count_t, first_t = meta[nb + n : nb + 2 * n], meta[nb + 2 * n : nb + 3 * n]
+    blk_t, start_t, count_t, first_t, eids = aligned_views(
+        [blk, start, count, first, experts], torch.int32, dev
+    )
     hidden = torch.empty(plan.order.numel(), i_dim, dtype=x.dtype, device=dev)
     gate_b, up_b, down_b = pool.biases or (x, x, x)  # x: never read without biases
     has_bias = pool.biases is not None
     x = x.contiguous()
-    rows = (plan.order, blk_t, start_t, count_t, first_t, meta[nb + 3 * n :])
+    rows = (plan.order, blk_t, start_t, count_t, first_t, eids)
     with on_device(dev):
         grouped_gate_up_kernel[(nb, triton.cdiv(i_dim, bn))](
             x, *rows, hidden, *_args(pool.gate), *_args(pool.up), gate_b, up_b, h_dim, i_dim,

@@ -234,6 +234,22 @@ def _launch(
     return out
 
 
+def aligned_views(
+    parts: list[list[int]], dtype: torch.dtype, device: torch.device
+) -> list[torch.Tensor]:
+    """``parts`` as tensors on ``device`` in one copy, each view starting 16-byte aligned:
+    Triton compiles a kernel per pointer alignment (16 bytes or not), so views at
+    offsets that vary from call to call would compile it again mid-run."""
+    per = 16 // torch.empty((), dtype=dtype).element_size()
+    flat: list[int] = []
+    at = []
+    for part in parts:
+        at.append(len(flat))
+        flat += part + [0] * (-len(part) % per)
+    whole = torch.tensor(flat, dtype=dtype).to(device)
+    return [whole[a : a + len(part)] for a, part in zip(at, parts, strict=True)]
+
+
 def slot_outputs(
     x: torch.Tensor,  # [T, H] in the model dtype
     pairs: list[int],  # (token, rank) pairs to compute: t * K + k
@@ -248,8 +264,8 @@ def slot_outputs(
     assert triton is not None and pool.biases is None
     if not pairs:
         return
-    index = torch.tensor(pairs + slots).to(x.device)
-    rows, ids = index[: len(pairs)], index[len(pairs) :, None]
+    rows, ids = aligned_views([pairs, slots], torch.int64, x.device)
+    ids = ids[:, None]
     xs = x.index_select(0, rows // top_k).contiguous()
     n, h_dim, i_dim = len(pairs), pool.hidden, pool.inter
     hidden = torch.empty(n, i_dim, dtype=x.dtype, device=x.device)
