@@ -61,7 +61,7 @@ def test_slab_kernel_waves_equal_the_resident_slab_backend(
     """int8/int4 beside the graph step: a prompt's experts staged two at a time and the
     VRAM cache's one slot per layer, each group computed in one grouped launch from
     slabs, give the resident slab backend's prompt logits bit for bit (the same
-    kernels, each pair computed alone), and greedy decode its tokens."""
+    kernels, each pair computed alone)."""
     cuda = torch.device("cuda", 0)
     path = wide_files[quant]
     prompt = torch.tensor([3, 17, 42, 7, 99, 5, 23, 61] * 6)  # 48 tokens: grouped

@@ -242,3 +242,25 @@ def test_index_views_start_aligned_so_kernels_do_not_recompile() -> None:
             views = aligned_views(parts, dtype, torch.device("cpu"))
             assert [v.tolist() for v in views] == parts
             assert all(v.data_ptr() % 16 == 0 for v in views if v.numel())
+
+
+def test_a_resized_vram_pool_drops_the_kernels_view_of_the_old_one(
+    wide_files: dict[str, Path],
+) -> None:
+    """The slab kernels' view of a layer's VRAM pool holds the pool's memory: a resize
+    (elastic VRAM) drops it with the pool, and the next call makes one of the new pool."""
+    from test_vram_cache import _open
+
+    prompt = torch.tensor([3, 17, 42, 7, 99, 5, 23, 61])
+    with _open(wide_files["int4"], ram_slots=3, vram_slots=2, slab_kernels=True) as llm:
+        llm.model.forward(prompt)
+        backend = llm.expert_backend
+        vram = next(iter(backend.vrams.values()))  # type: ignore[union-attr]
+        layer = next(iter(vram.views))
+        old = vram.views[layer]
+        assert old.gate.weights.data_ptr() == vram.pools[layer].data_ptr()
+        vram.resize(1)
+        assert not vram.views, "views of replaced pools are gone"
+        llm.model.forward(prompt[:1])
+        new = vram.views[layer]
+        assert new is not old and new.gate.weights.data_ptr() == vram.pools[layer].data_ptr()

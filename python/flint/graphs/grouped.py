@@ -43,6 +43,11 @@ BLOCK = (64, 64, 4, 3)
 _INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
 
+# int4 groups the tiles hold whole (BK = max(64, group)); larger ones would need more
+# shared memory than a multi-stage tile pipeline has: those prompts take torch's path.
+MAX_GROUP = 128
+
+
 def block_m(tokens: int) -> int:
     """Pairs per program: a prompt of a few hundred tokens sends ~30 pairs to each of
     128 experts, an 8k one ~500; blocks a fraction empty cost their weight tiles."""

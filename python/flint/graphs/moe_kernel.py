@@ -246,7 +246,9 @@ def aligned_views(
     for part in parts:
         at.append(len(flat))
         flat += part + [0] * (-len(part) % per)
-    whole = torch.tensor(flat, dtype=dtype).to(device)
+    whole = torch.tensor(flat, dtype=dtype)
+    if device.type == "cuda":  # page-locked: no wait for the stream (a pageable copy waits)
+        whole = whole.pin_memory().to(device, non_blocking=True)
     return [whole[a : a + len(part)] for a, part in zip(at, parts, strict=True)]
 
 

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 from flint.format.constants import SCALE_ALIGN
 from flint.format.reader import ExpertLayout
-from flint.graphs.grouped import grouped_experts, pair_plan
+from flint.graphs.grouped import MAX_GROUP, grouped_experts, pair_plan
 from flint.graphs.moe_kernel import ExpertPool, available, moe_experts, slab_pool
 from flint.models.config import ModelConfig
 from flint.models.loading import Placement
@@ -96,7 +96,7 @@ class SlabResidentExperts:
     ) -> torch.Tensor:
         if x.shape[0] <= KERNEL_TOKENS:
             return moe_experts(x, ids, weights, self.pools[layer])
-        if available() is None:
+        if available() is None and self.layout.group_size <= MAX_GROUP:
             tokens, k = ids.shape
             out = torch.empty(tokens * k, x.shape[1], dtype=torch.float32, device=x.device)
             plan = pair_plan(ids, self.layout.n_experts, x.device)

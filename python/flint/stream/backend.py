@@ -418,7 +418,10 @@ class StreamedExperts(CudaPlacement):
         """``experts`` (held in ``vram``) computed from its pool in one launch."""
         where = vram.where[layer]
         slots = {e: where[e] for e in experts}
-        self._grouped(layer, vram.pools[layer], slots, x, plan, outputs)
+        pool = vram.views.get(layer)
+        if pool is None:
+            pool = vram.views[layer] = self._make_pool(layer, vram.pools[layer])
+        self._grouped(layer, pool, slots, x, plan, outputs)
 
     def _idle_loop(self) -> None:
         """Fills empty slots with the most-used experts (usage table) once no forward

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from flint.format.reader import ExpertLayout
-from flint.graphs.grouped import PairPlan, grouped_experts
+from flint.graphs.grouped import MAX_GROUP, PairPlan, grouped_experts
 from flint.graphs.moe_kernel import (
     ExpertPool,
     available,
@@ -40,6 +40,7 @@ def slab_ready(layout: ExpertLayout) -> bool:
         layout.scheme in ("int8", "int4")
         and available() is None
         and slab_unsupported(layout.scheme, layout.group_size) is None
+        and layout.group_size <= MAX_GROUP
     )
 
 
@@ -106,7 +107,7 @@ class CudaPlacement:
         def compute_chunk(chunk: list[int], buffers: torch.Tensor) -> None:
             assert plan is not None
             slot = dict(zip(chunk, range(len(chunk)), strict=True))
-            self._grouped(layer, buffers, slot, x, plan, outputs)
+            self._grouped(layer, self._slab_pool(layer, buffers), slot, x, plan, outputs)
 
         if self.slab_kernels and plan is not None:
             stager.run(experts, wait, compute_chunk=compute_chunk)
@@ -117,16 +118,15 @@ class CudaPlacement:
     def _grouped(
         self,
         layer: int,
-        slabs: torch.Tensor,  # [slots, slab_bytes] on the GPU
-        slot: dict[int, int],  # expert -> its row in ``slabs``
+        pool: ExpertPool,  # a view of [slots, slab_bytes] slabs on the GPU
+        slot: dict[int, int],  # expert -> its slot in ``pool``
         x: torch.Tensor,  # [T, H]
         plan: PairPlan,
         outputs: torch.Tensor,  # [T*K, H] fp32
     ) -> None:
-        """The pairs routed to ``slot``'s experts, computed from ``slabs`` into their rows
+        """The pairs routed to ``slot``'s experts, computed from ``pool`` into their rows
         of ``outputs``: one grouped launch (``flint.graphs.grouped``) for a prompt, the
         slot kernels on the pairs for a few tokens (``moe_kernel.slot_outputs``)."""
-        pool = self._slab_pool(layer, slabs)
         if plan.tokens > KERNEL_TOKENS:
             grouped_experts(x, plan, slot, pool, outputs)
         else:
@@ -137,22 +137,19 @@ class CudaPlacement:
         self.counters.gpu_experts += len(slot)
 
     def _slab_pool(self, layer: int, slabs: torch.Tensor) -> ExpertPool:
-        """The kernels' view of ``slabs``, made once per buffer (~20 tensor views; a
-        layer's VRAM pool is replaced when the cache resizes, and its view with it)."""
+        """The kernels' view of ``slabs`` (~20 tensor views), made once per buffer: for
+        the staging buffers, which live as long as their stager. (A VRAM pool's view is
+        kept by its cache, which drops it when the pool is replaced.)"""
         key = (layer, slabs.data_ptr(), slabs.shape[0])
         pool = self._slab_pools.get(key)
         if pool is None:
-            lay = self.layout
-            pool = slab_pool(slabs, lay.scheme, lay.group_size, lay.shapes, lay.proj_offsets)
-            pool = pool.with_math(self.math, layer)
-            # a layer's views: its two staging buffer sets' and its VRAM pool's; more
-            # means the VRAM pool was replaced: drop them all, so its memory can go
-            stale = [k for k in self._slab_pools if k[0] == layer and k[1:] != key[1:]]
-            if len(stale) > 2:
-                for k in stale:
-                    del self._slab_pools[k]
-            self._slab_pools[key] = pool
+            pool = self._slab_pools[key] = self._make_pool(layer, slabs)
         return pool
+
+    def _make_pool(self, layer: int, slabs: torch.Tensor) -> ExpertPool:
+        lay = self.layout
+        pool = slab_pool(slabs, lay.scheme, lay.group_size, lay.shapes, lay.proj_offsets)
+        return pool.with_math(self.math, layer)
 
     def _split(
         self, missing: list[tuple[int, int, bool]]

@@ -62,6 +62,9 @@ class VramCache:
             layer: self._pool(0 if pack is not None else slots_per_layer) for layer in layers
         }
         self.packed: dict[tuple[int, int], Any] = {}  # (layer, slot) -> packed form
+        # what a kernel made of a layer's pool (the slab kernels' views); views keep
+        # the pool's memory, so they go whenever the pool is replaced (``resize``)
+        self.views: dict[int, Any] = {}
         self.where: dict[int, dict[int, int]] = {layer: {} for layer in layers}  # expert->slot
         self.free: dict[int, list[int]] = {
             layer: list(range(slots_per_layer))[::-1] for layer in layers
@@ -192,6 +195,7 @@ class VramCache:
                     self.packed[layer, i] = by_expert[e]
                 del by_expert  # the dropped packed forms are freed with it
             else:
+                self.views.pop(layer, None)
                 old = self.pools[layer]
                 if old.shape[0] == slots:
                     continue  # already this size (a retry after a partial growth)
