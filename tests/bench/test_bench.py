@@ -254,3 +254,17 @@ def test_streamed_decode_rows_carry_the_belady_bound(tiny: Path) -> None:
         want = bound * (1 << 20) / (doc["disk_gb_s"] * 1e9) * 1000
         assert abs(row["belady_stall_ms"]["mean"] - want) < 1e-9
     assert all(row["belady_mib"] is None for row in doc["results"] if row["test"] == "pp8")
+
+
+def test_the_header_names_the_streamed_gpu_experts_kernels() -> None:
+    """On CUDA the streamed GPU share runs the slab kernels or torch's: the header says
+    which (a run of this project's once measured the one it did not name)."""
+    from flint.bench.report import _header
+
+    doc = {
+        "model": "q30.ftw", "experts": "int4", "device": "cuda:0", "dtype": "bfloat16",
+        "threads": 14, "slots_per_layer": None, "warm": False, "reps": 1, "commit": "x",
+        "date": "2026-11-30",
+        "streamed_gpu_experts": "slab kernels (Triton)",
+    }  # fmt: skip
+    assert "streamed GPU experts: slab kernels (Triton)" in _header(doc)

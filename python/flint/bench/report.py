@@ -153,6 +153,7 @@ def _meta(setup: Setup, out: Outcome) -> dict[str, Any]:
         "decode": info.get("decode", "layer loop"),
         "expert_kernel": info.get("expert_kernel"),
         "streamed_decode": info.get("streamed_decode"),
+        "streamed_gpu_experts": info.get("streamed_gpu_experts"),
         "no_graphs": info.get("no_graphs"),
         "graphs": setup.graphs,
         "engine": {
@@ -194,6 +195,8 @@ def _header(doc: dict[str, Any]) -> str:
         parts.append(f"resident decode: {doc['decode']}")
     if doc.get("streamed_decode"):
         parts.append(f"streamed decode: {doc['streamed_decode']}")
+    if doc.get("streamed_gpu_experts"):
+        parts.append(f"streamed GPU experts: {doc['streamed_gpu_experts']}")
     if doc.get("no_graphs") and doc.get("graphs") != "off":
         parts.append(f"no CUDA graph step: {doc['no_graphs']}")
     if doc["slots_per_layer"] is not None:

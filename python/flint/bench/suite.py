@@ -103,6 +103,9 @@ def _describe(llm: LLM, info: dict[str, Any]) -> None:
         info.setdefault("io_mode", backend.engine.mode)
         if backend.vram is not None:
             info.setdefault("vram_slots_per_layer", backend.vram.slots)
+        if backend.device.type == "cuda":  # which kernels compute the GPU's share
+            kernels = "slab kernels (Triton)" if backend.slab_kernels else "torch per expert"
+            info.setdefault("streamed_gpu_experts", kernels)
 
 
 Step = Callable[[str], None]  # told "rep i/n . mode . test" before each run
