@@ -442,6 +442,28 @@ gpu28() {
     --ram-budget 20 --vram-budget 4 2>&1 | grep -E "q30.ftw \||Error"
 }
 
+# Prepared for the next session (not run yet): the review fixes' CUDA paths under the GPU
+# tests, V1 with the slab kernels against torch's interleaved (after the alignment fix),
+# S1's stall with the wall-time count against its Belady bound, and where P8's 1.4 s go
+# now (cProfile of the main thread with the slab kernels).
+gpu29() {
+  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
+  timeout 150 python3 -m pytest tests/models/test_grouped.py tests/models/test_gpu_waves.py \
+    tests/models/test_vram_cache.py tests/models/test_elastic_vram.py \
+    -q -p no:cacheprovider --tb=short -rf -m gpu 2>&1 | tail -15
+  [ -f "$DATA/q30.ftw" ] || flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
+  for sk in 1 0 1 0; do
+    echo "== V1 FLINT_SLAB_KERNELS=$sk"; FLINT_SLAB_KERNELS=$sk timeout 60 flint bench "$DATA/q30.ftw" -p 0 -n 64 \
+      --tg-random -r 1 --mode full --ram-budget 20 --vram-budget 4 2>&1 | grep -E "q30.ftw \||GPU experts|Error"
+  done
+  echo "== S1"; timeout 150 flint bench "$DATA/q30.ftw" -p 0 -n 128 --tg-random -r 1 --mode full,naive \
+    --ram-budget 6 --vram-budget 4 2>&1 | grep -E "q30.ftw \||disk|Error"
+  timeout 100 python3 -m cProfile -o "$OUT/p8.prof" "$(command -v flint)" bench "$DATA/q30.ftw" -p 8192 -n 0 \
+    -r 1 --mode full --warm --ram-budget 20 --vram-budget 4 2>&1 | grep -E "q30.ftw \||GPU experts|Error|rror:"
+  python3 -c "import pstats; s = pstats.Stats('$OUT/p8.prof'); s.sort_stats('tottime').print_stats(25)" \
+    2>&1 | grep -E "^ +[0-9]" | cut -c1-150 | head -30
+}
+
 case $what in
   install) install ;;
   format) install; format ;;
@@ -476,5 +498,6 @@ case $what in
   gpu26) install; gpu26 ;;
   gpu27) install; gpu27 ;;
   gpu28) install; gpu28 ;;
+  gpu29) install; gpu29 ;;
 esac 2>&1 | tee "$OUT/gpu_box_$what.log"
 
