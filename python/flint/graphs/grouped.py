@@ -10,7 +10,8 @@ file's rule) and multiplying on the tensor cores with fp32 accumulation:
 
 - ``grouped_gate_up_kernel``: gate and up of the block's tokens, each rounded to the
   model dtype (as ``F.linear`` returns them), biases, then the activation with
-  ``gate_up_kernel``'s roundings -> ``hidden`` [P, I];
+  ``gate_up_kernel``'s roundings -> ``hidden`` (a row per block lane: the launch's
+  pairs plus its blocks' padding, not every pair of the layer);
 - ``grouped_down_kernel``: down of the block's hidden rows, rounded to the model dtype,
   bias -> the pair's output [P, H] in fp32, which the caller sums in router-rank order
   (``flint.models.moe.weighted_sum``).
@@ -110,7 +111,7 @@ def grouped_experts(
     blk_t, start_t, count_t, first_t, eids = aligned_views(
         [blk, start, count, first, experts], torch.int32, dev
     )
-    hidden = torch.empty(plan.order.numel(), i_dim, dtype=x.dtype, device=dev)
+    hidden = torch.empty(nb * bm, i_dim, dtype=x.dtype, device=dev)  # a row per block lane
     gate_b, up_b, down_b = pool.biases or (x, x, x)  # x: never read without biases
     has_bias = pool.biases is not None
     x = x.contiguous()

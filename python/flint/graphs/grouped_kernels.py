@@ -67,13 +67,16 @@ if triton is not None:
 
     @triton.jit
     def _block_rows(order_ptr, blk_ptr, start_ptr, count_ptr, first_ptr, BM: tl.constexpr):
-        """(slot, pairs [BM], pairs valid [BM]) of this program's block: up to BM of the
-        (token, rank) pairs routed to one slot, from the slot-sorted pair order."""
-        slot = tl.load(blk_ptr + tl.program_id(0))
-        m = (tl.program_id(0) - tl.load(first_ptr + slot)) * BM + tl.arange(0, BM)
+        """(slot, pairs [BM], pairs valid [BM], rows [BM]) of this program's block: up to
+        BM of the (token, rank) pairs routed to one slot, from the slot-sorted pair
+        order; ``rows``: the block's rows of the launch's hidden buffer ([blocks x BM])."""
+        block = tl.program_id(0)
+        slot = tl.load(blk_ptr + block)
+        m = (block - tl.load(first_ptr + slot)) * BM + tl.arange(0, BM)
         m_ok = m < tl.load(count_ptr + slot)
         pair = tl.load(order_ptr + tl.load(start_ptr + slot) + m, mask=m_ok, other=0)
-        return slot.to(tl.int64), pair.to(tl.int64), m_ok
+        rows = block.to(tl.int64) * BM + tl.arange(0, BM)
+        return slot.to(tl.int64), pair.to(tl.int64), m_ok, rows
 
     @triton.jit
     def grouped_gate_up_kernel(
@@ -87,7 +90,8 @@ if triton is not None:
     ):  # fmt: skip
         """h[pair, rows] = act(gate(x) (+ bias), up(x) (+ bias)) for a block of pairs of
         one slot: [BM, BK] token tiles against the slot's [BN, BK] weight tiles."""
-        slot, pair, m_ok = _block_rows(order_ptr, blk_ptr, start_ptr, count_ptr, first_ptr, BM)
+        blocks = _block_rows(order_ptr, blk_ptr, start_ptr, count_ptr, first_ptr, BM)
+        slot, pair, m_ok, h_rows = blocks
         token = pair // TOPK
         rows = tl.program_id(1) * BN + tl.arange(0, BN)
         row_ok = rows < inter
@@ -113,7 +117,7 @@ if triton is not None:
             gate = _round(gate + gb[None, :], out_type)
             up = _round(up + ub[None, :], out_type)
         h = _activate(gate, up, alpha, limit, out_type, ACT)
-        at = h_ptr + pair[:, None] * inter + rows[None, :]
+        at = h_ptr + h_rows[:, None] * inter + rows[None, :]
         tl.store(at, h.to(out_type), mask=m_ok[:, None] & row_ok[None, :])
 
     @triton.jit
@@ -125,7 +129,8 @@ if triton is not None:
     ):  # fmt: skip
         """y[pair, rows] (fp32 holding ``OUT`` values) = down(h[pair]) (+ bias) for a
         block of pairs of one slot."""
-        slot, pair, m_ok = _block_rows(order_ptr, blk_ptr, start_ptr, count_ptr, first_ptr, BM)
+        blocks = _block_rows(order_ptr, blk_ptr, start_ptr, count_ptr, first_ptr, BM)
+        slot, pair, m_ok, h_rows = blocks
         rows = tl.program_id(1) * BN + tl.arange(0, BN)
         row_ok = rows < hid
         acc = tl.zeros([BM, BN], dtype=tl.float32)
@@ -133,7 +138,7 @@ if triton is not None:
         for k0 in range(0, inter, BK):
             kk = k0 + tl.arange(0, BK)
             a_mask = m_ok[:, None] & (kk[None, :] < inter)
-            a = tl.load(h_ptr + pair[:, None] * inter + kk[None, :], mask=a_mask, other=0.0)
+            a = tl.load(h_ptr + h_rows[:, None] * inter + kk[None, :], mask=a_mask, other=0.0)
             w = _tile(dw, dsc, d_wr, ds_r, rows, row_ok, k0, inter, OUT, SCHEME, GROUP, BN, BK)
             acc = _dot(a, w, acc, OUT, F32)
         y = _round(acc, OUT)
