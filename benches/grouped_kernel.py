@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-from collections.abc import Callable
 from functools import partial
 
 import torch
@@ -28,19 +26,7 @@ from flint.format.quant import encode_projection
 from flint.graphs import grouped
 from flint.graphs.grouped import grouped_experts, pair_plan
 from flint.graphs.moe_kernel import dequantize, slab_pool
-
-
-def median_ms(fn: Callable[[], object], reps: int = 10) -> float:
-    times = []
-    for i in range(reps + 2):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        if i >= 2:
-            times.append(start.elapsed_time(end))
-    return statistics.median(times)
+from prompt_expert_paths import median_ms  # (benches/ is the script's path)
 
 
 def layer(scheme: str, experts: int, hidden: int, inter: int, group: int) -> tuple:
@@ -84,12 +70,12 @@ def bench_tokens(a: argparse.Namespace, pool: object, slab_bytes: int, tokens: i
     rows = []
     for spec in a.blocks.split(","):
         grouped.BLOCK = tuple(int(v) for v in spec.split(":"))  # type: ignore[assignment]
-        ms = median_ms(partial(grouped_experts, x, plan, every, pool, out))
+        ms = median_ms(partial(grouped_experts, x, plan, every, pool, out), reps=10, warm=2)
         rows.append(
             {"tokens": tokens, "path": f"grouped {spec} BM={grouped.block_m(tokens)}",
              "ms": ms, "tflops": flop / ms / 1e9, "gb_s": used * slab_bytes / ms / 1e6}
         )  # fmt: skip
-    ms = median_ms(partial(dequant_mm, pool, x, ids, out), reps=3)
+    ms = median_ms(partial(dequant_mm, pool, x, ids, out), reps=3, warm=2)
     rows.append(
         {"tokens": tokens, "path": "dequantize + cuBLAS per expert", "ms": ms,
          "tflops": flop / ms / 1e9, "gb_s": used * slab_bytes / ms / 1e6}

@@ -36,15 +36,16 @@ from flint.models.quant_linear import (
 )
 
 
-def median_ms(fn: Callable[[], object]) -> float:
+def median_ms(fn: Callable[[], object], reps: int = 20, warm: int = 3) -> float:
+    """Median ms of ``reps`` calls of ``fn`` timed with CUDA events, after ``warm``."""
     times = []
-    for i in range(23):
+    for i in range(warm + reps):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         fn()
         end.record()
         end.synchronize()
-        if i >= 3:
+        if i >= warm:
             times.append(start.elapsed_time(end))
     return statistics.median(times)
 

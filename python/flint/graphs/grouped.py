@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from itertools import accumulate
 
 import torch
 
@@ -42,8 +43,6 @@ BLOCK = (64, 64, 4, 3)
 # Triton's CPU interpreter (the tests without a GPU) gets bf16 tile products wrong:
 # there the kernels widen the tiles to fp32 first.
 _INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
-
-
 # int4 groups the tiles hold whole (BK = max(64, group)); larger ones would need more
 # shared memory than a multi-stage tile pipeline has: those prompts take torch's path.
 MAX_GROUP = 128
@@ -74,11 +73,12 @@ def pair_plan(ids: torch.Tensor, n_experts: int, device: torch.device) -> PairPl
     flat = ids.reshape(-1)
     order = torch.argsort(flat, stable=True).to(torch.int32).to(device)
     count = torch.bincount(flat, minlength=n_experts).tolist()
-    start, at = [], 0
-    for c in count:
-        start.append(at)
-        at += c
-    return PairPlan(ids.shape[0], order, start, count)
+    return PairPlan(ids.shape[0], order, starts_of(count), count)
+
+
+def starts_of(counts: list[int]) -> list[int]:
+    """Where each expert's pairs start in the expert-sorted order (exclusive sums)."""
+    return list(accumulate(counts[:-1], initial=0)) if counts else []
 
 
 def grouped_experts(

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 
 from flint import _core
 from flint.format.reader import ExpertLayout
-from flint.graphs.grouped import PairPlan
+from flint.graphs.grouped import PairPlan, starts_of
 from flint.graphs.moe_kernel import ExpertPool
 from flint.models.config import ModelConfig
 from flint.models.cpu_kernels import FusedKernel, slab_addresses, streaming_threads
@@ -495,9 +495,7 @@ class StreamedExperts(CudaPlacement):
         flat_host = flat.cpu()
         order = torch.argsort(flat, stable=True)  # stays on the device, for indexing
         counts = torch.bincount(flat_host, minlength=self.cfg.num_experts).tolist()
-        starts = [0] * len(counts)
-        for e in range(1, len(counts)):
-            starts[e] = starts[e - 1] + counts[e - 1]
+        starts = starts_of(counts)
         host_ids = flat_host.tolist()
         if self.routing is not None and tokens == 1:
             self.routing.append(host_ids)
@@ -525,12 +523,15 @@ class StreamedExperts(CudaPlacement):
         if host is not None and selected and tokens <= HOST_MAX_TOKENS:
             # copied now, before the GPU work below is queued
             x_host = HostBatch(x, ids, order, host.dtype)
+        # the VRAM experts' work is queued on the GPU first: it runs while the CPU works
         plan = PairPlan(tokens, order, starts, counts, host_ids) if self.slab_kernels else None
-        if vram is not None and held and plan is not None:  # one launch, queued first
-            self._vram_grouped(layer, vram, held, x, plan, outputs)
-        for expert in held if not self.slab_kernels else []:  # runs while the CPU works
-            rows = rows_of(expert)
-            outputs[rows] = self._vram_expert(layer, expert, x[rows // k]).float()
+        if plan is not None:
+            if vram is not None and held:  # one launch
+                self._vram_grouped(layer, vram, held, x, plan, outputs)
+        else:
+            for expert in held:
+                rows = rows_of(expert)
+                outputs[rows] = self._vram_expert(layer, expert, x[rows // k]).float()
         stager = self._stager(x.device) if x_host is None else None
         admitted: list[int] = []
         for wave in self._waves(layer, ids, selected):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -97,7 +98,7 @@ class CudaPlacement:
         (gpu_waves.py), computed on the GPU as from their slots: with the slab kernels
         one grouped launch per chunk, else each expert as its copy lands."""
         t, k = self._on(x.device), outputs.shape[0] // x.shape[0]
-        wait = lambda e: self._wait(layer, e, 2)  # noqa: E731
+        wait = partial(self._wait, layer, proj=2)  # down's flag: the whole slab verified
 
         def compute(expert: int, slab: torch.Tensor) -> None:
             rows = rows_of(expert)
