@@ -451,14 +451,18 @@ gpu29() {
   timeout 150 python3 -m pytest tests/models/test_grouped.py tests/models/test_gpu_waves.py \
     tests/models/test_vram_cache.py tests/models/test_elastic_vram.py \
     -q -p no:cacheprovider --tb=short -rf -m gpu 2>&1 | tail -15
+  echo "== attention"; timeout 60 python3 benches/attention_mask.py --device cuda --heads 32 \
+    --kv-heads 4 --dim 128 --shapes 512x512,2048x2048,2048x8192,8192x8192 2>&1 | tail -6
+  echo "== cpu int4"; timeout 60 python3 benches/cpu_kernels.py --threads 1,4,8,16 --calls 10 \
+    --schemes int4 --x-bf16 2>&1 | grep -E "^\|" | tail -6
   [ -f "$DATA/q30.ftw" ] || flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
-  for sk in 1 0 1 0; do
+  for sk in 1 0; do
     echo "== V1 FLINT_SLAB_KERNELS=$sk"; FLINT_SLAB_KERNELS=$sk timeout 60 flint bench "$DATA/q30.ftw" -p 0 -n 64 \
       --tg-random -r 1 --mode full --ram-budget 20 --vram-budget 4 2>&1 | grep -E "q30.ftw \||GPU experts|Error"
   done
-  echo "== S1"; timeout 150 flint bench "$DATA/q30.ftw" -p 0 -n 128 --tg-random -r 1 --mode full,naive \
-    --ram-budget 6 --vram-budget 4 2>&1 | grep -E "q30.ftw \||disk|Error"
-  timeout 100 python3 -m cProfile -o "$OUT/p8.prof" "$(command -v flint)" bench "$DATA/q30.ftw" -p 8192 -n 0 \
+  echo "== S1"; timeout 120 flint bench "$DATA/q30.ftw" -p 0 -n 128 --tg-random -r 1 --mode full,naive \
+    --ram-budget 6 --vram-budget 4 2>&1 | grep -E "q30.ftw \||disk|Belady|Error"
+  timeout 90 python3 -m cProfile -o "$OUT/p8.prof" "$(command -v flint)" bench "$DATA/q30.ftw" -p 8192 -n 0 \
     -r 1 --mode full --warm --ram-budget 20 --vram-budget 4 2>&1 | grep -E "q30.ftw \||GPU experts|Error|rror:"
   python3 -c "import pstats; s = pstats.Stats('$OUT/p8.prof'); s.sort_stats('tottime').print_stats(25)" \
     2>&1 | grep -E "^ +[0-9]" | cut -c1-150 | head -30
