@@ -468,6 +468,24 @@ gpu29() {
     2>&1 | grep -E "^ +[0-9]" | cut -c1-150 | head -30
 }
 
+gpu30() {
+  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
+  timeout 200 python3 -m pytest tests/models/test_gpu.py tests/models/test_gpu_waves.py \
+    tests/models/test_streamed_step.py tests/models/test_attention_mask.py \
+    -q -p no:cacheprovider --tb=short -rf -m "gpu or not gpu" 2>&1 | tail -8
+  echo "== attention"; timeout 60 python3 benches/attention_mask.py --device cuda --heads 32 \
+    --kv-heads 4 --dim 128 --shapes 512x1024,512x4096,512x8192 2>&1 | tail -4
+  [ -f "$DATA/q30.ftw" ] || flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
+  echo "== P8"; timeout 80 flint bench "$DATA/q30.ftw" -p 8192 -n 0 -r 1 --mode full --warm \
+    --ram-budget 20 --vram-budget 4 2>&1 | grep -E "q30.ftw \||Error|rror:"
+  for hs in fill cpu q fill; do
+    echo "== V1 --host-split $hs"; timeout 60 flint bench "$DATA/q30.ftw" -p 0 -n 64 --tg-random -r 1 \
+      --mode full --ram-budget 20 --vram-budget 4 --host-split $hs 2>&1 | grep -E "q30.ftw \||Error|rror:"
+  done
+  echo "== S1 fill"; timeout 100 flint bench "$DATA/q30.ftw" -p 0 -n 128 --tg-random -r 1 --mode full,naive \
+    --ram-budget 6 --vram-budget 4 --host-split fill 2>&1 | grep -E "q30.ftw \||Error|rror:"
+}
+
 case $what in
   install) install ;;
   format) install; format ;;
@@ -503,5 +521,6 @@ case $what in
   gpu27) install; gpu27 ;;
   gpu28) install; gpu28 ;;
   gpu29) install; gpu29 ;;
+  gpu30) install; gpu30 ;;
 esac 2>&1 | tee "$OUT/gpu_box_$what.log"
 

@@ -79,3 +79,33 @@ def test_slab_kernel_waves_equal_the_resident_slab_backend(
         assert torch.equal(got, want)
         s = streamed.stats()
     assert s is not None and s["gpu_wave_chunks"] > s["forward_calls"]
+
+
+@pytest.mark.parametrize("quant", ["int8", "int4"])
+def test_filled_decode_through_the_slot_kernels(quant: str, wide_files: dict[str, Path]) -> None:
+    """``--host-split fill`` with the slab kernels: a decode step's experts outside VRAM
+    go through the staging buffers and one slot-kernel launch per chunk (no CPU batch);
+    greedy tokens are the CPU split's, logits within rounding (other kernels)."""
+    cuda = torch.device("cuda", 0)
+    prompt = torch.tensor([3, 17, 42, 7, 99, 5, 23, 61] * 5)
+    runs, stats = {}, {}
+    for mode in ("cpu", "fill"):
+        with _open(
+            wide_files[quant], ram_slots=3, vram_slots=1, device=cuda, slab_kernels=True,
+            host_split=mode,
+        ) as llm:  # fmt: skip
+            ids, logits = prompt.tolist(), []
+            for _ in range(6):
+                out = llm.model.forward(torch.tensor(ids[-1:] if logits else ids).to(cuda))
+                logits.append(out[-1].float().cpu())
+                ids.append(int(out[-1].argmax()))
+            s = llm.stats()
+        assert s is not None
+        stats[mode] = s
+        runs[mode] = (ids, torch.stack(logits))
+    assert stats["cpu"]["cpu_experts"] > 0 and stats["fill"]["cpu_experts"] == 0
+    assert stats["fill"]["split_on_cpu"] == 0 and stats["fill"]["split_filled"] > 0
+    assert stats["fill"]["gpu_wave_chunks"] > stats["cpu"].get("gpu_wave_chunks", 0), "staged"
+    assert runs["fill"][0] == runs["cpu"][0]
+    a, b = runs["fill"][1], runs["cpu"][1]
+    assert ((a - b).norm() / b.norm()).item() <= 1e-2

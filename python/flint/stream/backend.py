@@ -519,8 +519,12 @@ class StreamedExperts(CudaPlacement):
             return order[starts[expert] : starts[expert] + counts[expert]]  # [N]
 
         host = self.host
+        # ``--host-split fill`` with the slab kernels: every expert outside VRAM goes
+        # through the staging buffers below and one slot-kernel launch per chunk, as a
+        # prompt's do (the CPU's batch is not needed)
+        fill_all = self.slab_kernels and self.qsplit is not None and self.qsplit.mode == "fill"
         x_host = None
-        if host is not None and selected and tokens <= HOST_MAX_TOKENS:
+        if host is not None and selected and tokens <= HOST_MAX_TOKENS and not fill_all:
             # copied now, before the GPU work below is queued
             x_host = HostBatch(x, ids, order, host.dtype)
         # the VRAM experts' work is queued on the GPU first: it runs while the CPU works
@@ -558,9 +562,11 @@ class StreamedExperts(CudaPlacement):
                     outputs[rows] = y.to(torch.float32)
             if staged and stager is not None:
                 self._staged(layer, stager, staged, x, rows_of, outputs, plan)
+                if fill_all and self.qsplit is not None:
+                    self.qsplit.record(len(staged), 0)
             if on_host and x_host is not None:
                 fills, on_host = self._split(on_host)
-                queued = self._fill(layer, fills, x, rows_of, outputs) if fills else None
+                queued = self._fill(layer, fills, x, rows_of, outputs, plan) if fills else None
                 t0 = time.perf_counter()
                 if on_host:
                     self._host_experts(layer, on_host, x_host, starts, counts, outputs)

@@ -172,10 +172,14 @@ class CudaPlacement:
         x: torch.Tensor,  # [T, H] on the GPU
         rows_of: Callable[[int], torch.Tensor],
         outputs: torch.Tensor,  # [T*K, H] fp32 on the GPU
+        plan: PairPlan | None = None,  # the slab kernels' pairs
     ) -> tuple[Any, Any, int, float]:
         """Copies ``fills``' slabs up (asynchronous from a page-locked arena) and queues
-        their computation on the GPU; returns what ``_observe`` times it by."""
+        their computation on the GPU: with the slab kernels through the staging buffers
+        (one launch per chunk), else each from its own copy through torch's kernels;
+        returns what ``_observe`` times it by."""
         t, k, lay = self._on(x.device), outputs.shape[0] // x.shape[0], self.layout
+        nbytes = len(fills) * lay.slab_bytes
         # events on the stream of the GPU the copies go to (not the current device's:
         # with --device cuda:1 or a layer on a split's second GPU they differ), so the
         # wait in ``_observe`` covers the copies before their slots are unpinned
@@ -185,6 +189,10 @@ class CudaPlacement:
         if start is not None:
             start.record(stream)
         t0 = time.perf_counter()
+        stager = self._stager(x.device) if self.slab_kernels and plan is not None else None
+        if stager is not None:
+            self._staged(layer, stager, fills, x, rows_of, outputs, plan)
+            fills = []
         for expert, address, hit in fills:
             if not hit:
                 self._wait(layer, expert, 2)  # copy verified bytes only
@@ -194,7 +202,7 @@ class CudaPlacement:
             outputs[rows] = self._expert(t, layer, expert, slab, True, x[rows // k]).float()
         if end is not None:
             end.record(stream)
-        return start, end, len(fills) * lay.slab_bytes, time.perf_counter() - t0
+        return start, end, nbytes, time.perf_counter() - t0
 
     def _observe(
         self,
