@@ -486,6 +486,17 @@ gpu30() {
     --ram-budget 6 --vram-budget 4 --host-split fill 2>&1 | grep -E "q30.ftw \||Error|rror:"
 }
 
+gpu31() {
+  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
+  timeout 60 python3 -m pytest tests/models/test_streamed_step.py -q -p no:cacheprovider --tb=line \
+    -k "general_path and mixtral or where_asked" 2>&1 | grep -E "Error|assert|passed|failed" | cut -c1-300 | head -12
+  [ -f "$DATA/q30.ftw" ] || flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
+  timeout 100 python3 -m cProfile -o "$OUT/v1.prof" "$(command -v flint)" bench "$DATA/q30.ftw" -p 0 -n 64 \
+    --tg-random -r 1 --mode full --ram-budget 20 --vram-budget 4 2>&1 | grep -E "q30.ftw \||rror"
+  python3 -c "import pstats; s = pstats.Stats('$OUT/v1.prof'); s.sort_stats('tottime').print_stats(45)" \
+    2>&1 | grep -E "^ +[0-9]" | cut -c1-160 | head -50
+}
+
 case $what in
   install) install ;;
   format) install; format ;;
@@ -522,5 +533,6 @@ case $what in
   gpu28) install; gpu28 ;;
   gpu29) install; gpu29 ;;
   gpu30) install; gpu30 ;;
+  gpu31) install; gpu31 ;;
 esac 2>&1 | tee "$OUT/gpu_box_$what.log"
 
