@@ -23,6 +23,11 @@ if not _cuda_available():
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if _cuda_available():
+        if os.environ.get("TRITON_INTERPRET") != "1":
+            skip = pytest.mark.skip(reason="Triton on CPU tensors needs its interpreter")
+            for item in items:
+                if "interpreter" in item.keywords:
+                    item.add_marker(skip)
         return
     skip_gpu = pytest.mark.skip(reason="needs CUDA (no GPU on this machine)")
     for item in items:

@@ -128,6 +128,7 @@ FAMILIES = [
 ]
 
 
+@pytest.mark.interpreter
 @pytest.mark.parametrize(("family", "lookahead_from"), FAMILIES)
 def test_the_streamed_step_follows_the_general_path(
     family: str, lookahead_from: str, tiny_ftw: dict[str, Path]
@@ -163,6 +164,7 @@ def test_segments_cut_at_the_moe_layers(tiny_ftw: dict[str, Path]) -> None:
         assert layers == list(range(model.config.num_layers))
 
 
+@pytest.mark.interpreter
 def test_a_streamed_model_gets_the_step_where_asked(
     tiny_ftw: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:

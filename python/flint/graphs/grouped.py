@@ -58,7 +58,9 @@ def block_m(tokens: int) -> int:
 class PairPlan:
     """A layer call's (token, rank) pairs sorted by expert id, made once per call:
     expert e's pairs are ``order[start[e] : start[e] + count[e]]`` (``order`` on the
-    device). Each grouped launch over some of the experts reads its segments."""
+    device for the grouped kernels; a decode-sized call, which takes the slot kernels
+    from ``host_ids``, may keep it on the host). Each grouped launch over some of the
+    experts reads its segments."""
 
     tokens: int
     order: torch.Tensor  # [T*K] int32 or int64

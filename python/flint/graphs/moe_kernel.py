@@ -228,10 +228,31 @@ def _launch(
         OUT=_DTYPES[x.dtype], SCHEME=code, GROUP=group, BN=bn, BK=_cols(bk, group),
         HAS_BIAS=has_bias, num_warps=warps,
     )  # fmt: skip
+    return _ranked_sum(per_rank, weights, out)
+
+
+def _ranked_sum(
+    per_rank: torch.Tensor,  # [T*K, H] fp32, pair t*K + k
+    weights: torch.Tensor,  # [T, K] contiguous
+    out: torch.Tensor,  # [T, H]
+) -> torch.Tensor:
+    tokens, top_k = weights.shape
+    h_dim = out.shape[1]
     ranked_sum_kernel[(tokens, triton.cdiv(h_dim, SUM_BLOCK))](
         per_rank, weights, out, h_dim, TOPK=top_k, BS=SUM_BLOCK
     )
     return out
+
+
+def ranked_sum(per_rank: torch.Tensor, weights: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """[T, H] in ``dtype``: each token's K per-rank outputs ``per_rank`` [T*K, H] fp32
+    times ``weights`` [T, K], added in rank order in fp32 and cast once, in one launch
+    (``flint.models.moe.weighted_sum(...).to(dtype)`` in ~15 small ops; the kernel may
+    fuse a multiply and its add, so the two agree within rounding)."""
+    assert triton is not None, "check available() first"
+    out = torch.empty(weights.shape[0], per_rank.shape[1], dtype=dtype, device=per_rank.device)
+    with on_device(per_rank.device):
+        return _ranked_sum(per_rank.contiguous(), weights.contiguous(), out)
 
 
 def aligned_views(

@@ -30,7 +30,8 @@ import torch.nn.functional as F
 from flint import _core
 from flint.format.reader import ExpertLayout
 from flint.graphs.grouped import PairPlan, starts_of
-from flint.graphs.moe_kernel import ExpertPool
+from flint.graphs.moe_kernel import ExpertPool, ranked_sum
+from flint.graphs.slab_experts import KERNEL_TOKENS
 from flint.models.config import ModelConfig
 from flint.models.cpu_kernels import FusedKernel, slab_addresses, streaming_threads
 from flint.models.loading import indexed
@@ -493,7 +494,11 @@ class StreamedExperts(CudaPlacement):
         # The ids reach the CPU in one copy, ordered on the model's stream (no device-
         # wide synchronisation); everything the host decides is computed from it.
         flat_host = flat.cpu()
-        order = torch.argsort(flat, stable=True)  # stays on the device, for indexing
+        # The pairs sorted by expert: a decode-sized call sorts them on the host, where
+        # its ids already are (its kernels take host lists; a per-expert path indexes
+        # the device's tensors with it, a copy each); a prompt's stay on the device.
+        small = tokens <= KERNEL_TOKENS
+        order = torch.argsort(flat_host if small else flat, stable=True)
         counts = torch.bincount(flat_host, minlength=self.cfg.num_experts).tolist()
         starts = starts_of(counts)
         host_ids = flat_host.tolist()
@@ -525,8 +530,8 @@ class StreamedExperts(CudaPlacement):
         fill_all = self.slab_kernels and self.qsplit is not None and self.qsplit.mode == "fill"
         x_host = None
         if host is not None and selected and tokens <= HOST_MAX_TOKENS and not fill_all:
-            # copied now, before the GPU work below is queued
-            x_host = HostBatch(x, ids, order, host.dtype)
+            # copied now, before the GPU work below is queued (ids, order: on the host)
+            x_host = HostBatch(x, flat_host.view(tokens, k), order, host.dtype)
         # the VRAM experts' work is queued on the GPU first: it runs while the CPU works
         plan = PairPlan(tokens, order, starts, counts, host_ids) if self.slab_kernels else None
         if plan is not None:
@@ -576,6 +581,8 @@ class StreamedExperts(CudaPlacement):
             self.engine.unpin(layer, wave)
         if vram is not None and admitted and plan is not None:
             self._vram_grouped(layer, vram, admitted, x, plan, outputs)
+        if plan is not None and small:  # one launch instead of ~15 ops (within rounding)
+            return ranked_sum(outputs, weights, x.dtype)
         return weighted_sum(outputs.view(tokens, k, -1), weights).to(x.dtype)
 
     def _fused_waves(

@@ -247,7 +247,11 @@ class CudaPlacement:
             listed = [(e, *slab_addresses(a, self.layout)) for e, a, _ in experts]
             hits = [e for e, _, hit in experts if hit]
             fused.expert_outputs(b.x32, b.ids, listed, b.y, self.engine, layer, hits)
-            outputs[rows.to(outputs.device)] = b.y[rows].to(outputs.device)
+            ys = b.y.index_select(0, rows)
+            if outputs.device.type == "cuda":  # page-locked: the copies do not wait for
+                rows, ys = rows.pin_memory(), ys.pin_memory()  # the GPU's queued work
+            dev = outputs.device
+            outputs.index_copy_(0, rows.to(dev, non_blocking=True), ys.to(dev, non_blocking=True))
             return
         for e, address, hit in experts:
             r = b.order[starts[e] : starts[e] + counts[e]]

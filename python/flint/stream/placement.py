@@ -31,7 +31,8 @@ HOST_MAX_TOKENS = 8
 class HostBatch:
     """A forward's tokens on the CPU, copied once before the GPU's work is queued:
     x in the host target's dtype (torch path) and in fp32 (fused path), ids, the row
-    order, and a fp32 output buffer for the fused call."""
+    order (both passed from the host: no copy), and a fp32 output buffer for the fused
+    call."""
 
     def __init__(
         self, x: torch.Tensor, ids: torch.Tensor, order: torch.Tensor, dtype: torch.dtype
