@@ -497,6 +497,29 @@ gpu31() {
     2>&1 | grep -E "^ +[0-9]" | cut -c1-160 | head -50
 }
 
+# A/B on one box: the wheel in .device/before against the one in .device, interleaved.
+gpu32() {
+  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
+  timeout 150 python3 -m pytest tests/models/test_gpu_waves.py tests/models/test_grouped.py \
+    tests/models/test_streamed_step.py tests/models/test_vram_cache.py -q -p no:cacheprovider \
+    --tb=short -rf -m "gpu or not gpu" 2>&1 | tail -6
+  [ -f "$DATA/q30.ftw" ] || flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
+  v1() {
+    timeout 60 flint bench "$DATA/q30.ftw" -p 0 -n 64 --tg-random -r 1 --mode full --ram-budget 20 \
+      --vram-budget 4 "$@" 2>&1 | grep -E "q30.ftw \||rror"
+  }
+  for w in before after before after; do
+    if [ $w = before ]; then whl=.device/before/flint-*.whl; else whl=.device/flint-*.whl; fi
+    python3 -m pip install --no-deps --force-reinstall -q $whl 2>&1 | grep -v WARNING | tail -1
+    echo "== V1 $w"; v1
+  done
+  echo "== V1 after, fill"; v1 --host-split fill
+  echo "== S1 after"; timeout 100 flint bench "$DATA/q30.ftw" -p 0 -n 128 --tg-random -r 1 \
+    --mode full,naive --ram-budget 6 --vram-budget 4 2>&1 | grep -E "q30.ftw \||rror"
+  echo "== P8 after"; timeout 70 flint bench "$DATA/q30.ftw" -p 8192 -n 0 -r 1 --mode full --warm \
+    --ram-budget 20 --vram-budget 4 2>&1 | grep -E "q30.ftw \||rror"
+}
+
 case $what in
   install) install ;;
   format) install; format ;;
@@ -534,5 +557,6 @@ case $what in
   gpu29) install; gpu29 ;;
   gpu30) install; gpu30 ;;
   gpu31) install; gpu31 ;;
+  gpu32) install; gpu32 ;;
 esac 2>&1 | tee "$OUT/gpu_box_$what.log"
 

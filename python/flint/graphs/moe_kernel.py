@@ -287,9 +287,10 @@ def slot_outputs(
     assert triton is not None and pool.biases is None
     if not pairs:
         return
-    rows, ids = aligned_views([pairs, slots], torch.int64, x.device)
+    tokens = [p // top_k for p in pairs]
+    rows, ids, at = aligned_views([pairs, slots, tokens], torch.int64, x.device)
     ids = ids[:, None]
-    xs = x.index_select(0, rows // top_k).contiguous()
+    xs = x.index_select(0, at).contiguous()
     n, h_dim, i_dim = len(pairs), pool.hidden, pool.inter
     hidden = torch.empty(n, i_dim, dtype=x.dtype, device=x.device)
     y = torch.empty(n, h_dim, dtype=torch.float32, device=x.device)

@@ -508,7 +508,7 @@ class StreamedExperts(CudaPlacement):
         self.lookahead.score(layer, set(selected))
         vram, held = self.vram_of.get(layer), []
         if vram is not None:
-            vram.note(layer, flat_host)
+            vram.note(layer, counts)
             vram.counters.selections += len(selected)
             held = [e for e in selected if e in vram.where[layer]]
             selected = [e for e in selected if e not in vram.where[layer]]

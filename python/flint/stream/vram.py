@@ -127,10 +127,9 @@ class VramCache:
                 self.counters.seeded += 1
                 self.counters.admitted -= 1
 
-    def note(self, layer: int, ids: torch.Tensor) -> None:
-        """Counts a layer's router selections (``ids``: every token's, [T*K])."""
-        counts = torch.bincount(ids.cpu(), minlength=self.n_experts)
-        self.recent[self.row[layer]] += counts.to(torch.float64)
+    def note(self, layer: int, counts: list[int]) -> None:
+        """Counts a layer's router selections (``counts``: per expert, every token's)."""
+        self.recent[self.row[layer]] += torch.tensor(counts, dtype=torch.float64)
 
     def token_done(self, tokens: int) -> bool:
         """Ages recent counts by ``tokens``; True when a decode swap round is due."""
