@@ -520,6 +520,13 @@ gpu32() {
     --ram-budget 20 --vram-budget 4 2>&1 | grep -E "q30.ftw \||rror"
 }
 
+gpu33() {
+  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
+  timeout 200 python3 -m pytest tests/models/test_gpu_waves.py tests/models/test_grouped.py \
+    tests/models/test_streamed_step.py tests/models/test_vram_cache.py -q -p no:cacheprovider \
+    --tb=short -rf -m "gpu or not gpu" 2>&1 | grep -E "^E |Error|passed|failed" | cut -c1-250 | tail -14
+}
+
 case $what in
   install) install ;;
   format) install; format ;;
@@ -558,5 +565,6 @@ case $what in
   gpu30) install; gpu30 ;;
   gpu31) install; gpu31 ;;
   gpu32) install; gpu32 ;;
+  gpu33) install; gpu33 ;;
 esac 2>&1 | tee "$OUT/gpu_box_$what.log"
 

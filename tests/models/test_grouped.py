@@ -36,6 +36,7 @@ def _route(tokens: int, experts: int, k: int) -> tuple[torch.Tensor, torch.Tenso
     return ids, torch.rand(tokens, k).bfloat16()
 
 
+@pytest.mark.interpreter
 @pytest.mark.parametrize("scheme", ["raw", "int8", "int4"])
 def test_grouped_kernels_follow_the_per_expert_path(scheme: str) -> None:
     """Odd shapes (rows and columns not multiples of the tiles or the int4 group
@@ -55,6 +56,7 @@ def test_grouped_kernels_follow_the_per_expert_path(scheme: str) -> None:
     assert err <= 1e-2, err
 
 
+@pytest.mark.interpreter
 def test_a_pair_gets_the_same_bits_whatever_shares_its_launch() -> None:
     """The experts split over two launches (the others' pairs skipped) give the bits of
     one launch over all of them; a skipped pair's row is left as it was."""
@@ -75,6 +77,7 @@ def test_a_pair_gets_the_same_bits_whatever_shares_its_launch() -> None:
     assert torch.equal(parts, whole)
 
 
+@pytest.mark.interpreter
 def test_grouped_kernels_add_biases_by_expert_id_from_any_slot() -> None:
     """A pool whose slots hold the experts in another order (as the streaming
     backend's staging buffers do): biases are looked up by expert id, GPT-OSS's clamped
