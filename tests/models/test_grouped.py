@@ -113,6 +113,7 @@ def test_block_shape_depends_on_the_token_count_only() -> None:
     assert [block_m(t) for t in (33, 127, 128, 1023, 1024, 8192)] == [16, 16, 32, 32, 64, 64]
 
 
+@pytest.mark.interpreter
 @pytest.mark.parametrize("quant", ["int8", "int4"])
 def test_streamed_vram_experts_equal_the_resident_slab_backend(
     quant: str, wide_files: dict[str, Path]
@@ -147,6 +148,7 @@ def test_streamed_vram_experts_equal_the_resident_slab_backend(
     assert torch.equal(got, resident(layer, x, ids, w.float()))
 
 
+@pytest.mark.interpreter
 def test_streamed_slab_kernels_decode_as_the_per_expert_path(wide_files: dict[str, Path]) -> None:
     """Two "VRAM" slots per layer, filled on first use (admissions) then held: a prompt
     and greedy decode through the slab kernels give the per-expert path's tokens, and
@@ -247,6 +249,7 @@ def test_index_views_start_aligned_so_kernels_do_not_recompile() -> None:
             assert all(v.data_ptr() % 16 == 0 for v in views if v.numel())
 
 
+@pytest.mark.interpreter
 def test_a_resized_vram_pool_drops_the_kernels_view_of_the_old_one(
     wide_files: dict[str, Path],
 ) -> None:
