@@ -527,6 +527,26 @@ gpu33() {
     --tb=short -rf -m "gpu or not gpu" 2>&1 | grep -E "^E |Error|passed|failed" | cut -c1-250 | tail -14
 }
 
+# Prepared for the next session's first call (not run yet): the GPU tests of the
+# staging change (one stream switch and one event per chunk), then V1 cpu/fill and P8
+# with the wheel in .device/before (carry it) against the one in .device, on one box.
+gpu34() {
+  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
+  timeout 150 python3 -m pytest tests/models/test_gpu_waves.py tests/models/test_grouped.py \
+    tests/models/test_streamed_step.py -q -p no:cacheprovider --tb=short -rf -m gpu 2>&1 | tail -6
+  [ -f "$DATA/q30.ftw" ] || flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
+  for w in before after before after; do
+    if [ $w = before ]; then whl=.device/before/flint-*.whl; else whl=.device/flint-*.whl; fi
+    python3 -m pip install --no-deps --force-reinstall -q $whl 2>&1 | grep -v WARNING | tail -1
+    for hs in cpu fill; do
+      echo "== V1 $w $hs"; timeout 60 flint bench "$DATA/q30.ftw" -p 0 -n 64 --tg-random -r 1 \
+        --mode full --ram-budget 20 --vram-budget 4 --host-split $hs 2>&1 | grep -E "q30.ftw \||rror"
+    done
+    echo "== P8 $w"; timeout 70 flint bench "$DATA/q30.ftw" -p 8192 -n 0 -r 1 --mode full --warm \
+      --ram-budget 20 --vram-budget 4 2>&1 | grep -E "q30.ftw \||rror"
+  done
+}
+
 case $what in
   install) install ;;
   format) install; format ;;
@@ -566,5 +586,6 @@ case $what in
   gpu31) install; gpu31 ;;
   gpu32) install; gpu32 ;;
   gpu33) install; gpu33 ;;
+  gpu34) install; gpu34 ;;
 esac 2>&1 | tee "$OUT/gpu_box_$what.log"
 

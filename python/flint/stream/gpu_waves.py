@@ -65,20 +65,31 @@ class GpuStager:
             self.next ^= 1
             if self.released[half] is not None:
                 self.copies.wait_event(self.released[half])  # its last reader is done
-            for j, (expert, address, hit) in enumerate(chunk):
-                if not hit:
-                    wait(expert)
-                staged = self.buffers[half, j]
+            if compute_chunk is not None:
+                # one stream switch and one event per chunk: the copy stream runs the
+                # chunk's copies in order, so the last one's event covers them all
                 with torch.cuda.stream(self.copies):
-                    staged.copy_(slot_bytes(address, self.slab_bytes), non_blocking=True)
+                    for j, (expert, address, hit) in enumerate(chunk):
+                        if not hit:
+                            wait(expert)
+                        src = slot_bytes(address, self.slab_bytes)
+                        self.buffers[half, j].copy_(src, non_blocking=True)
                     last = cuda_event()
                     last.record(self.copies)
-                if compute is not None:
-                    main.wait_event(last)
-                    compute(expert, staged)
-            if compute_chunk is not None and last is not None:
-                main.wait_event(last)  # the copy stream runs the chunk's copies in order
+                main.wait_event(last)
                 compute_chunk([e for e, _, _ in chunk], self.buffers[half])
+            else:
+                for j, (expert, address, hit) in enumerate(chunk):
+                    if not hit:
+                        wait(expert)
+                    staged = self.buffers[half, j]
+                    with torch.cuda.stream(self.copies):
+                        staged.copy_(slot_bytes(address, self.slab_bytes), non_blocking=True)
+                        last = cuda_event()
+                        last.record(self.copies)
+                    if compute is not None:
+                        main.wait_event(last)
+                        compute(expert, staged)
             released = cuda_event()
             released.record(main)
             self.released[half] = released
