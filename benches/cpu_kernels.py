@@ -2,7 +2,7 @@
 
 Usage: python benches/cpu_kernels.py [--threads 1,2] [--experts 64] [--calls 40]
        [--schemes bf16,int8,int4] [--hidden 2048] [--inter 768] [--top-k 8]
-       [--isa auto,avx512] [--x-bf16] [--gap-ms 0,2] [--pin]
+       [--isa auto,avx512] [--x-bf16] [--gap-ms 0,2] [--pin] [--round-hidden off,on]
 
 One synthetic MoE layer of ``--experts`` experts with Qwen3-30B-A3B's expert geometry
 (H=2048, I=768) per scheme, far larger than the L3 cache; each call routes one token to
@@ -16,7 +16,8 @@ bf16 model hands the gate/up projections; the default, random f32, is the worst 
 the AVX-512 BF16 kernel: three bf16 planes per activation). ``--gap-ms`` waits that long
 (sleeping) between calls, as a decode step does between its layers' calls (the pool's
 threads park in between); ``--pin`` page-locks the weights with ``cudaHostRegister``
-first, as the streamed RAM cache is on CUDA.
+first, as the streamed RAM cache is on CUDA. ``--round-hidden on`` rounds each expert's
+hidden row to bf16 before down, as the CPU side of a bf16 model on CUDA does.
 """
 
 from __future__ import annotations
@@ -88,7 +89,9 @@ def _fused_gbs(
     ids = [
         torch.randperm(args.experts, generator=gen)[: args.top_k][None] for _ in range(args.calls)
     ]
-    scalar = FusedKernel(name, dtype, group, shapes, args.experts, threads=1, isa="scalar")
+    scalar = FusedKernel(
+        name, dtype, group, shapes, args.experts, threads=1, isa="scalar", round_hidden=args.round
+    )
     want, got = scalar.moe_layer(x, ids[0], w, table), kernel.moe_layer(x, ids[0], w, table)
     if not (got - want).abs().max() <= 1e-4 * want.abs().max():
         raise SystemExit(f"{scheme}: the fused kernel disagrees with the scalar reference")
@@ -125,6 +128,7 @@ def main() -> None:
     parser.add_argument("--x-bf16", action="store_true")
     parser.add_argument("--gap-ms", default="0")
     parser.add_argument("--pin", action="store_true")
+    parser.add_argument("--round-hidden", default="off")  # off, on or off,on
     args = parser.parse_args()
     buf = torch.ones(512 << 18)  # 512 MiB of f32
     for scheme in args.schemes.split(","):
@@ -133,19 +137,22 @@ def main() -> None:
             _pin(_layer.keep)  # type: ignore[attr-defined]
         name, dtype, group = SCHEMES[scheme]
         shapes = ((args.inter, args.hidden), (args.inter, args.hidden), (args.hidden, args.inter))
-        for threads, isa, gap in (
-            (int(t), i, float(g))
+        for threads, isa, gap, rnd in (
+            (int(t), i, float(g), r == "on")
             for t in args.threads.split(",")
             for i in args.isa.split(",")
             for g in args.gap_ms.split(",")
+            for r in args.round_hidden.split(",")
         ):
-            args.gap = gap
-            kernel = FusedKernel(name, dtype, group, shapes, args.experts, threads=threads, isa=isa)
+            args.gap, args.round = gap, rnd
+            kernel = FusedKernel(
+                name, dtype, group, shapes, args.experts, threads=threads, isa=isa, round_hidden=rnd
+            )
             read = _read_gbs(buf, threads)
             median, best = _fused_gbs(args, scheme, threads, layer, kernel)
             print(json.dumps({
                 "scheme": scheme, "isa": kernel.core.isa, "threads": threads,
-                "x_bf16": args.x_bf16, "gap_ms": gap, "pinned": args.pin,
+                "x_bf16": args.x_bf16, "round_hidden": rnd, "gap_ms": gap, "pinned": args.pin,
                 "fused_gb_s_median": round(median, 2), "fused_gb_s_best": round(best, 2),
                 "memory_read_gb_s": round(read, 2), "ratio_median": round(median / read, 3),
                 "date": time.strftime("%Y-%m-%d"),

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import torch
+import torch.nn.functional as F
 from tiny import FAMILY_NAMES
 
 import flint
@@ -86,6 +87,32 @@ def test_one_expert_equals_torch_matmuls_on_the_same_weights(
         want = swiglu(x, wg, wu, wd)
         err = (got - want).abs().max().item()
         assert err <= TOL * want.abs().max().item(), (isa, scheme, tokens, err)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize(("scheme", "dtype", "group", "inter", "hidden"), CASES[3:])
+def test_rounded_hidden_rows_follow_a_bf16_model(
+    isa: str, scheme: str, dtype: str, group: int, inter: int, hidden: int
+) -> None:
+    """``round_hidden``: down reads silu(gate) * up rounded to bf16, as the CPU side of a
+    bf16 model on CUDA does (the GPU's kernels and torch's bf16 ops hold it so)."""
+    gen = torch.Generator().manual_seed(inter + hidden)
+    raws, (wg, wu, wd) = _expert_bytes(scheme, dtype, group, inter, hidden, gen)
+    shapes = ((inter, hidden), (inter, hidden), (hidden, inter))
+    table = torch.tensor([[r.data_ptr() for r in raws]])
+    x = torch.randn(3, hidden, generator=gen).bfloat16().float()
+    ids, w = torch.zeros(3, 1, dtype=torch.int64), torch.ones(3, 1)
+    kernel = FusedKernel(scheme, dtype, group, shapes, 1, threads=2, isa=isa, round_hidden=True)
+    assert kernel.core.round_hidden
+    got = kernel.moe_layer(x, ids, w, table)
+    h = (F.silu(x @ wg.T) * (x @ wu.T)).bfloat16().float()
+    want = h @ wd.T
+    plain = FusedKernel(scheme, dtype, group, shapes, 1, threads=2, isa=isa).moe_layer(
+        x, ids, w, table
+    )
+    scale = want.abs().max().item()
+    assert (got - want).abs().max().item() <= 4e-3 * scale, "one bf16 step of a hidden value"
+    assert not torch.equal(got, plain), "the rows were rounded"
 
 
 def test_weighted_sum_is_bit_identical_to_the_torch_one() -> None:

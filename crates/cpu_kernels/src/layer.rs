@@ -14,7 +14,7 @@ use crate::act::{Act, Aligned};
 use crate::error::{KernelError, Result};
 use crate::format::{ExpertFormat, Proj};
 use crate::isa::{Dot, Isa};
-use crate::scalar::silu;
+use crate::scalar::{bf16_round, silu};
 use crate::simd::TOKENS;
 
 /// Multiply-adds a task should at least do, so that scheduling a task (~1-2 us with
@@ -208,6 +208,8 @@ pub struct Kernels {
     pub(crate) threads: usize,
     pub(crate) pool: Option<rayon::ThreadPool>,
     pub(crate) tile_min: usize,
+    /// Round down's inputs `silu(gate) * up` to bf16 (see [`Self::set_round_hidden`]).
+    pub(crate) round_hidden: bool,
     /// The expert outputs of the last large [`Self::moe_layer`] call, kept for the next:
     /// a prompt's `[T * K, H]` buffer (4 MiB at tiny-code-moe's pp512) was mapped,
     /// faulted in and unmapped by every call (page faults: ~25% of the call's time).
@@ -258,6 +260,7 @@ impl Kernels {
             threads,
             pool,
             tile_min: TILE_MIN_TOKENS,
+            round_hidden: false,
             outputs: std::sync::Mutex::new(Vec::new()),
         })
     }
@@ -266,6 +269,19 @@ impl Kernels {
     /// `usize::MAX`: never, 1: always). Tests and benches compare the two paths with it.
     pub fn set_tile_min_tokens(&mut self, tokens: usize) {
         self.tile_min = tokens.max(1);
+    }
+
+    /// Rounds each expert's hidden row `silu(gate) * up` to bf16 before down, as a bf16
+    /// model's GPU kernels hold it (off: f32, as an f32 model's torch ops do). A bf16
+    /// row then goes through down's AVX-512 BF16 kernel, one plane instead of the f32
+    /// kernel (docs/benchmarks.md, "Down's input in bf16").
+    pub fn set_round_hidden(&mut self, on: bool) {
+        self.round_hidden = on;
+    }
+
+    /// Whether hidden rows are rounded to bf16 before down.
+    pub fn round_hidden(&self) -> bool {
+        self.round_hidden
     }
 
     /// Whether a job of `tokens` tokens runs on the prompt path.
@@ -432,7 +448,7 @@ impl Kernels {
                         for (idx, &v) in part.iter().enumerate() {
                             let (r, m) = (t.rows.0 + idx / n, idx % n);
                             if let Some(d) = dst.as_mut_slice().get_mut(m * i + r) {
-                                *d = v;
+                                *d = if self.round_hidden { bf16_round(v) } else { v };
                             }
                         }
                     }
@@ -544,7 +560,15 @@ impl Kernels {
                 .ok_or(KernelError::MissingExpert { expert: job.expert })?;
             let i = job.w.gate.rows;
             let m0 = t.toks.0;
+            let round = self.round_hidden;
             let mut emit = |m: usize, r: usize, v: &[f32]| {
+                let rounded: Vec<f32>;
+                let v = if round {
+                    rounded = v.iter().map(|&h| bf16_round(h)).collect();
+                    &rounded
+                } else {
+                    v
+                };
                 // SAFETY: this task alone writes rows t.rows of tokens t.toks of job
                 // t.job's hidden rows, and nothing reads them before step 1 ends.
                 unsafe { dst.write((m0 + m) * i + r, v) };

@@ -48,4 +48,4 @@ pub use error::{KernelError, Result};
 pub use format::{bf16_to_f32, f16_to_f32, ExpertFormat, Proj, WeightKind, MAX_DIM, SCALE_ALIGN};
 pub use isa::{Dot, Isa};
 pub use layer::{weighted_sum, AllReady, ExpertWeights, Kernels, Ready, Routing, TILE_MIN_TOKENS};
-pub use scalar::silu;
+pub use scalar::{bf16_round, silu};

@@ -59,3 +59,13 @@ pub fn nibble(w: &[u8], c: usize) -> i8 {
 pub fn silu(g: f32) -> f32 {
     g / (1.0 + (-g).exp())
 }
+
+/// `v` rounded to the nearest bf16 value (ties to even), as an f32: what a bf16 tensor
+/// holds after torch's `.to(torch.bfloat16)`. NaN stays NaN.
+pub fn bf16_round(v: f32) -> f32 {
+    if v.is_nan() {
+        return v;
+    }
+    let b = v.to_bits();
+    f32::from_bits(b.wrapping_add(0x7fff + ((b >> 16) & 1)) & 0xffff_0000)
+}

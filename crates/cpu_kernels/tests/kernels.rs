@@ -324,8 +324,14 @@ impl Layer {
 
     /// [`Self::run`] with the prompt path taken from `tile_min` tokens per expert.
     fn run_from(&self, isa: Isa, threads: usize, tile_min: usize) -> Vec<f32> {
+        self.run_rounded(isa, threads, tile_min, false)
+    }
+
+    /// [`Self::run_from`], hidden rows rounded to bf16 before down with `round`.
+    fn run_rounded(&self, isa: Isa, threads: usize, tile_min: usize, round: bool) -> Vec<f32> {
         let mut k = Kernels::new(isa, threads).unwrap();
         k.set_tile_min_tokens(tile_min);
+        k.set_round_hidden(round);
         let mut out = vec![0.0; self.x.len()];
         k.moe_layer(
             &self.format,
@@ -340,6 +346,11 @@ impl Layer {
 
     /// The layer from the reference dots: silu(g) * u, down, rank-order weighted sum.
     fn reference(&self) -> Vec<f32> {
+        self.reference_rounded(false)
+    }
+
+    /// [`Self::reference`], silu(g) * u rounded to bf16 with `round`.
+    fn reference_rounded(&self, round: bool) -> Vec<f32> {
         let (i, h) = (self.format.inter(), self.format.hidden());
         let kind = self.format.kind;
         let mut out = vec![0.0f32; self.x.len()];
@@ -351,7 +362,12 @@ impl Layer {
                     .map(|r| {
                         let g = reference_dot(kind, &s[0], &decode(kind, &s[0], i, h), i, h, r, x);
                         let u = reference_dot(kind, &s[1], &decode(kind, &s[1], i, h), i, h, r, x);
-                        g / (1.0 + (-g).exp()) * u
+                        let h = g / (1.0 + (-g).exp()) * u;
+                        if round {
+                            cpu_kernels::bf16_round(h)
+                        } else {
+                            h
+                        }
                     })
                     .collect();
                 let w = self.weights[t * self.top_k + k];
@@ -474,6 +490,89 @@ fn prompt_path_matches_the_reference_on_odd_shapes() {
             }
         }
     }
+}
+
+/// Hidden rows rounded to bf16 (the CPU side of a bf16 model on CUDA): the scalar
+/// layer equals the rounded reference bit for bit; every path (row dots, the prompt
+/// path, any thread count) stays within rounding of it; and the rows really are
+/// rounded (the result differs from the unrounded layer's).
+#[test]
+fn rounded_hidden_rows_match_the_rounded_reference() {
+    let mut rng = Rng(86420);
+    for kind in KINDS {
+        let (inter, hidden) = shapes(kind)[0];
+        for tokens in [1, 9] {
+            let layer = Layer::new(&mut rng, kind, inter, hidden, tokens);
+            let want = layer.reference_rounded(true);
+            assert_ne!(
+                want,
+                layer.reference(),
+                "{kind:?}: rounding changed nothing"
+            );
+            let scale = want.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+            for isa in available() {
+                let one = layer.run_rounded(isa, 1, usize::MAX, true);
+                assert_eq!(
+                    one,
+                    layer.run_rounded(isa, 3, usize::MAX, true),
+                    "{isa:?} {kind:?}"
+                );
+                if isa == Isa::Scalar {
+                    assert_eq!(
+                        one, want,
+                        "{kind:?}: scalar layer differs from the reference"
+                    );
+                }
+                for got in [one, layer.run_rounded(isa, 1, 1, true)] {
+                    let err = got
+                        .iter()
+                        .zip(&want)
+                        .fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+                    // a hidden value at a rounding tie may round the other way: one
+                    // bf16 step of one of down's inputs
+                    assert!(
+                        err <= 2e-3 * scale,
+                        "{isa:?} {kind:?} T={tokens}: {err} vs {scale}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn bf16_round_is_round_to_nearest_even() {
+    use cpu_kernels::bf16_round;
+    let one = 1.0f32.to_bits();
+    assert_eq!(
+        bf16_round(f32::from_bits(one | 0x7fff)),
+        1.0,
+        "below half: down"
+    );
+    assert_eq!(
+        bf16_round(f32::from_bits(one | 0x8001)).to_bits(),
+        one + 0x1_0000,
+        "above: up"
+    );
+    assert_eq!(
+        bf16_round(f32::from_bits(one | 0x8000)),
+        1.0,
+        "tie to the even 1.0"
+    );
+    let odd = one + 0x1_0000;
+    assert_eq!(
+        bf16_round(f32::from_bits(odd | 0x8000)).to_bits(),
+        odd + 0x1_0000,
+        "tie: up"
+    );
+    assert_eq!(bf16_round(-2.5e-3).to_bits() & 0xffff, 0);
+    assert!(bf16_round(f32::NAN).is_nan());
+    assert_eq!(bf16_round(f32::INFINITY), f32::INFINITY);
+    assert_eq!(
+        bf16_round(f32::MAX),
+        f32::INFINITY,
+        "past bf16's largest: infinity"
+    );
 }
 
 /// Calls of at least 1 Mi multiply-adds run on the pool (smaller ones on the calling

@@ -155,9 +155,11 @@ impl PyCpuKernels {
     /// Kernels for experts of `scheme` (`raw`/`int8`/`int4`), raw `dtype` (`f32`, `bf16`,
     /// `f16`), int4 `group_size`, `shapes` (rows, cols) of gate, up, down, on a pool of
     /// `threads` threads; `isa`: `auto` (the best this CPU has) or `scalar`,
-    /// `portable`, `avx2`, `avx512`, `avx512bf16`.
+    /// `portable`, `avx2`, `avx512`, `avx512bf16`; `round_hidden`: each expert's hidden
+    /// row rounded to bf16 before down (a bf16 model's rounding; off: f32).
     #[new]
-    #[pyo3(signature = (scheme, dtype, group_size, shapes, n_experts, threads = 1, isa = "auto"))]
+    #[pyo3(signature = (scheme, dtype, group_size, shapes, n_experts, threads = 1, isa = "auto", round_hidden = false))]
+    #[allow(clippy::too_many_arguments)] // reason: the format's fields and two settings
     fn new(
         scheme: &str,
         dtype: &str,
@@ -166,11 +168,13 @@ impl PyCpuKernels {
         n_experts: usize,
         threads: usize,
         isa: &str,
+        round_hidden: bool,
     ) -> PyResult<Self> {
         let kind = WeightKind::parse(scheme, dtype, group_size).map_err(IntoPyErr::into_py_err)?;
         let format = ExpertFormat::new(kind, shapes).map_err(IntoPyErr::into_py_err)?;
         let isa = Isa::parse(isa).map_err(IntoPyErr::into_py_err)?;
-        let inner = Kernels::new(isa, threads).map_err(IntoPyErr::into_py_err)?;
+        let mut inner = Kernels::new(isa, threads).map_err(IntoPyErr::into_py_err)?;
+        inner.set_round_hidden(round_hidden);
         let mut proj_bytes = [0; 3];
         for (p, b) in proj_bytes.iter_mut().enumerate() {
             *b = format.proj_bytes(p).map_err(IntoPyErr::into_py_err)?;
@@ -193,6 +197,12 @@ impl PyCpuKernels {
     #[getter]
     fn threads(&self) -> usize {
         self.inner.threads()
+    }
+
+    /// Whether hidden rows are rounded to bf16 before down.
+    #[getter]
+    fn round_hidden(&self) -> bool {
+        self.inner.round_hidden()
     }
 
     /// Bytes of gate, up and down in this format.

@@ -70,6 +70,7 @@ class FusedKernel:
         n_experts: int,
         threads: int | None = None,
         isa: str = "auto",
+        round_hidden: bool = False,
     ) -> None:
         if len(shapes) != 3:
             raise ValueError(f"an expert has 3 projections, got shapes {shapes}")
@@ -77,8 +78,9 @@ class FusedKernel:
         n = default_threads() if threads is None else threads
         if n < 1:
             raise ValueError(f"kernel threads must be >= 1, got {n}")
+        shapes3 = ((g[0], g[1]), (u[0], u[1]), (d[0], d[1]))
         self.core = _core.CpuKernels(
-            scheme, dtype, group_size, ((g[0], g[1]), (u[0], u[1]), (d[0], d[1])), n_experts, n, isa
+            scheme, dtype, group_size, shapes3, n_experts, n, isa, round_hidden
         )
         self.hidden, self.n_experts = g[1], n_experts
         self.proj_bytes = self.core.proj_bytes
@@ -86,7 +88,11 @@ class FusedKernel:
 
     @classmethod
     def for_layout(
-        cls, layout: ExpertLayout, threads: int | None = None, isa: str = "auto"
+        cls,
+        layout: ExpertLayout,
+        threads: int | None = None,
+        isa: str = "auto",
+        round_hidden: bool = False,
     ) -> FusedKernel:
         return cls(
             layout.scheme,
@@ -96,6 +102,7 @@ class FusedKernel:
             layout.n_experts,
             threads,
             isa,
+            round_hidden,
         )
 
     def _inputs(

@@ -197,7 +197,11 @@ class StreamedExperts(CudaPlacement):
         # fused kernels compute (GPT-OSS).
         self.host_fused: FusedKernel | None = None
         if self.host is not None and expert_kernels in ("auto", "fused") and fusable:
-            self.host_fused = FusedKernel.for_layout(layout, streaming_threads())
+            # a bf16 model's hidden rows rounded to bf16 before down, as the GPU's
+            # kernels and the torch host path hold them (and down's fast kernel)
+            self.host_fused = FusedKernel.for_layout(
+                layout, streaming_threads(), round_hidden=dtype == torch.bfloat16
+            )
         # A prompt's experts outside VRAM staged through double-buffered VRAM copies on
         # CUDA (gpu_waves.py); off: copied per projection on the compute stream.
         self.gpu_waves = gpu_waves
