@@ -528,12 +528,15 @@ gpu33() {
 }
 
 # Prepared for the next session's first call (not run yet): the GPU tests of the
-# staging change (one stream switch and one event per chunk), then V1 cpu/fill and P8
-# with the wheel in .device/before (carry it) against the one in .device, on one box.
+# staging change (one stream switch and one event per chunk), the fused int4 kernels
+# with and without bf16 hidden rows, then V1 cpu/fill and P8 with the wheel in
+# .device/before (carry it) against the one in .device, on one box.
 gpu34() {
   [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
   timeout 150 python3 -m pytest tests/models/test_gpu_waves.py tests/models/test_grouped.py \
     tests/models/test_streamed_step.py -q -p no:cacheprovider --tb=short -rf -m gpu 2>&1 | tail -6
+  echo "== cpu int4"; timeout 90 python3 benches/cpu_kernels.py --threads 1,14,16 --calls 10 \
+    --schemes int4 --x-bf16 --round-hidden off,on 2>&1 | tail -6
   [ -f "$DATA/q30.ftw" ] || flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
   for w in before after before after; do
     if [ $w = before ]; then whl=.device/before/flint-*.whl; else whl=.device/flint-*.whl; fi
