@@ -550,16 +550,17 @@ class StreamedExperts(CudaPlacement):
         for wave in self._waves(layer, ids, selected):
             on_host: list[tuple[int, int, bool]] = []
             staged: list[tuple[int, int, bool]] = []
+            # (the rows and the slot's tensor only where a branch uses them: a decode
+            # step's host experts need neither, and each is a few torch calls)
             for expert, _slot, address, hit in self.engine.place(layer, wave):
-                rows = rows_of(expert)
-                slab = slot_bytes(address, self.layout.slab_bytes)
                 if vram is not None and vram.free[layer]:  # first use fills a free slot
                     if not hit:
                         self._wait(layer, expert, 2)
-                    vram.admit(layer, expert, slab)
+                    vram.admit(layer, expert, slot_bytes(address, self.layout.slab_bytes))
                     if self.slab_kernels:
                         admitted.append(expert)
                         continue
+                    rows = rows_of(expert)
                     y = self._vram_expert(layer, expert, x[rows // k])
                     outputs[rows] = y.to(torch.float32)
                 elif x_host is not None:
@@ -567,6 +568,8 @@ class StreamedExperts(CudaPlacement):
                 elif stager is not None:
                     staged.append((expert, address, hit))
                 else:
+                    rows = rows_of(expert)
+                    slab = slot_bytes(address, self.layout.slab_bytes)
                     y = self._expert(self._on(x.device), layer, expert, slab, hit, x[rows // k])
                     outputs[rows] = y.to(torch.float32)
             if staged and stager is not None:

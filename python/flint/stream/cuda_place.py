@@ -243,7 +243,10 @@ class CudaPlacement:
         fused = self.host_fused
         if fused is not None:  # counted here; ``_expert`` counts the torch path's
             self.counters.host_experts += len(experts)
-            rows = torch.cat([b.order[starts[e] : starts[e] + counts[e]] for e, _, _ in experts])
+            order = b.order_list
+            rows = torch.tensor(
+                [p for e, _, _ in experts for p in order[starts[e] : starts[e] + counts[e]]]
+            )  # the experts' (token, rank) pairs, expert by expert
             listed = [(e, *slab_addresses(a, self.layout)) for e, a, _ in experts]
             hits = [e for e, _, hit in experts if hit]
             fused.expert_outputs(b.x32, b.ids, listed, b.y, self.engine, layer, hits)

@@ -43,4 +43,5 @@ class HostBatch:
         self.x = self.x32 if dtype == torch.float32 else host.to(dtype)
         self.ids = ids.to(cpu).contiguous()  # [T, K]
         self.order = order.cpu()  # [T*K]
+        self.order_list: list[int] = self.order.tolist()
         self.y = torch.empty(ids.numel(), x.shape[1], dtype=torch.float32)  # [T*K, H]
