@@ -326,6 +326,7 @@ def test_layers_split_over_two_devices_give_the_same_logits(
             assert torch.equal(split.model.forward(torch.tensor(ids), all_logits=True), want)
 
 
+@pytest.mark.interpreter
 def test_the_graph_step_follows_the_eager_layer_loop(variant: tuple[Path, Any]) -> None:
     """Latent attention with each rope variant (pairs kept in fp32, plain), low- and
     full-rank queries, group routers, dense first layers: the CUDA graph step (run

@@ -61,6 +61,7 @@ def _slabs(scheme: str, experts: int, shapes: tuple[tuple[int, int], ...], group
     return torch.stack(slabs), tuple(offsets), dense
 
 
+@pytest.mark.interpreter
 @pytest.mark.parametrize("scheme", ["raw", "int8", "int4"])
 @pytest.mark.parametrize("tokens", [1, 3])
 def test_slot_kernels_follow_the_per_expert_path(scheme: str, tokens: int) -> None:
@@ -94,6 +95,7 @@ def test_slot_kernels_follow_the_per_expert_path(scheme: str, tokens: int) -> No
     assert again.data_ptr() == out.data_ptr() and torch.equal(again, got)
 
 
+@pytest.mark.interpreter
 @pytest.mark.parametrize("scheme", ["int8", "int4"])
 def test_dequantize_kernel_gives_the_files_weights(scheme: str) -> None:
     """Odd shapes (rows and columns not multiples of the blocks, 200 columns in groups
@@ -112,6 +114,7 @@ def test_dequantize_kernel_gives_the_files_weights(scheme: str) -> None:
         assert torch.equal(got, want), (scheme, p)
 
 
+@pytest.mark.interpreter
 def test_slot_kernels_add_biases_and_clamp_as_gpt_oss() -> None:
     """Expert biases and GPT-OSS's clamped activation: the kernels against
     ``ExpertMath`` around torch's matmuls (bf16 stacks: the same roundings)."""
@@ -139,6 +142,7 @@ def test_slot_kernels_add_biases_and_clamp_as_gpt_oss() -> None:
     assert err <= 2e-3, err
 
 
+@pytest.mark.interpreter
 def test_fused_norm_rope_and_router_follow_torch() -> None:
     """The fused small ops against their torch counterparts: RMSNorm, per-head norm and
     (partial) RoPE written at a cache position, the softmax router (ids identical)."""
@@ -200,6 +204,7 @@ def test_the_step_covers_the_standard_attention_families(tiny_ftw: dict[str, Pat
     assert set(COVERED) <= set(covered), covered
 
 
+@pytest.mark.interpreter
 @pytest.mark.parametrize("family", COVERED)
 def test_the_step_follows_the_eager_layer_loop(family: str, tiny_ftw: dict[str, Path]) -> None:
     """The fixed-address step (uncaptured, on the CPU) against the model's own decode:
@@ -229,6 +234,7 @@ def test_the_step_follows_the_eager_layer_loop(family: str, tiny_ftw: dict[str, 
         assert torch.isfinite(tail).all()
 
 
+@pytest.mark.interpreter
 @pytest.mark.parametrize("quant", ["int8", "int4"])
 def test_slab_experts_step_follows_torch_kernels(quant: str, wide_files: dict[str, Path]) -> None:
     """int8/int4 experts kept as slabs: eager prefill dequantizes per expert, the step
@@ -257,6 +263,7 @@ def test_slab_experts_step_follows_torch_kernels(quant: str, wide_files: dict[st
     assert (got - want).abs().max().item() <= 0.05 * want.abs().max().item()
 
 
+@pytest.mark.interpreter
 @pytest.mark.parametrize("quant", ["int8", "int4"])
 def test_slab_experts_prompt_equals_dequantizing_each_expert(
     quant: str, wide_files: dict[str, Path], monkeypatch: pytest.MonkeyPatch

@@ -561,11 +561,14 @@ impl Kernels {
             let i = job.w.gate.rows;
             let m0 = t.toks.0;
             let round = self.round_hidden;
+            let mut rounded = [0.0f32; crate::tile::HALF]; // emit's rows: at most HALF
             let mut emit = |m: usize, r: usize, v: &[f32]| {
-                let rounded: Vec<f32>;
                 let v = if round {
-                    rounded = v.iter().map(|&h| bf16_round(h)).collect();
-                    &rounded
+                    let n = v.len().min(rounded.len());
+                    for (d, &h) in rounded.iter_mut().zip(v) {
+                        *d = bf16_round(h);
+                    }
+                    rounded.get(..n).unwrap_or_default()
                 } else {
                     v
                 };

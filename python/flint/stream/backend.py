@@ -498,10 +498,11 @@ class StreamedExperts(CudaPlacement):
         # The ids reach the CPU in one copy, ordered on the model's stream (no device-
         # wide synchronisation); everything the host decides is computed from it.
         flat_host = flat.cpu()
-        # The pairs sorted by expert: a decode-sized call sorts them on the host, where
-        # its ids already are (its kernels take host lists; a per-expert path indexes
-        # the device's tensors with it, a copy each); a prompt's stay on the device.
-        small = tokens <= KERNEL_TOKENS
+        # The pairs sorted by expert: a decode-sized call with the slab kernels sorts
+        # them on the host, where its ids already are (its kernels take host lists); a
+        # prompt's, and those of the per-expert paths (which index the device's tensors
+        # with them: a host index would be a synchronising copy each), on the device.
+        small = tokens <= KERNEL_TOKENS and (self.slab_kernels or x.device.type == "cpu")
         order = torch.argsort(flat_host if small else flat, stable=True)
         counts = torch.bincount(flat_host, minlength=self.cfg.num_experts).tolist()
         starts = starts_of(counts)
@@ -531,7 +532,12 @@ class StreamedExperts(CudaPlacement):
         # ``--host-split fill`` with the slab kernels: every expert outside VRAM goes
         # through the staging buffers below and one slot-kernel launch per chunk, as a
         # prompt's do (the CPU's batch is not needed)
-        fill_all = self.slab_kernels and self.qsplit is not None and self.qsplit.mode == "fill"
+        fill_all = (
+            self.slab_kernels
+            and self._stager(x.device) is not None
+            and self.qsplit is not None
+            and self.qsplit.mode == "fill"
+        )
         x_host = None
         if host is not None and selected and tokens <= HOST_MAX_TOKENS and not fill_all:
             # copied now, before the GPU work below is queued (ids, order: on the host)
@@ -574,8 +580,8 @@ class StreamedExperts(CudaPlacement):
                     outputs[rows] = y.to(torch.float32)
             if staged and stager is not None:
                 self._staged(layer, stager, staged, x, rows_of, outputs, plan)
-                if fill_all and self.qsplit is not None:
-                    self.qsplit.record(len(staged), 0)
+                if fill_all and self.qsplit is not None and tokens <= HOST_MAX_TOKENS:
+                    self.qsplit.record(len(staged), 0)  # a decode step's, not a prompt's
             if on_host and x_host is not None:
                 fills, on_host = self._split(on_host)
                 queued = self._fill(layer, fills, x, rows_of, outputs, plan) if fills else None

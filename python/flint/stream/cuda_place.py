@@ -93,6 +93,7 @@ class CudaPlacement:
         rows_of: Callable[[int], torch.Tensor],
         outputs: torch.Tensor,  # [T*K, H] fp32 on the GPU
         plan: PairPlan | None = None,  # the slab kernels' pairs
+        sync: bool = True,  # return once the copies have landed (see GpuStager.run)
     ) -> None:
         """A wave's experts outside VRAM through the double-buffered staging copies
         (gpu_waves.py), computed on the GPU as from their slots: with the slab kernels
@@ -111,9 +112,9 @@ class CudaPlacement:
             self._grouped(layer, self._slab_pool(layer, buffers), slot, x, plan, outputs)
 
         if self.slab_kernels and plan is not None:
-            stager.run(experts, wait, compute_chunk=compute_chunk)
+            stager.run(experts, wait, compute_chunk=compute_chunk, sync=sync)
         else:
-            stager.run(experts, wait, compute)
+            stager.run(experts, wait, compute, sync=sync)
         self.counters.copy_bytes += len(experts) * self.layout.slab_bytes
 
     def _grouped(
@@ -191,7 +192,10 @@ class CudaPlacement:
         t0 = time.perf_counter()
         stager = self._stager(x.device) if self.slab_kernels and plan is not None else None
         if stager is not None:
-            self._staged(layer, stager, fills, x, rows_of, outputs, plan)
+            # no wait for the copies here: the CPU's share starts now, and ``_observe``
+            # waits for ``end`` (after these copies and their computation) before the
+            # slots are unpinned
+            self._staged(layer, stager, fills, x, rows_of, outputs, plan, sync=False)
             fills = []
         for expert, address, hit in fills:
             if not hit:
@@ -245,7 +249,8 @@ class CudaPlacement:
             self.counters.host_experts += len(experts)
             order = b.order_list
             rows = torch.tensor(
-                [p for e, _, _ in experts for p in order[starts[e] : starts[e] + counts[e]]]
+                [p for e, _, _ in experts for p in order[starts[e] : starts[e] + counts[e]]],
+                dtype=torch.int64,
             )  # the experts' (token, rank) pairs, expert by expert
             listed = [(e, *slab_addresses(a, self.layout)) for e, a, _ in experts]
             hits = [e for e, _, hit in experts if hit]

@@ -48,13 +48,16 @@ class GpuStager:
         wait: Callable[[int], None],
         compute: Callable[[int, torch.Tensor], None] | None = None,
         compute_chunk: Callable[[list[int], torch.Tensor], None] | None = None,
+        sync: bool = True,
     ) -> None:
         """Stages and computes ``experts``: ``wait(expert)`` blocks until its slab is in
         and verified, ``compute(expert, slab)`` queues its computation on the current
         stream from the staged copy as soon as that copy lands; or ``compute_chunk``
         (experts, buffer set ``[slots, slab_bytes]``: expert j in row j) queues one
         computation per chunk once the chunk's copies have landed. Returns when every
-        copy has landed."""
+        copy has landed, or with ``sync=False`` at once (the caller then waits for an
+        event recorded on the compute stream after this call before it frees the
+        sources: the computation waited for the copies)."""
         if not experts:
             return
         main = torch.cuda.current_stream(self.device)
@@ -95,5 +98,5 @@ class GpuStager:
             self.released[half] = released
             self.staged += len(chunk)
             self.chunks += 1
-        if last is not None:
+        if last is not None and sync:
             last.synchronize()  # the slots' bytes are copied: they may be unpinned
