@@ -534,9 +534,9 @@ class StreamedExperts(CudaPlacement):
         # prompt's do (the CPU's batch is not needed)
         fill_all = (
             self.slab_kernels
-            and self._stager(x.device) is not None
             and self.qsplit is not None
             and self.qsplit.mode == "fill"
+            and self._stager(x.device) is not None  # made here on first use
         )
         x_host = None
         if host is not None and selected and tokens <= HOST_MAX_TOKENS and not fill_all:
