@@ -527,10 +527,11 @@ gpu33() {
     --tb=short -rf -m "gpu or not gpu" 2>&1 | grep -E "^E |Error|passed|failed" | cut -c1-250 | tail -14
 }
 
-# Prepared for the next session's first call (not run yet; ~9 minutes): the GPU tests
+# Prepared for the next session's first call (not run yet; ~9.5 minutes): the GPU tests
 # of the changes made after gpu33, the fused int4 kernels with and without bf16 hidden
-# rows, V1 (cpu, fill) and P8 with the wheel in .device/before (carry .device) and then
-# the one in .device on the same box, and where an 8k prompt's time goes.
+# rows, V1 and P8 with the wheel in .device/before (06bf4e1) and then the one in
+# .device on the same box (the new one also runs --host-split cpu and fill interleaved),
+# and where an 8k prompt's time goes.
 gpu34() {
   [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
   timeout 150 python3 -m pytest tests/models/test_gpu_waves.py tests/models/test_grouped.py \
@@ -539,17 +540,16 @@ gpu34() {
   echo "== cpu int4"; timeout 60 python3 benches/cpu_kernels.py --threads 1,16 --calls 10 \
     --schemes int4 --x-bf16 --round-hidden off,on 2>&1 | tail -4
   [ -f "$DATA/q30.ftw" ] || flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
-  for w in before after; do
-    if [ $w = before ]; then whl=.device/before/flint-*.whl; else whl=.device/flint-*.whl; fi
-    python3 -m pip install --no-deps --force-reinstall -q $whl 2>&1 | grep -v WARNING | tail -1
-    for hs in cpu fill; do
-      echo "== V1 $w $hs"; timeout 60 flint bench "$DATA/q30.ftw" -p 0 -n 64 --tg-random -r 1 \
-        --mode full --ram-budget 20 --vram-budget 4 --host-split $hs 2>&1 | grep -E "q30.ftw \||rror"
-    done
-    echo "== P8 $w"; timeout 70 flint bench "$DATA/q30.ftw" -p 8192 -n 0 -r 1 --mode full --warm \
-      --ram-budget 20 --vram-budget 4 2>&1 | grep -E "q30.ftw \||rror"
-  done
-  echo "== P8 profile"; timeout 120 python3 benches/prompt_profile.py "$DATA/q30.ftw" --tokens 8192 \
+  v1="-p 0 -n 64 --tg-random --ram-budget 20 --vram-budget 4"
+  p8="-p 8192 -n 0 -r 1 --mode full --warm --ram-budget 20 --vram-budget 4"
+  python3 -m pip install --no-deps --force-reinstall -q .device/before/flint-*.whl 2>&1 | grep -v WARNING | tail -1
+  echo "== V1 before"; timeout 60 flint bench "$DATA/q30.ftw" $v1 -r 1 --mode full 2>&1 | grep -E "q30.ftw \||rror"
+  echo "== P8 before"; timeout 70 flint bench "$DATA/q30.ftw" $p8 2>&1 | grep -E "q30.ftw \||rror"
+  python3 -m pip install --no-deps --force-reinstall -q .device/flint-*.whl 2>&1 | grep -v WARNING | tail -1
+  echo "== V1 after, cpu and fill interleaved"; timeout 170 flint bench "$DATA/q30.ftw" $v1 -r 2 \
+    --mode full:cpu,full:fill 2>&1 | grep -E "q30.ftw \||rror"
+  echo "== P8 after"; timeout 70 flint bench "$DATA/q30.ftw" $p8 2>&1 | grep -E "q30.ftw \||rror"
+  echo "== P8 profile"; timeout 110 python3 benches/prompt_profile.py "$DATA/q30.ftw" --tokens 8192 \
     --ram-budget 20 --vram-budget 4 2>&1 | grep -v "^USDT\|^ERROR" | tail -32
 }
 

@@ -70,6 +70,29 @@ def test_json_has_a_row_per_mode_and_test_with_streaming_columns(tiny: Path) -> 
     assert doc["graphs"] == "auto" and doc["no_graphs"] == "CUDA graphs need a CUDA device"
 
 
+def test_a_mode_may_name_its_host_split(tiny: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``full:cpu,full:fill``: the same mode with two host splits, interleaved, each
+    row checked against resident; each run's model gets its own split."""
+    import flint.bench.modes as modes
+
+    splits: list[str] = []
+    real = modes.streamed_backend
+
+    def spy(*args: Any, **kw: Any) -> Any:
+        splits.append(kw["host_split"])
+        return real(*args, **kw)
+
+    monkeypatch.setattr(modes, "streamed_backend", spy)
+    spec = "resident,full:cpu,full:fill"
+    r = _bench(tiny, "--mode", spec, "--ram-budget", str(TWO_SLOTS), "-o", "json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    rows = {(row["mode"], row["test"]): row for row in doc["results"]}
+    assert [m for m, t in rows if t == "tg4"] == ["resident", "full:cpu", "full:fill"]
+    assert rows[("full:fill", "tg4")]["exact"] is True and doc["exact"] is True
+    assert splits == ["cpu", "fill", "cpu", "fill"], "pp8 then tg4, each split in turn"
+
+
 def test_markdown_table_has_the_columns_and_a_verdict(tiny: Path) -> None:
     r = _bench(tiny, "--mode", "resident,full", "--ram-budget", str(TWO_SLOTS))
     assert r.exit_code == 0, r.output
@@ -186,6 +209,8 @@ def test_warm_runs_reuse_one_model_per_mode(tiny: Path) -> None:
         (["-o", "xml"], "-o must be md or json"),
         (["--mode", "resident,fast"], "unknown mode 'fast'"),
         (["--mode", "full,full"], "lists a mode twice"),
+        (["--mode", "full:gpu"], "the host split must be one of cpu, fill, q"),
+        (["--mode", "resident:fill"], "resident computes every expert where it lives"),
         (["-p", "abc"], "-p takes token counts"),
         (["-p", "0", "-n", "0"], "nothing to run"),
         (["-n", "-3"], "counts must be >= 0"),

@@ -10,12 +10,16 @@
   them (expert e from the layer's slot e mod slots). Same kernels, shapes and slot
   views as a hit in ``full``, so the clock shows the compute ceiling of streaming;
   the output is garbage by construction and is not compared.
+
+A streamed mode may name its own ``--host-split`` as ``MODE:SPLIT`` (``full:fill``), so
+two ways of computing a CUDA decode step's experts outside VRAM run interleaved in one
+bench, on the same machine state.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -125,12 +129,29 @@ class Setup:
     graphs: str = "auto"  # every mode's CUDA decode step (flint.graphs.GRAPH_MODES)
 
 
-def load(mode: str, setup: Setup, notice: Callable[[str], None]) -> LLM:
-    """A fresh model in ``mode``; streamed modes start cold (no usage table, no idle
-    fill), so every run measures the same thing; a model whose experts all fit the
-    RAM budget is returned once they are all read (as its load starts them)."""
+def mode_of(spec: str) -> tuple[str, str | None]:
+    """``full`` -> ("full", None), ``full:fill`` -> ("full", "fill"): the mode and the
+    host split it names (None: the bench's ``--host-split``)."""
+    mode, colon, split = spec.partition(":")
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; use {', '.join(MODES)}")
+    if not colon:
+        return mode, None
+    if mode == "resident":
+        raise ValueError("resident computes every expert where it lives: no host split")
+    if split not in HOST_SPLITS:
+        raise ValueError(f"{spec!r}: the host split must be one of {', '.join(HOST_SPLITS)}")
+    return mode, split
+
+
+def load(spec: str, setup: Setup, notice: Callable[[str], None]) -> LLM:
+    """A fresh model in mode ``spec`` (``mode_of``); streamed modes start cold (no usage
+    table, no idle fill), so every run measures the same thing; a model whose experts
+    all fit the RAM budget is returned once they are all read (as its load starts
+    them)."""
+    mode, split = mode_of(spec)
+    if split is not None:
+        setup = replace(setup, engine=replace(setup.engine, host_split=split))
     if mode == "resident":
         return LLM(
             setup.model,

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from flint.bench.modes import Engine, Setup
+from flint.bench.modes import Engine, Setup, mode_of
 from flint.bench.runner import MIB
 from flint.bench.suite import CONTROL, UNCHECKED, Outcome, Plan, summary
 
@@ -67,7 +67,7 @@ def _mean(values: list[float | None]) -> dict[str, float] | None:
 
 
 def _exact(plan: Plan, out: Outcome, mode: str, test: str) -> bool | None:
-    if mode == CONTROL or mode in UNCHECKED or not out.checked:
+    if mode == CONTROL or mode_of(mode)[0] in UNCHECKED or not out.checked:
         return None
     return not any(m.mode == mode and m.test == test for m in out.mismatches)
 
@@ -215,6 +215,11 @@ def _header(doc: dict[str, Any]) -> str:
                 + (", deterministic (all experts on the GPU)" if doc["deterministic"] else "")
                 + (
                     f", experts outside VRAM: {_SPLITS[doc['host_split']]}"
+                    + (
+                        " (a row named MODE:SPLIT: that split)"
+                        if any(":" in r["mode"] for r in doc["results"])
+                        else ""
+                    )
                     if doc.get("host_split") and not doc["deterministic"]
                     else ""
                 )

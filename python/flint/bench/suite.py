@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from flint.api import LLM
-from flint.bench.modes import MODES, Setup, load
+from flint.bench.modes import MODES, Setup, load, mode_of
 from flint.bench.runner import Case, Sample, run_test
 from flint.stream import StreamedExperts
 
@@ -37,9 +37,8 @@ class Plan:
     def validate(self) -> None:
         if not self.modes:
             raise ValueError("--mode needs at least one of " + ", ".join(MODES))
-        bad = [m for m in self.modes if m not in MODES]
-        if bad:
-            raise ValueError(f"unknown mode {bad[0]!r}; use {', '.join(MODES)}")
+        for m in self.modes:
+            mode_of(m)  # raises on an unknown mode or host split
         if len(set(self.modes)) != len(self.modes):
             raise ValueError("--mode lists a mode twice")
         if not self.tests:
@@ -122,7 +121,8 @@ def run_plan(plan: Plan, setup: Setup, notice: Callable[[str], None], step: Step
             seen.add(line)
             notice(line)
 
-    if any(m in ("full", "naive") for m in plan.modes) and any(t.kind == "tg" for t in plan.tests):
+    reads = any(mode_of(m)[0] in ("full", "naive") for m in plan.modes)
+    if reads and any(t.kind == "tg" for t in plan.tests):
         out.info["disk_gb_s"] = _disk_gb_s(setup)
     warm: dict[str, LLM] = {}
     try:
@@ -174,7 +174,7 @@ def _check(plan: Plan, out: Outcome, rep: int, test: Case, control: list[int] | 
     if control is None:
         return
     for mode in plan.modes:
-        if mode == CONTROL or mode in UNCHECKED:
+        if mode == CONTROL or mode_of(mode)[0] in UNCHECKED:
             continue
         got = out.samples[(mode, test.name)][rep].tokens
         if got != control:

@@ -10,6 +10,7 @@ import torch
 import typer
 
 from flint.bench import MODES, Case, Engine, Plan, Setup, run_plan, to_json, to_markdown
+from flint.bench.modes import mode_of
 from flint.bench.suite import CONTROL, Outcome
 from flint.cli.errors import USER_ERRORS, fail, fail_from, stderr
 from flint.cli.progress import spinner
@@ -35,8 +36,10 @@ def parse_counts(value: str, flag: str) -> list[int]:
 def parse_modes(value: str) -> tuple[str, ...]:
     modes = tuple(m.strip() for m in value.split(",") if m.strip())
     for m in modes:
-        if m not in MODES:
-            raise ValueError(f"--mode: unknown mode {m!r}; use a comma list of {', '.join(MODES)}")
+        try:
+            mode_of(m)
+        except ValueError as err:
+            raise ValueError(f"--mode: {err} (a comma list of {', '.join(MODES)})") from None
     return modes
 
 
@@ -80,7 +83,8 @@ def register(app: typer.Typer) -> None:
             str,
             typer.Option(
                 help="Comma list of resident, full, naive, nowait: run interleaved, "
-                "greedy tokens of full and naive checked against resident.",
+                "greedy tokens of full and naive checked against resident. A streamed "
+                "mode may name its own --host-split as MODE:SPLIT (full:cpu,full:fill).",
             ),
         ] = "resident,full",
         tg_random: Annotated[
