@@ -5,7 +5,10 @@ on the CPU, the host target forced on); the CUDA runs are the GPU box's bench ro
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -37,6 +40,19 @@ def test_observed_times_move_the_split() -> None:
     assert qs.q(10) == 8
 
 
+@contextmanager
+def _with_host(path: Path) -> Iterator[tuple[flint.LLM, flint.LLM, Any]]:
+    """(resident, streamed, its backend): torch's kernels, a "VRAM" slot per layer,
+    the host target forced on (as on CUDA) in fp32, so the CPU stands in for both sides."""
+    with (
+        flint.LLM(path, device="cpu", context_length=64, expert_kernels="torch") as resident,
+        _open(path, ram_slots=3, vram_slots=1) as streamed,
+    ):
+        backend = streamed.expert_backend
+        backend.host = Target(torch.device("cpu"), torch.float32, None)  # type: ignore[attr-defined]
+        yield resident, streamed, backend
+
+
 @pytest.mark.parametrize("mode", ["q", "fill"])
 @pytest.mark.parametrize("family", FAMILY_NAMES)
 def test_split_decode_equals_resident(family: str, mode: str, tiny_ftw: dict[str, Path]) -> None:
@@ -44,13 +60,7 @@ def test_split_decode_equals_resident(family: str, mode: str, tiny_ftw: dict[str
     CPU's share go back to their rows: output bit-identical to resident here, where
     both sides compute in the same dtype with the same ops (torch's kernels, as a GPU
     computes them)."""
-    path = tiny_ftw[family]
-    with (
-        flint.LLM(path, device="cpu", context_length=64, expert_kernels="torch") as resident,
-        _open(path, ram_slots=3, vram_slots=1) as streamed,
-    ):
-        backend = streamed.expert_backend
-        backend.host = Target(torch.device("cpu"), torch.float32, None)  # type: ignore[attr-defined]
+    with _with_host(tiny_ftw[family]) as (resident, streamed, backend):
         backend.qsplit = QSplit(20e9, 10e9, mode)  # type: ignore[attr-defined]
         for ids in PROMPTS[:2]:
             resident.model.reset()
@@ -76,15 +86,8 @@ def test_fused_host_experts_follow_resident(family: str, tiny_ftw: dict[str, Pat
     the fused kernels' rounding of resident and the greedy tokens agree."""
     from flint.models.cpu_kernels import FusedKernel
 
-    path = tiny_ftw[family]
-    with (
-        flint.LLM(path, device="cpu", context_length=64, expert_kernels="torch") as resident,
-        _open(path, ram_slots=3, vram_slots=1) as streamed,
-    ):
-        backend = streamed.expert_backend
-        backend.host = Target(torch.device("cpu"), torch.float32, None)  # type: ignore[attr-defined]
-        layout = backend.layout  # type: ignore[attr-defined]
-        backend.host_fused = FusedKernel.for_layout(layout, threads=2)  # type: ignore[attr-defined]
+    with _with_host(tiny_ftw[family]) as (resident, streamed, backend):
+        backend.host_fused = FusedKernel.for_layout(backend.layout, threads=2)
         for ids in PROMPTS[:2]:
             resident.model.reset()
             streamed.model.reset()

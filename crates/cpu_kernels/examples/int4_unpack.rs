@@ -7,6 +7,9 @@
 //! --example int4_unpack [-- rows cols reps]`.
 #![allow(clippy::unwrap_used, clippy::indexing_slicing, clippy::print_stdout)]
 
+#[allow(dead_code)] // reason: this example uses only the generator
+mod common;
+
 #[cfg(target_arch = "x86_64")]
 mod probe {
     use std::arch::x86_64::*;
@@ -114,13 +117,7 @@ fn main() {
     let rows = args.first().copied().unwrap_or(64);
     let cols = args.get(1).copied().unwrap_or(2048) / 128 * 128;
     let reps = args.get(2).copied().unwrap_or(2000);
-    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-    let mut rnd = move || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    };
+    let mut rnd = common::rng();
     let w: Vec<u8> = (0..rows * cols / 2).map(|_| rnd() as u8).collect();
     let x: Vec<u16> = (0..cols)
         .map(|_| (((rnd() >> 40) as f32 / 8e6 - 1.0).to_bits() >> 16) as u16)
