@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from flint.stream.readahead import ReadAhead
-from flint.stream.waves import end_order, plan_waves
+from flint.stream.waves import end_order, first_selected, plan_waves
 
 E, K = 16, 4
 
@@ -86,3 +86,16 @@ def test_read_ahead_fills_only_free_slots_of_the_next_two_layers() -> None:
     assert ra(eng, 3, tokens=100) == 4  # only layer 5 is left; unused experts never
     assert eng.predicted == [(5, 1, 1, 0), (5, 3, 1, 1), (5, 6, 1, 2), (5, 2, 1, 3)]
     assert ra(eng, 5, tokens=100) == 0 and ReadAhead([1], 4, 8, 2, depth=0)(eng, 1, 99) == 0
+
+
+@pytest.mark.parametrize("pairs", [1, 8, 64, 65, 4096])
+def test_first_selected_is_the_order_of_first_selection(pairs: int) -> None:
+    """Both ways (a Python scan for a few pairs, torch for a prompt's) give the experts
+    in the order their first pair selected them."""
+    gen = torch.Generator().manual_seed(pairs)
+    for n_experts in (4, 128):
+        flat = torch.randint(0, n_experts, (pairs,), generator=gen)
+        want = list(dict.fromkeys(flat.tolist()))
+        assert first_selected(flat, n_experts) == want
+    flat = torch.tensor([5, 5, 2] * 40)  # 120 pairs, two experts of 8
+    assert first_selected(flat, 8) == [5, 2]

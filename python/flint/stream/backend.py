@@ -50,7 +50,7 @@ from flint.stream.qsplit import HOST_SPLITS, QSplit, pcie_bandwidth
 from flint.stream.readahead import ReadAhead
 from flint.stream.slab import slot_bytes
 from flint.stream.vram import VramCache, VramRequest, free_vram
-from flint.stream.waves import plan_waves
+from flint.stream.waves import first_selected, plan_waves
 
 # T = tokens, H = hidden, K = top-k, E = experts per layer, N = rows routed to one expert
 
@@ -506,10 +506,13 @@ class StreamedExperts(CudaPlacement):
         order = torch.argsort(flat_host if small else flat, stable=True)
         counts = torch.bincount(flat_host, minlength=self.cfg.num_experts).tolist()
         starts = starts_of(counts)
-        host_ids = flat_host.tolist()
-        if self.routing is not None and tokens == 1:
+        # the pairs' experts as a list where the slot kernels or the routing record
+        # read them (decode-sized calls), not for a prompt's tens of thousands
+        host_ids = flat_host.tolist() if tokens <= KERNEL_TOKENS else None
+        if self.routing is not None and tokens == 1 and host_ids is not None:
             self.routing.append(host_ids)
-        selected = list(dict.fromkeys(host_ids))  # rank order of first selection
+        # rank order of first selection
+        selected = first_selected(flat_host, self.cfg.num_experts)
         self.lookahead.score(layer, set(selected))
         vram, held = self.vram_of.get(layer), []
         if vram is not None:
