@@ -148,7 +148,10 @@ fn main() {
             unsafe { probe::ternary(&w, &x, &xs, rows, cols, &mut b) };
         }
         let ternary = gw / t0.elapsed().as_secs_f64();
-        let diff = a.iter().zip(&b).fold(0.0f32, |m, (p, q)| m.max((p - q).abs()));
+        let diff = a
+            .iter()
+            .zip(&b)
+            .fold(0.0f32, |m, (p, q)| m.max((p - q).abs()));
         let scale = a.iter().fold(0.0f32, |m, p| m.max(p.abs()));
         println!(
             "round {round}: permute {permute:.1} G weights/s, ternary {ternary:.1} (largest difference {diff:.2e} of {scale:.2e})"

@@ -65,6 +65,9 @@ pub struct LayerStart {
     pub cancelled: usize,
     /// Selected experts whose prefetch was moved to the demand queue.
     pub promoted: usize,
+    /// Whether any prediction, read or record of the layer was dropped or promoted:
+    /// only then can an idle worker have new work or a waiter a new outcome.
+    pub changed: bool,
 }
 
 /// Result of a finished read that the engine must act on outside the lock.
@@ -321,7 +324,9 @@ impl Scheduler {
             .iter()
             .filter(|p| p.key.layer == layer && !is_sel(p.key.expert));
         out.cancelled += wrong.count();
+        let before = self.waiting.len();
         self.waiting.retain(|p| p.key.layer != layer);
+        out.changed |= self.waiting.len() != before;
         let keys: Vec<ExpertKey> = self
             .jobs
             .iter()
@@ -330,6 +335,7 @@ impl Scheduler {
             .collect();
         for key in keys {
             if !is_sel(key.expert) {
+                out.changed = true;
                 let was_active = self
                     .jobs
                     .get(&key)
@@ -351,6 +357,7 @@ impl Scheduler {
                     let before = self.stats.promoted;
                     self.promote(key);
                     out.promoted += usize::from(self.stats.promoted > before);
+                    out.changed |= self.stats.promoted > before;
                     out.pending.push(e);
                 }
             }
