@@ -115,29 +115,43 @@ def test_dequantize_kernel_gives_the_files_weights(scheme: str) -> None:
 
 
 @pytest.mark.interpreter
+class GptOssExperts:
+    """``experts`` random bf16 experts with biases and GPT-OSS's clamped activation
+    (layer 0's ``ExpertMath``), and their output through torch's matmuls."""
+
+    def __init__(self, experts: int, inter: int, hidden: int) -> None:
+        from flint.models.config import ExpertActivation
+        from flint.models.moe import ExpertBiases, ExpertMath
+
+        self.experts = experts
+        self.g, self.u = (torch.randn(experts, inter, hidden).bfloat16() * 0.3 for _ in range(2))
+        self.d = torch.randn(experts, hidden, inter).bfloat16() * 0.3
+        shapes = (inter, inter, hidden)
+        b = ExpertBiases(*(torch.randn(experts, n).bfloat16() for n in shapes))
+        self.math = ExpertMath(ExpertActivation("gpt_oss", 1.702, 7.0), {0: b})
+
+    def reference(self, x: torch.Tensor, ids: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        m, g, u, d = self.math, self.g, self.u, self.d
+
+        def run(e: int, xs: torch.Tensor) -> torch.Tensor:
+            h = m.hidden(0, e, F.linear(xs, g[e]), F.linear(xs, u[e]))
+            return m.output(0, e, F.linear(h, d[e]))
+
+        return dispatch(x, ids, w, self.experts, run)
+
+
 def test_slot_kernels_add_biases_and_clamp_as_gpt_oss() -> None:
     """Expert biases and GPT-OSS's clamped activation: the kernels against
     ``ExpertMath`` around torch's matmuls (bf16 stacks: the same roundings)."""
-    from flint.models.config import ExpertActivation
-    from flint.models.moe import ExpertBiases, ExpertMath
-
     torch.manual_seed(4)
-    experts, inter, hidden, k, tokens = 5, 24, 72, 2, 3
-    g, u = (torch.randn(experts, inter, hidden).bfloat16() * 0.3 for _ in range(2))
-    d = torch.randn(experts, hidden, inter).bfloat16() * 0.3
-    b = ExpertBiases(*(torch.randn(experts, n).bfloat16() for n in (inter, inter, hidden)))
-    math = ExpertMath(ExpertActivation("gpt_oss", 1.702, 7.0), {0: b})
-    pool = stacked_pool(g, u, d).with_math(math, 0)
-    x = torch.randn(tokens, hidden).bfloat16() * 4  # some gates past the clamp
-    ids = torch.stack([torch.randperm(experts)[:k] for _ in range(tokens)])
+    k, tokens = 2, 3
+    ex = GptOssExperts(5, 24, 72)
+    pool = stacked_pool(ex.g, ex.u, ex.d).with_math(ex.math, 0)
+    x = torch.randn(tokens, 72).bfloat16() * 4  # some gates past the clamp
+    ids = torch.stack([torch.randperm(ex.experts)[:k] for _ in range(tokens)])
     w = torch.rand(tokens, k).bfloat16()
     got = moe_experts(x, ids, w, pool)
-
-    def run(e: int, xs: torch.Tensor) -> torch.Tensor:
-        h = math.hidden(0, e, F.linear(xs, g[e]), F.linear(xs, u[e]))
-        return math.output(0, e, F.linear(h, d[e]))
-
-    want = dispatch(x, ids, w, experts, run)
+    want = ex.reference(x, ids, w)
     err = ((got.float() - want.float()).norm() / want.float().norm()).item()
     assert err <= 2e-3, err
 

@@ -8,13 +8,12 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.nn.functional as F
-from test_graphs import _reference, _slabs
+from test_graphs import GptOssExperts, _reference, _slabs
 
 import flint
 from flint.graphs.grouped import block_m, grouped_experts, pair_plan
 from flint.graphs.moe_kernel import available, slab_pool, stacked_pool
-from flint.models.moe import dispatch, weighted_sum
+from flint.models.moe import weighted_sum
 
 pytestmark = pytest.mark.skipif(available() is not None, reason="needs Triton")
 
@@ -82,29 +81,18 @@ def test_grouped_kernels_add_biases_by_expert_id_from_any_slot() -> None:
     """A pool whose slots hold the experts in another order (as the streaming
     backend's staging buffers do): biases are looked up by expert id, GPT-OSS's clamped
     activation is applied; against ``ExpertMath`` around torch's matmuls."""
-    from flint.models.config import ExpertActivation
-    from flint.models.moe import ExpertBiases, ExpertMath
-
     torch.manual_seed(4)
-    experts, inter, hidden, k, tokens = 5, 24, 72, 2, 33
-    g, u = (torch.randn(experts, inter, hidden).bfloat16() * 0.3 for _ in range(2))
-    d = torch.randn(experts, hidden, inter).bfloat16() * 0.3
-    b = ExpertBiases(*(torch.randn(experts, n).bfloat16() for n in (inter, inter, hidden)))
-    math = ExpertMath(ExpertActivation("gpt_oss", 1.702, 7.0), {0: b})
+    k, tokens = 2, 33
+    ex = GptOssExperts(5, 24, 72)
     perm = torch.tensor([3, 0, 4, 1, 2])  # slot s holds expert perm[s]
-    pool = stacked_pool(g[perm], u[perm], d[perm]).with_math(math, 0)
-    x = torch.randn(tokens, hidden).bfloat16() * 4  # some gates past the clamp
-    ids, w = _route(tokens, experts, k)
+    pool = stacked_pool(ex.g[perm], ex.u[perm], ex.d[perm]).with_math(ex.math, 0)
+    x = torch.randn(tokens, 72).bfloat16() * 4  # some gates past the clamp
+    ids, w = _route(tokens, ex.experts, k)
     slot_of = {int(e): s for s, e in enumerate(perm)}
-    out = torch.empty(tokens * k, hidden)
-    grouped_experts(x, pair_plan(ids, experts, x.device), slot_of, pool, out)
+    out = torch.empty(tokens * k, 72)
+    grouped_experts(x, pair_plan(ids, ex.experts, x.device), slot_of, pool, out)
     got = weighted_sum(out.view(tokens, k, -1), w).to(x.dtype)
-
-    def run(e: int, xs: torch.Tensor) -> torch.Tensor:
-        h = math.hidden(0, e, F.linear(xs, g[e]), F.linear(xs, u[e]))
-        return math.output(0, e, F.linear(h, d[e]))
-
-    want = dispatch(x, ids, w, experts, run)
+    want = ex.reference(x, ids, w)
     err = ((got.float() - want.float()).norm() / want.float().norm()).item()
     assert err <= 1e-2, err
 
