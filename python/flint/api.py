@@ -218,8 +218,9 @@ class LLM:
     every streamed expert computed on the GPU, so output is bit-identical to a resident
     GPU run (otherwise experts in neither VRAM cache slot run on the CPU in parallel).
     ``host_split``: on CUDA, where a decode step's experts outside VRAM are computed:
-    "cpu" (all beside the GPU), "fill" (all copied up over PCIe), or "q" (split
-    between the two so both finish together, from measured bandwidths).
+    "cpu" (all beside the GPU), "fill" (all copied up over PCIe), "q" (split
+    between the two so both finish together, from measured bandwidths), or "auto"
+    (fill where the int8/int4 slab kernels run, else cpu).
     ``pin_ram``: page-lock the RAM expert cache so copies to the GPU skip staging
     (default: on when streaming on CUDA, unless ``FLINT_PIN_RAM=0``; False: off).
     ``graphs``: decode through CUDA graphs (``flint.graphs``): "auto" where the model
@@ -252,7 +253,7 @@ class LLM:
         vram_budget: float | None = None,
         deterministic: bool = False,
         activation_budget: float | None = None,
-        host_split: str = "cpu",
+        host_split: str = "auto",
         pin_ram: bool | None = None,
         graphs: str = "auto",
         cpu_decode_step: bool = True,

@@ -209,7 +209,7 @@ def test_warm_runs_reuse_one_model_per_mode(tiny: Path) -> None:
         (["-o", "xml"], "-o must be md or json"),
         (["--mode", "resident,fast"], "unknown mode 'fast'"),
         (["--mode", "full,full"], "lists a mode twice"),
-        (["--mode", "full:gpu"], "the host split must be one of cpu, fill, q"),
+        (["--mode", "full:gpu"], "the host split must be one of auto, cpu, fill, q"),
         (["--mode", "resident:fill"], "resident computes every expert where it lives"),
         (["-p", "abc"], "-p takes token counts"),
         (["-p", "0", "-n", "0"], "nothing to run"),

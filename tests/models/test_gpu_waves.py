@@ -4,6 +4,7 @@ events; on the CPU the backend computes from the slots directly."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -109,3 +110,37 @@ def test_filled_decode_through_the_slot_kernels(quant: str, wide_files: dict[str
     assert runs["fill"][0] == runs["cpu"][0]
     a, b = runs["fill"][1], runs["cpu"][1]
     assert ((a - b).norm() / b.norm()).item() <= 1e-2
+
+
+def test_a_prompt_layer_synchronises_once(wide_files: dict[str, Path]) -> None:
+    """A streamed prompt layer waits for the GPU once: to read its router's ids. Any
+    other synchronising call stops the host from queueing the layer's copies while the
+    GPU still computes (the wave plan read the device's ids, and so waited for the VRAM
+    experts' launch: 2-3 ms a layer of P8). CUDA's sync debug mode warns at each one."""
+    import linecache
+    import warnings
+
+    cuda = torch.device("cuda", 0)
+    prompt = torch.tensor([3, 17, 42, 7, 99, 5, 23, 61] * 8).to(cuda)  # grouped kernels
+    path = wide_files["int4"]
+    with _open(path, ram_slots=3, vram_slots=1, device=cuda, slab_kernels=True) as llm:
+        layers = len(llm.expert_backend.plan.streamed_layers)  # type: ignore[attr-defined]
+        llm.model.forward(prompt)  # the first prompt fills VRAM and compiles the kernels
+        llm.model.reset()
+        torch.cuda.synchronize()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                llm.model.forward(prompt)
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+    sites = [
+        (Path(w.filename).name, w.lineno, linecache.getline(w.filename, w.lineno).strip())
+        for w in caught
+        if "synchroniz" in str(w.message) and f"flint{os.sep}stream" in w.filename
+    ]
+    # (a wave's end waits for its copies, not for computation: its RAM slots are unpinned)
+    others = [s for s in sites if "flat.cpu()" not in s[2] and ".synchronize()" not in s[2]]
+    assert not others, f"synchronising calls besides the router's ids: {others}"
+    assert sum("flat.cpu()" in s[2] for s in sites) == layers

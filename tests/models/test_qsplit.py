@@ -17,7 +17,7 @@ from tiny import FAMILY_NAMES
 
 import flint
 from flint.stream.placement import Target
-from flint.stream.qsplit import QSplit
+from flint.stream.qsplit import QSplit, resolve_host_split
 
 
 def test_q_balances_the_two_sides() -> None:
@@ -25,8 +25,17 @@ def test_q_balances_the_two_sides() -> None:
     assert QSplit(10e9, 30e9).q(8) == 2
     assert QSplit(1e9, 1e9, "cpu").q(8) == 0 and QSplit(1e9, 1e9, "fill").q(8) == 8
     assert QSplit(1e12, 1.0).q(5) == 5 and QSplit(1.0, 1e12).q(5) == 0, "never past m"
-    with pytest.raises(ValueError, match="host-split"):
+    with pytest.raises(ValueError, match="host split"):
         QSplit(1e9, 1e9, "gpu")
+
+
+def test_auto_fills_where_the_slab_kernels_run() -> None:
+    assert resolve_host_split("auto", slab_waves=True) == "fill"
+    assert resolve_host_split("auto", slab_waves=False) == "cpu"
+    for split in ("cpu", "fill", "q"):
+        assert resolve_host_split(split, slab_waves=True) == split
+    with pytest.raises(ValueError, match="--host-split must be one of auto, cpu, fill, q"):
+        resolve_host_split("gpu", slab_waves=True)
 
 
 def test_observed_times_move_the_split() -> None:

@@ -250,13 +250,15 @@ def test_captured_and_eager_streamed_steps_are_bit_identical(
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("split", ["cpu", "fill"])
 def test_a_v1_like_streamed_model_decodes_through_the_step(
-    wide_files: dict[str, Path], tmp_path: Path
+    split: str, wide_files: dict[str, Path], tmp_path: Path
 ) -> None:
     """V1's shape in small: int4 experts streamed through RAM and a small VRAM cache,
-    the rest on the CPU, loaded the way ``flint run``/``bench`` load it: "auto" gets the
-    streamed step and the greedy tokens of "off" (each run from its own copy of the
-    file, so no usage table carries over)."""
+    the rest on the CPU (``cpu``) or copied up (``fill``: "auto"'s choice here), loaded
+    the way ``flint run``/``bench`` load it: graphs "auto" gets the streamed step and
+    the greedy tokens of "off" (each run from its own copy of the file, so no usage
+    table carries over)."""
     import shutil
 
     with flint.LLM(wide_files["int4"], device="cpu", context_length=8) as probe:
@@ -274,10 +276,15 @@ def test_a_v1_like_streamed_model_decodes_through_the_step(
             ram_budget=3 * slab_gib,
             vram_budget=2 * slab_gib,
             graphs=mode,
+            host_split=split,
         ) as llm:
             want_path = "streamed CUDA graphs" if mode == "auto" else "layer loop"
             assert llm.model.decode_path == want_path
             runs[mode] = llm.generate([5, 17, 250, 3, 99], max_tokens=32, ignore_eos=True)
             stats = llm.stats()
-            assert stats is not None and stats["cpu_experts"] > 0
+            assert stats is not None and stats["host_split"] == split
+            if split == "cpu":
+                assert stats["cpu_experts"] > 0
+            else:
+                assert stats["cpu_experts"] == 0 and stats["split_filled"] > 0
     assert runs["auto"].token_ids == runs["off"].token_ids

@@ -52,7 +52,7 @@ class Engine:
     vram_budget: float | None = None  # CUDA: GiB for the VRAM expert cache (0: none)
     deterministic: bool = False  # CUDA: every expert on the GPU
     lookahead_from: str = "output"  # predict from each layer's MoE input or output
-    host_split: str = "cpu"  # CUDA: a decode step's missing experts: cpu, fill or q*
+    host_split: str = "auto"  # CUDA: a decode step's missing experts: auto, cpu, fill or q*
     gpu_waves: bool = True  # CUDA: prompt experts through double-buffered VRAM staging
 
     def validate(self) -> None:

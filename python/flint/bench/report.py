@@ -33,7 +33,12 @@ STREAM_KEYS = (
 )
 
 
-_SPLITS = {"cpu": "on the CPU", "fill": "copied up (fill)", "q": "q* split (fill + CPU)"}
+_SPLITS = {
+    "auto": "auto (fill with the slab kernels, else CPU)",
+    "cpu": "on the CPU",
+    "fill": "copied up (fill)",
+    "q": "q* split (fill + CPU)",
+}
 
 
 def git_commit() -> str:

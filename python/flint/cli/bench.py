@@ -130,10 +130,11 @@ def register(app: typer.Typer) -> None:
             str,
             typer.Option(
                 help="CUDA: a decode step's experts outside VRAM on the cpu, copied up (fill), "
-                "or split between both (q, the q* rule).",
+                "split between both (q, the q* rule), or auto (fill where the int8/int4 "
+                "slab kernels run, else cpu).",
                 rich_help_panel=ENGINE,
             ),
-        ] = "cpu",
+        ] = "auto",
         gpu_waves: Annotated[
             bool,
             typer.Option(

@@ -46,7 +46,7 @@ class RuntimeOptions:
     profile: bool = True
     vram_budget: float | None = None
     deterministic: bool = False
-    host_split: str = "cpu"
+    host_split: str = "auto"
     graphs: str = "auto"
 
     def validate(self) -> None:
@@ -226,12 +226,13 @@ _OPTIONS: dict[str, tuple[Any, Any]] = {  # parameter -> (annotation, default)
             str,
             typer.Option(
                 help="Where a streamed decode step's experts outside VRAM are computed on"
-                " CUDA: cpu (beside the GPU), fill (copied up over PCIe), or q (split so"
-                " both finish together, from measured bandwidths).",
+                " CUDA: cpu (beside the GPU), fill (copied up over PCIe), q (split so"
+                " both finish together, from measured bandwidths), or auto: fill where"
+                " the int8/int4 slab kernels run, else cpu.",
                 rich_help_panel=PANEL,
             ),
         ],
-        "cpu",
+        "auto",
     ),
     "graphs": (
         Annotated[

@@ -48,7 +48,7 @@ def streamed_backend(
     vram_free_bytes: Callable[[], int] | None = None,
     backend: type[StreamedExperts] = StreamedExperts,
     lookahead_from: str = "output",
-    host_split: str = "cpu",
+    host_split: str = "auto",
     gpu_waves: bool = True,
     pin_ram: bool | None = None,
     slab_kernels: bool = False,
@@ -65,7 +65,8 @@ def streamed_backend(
     simulated free size (tests of its logic on a CPU-only machine).
     ``lookahead_from``: predict from each layer's MoE "input" or its "output".
     ``host_split`` (CUDA): a decode step's experts outside VRAM all on the CPU ("cpu"),
-    all copied up ("fill"), or split between the two by the q* rule ("q": qsplit.py).
+    all copied up ("fill"), split between the two by the q* rule ("q": qsplit.py), or
+    "auto": fill with the slab kernels and GPU waves, else cpu.
     ``gpu_waves`` (CUDA): a prompt's experts outside VRAM staged through double-buffered
     VRAM copies on a side stream (gpu_waves.py); off: copied per projection.
     ``slab_kernels``: int8/int4 experts computed on the GPU from their slabs in grouped

@@ -46,7 +46,7 @@ from flint.stream.pinned import PinnedArena
 from flint.stream.placement import HOST_MAX_TOKENS, HostBatch, Target
 from flint.stream.plan import StreamPlan, plan_vram
 from flint.stream.prompt_mem import PromptMemory
-from flint.stream.qsplit import HOST_SPLITS, QSplit, pcie_bandwidth
+from flint.stream.qsplit import HOST_SPLITS, QSplit, pcie_bandwidth, resolve_host_split
 from flint.stream.readahead import ReadAhead
 from flint.stream.slab import slot_bytes
 from flint.stream.vram import VramCache, VramRequest, free_vram
@@ -100,7 +100,7 @@ class StreamedExperts(CudaPlacement):
         deterministic: bool = False,
         notice: Callable[[str], None] | None = None,
         math: ExpertMath | None = None,
-        host_split: str = "cpu",
+        host_split: str = "auto",
         gpu_waves: bool = True,
         slab_kernels: bool = False,
     ) -> None:
@@ -220,9 +220,10 @@ class StreamedExperts(CudaPlacement):
         if host_split not in HOST_SPLITS:
             raise ValueError(f"host_split must be one of {HOST_SPLITS}, not {host_split!r}")
         self.qsplit: QSplit | None = None
-        if self.host is not None and host_split != "cpu":
+        self.host_split = resolve_host_split(host_split, self.slab_kernels and gpu_waves)
+        if self.host is not None and self.host_split != "cpu":
             pcie = pcie_bandwidth(device)
-            self.qsplit = QSplit(pcie, pcie, host_split)
+            self.qsplit = QSplit(pcie, pcie, self.host_split)
 
     @property
     def vram(self) -> VramCache | None:
@@ -525,7 +526,7 @@ class StreamedExperts(CudaPlacement):
         self.engine.begin_layer(layer, selected)
         outputs = torch.empty(tokens * k, x.shape[1], dtype=torch.float32, device=x.device)
         if self.fused is not None and vram is None:
-            waves = self._waves(layer, ids, selected)
+            waves = self._waves(layer, flat_host.view(tokens, k), selected)
             return self._fused_waves(layer, x, ids, weights, waves, outputs)
 
         def rows_of(expert: int) -> torch.Tensor:
@@ -556,7 +557,9 @@ class StreamedExperts(CudaPlacement):
                 outputs[rows] = self._vram_expert(layer, expert, x[rows // k]).float()
         stager = self._stager(x.device) if x_host is None else None
         admitted: list[int] = []
-        for wave in self._waves(layer, ids, selected):
+        # planned from the host's ids: from the device's, the plan's reads would wait
+        # for the VRAM experts' work just queued, and the copies below with them
+        for wave in self._waves(layer, flat_host.view(tokens, k), selected):
             on_host: list[tuple[int, int, bool]] = []
             staged: list[tuple[int, int, bool]] = []
             # (the rows and the slot's tensor only where a branch uses them: a decode
@@ -626,10 +629,11 @@ class StreamedExperts(CudaPlacement):
 
     # --- prompt waves (issue 8) ---
     def _waves(self, layer: int, ids: torch.Tensor, selected: list[int]) -> list[list[int]]:
-        """Decode: the selection in router-rank order, in waves of the layer's slots.
-        A prompt: ``plan_waves`` (residents first, the experts the end of the prompt
-        used last, each selected expert placed once). Experts the VRAM cache holds are
-        not in ``selected`` and are left out of every wave."""
+        """``ids`` [T, K] on the CPU. Decode: the selection in router-rank order, in
+        waves of the layer's slots. A prompt: ``plan_waves`` (residents first, the
+        experts the end of the prompt used last, each selected expert placed once).
+        Experts the VRAM cache holds are not in ``selected`` and are left out of every
+        wave."""
         cap = self.prompt_memory.capacity(layer)  # fewer while slots are lent
         if ids.shape[0] == 1:
             return [selected[i : i + cap] for i in range(0, len(selected), cap)]
@@ -717,6 +721,8 @@ class StreamedExperts(CudaPlacement):
         if self._stagers:  # GPU waves: prompt experts staged through VRAM buffers
             s["gpu_wave_experts"] = sum(st.staged for st in self._stagers.values())
             s["gpu_wave_chunks"] = sum(st.chunks for st in self._stagers.values())
+        if self.host is not None:  # experts outside VRAM may run beside the GPU
+            s["host_split"] = self.host_split  # "auto" resolved
         qs = self.qsplit
         if qs is not None:  # the q* split's decisions and current bandwidths
             s.update(

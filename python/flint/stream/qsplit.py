@@ -14,8 +14,12 @@ above is the same idea solved for q, and never exceeds m). B_pcie is measured at
 the same figure and both are updated from every step's observed copy and CPU times
 (an exponential average), so q follows the machine as it runs.
 
-``--host-split`` chooses: "cpu" (every missing expert on the CPU: the default until the
-GPU box's bench shows q* faster), "fill" (every one copied up), "q" (the split). Which
+``--host-split`` chooses: "cpu" (every missing expert on the CPU), "fill" (every one
+copied up), "q" (the split), or "auto" (the default): "fill" where the slab kernels
+compute the model's experts from the GPU-wave buffers (int8/int4 with Triton), else
+"cpu". On the H200 box, V1 with fill ran 20.13 +- 1.25 tok/s against 12.73 +- 1.00 with
+cpu, the two interleaved on one machine (docs/benchmarks.md, gpu34); without the slab
+kernels a fill is one torch copy and expert call per expert, which was not faster. Which
 side computes an expert never changes its output beyond the placement rounding the
 exactness contract allows (docs/streaming.md); ``--deterministic`` bypasses all this."""
 
@@ -27,7 +31,20 @@ from pathlib import Path
 
 import torch
 
-HOST_SPLITS = ("cpu", "fill", "q")
+HOST_SPLITS = ("auto", "cpu", "fill", "q")
+SPLITS = HOST_SPLITS[1:]  # what "auto" resolves among
+
+
+def resolve_host_split(split: str, slab_waves: bool) -> str:
+    """``split`` with "auto" resolved: "fill" when ``slab_waves`` (a step's fills go
+    through the staging buffers and the slot kernels), else "cpu"."""
+    if split not in HOST_SPLITS:
+        raise ValueError(f"--host-split must be one of {', '.join(HOST_SPLITS)}")
+    if split != "auto":
+        return split
+    return "fill" if slab_waves else "cpu"
+
+
 CALIBRATION_BYTES = 32 << 20
 EMA = 0.2  # weight of each new observation
 
@@ -75,8 +92,8 @@ class QSplit:
     kept: int = 0  # experts computed on the CPU by it
 
     def __post_init__(self) -> None:
-        if self.mode not in HOST_SPLITS:
-            raise ValueError(f"--host-split must be one of {', '.join(HOST_SPLITS)}")
+        if self.mode not in SPLITS:
+            raise ValueError(f"a resolved host split is one of {', '.join(SPLITS)}")
         if not (self.pcie > 0 and self.host > 0):
             raise ValueError("bandwidths must be > 0")
 

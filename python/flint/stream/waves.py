@@ -56,7 +56,9 @@ def first_selected(flat: torch.Tensor, n_experts: int) -> list[int]:
 
 def end_order(ids: torch.Tensor, n_experts: int) -> list[int]:
     """The distinct experts of ids [T, K], least needed at the end of the prompt first:
-    by the last token that selected each, then by its number of selections, then id."""
+    by the last token that selected each, then by its number of selections, then id.
+    ``ids`` belong on the CPU: on a GPU the count and the lists read back would each
+    wait for the GPU's queued work."""
     tokens, k = ids.shape
     flat = ids.reshape(-1)  # [T*K]
     pos = torch.arange(tokens, device=ids.device).repeat_interleave(k)  # [T*K]
@@ -71,7 +73,8 @@ def end_order(ids: torch.Tensor, n_experts: int) -> list[int]:
 def plan_waves(
     ids: torch.Tensor, n_experts: int, slots: int, resident: Collection[int]
 ) -> WavePlan:
-    """The wave plan for a layer whose router selected ids [T, K] (see module docs)."""
+    """The wave plan for a layer whose router selected ids [T, K] (see module docs;
+    on the CPU, as ``end_order`` says)."""
     if slots < 1:
         raise ValueError(f"a layer needs at least one slot, got {slots}")
     order = end_order(ids, n_experts)
