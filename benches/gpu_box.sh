@@ -553,6 +553,30 @@ gpu34() {
     --ram-budget 20 --vram-budget 4 2>&1 | grep -v "^USDT\|^ERROR" | tail -32
 }
 
+# Ninth session: the prompt's wave plan from host ids (P8, a wheel either side on one
+# box), where P8's host time goes (cProfile), V1 with --host-split auto beside cpu, and
+# S1 with cpu against fill interleaved.
+gpu35() {
+  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
+  timeout 120 python3 -m pytest tests/models/test_gpu_waves.py tests/models/test_streamed_step.py \
+    tests/models/test_qsplit.py -q -p no:cacheprovider --tb=short -rf -m gpu 2>&1 | tail -8
+  [ -f "$DATA/q30.ftw" ] || flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
+  p8="-p 8192 -n 0 -r 2 --mode full --warm --ram-budget 20 --vram-budget 4"
+  python3 -m pip install --no-deps --force-reinstall -q .device/before/flint-*.whl 2>&1 | grep -v WARNING | tail -1
+  echo "== P8 before"; timeout 80 flint bench "$DATA/q30.ftw" $p8 2>&1 | grep -E "q30.ftw \||rror"
+  python3 -m pip install --no-deps --force-reinstall -q .device/flint-*.whl 2>&1 | grep -v WARNING | tail -1
+  echo "== P8 after"; timeout 80 flint bench "$DATA/q30.ftw" $p8 2>&1 | grep -E "q30.ftw \||rror"
+  echo "== P8 cProfile"; timeout 100 python3 -m cProfile -s tottime -m flint bench "$DATA/q30.ftw" \
+    -p 8192 -n 0 -r 1 --mode full --warm --ram-budget 20 --vram-budget 4 2>&1 \
+    | grep -E "q30.ftw \||ncalls|^ +[0-9]" | head -36
+  echo "== P8 profile"; timeout 110 python3 benches/prompt_profile.py "$DATA/q30.ftw" --tokens 8192 \
+    --ram-budget 20 --vram-budget 4 2>&1 | grep -v "^USDT\|^ERROR\|warn" | tail -24
+  echo "== V1 auto, cpu"; timeout 150 flint bench "$DATA/q30.ftw" -p 0 -n 64 --tg-random -r 2 \
+    --mode full,full:cpu --ram-budget 20 --vram-budget 4 2>&1 | grep -E "q30.ftw \||rror|outside VRAM"
+  echo "== S1 cpu, fill"; timeout 120 flint bench "$DATA/q30.ftw" -p 0 -n 64 --tg-random -r 1 \
+    --mode full:cpu,full:fill --ram-budget 6 --vram-budget 4 2>&1 | grep -E "q30.ftw \||rror"
+}
+
 case $what in
   install) install ;;
   format) install; format ;;
@@ -593,5 +617,6 @@ case $what in
   gpu32) install; gpu32 ;;
   gpu33) install; gpu33 ;;
   gpu34) install; gpu34 ;;
+  gpu35) install; gpu35 ;;
 esac 2>&1 | tee "$OUT/gpu_box_$what.log"
 
