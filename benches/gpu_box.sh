@@ -577,6 +577,30 @@ gpu35() {
     --mode full:cpu,full:fill --ram-budget 6 --vram-budget 4 2>&1 | grep -E "q30.ftw \||rror"
 }
 
+# Ninth session, last call: the GPU tests, P8 with the next layer copied ahead against
+# FLINT_PROMPT_AHEAD=0 (off, on, off on one box), its profile, and V1/S1 at other
+# budgets for the budgets plot (benches/plot_budgets.py).
+gpu36() {
+  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
+  timeout 150 python3 -m pytest tests/models/test_gpu_waves.py tests/models/test_grouped.py \
+    tests/models/test_streamed_step.py tests/models/test_vram_cache.py tests/models/test_qsplit.py \
+    -q -p no:cacheprovider --tb=short -rf -m gpu 2>&1 | grep -E "passed|failed|FAILED|Error|assert" | head -12
+  [ -f "$DATA/q30.ftw" ] || flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
+  p8="-p 8192 -n 0 -r 2 --mode full --warm --ram-budget 20 --vram-budget 4"
+  for a in 0 1 0 1; do
+    echo "== P8 FLINT_PROMPT_AHEAD=$a"
+    FLINT_PROMPT_AHEAD=$a timeout 80 flint bench "$DATA/q30.ftw" $p8 2>&1 | grep -E "q30.ftw \||rror"
+  done
+  echo "== P8 profile"; timeout 100 python3 benches/prompt_profile.py "$DATA/q30.ftw" --tokens 8192 \
+    --ram-budget 20 --vram-budget 4 2>&1 | grep -E "^\||profiled|aten::(min|max|copy_)|Synchronize"
+  for rv in "20 2" "20 8" "10 4"; do
+    set -- $rv
+    echo "== budgets RAM $1 VRAM $2"
+    timeout 70 flint bench "$DATA/q30.ftw" -p 0 -n 32 --tg-random -r 1 --mode full \
+      --ram-budget "$1" --vram-budget "$2" 2>&1 | grep -E "q30.ftw \||rror"
+  done
+}
+
 case $what in
   install) install ;;
   format) install; format ;;
@@ -618,5 +642,6 @@ case $what in
   gpu33) install; gpu33 ;;
   gpu34) install; gpu34 ;;
   gpu35) install; gpu35 ;;
+  gpu36) install; gpu36 ;;
 esac 2>&1 | tee "$OUT/gpu_box_$what.log"
 

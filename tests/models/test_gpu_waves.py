@@ -144,3 +144,33 @@ def test_a_prompt_layer_synchronises_once(wide_files: dict[str, Path]) -> None:
     others = [s for s in sites if "flat.cpu()" not in s[2] and ".synchronize()" not in s[2]]
     assert not others, f"synchronising calls besides the router's ids: {others}"
     assert sum("flat.cpu()" in s[2] for s in sites) == layers
+
+
+@pytest.mark.parametrize("ahead", [True, False])
+@pytest.mark.parametrize("quant", ["int8", "int4"])
+def test_a_long_prompts_next_layer_copied_ahead_equals_resident(
+    quant: str, ahead: bool, wide_files: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A prompt with 16 (token, rank) pairs per expert, every expert in RAM: layer 1's
+    experts outside VRAM are copied up while layer 0 runs (prompt_ahead.py) and
+    computed from that area in one grouped launch; the logits equal the resident slab
+    backend's bit for bit, as they do with ``FLINT_PROMPT_AHEAD=0``."""
+    monkeypatch.setenv("FLINT_PROMPT_AHEAD", "1" if ahead else "0")
+    cuda = torch.device("cuda", 0)
+    path = wide_files[quant]
+    prompt = torch.tensor([3, 17, 42, 7, 99, 5, 23, 61] * 8).to(cuda)  # 64 x 2 pairs, 8 experts
+    with (
+        flint.LLM(path, device="cuda:0", context_length=128, graphs="on") as resident,
+        _open(path, ram_slots=8, vram_slots=1, device=cuda, slab_kernels=True) as streamed,
+    ):
+        want = resident.model.forward(prompt, all_logits=True)
+        streamed.model.forward(prompt)  # the first prompt fills the free VRAM slots
+        for _ in range(2):
+            streamed.model.reset()
+            assert torch.equal(streamed.model.forward(prompt, all_logits=True), want)
+        s = streamed.stats()
+    assert s is not None
+    if ahead:
+        assert s["prompt_ahead_experts"] >= 2 * 7, "layer 1's 7 experts outside VRAM, twice"
+    else:
+        assert "prompt_ahead_experts" not in s

@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,7 @@ from flint.stream.lookahead import Lookahead
 from flint.stream.pinned import PinnedArena
 from flint.stream.placement import HOST_MAX_TOKENS, HostBatch, Target
 from flint.stream.plan import StreamPlan, plan_vram
+from flint.stream.prompt_ahead import PromptAhead
 from flint.stream.prompt_mem import PromptMemory
 from flint.stream.qsplit import HOST_SPLITS, QSplit, pcie_bandwidth, resolve_host_split
 from flint.stream.readahead import ReadAhead
@@ -206,6 +208,10 @@ class StreamedExperts(CudaPlacement):
         # CUDA (gpu_waves.py); off: copied per projection on the compute stream.
         self.gpu_waves = gpu_waves
         self._stagers: dict[torch.device, GpuStager] = {}
+        # a long prompt's next layer copied up ahead (prompt_ahead.py), per GPU; None:
+        # no room for its areas
+        self._aheads: dict[torch.device, PromptAhead | None] = {}
+        self._next_layer = dict(pairwise(plan.streamed_layers))
         # int8/int4 on CUDA beside the graph step (``slab_kernels``): the VRAM cache
         # holds slabs, and the GPU computes from slabs in grouped launches
         # (flint.graphs.grouped): a layer's VRAM experts in one, each staged chunk of a
@@ -484,6 +490,7 @@ class StreamedExperts(CudaPlacement):
                 self.engine.save_usage(str(path))
             except (OSError, _core.FlintError) as err:
                 print(f"flint: could not save the usage table {path}: {err}", file=sys.stderr)
+        self._drop_aheads()
         if self.pinned is not None:
             self.pinned.release()  # before the arena can go
 
@@ -495,6 +502,7 @@ class StreamedExperts(CudaPlacement):
         tokens, k = ids.shape
         if layer == self.first_layer:
             self._new_forward(tokens)
+        ahead = self._take_ahead(layer, x.device) if self._aheads else None
         flat = ids.reshape(-1)  # [T*K], entry t*K + k
         # The ids reach the CPU in one copy, ordered on the model's stream (no device-
         # wide synchronisation); everything the host decides is computed from it.
@@ -562,6 +570,7 @@ class StreamedExperts(CudaPlacement):
         for wave in self._waves(layer, flat_host.view(tokens, k), selected):
             on_host: list[tuple[int, int, bool]] = []
             staged: list[tuple[int, int, bool]] = []
+            from_ahead: list[int] = []
             # (the rows and the slot's tensor only where a branch uses them: a decode
             # step's host experts need neither, and each is a few torch calls)
             for expert, _slot, address, hit in self.engine.place(layer, wave):
@@ -575,6 +584,8 @@ class StreamedExperts(CudaPlacement):
                     rows = rows_of(expert)
                     y = self._vram_expert(layer, expert, x[rows // k])
                     outputs[rows] = y.to(torch.float32)
+                elif ahead is not None and expert in ahead.rows:
+                    from_ahead.append(expert)  # copied up while the layer before ran
                 elif x_host is not None:
                     on_host.append((expert, address, hit))
                 elif stager is not None:
@@ -584,6 +595,8 @@ class StreamedExperts(CudaPlacement):
                     slab = slot_bytes(address, self.layout.slab_bytes)
                     y = self._expert(self._on(x.device), layer, expert, slab, hit, x[rows // k])
                     outputs[rows] = y.to(torch.float32)
+            if from_ahead and ahead is not None and plan is not None:
+                self._from_ahead(layer, ahead, from_ahead, x, plan, outputs)
             if staged and stager is not None:
                 self._staged(layer, stager, staged, x, rows_of, outputs, plan)
                 if fill_all and self.qsplit is not None and tokens <= HOST_MAX_TOKENS:
@@ -600,6 +613,8 @@ class StreamedExperts(CudaPlacement):
             self.engine.unpin(layer, wave)
         if vram is not None and admitted and plan is not None:
             self._vram_grouped(layer, vram, admitted, x, plan, outputs)
+        if plan is not None and not small:
+            self._copy_ahead(layer, tokens, x.device)
         if plan is not None and small:  # one launch instead of ~15 ops (within rounding)
             return ranked_sum(outputs, weights, x.dtype)
         return weighted_sum(outputs.view(tokens, k, -1), weights).to(x.dtype)
@@ -664,6 +679,7 @@ class StreamedExperts(CudaPlacement):
     def _new_forward(self, tokens: int) -> None:
         """The previous forward pass is over: age the cache by its token count (a prompt
         batch of T tokens ages like T decode steps); evict LRU during prompt batches."""
+        self._drop_aheads()  # a forward that stopped between two layers
         if self.counters.tokens:
             self.engine.forward_done(self._last_tokens)
             for vram in self.vrams.values():
@@ -721,6 +737,9 @@ class StreamedExperts(CudaPlacement):
         if self._stagers:  # GPU waves: prompt experts staged through VRAM buffers
             s["gpu_wave_experts"] = sum(st.staged for st in self._stagers.values())
             s["gpu_wave_chunks"] = sum(st.chunks for st in self._stagers.values())
+        aheads = [a for a in self._aheads.values() if a is not None]
+        if aheads:  # a long prompt's next layer copied up ahead
+            s["prompt_ahead_experts"] = sum(a.experts for a in aheads)
         if self.host is not None:  # experts outside VRAM may run beside the GPU
             s["host_split"] = self.host_split  # "auto" resolved
         qs = self.qsplit

@@ -23,12 +23,24 @@ from flint.graphs.moe_kernel import (
     slot_outputs,
 )
 from flint.graphs.slab_experts import KERNEL_TOKENS
+from flint.models.config import ModelConfig
 from flint.models.cpu_kernels import FusedKernel, slab_addresses
 from flint.models.moe import ExpertMath
+from flint.stream.elastic import usable_vram
 from flint.stream.gpu_waves import GpuStager, cuda_event
+from flint.stream.pinned import PinnedArena
 from flint.stream.placement import HostBatch, Target
+from flint.stream.prompt_ahead import (
+    AREA_SHARE,
+    Ahead,
+    PromptAhead,
+    prompt_ahead_enabled,
+    worth_it,
+)
+from flint.stream.prompt_mem import PromptMemory
 from flint.stream.qsplit import QSplit
 from flint.stream.slab import slot_bytes
+from flint.stream.vram import VramCache
 
 if TYPE_CHECKING:
     from flint import _core
@@ -59,6 +71,13 @@ class CudaPlacement:
     math: ExpertMath
     _slab_pools: dict[tuple[int, int, int], ExpertPool]
     _stagers: dict[torch.device, GpuStager]
+    _aheads: dict[torch.device, PromptAhead | None]
+    _next_layer: dict[int, int]
+    _layer_device: dict[int, torch.device]
+    vram_of: dict[int, VramCache]
+    pinned: PinnedArena | None
+    prompt_memory: PromptMemory
+    cfg: ModelConfig
 
     if TYPE_CHECKING:  # defined by StreamedExperts
 
@@ -83,6 +102,87 @@ class CudaPlacement:
         if device not in self._stagers:
             self._stagers[device] = GpuStager(device, self.layout.slab_bytes)
         return self._stagers[device]
+
+    # --- a long prompt's next layer copied up ahead (prompt_ahead.py) ---
+    def _copy_ahead(self, layer: int, tokens: int, device: torch.device) -> None:
+        """After a prompt layer's work is queued: the next streamed layer's experts that
+        are complete in RAM and not in VRAM, pinned and copied up on the copy stream
+        (where ``prompt_ahead.py`` says it helps and is safe)."""
+        nxt = self._next_layer.get(layer)
+        if (
+            nxt is None
+            or device.type != "cuda"
+            or self.pinned is None  # pageable copies would block the host
+            or not worth_it(tokens, self.cfg.top_k, self.cfg.num_experts)
+            or self._layer_device.get(nxt, device) != device
+            or self.prompt_memory.capacity(nxt) < self.cfg.num_experts  # several waves
+            or not prompt_ahead_enabled()
+        ):
+            return
+        vram = self.vram_of.get(nxt)
+        if vram is not None and vram.free[nxt]:  # its first use fills VRAM from RAM
+            return
+        ahead = self._prompt_ahead(device, vram)
+        if ahead is None:
+            return
+        held = vram.where[nxt] if vram is not None else {}
+        want = [e for e in self.engine.resident(nxt) if e not in held][: ahead.rows]
+        placed = self.engine.pin_resident(nxt, want)  # the complete ones
+        if placed:
+            ahead.queue(nxt, placed)
+            self.counters.copy_bytes += len(placed) * self.layout.slab_bytes
+
+    def _prompt_ahead(self, device: torch.device, vram: VramCache | None) -> PromptAhead | None:
+        """``device``'s two areas, made on first use: a row for every expert VRAM does
+        not hold; None (for good) when they would take more than ``AREA_SHARE`` of the
+        usable VRAM."""
+        if device in self._aheads:
+            return self._aheads[device]
+        stager = self._stager(device)
+        rows = self.cfg.num_experts - (vram.slots if vram is not None else 0)
+        made = None
+        if stager is not None and rows > 0:
+            need = 2 * rows * self.layout.slab_bytes
+            if need <= AREA_SHARE * usable_vram(device):
+                made = PromptAhead(device, self.layout.slab_bytes, rows, stager.copies)
+        self._aheads[device] = made
+        return made
+
+    def _take_ahead(self, layer: int, device: torch.device) -> Ahead | None:
+        """``layer``'s experts copied ahead (their copies landed: the RAM slots are
+        unpinned here), or None."""
+        prompt_ahead = self._aheads.get(device)
+        ahead = prompt_ahead.take(layer) if prompt_ahead is not None else None
+        if ahead is not None:
+            self.engine.unpin(layer, ahead.pinned)
+        return ahead
+
+    def _from_ahead(
+        self,
+        layer: int,
+        ahead: Ahead,
+        experts: list[int],
+        x: torch.Tensor,  # [T, H] on the GPU
+        plan: PairPlan,
+        outputs: torch.Tensor,  # [T*K, H] fp32 on the GPU
+    ) -> None:
+        """``experts`` (copied ahead) in one grouped launch from their area."""
+        prompt_ahead = self._aheads[x.device]
+        assert prompt_ahead is not None
+        main = torch.cuda.current_stream(x.device)
+        main.wait_event(ahead.copied)
+        pool = self._slab_pool(layer, prompt_ahead.area(ahead))
+        self._grouped(layer, pool, {e: ahead.rows[e] for e in experts}, x, plan, outputs)
+        prompt_ahead.read(ahead, main)
+
+    def _drop_aheads(self) -> None:
+        """Unpins whatever a forward that ended early left copied ahead."""
+        for prompt_ahead in self._aheads.values():
+            if prompt_ahead is not None:
+                for ahead in prompt_ahead.drop_all():
+                    self.engine.unpin(ahead.layer, ahead.pinned)
+
+    # --- end of the next layer copied ahead ---
 
     def _staged(
         self,
