@@ -39,7 +39,10 @@ def main() -> None:
         ax.grid(alpha=0.3)
     v1.set_ylabel("tok/s (tg, random ids)")
     v1.set_ylim(bottom=0)
-    fig.suptitle("30B-A3B geometry, int4, one H200, streamed CUDA graph step", fontsize=10)
+    fig.suptitle(
+        "30B-A3B geometry, int4, H200 (boxes: see the data file), streamed CUDA graph step",
+        fontsize=10,
+    )
     fig.tight_layout()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(args.out, dpi=120)
