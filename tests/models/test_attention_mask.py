@@ -35,3 +35,24 @@ def test_bias_gives_the_masked_attention() -> None:
     )
     got = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias, enable_gqa=True)
     torch.testing.assert_close(got, want)
+
+
+def test_whole_prompt_attention_only_on_cuda_past_a_chunk(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rule for one attention call over a whole prompt (the call itself is the GPU
+    test ``test_whole_prompt_attention_follows_the_chunks``)."""
+    from flint.models import parse_config
+    from flint.models.attention import whole_prompt_attention
+
+    cfg = parse_config(
+        {"model_type": "qwen3_moe", "hidden_size": 64, "num_attention_heads": 4,
+         "num_key_value_heads": 2, "head_dim": 16, "num_hidden_layers": 2,
+         "intermediate_size": 64, "moe_intermediate_size": 32, "num_experts": 8,
+         "num_experts_per_tok": 2, "vocab_size": 300, "max_position_embeddings": 64,
+         "rms_norm_eps": 1e-6, "rope_theta": 10000.0}
+    )  # fmt: skip
+    cuda, cpu, bf16 = torch.device("cuda"), torch.device("cpu"), torch.bfloat16
+    assert whole_prompt_attention(cfg, 8192, 8192, 512, cuda, bf16)
+    assert not whole_prompt_attention(cfg, 512, 512, 512, cuda, bf16), "one chunk already"
+    assert not whole_prompt_attention(cfg, 8192, 8192, 512, cpu, torch.float32), "CPU: chunks"
+    monkeypatch.setenv("FLINT_WHOLE_ATTENTION", "0")
+    assert not whole_prompt_attention(cfg, 8192, 8192, 512, cuda, bf16)

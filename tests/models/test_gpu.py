@@ -85,3 +85,30 @@ def test_tiny_code_moe_quality_on_the_gpu(tmp_path: Path) -> None:
             print(f"cuda {quant}: mean KL {r.kl:.5f}, top-1 {r.top1:.4f}")
             assert r.kl is not None and r.top1 is not None
             assert r.kl <= max_kl and r.top1 >= min_top1
+
+
+@pytest.mark.parametrize("quant", ["none", "int4"])
+def test_whole_prompt_attention_follows_the_chunks(
+    quant: str, wide_files: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A prompt longer than the chunk attends in one call on CUDA (flash or efficient
+    SDPA): its logits and the decode steps after it (which read the keys and values it
+    wrote) agree with chunked attention within rounding, greedy tokens equal."""
+    prompt = torch.tensor([(7 * i + 3) % 290 + 5 for i in range(48)])
+    runs = {}
+    for whole in ("1", "0"):
+        monkeypatch.setenv("FLINT_WHOLE_ATTENTION", whole)
+        with flint.LLM(wide_files[quant], device="cuda", context_length=96, graphs="off") as llm:
+            model = llm.model
+            logits = model.forward(prompt, all_logits=True, chunk=16).float()  # 3 chunks
+            assert all(layer.whole_ok for layer in model.layers), "no fallback to chunks"
+            tokens, rows, last = [], [], logits[-1]
+            for _ in range(8):
+                tokens.append(int(last.argmax()))
+                last = model.forward(torch.tensor(tokens[-1:]))[-1].float()
+                rows.append(last.cpu())
+            runs[whole] = (logits.cpu(), tokens, torch.stack(rows))
+    (a, ta, la), (b, tb, lb) = runs["1"], runs["0"]
+    assert ((a - b).norm() / b.norm()).item() <= 1e-2
+    assert ta == tb
+    assert ((la - lb).norm() / lb.norm()).item() <= 1e-2

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
+
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend
 from torch.nn.attention.bias import causal_lower_right
 
 from flint.models.config import ModelConfig
@@ -90,3 +93,32 @@ def causal_mask(start: int, tokens: int, device: torch.device) -> torch.Tensor |
     q_pos = torch.arange(start, start + tokens, device=device)[:, None]
     k_pos = torch.arange(start + tokens, device=device)[None, :]
     return k_pos <= q_pos
+
+
+# SDPA's kernels that never hold a [T, S] score matrix: with one of them a prompt's
+# attention needs no chunking for memory
+LINEAR_MEMORY = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]
+
+
+def whole_prompt_attention(
+    cfg: ModelConfig,
+    tokens: int,
+    positions: int,
+    chunk: int,
+    device: torch.device,
+    dtype: torch.dtype,
+) -> bool:
+    """Whether a CUDA prompt's attention may run over all ``tokens`` queries in one call
+    (under ``LINEAR_MEMORY``) instead of chunks of ``chunk``: its [T, heads x D] tensors
+    take no more than a chunk's share the prompt planner counts (``activation_bytes``:
+    the chunk's score matrix over ``positions`` keys). One call instead of
+    ``tokens / chunk`` launches each of the norms, projections, rope and SDPA: an 8k
+    prompt's 16 chunks were ~600 of a layer's ~650 kernel launches (docs/benchmarks.md).
+    ``FLINT_WHOLE_ATTENTION=0`` keeps the chunks (to compare)."""
+    if device.type != "cuda" or tokens <= chunk:
+        return False
+    if os.environ.get("FLINT_WHOLE_ATTENTION", "1") == "0":
+        return False
+    b = torch.finfo(dtype).bits // 8
+    per_token = (cfg.num_heads + 2 * cfg.num_kv_heads) * cfg.head_dim * b * 2
+    return tokens * per_token <= chunk * per_token + cfg.num_heads * chunk * positions * 4

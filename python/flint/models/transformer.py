@@ -6,8 +6,9 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import sdpa_kernel
 
-from flint.models.attention import Attention, causal_mask
+from flint.models.attention import LINEAR_MEMORY, Attention, causal_mask, whole_prompt_attention
 from flint.models.config import ModelConfig
 from flint.models.kv_cache import KVCache, split_cache
 from flint.models.loading import Placement
@@ -77,6 +78,8 @@ class DecoderLayer:
             self.attn = SinkAttention(config, layer, source, place)
         else:
             self.attn = Attention(config, layer, source, place)
+        # a prompt's attention in one call on CUDA (``_whole``): the plain attention only
+        self.whole_ok = type(self.attn) is Attention
         self.mlp: Callable[[torch.Tensor], torch.Tensor]
         if config.sparse_layers[layer]:
             self.mlp = MoEBlock(config, layer, source, place, backend)
@@ -97,12 +100,14 @@ class DecoderLayer:
         MoE routes and computes all T tokens in one call, so the backend meets each
         selected expert once for the whole forward."""
         tokens = x.shape[0]
-        h = torch.empty_like(x)  # [T, H]
-        for s in range(0, tokens, chunk):
-            e = min(tokens, s + chunk)
-            xs = self.norm(x[s:e], self.input_norm, self.eps)  # [C, H]
-            mask = causal_mask(start + s, e - s, x.device)  # [C, start+e] or None
-            h[s:e] = x[s:e] + self.attn(xs, start + s, cache, cos[s:e], sin[s:e], mask)
+        h = self._whole(x, start, cache, cos, sin, chunk) if self.whole_ok else None
+        if h is None:
+            h = torch.empty_like(x)  # [T, H]
+            for s in range(0, tokens, chunk):
+                e = min(tokens, s + chunk)
+                xs = self.norm(x[s:e], self.input_norm, self.eps)  # [C, H]
+                mask = causal_mask(start + s, e - s, x.device)  # [C, start+e] or None
+                h[s:e] = x[s:e] + self.attn(xs, start + s, cache, cos[s:e], sin[s:e], mask)
         if self.observe is not None:
             self.observe(self.index, h)
         normed = self.norm(h, self.post_norm, self.eps)  # [T, H]
@@ -113,6 +118,32 @@ class DecoderLayer:
         if self.observe_output is not None:
             self.observe_output(self.index, out)
         return out
+
+    def _whole(
+        self,
+        x: torch.Tensor,  # [T, H]
+        start: int,
+        cache: KVCache,
+        cos: torch.Tensor,  # [T, D]
+        sin: torch.Tensor,  # [T, D]
+        chunk: int,
+    ) -> torch.Tensor | None:
+        """The residual after attention [T, H] from one call over every query
+        (``whole_prompt_attention``), or None: attention goes by chunks. Where SDPA has
+        no linear-memory kernel for the layer (dtype, head size) it raises; the layer
+        then keeps the chunks from now on (they rewrite the keys and values written)."""
+        tokens = x.shape[0]
+        cfg = self.attn.cfg  # type: ignore[union-attr]
+        if not whole_prompt_attention(cfg, tokens, start + tokens, chunk, x.device, x.dtype):
+            return None
+        try:
+            with sdpa_kernel(LINEAR_MEMORY):
+                xs = self.norm(x, self.input_norm, self.eps)
+                mask = causal_mask(start, tokens, x.device)
+                return x + self.attn(xs, start, cache, cos, sin, mask)
+        except RuntimeError:
+            self.whole_ok = False
+            return None
 
 
 class MoEModel:
