@@ -601,6 +601,22 @@ gpu36() {
   done
 }
 
+# Ninth session, last call: a prompt's attention in one call (FLINT_WHOLE_ATTENTION=0
+# against 1, alternating on one box) and the P8 profile with it.
+gpu37() {
+  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
+  timeout 100 python3 -m pytest tests/models/test_gpu.py tests/models/test_gpu_waves.py -k "whole or ahead or synchronises" \
+    -q -p no:cacheprovider --tb=short -rf -m gpu 2>&1 | grep -E "passed|failed|FAILED|Error|assert" | head -12
+  [ -f "$DATA/q30.ftw" ] || flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
+  p8="-p 8192 -n 0 -r 2 --mode full --warm --ram-budget 20 --vram-budget 4"
+  for w in 0 1 0 1; do
+    echo "== P8 FLINT_WHOLE_ATTENTION=$w"
+    FLINT_WHOLE_ATTENTION=$w timeout 75 flint bench "$DATA/q30.ftw" $p8 2>&1 | grep -E "q30.ftw \||rror"
+  done
+  echo "== P8 profile"; timeout 90 python3 benches/prompt_profile.py "$DATA/q30.ftw" --tokens 8192 \
+    --ram-budget 20 --vram-budget 4 2>&1 | grep -v "^USDT\|^ERROR\|warn" | tail -24
+}
+
 case $what in
   install) install ;;
   format) install; format ;;
@@ -643,5 +659,6 @@ case $what in
   gpu34) install; gpu34 ;;
   gpu35) install; gpu35 ;;
   gpu36) install; gpu36 ;;
+  gpu37) install; gpu37 ;;
 esac 2>&1 | tee "$OUT/gpu_box_$what.log"
 
