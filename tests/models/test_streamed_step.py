@@ -249,33 +249,37 @@ def test_captured_and_eager_streamed_steps_are_bit_identical(
     assert runs["off"][0] == runs["on"][0]
 
 
+def _v1_like(source: Path, copy: Path, graphs: str, split: str) -> flint.LLM:
+    """V1's shape in small, loaded the way ``flint run``/``bench`` load it: ``source``'s
+    experts streamed through 3 RAM slots and a 2-slot VRAM cache per layer, the rest by
+    ``split``; from ``copy``, a fresh copy of the file (so no usage table carries over)."""
+    import shutil
+
+    with flint.LLM(source, device="cpu", context_length=8) as probe:
+        layout = probe.source.expert_layout  # type: ignore[attr-defined]
+        layers = sum(probe.model.config.sparse_layers)
+    slab_gib = layers * layout.slab_bytes / GIB
+    shutil.copyfile(source, copy)
+    return flint.LLM(
+        copy,
+        device="cuda:0",
+        context_length=128,
+        ram_budget=3 * slab_gib,
+        vram_budget=2 * slab_gib,
+        graphs=graphs,
+        host_split=split,
+    )
+
+
 @pytest.mark.gpu
 def test_a_v1_like_streamed_model_decodes_through_the_step(
     wide_files: dict[str, Path], tmp_path: Path
 ) -> None:
-    """V1's shape in small: int4 experts streamed through RAM and a small VRAM cache,
-    the rest on the CPU (``--host-split cpu``), loaded the way ``flint run``/``bench``
-    load it: "auto" gets the streamed step and the greedy tokens of "off" (each run from
-    its own copy of the file, so no usage table carries over)."""
-    import shutil
-
-    with flint.LLM(wide_files["int4"], device="cpu", context_length=8) as probe:
-        layout = probe.source.expert_layout  # type: ignore[attr-defined]
-        layers = sum(probe.model.config.sparse_layers)
-    slab_gib = layers * layout.slab_bytes / GIB
+    """V1's shape in small with the rest on the CPU (``--host-split cpu``): graphs
+    "auto" gets the streamed step and the greedy tokens of "off"."""
     runs = {}
     for mode in ("auto", "off"):
-        path = tmp_path / f"{mode}.ftw"
-        shutil.copyfile(wide_files["int4"], path)
-        with flint.LLM(
-            path,
-            device="cuda:0",
-            context_length=128,
-            ram_budget=3 * slab_gib,
-            vram_budget=2 * slab_gib,
-            graphs=mode,
-            host_split="cpu",
-        ) as llm:
+        with _v1_like(wide_files["int4"], tmp_path / f"{mode}.ftw", mode, "cpu") as llm:
             want_path = "streamed CUDA graphs" if mode == "auto" else "layer loop"
             assert llm.model.decode_path == want_path
             runs[mode] = llm.generate([5, 17, 250, 3, 99], max_tokens=32, ignore_eos=True)
@@ -294,25 +298,9 @@ def test_a_filled_streamed_step_is_exact(
     the same staged bytes); against ``--graphs off`` (torch's kernels on each filled
     expert: other rounding) the logits agree within 1e-2 until the greedy tokens first
     part, which is not before the 8th token."""
-    import shutil
-
-    with flint.LLM(wide_files[quant], device="cpu", context_length=8) as probe:
-        layout = probe.source.expert_layout  # type: ignore[attr-defined]
-        layers = sum(probe.model.config.sparse_layers)
-    slab_gib = layers * layout.slab_bytes / GIB
     runs = {}
     for mode in ("on", "eager", "off"):
-        path = tmp_path / f"{mode}.ftw"
-        shutil.copyfile(wide_files[quant], path)
-        with flint.LLM(
-            path,
-            device="cuda:0",
-            context_length=128,
-            ram_budget=3 * slab_gib,
-            vram_budget=2 * slab_gib,
-            graphs=mode,
-            host_split="fill",
-        ) as llm:
+        with _v1_like(wide_files[quant], tmp_path / f"{mode}.ftw", mode, "fill") as llm:
             runs[mode] = greedy_decode(llm.model, [5, 17, 250, 3, 99], 32)
             stats = llm.stats()
             assert stats is not None and stats["host_split"] == "fill"
