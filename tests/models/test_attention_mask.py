@@ -3,11 +3,17 @@ lower-right causal bias on CUDA (the same mask, which lets SDPA pick flash kerne
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import pytest
 import torch
 from torch.nn.attention.bias import CausalBias
 
-from flint.models.attention import causal_mask
+import flint
+from flint.models.attention import Attention, causal_mask
+
+ATTEND = Attention.__call__  # unwrapped, whatever the tests below patch in
 
 
 @pytest.mark.parametrize(("start", "tokens"), [(0, 5), (3, 4), (0, 1), (7, 1), (9, 2)])
@@ -56,3 +62,74 @@ def test_whole_prompt_attention_only_on_cuda_past_a_chunk(monkeypatch: pytest.Mo
     assert not whole_prompt_attention(cfg, 8192, 8192, 512, cpu, torch.float32), "CPU: chunks"
     monkeypatch.setenv("FLINT_WHOLE_ATTENTION", "0")
     assert not whole_prompt_attention(cfg, 8192, 8192, 512, cuda, bf16)
+
+
+def _prompt_runs(path: Path, monkeypatch: pytest.MonkeyPatch, whole: bool) -> dict[str, Any]:
+    """A 48-token prompt, a 40-token continuation at position 48 (chunks of 16) and 6
+    greedy steps after them, on the CPU with the whole-prompt rule allowed there when
+    ``whole`` (torch's flash SDPA runs on the CPU with a bool mask); the row counts the
+    attention saw."""
+    from flint.models import transformer
+
+    monkeypatch.setattr(transformer, "whole_prompt_attention", lambda c, t, s, k, d, dt: whole)
+    rows: list[int] = []
+
+    def spy(self: Attention, x: torch.Tensor, *args: Any) -> torch.Tensor:
+        rows.append(x.shape[0])
+        return ATTEND(self, x, *args)
+
+    monkeypatch.setattr(Attention, "__call__", spy)
+    ids = [(7 * i + 3) % 290 + 5 for i in range(88)]
+    with flint.LLM(path, device="cpu", context_length=128) as llm:
+        model = llm.model
+        first = model.forward(torch.tensor(ids[:48]), all_logits=True, chunk=16)
+        second = model.forward(torch.tensor(ids[48:]), all_logits=True, chunk=16)
+        tokens = []
+        for _ in range(6):
+            tokens.append(int(second[-1].argmax()))
+            second = torch.cat([second, model.forward(torch.tensor(tokens[-1:]))])
+        ok = [layer.whole_ok for layer in model.layers]
+    return {"logits": torch.cat([first, second]), "tokens": tokens, "rows": rows, "ok": ok}
+
+
+def test_whole_prompt_attention_equals_the_chunks(
+    tiny_ftw: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The one-call path (``DecoderLayer._whole``) over a prompt and over a continuation
+    that starts at position 48 (the lower-right causal offset), run on the CPU: logits
+    within fp32 rounding of the chunks, the same greedy tokens after it."""
+    chunks = _prompt_runs(tiny_ftw["qwen3_moe"], monkeypatch, whole=False)
+    whole = _prompt_runs(tiny_ftw["qwen3_moe"], monkeypatch, whole=True)
+    assert max(chunks["rows"]) == 16 and {48, 40} <= set(whole["rows"])
+    a, b = whole["logits"], chunks["logits"]
+    assert ((a - b).norm() / b.norm()).item() <= 1e-5
+    assert whole["tokens"] == chunks["tokens"] and all(whole["ok"])
+
+
+def test_whole_prompt_attention_falls_back_only_for_a_missing_kernel(
+    tiny_ftw: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No linear-memory SDPA kernel for the layer: it goes by chunks from then on, with
+    the chunks' exact logits (the keys and values the failed call wrote are rewritten);
+    an out-of-memory error is raised, not taken for a missing kernel."""
+    from torch.nn.attention import SDPBackend
+
+    from flint.models import transformer
+
+    chunks = _prompt_runs(tiny_ftw["qwen3_moe"], monkeypatch, whole=False)
+    monkeypatch.setattr(
+        transformer, "LINEAR_MEMORY", [SDPBackend.EFFICIENT_ATTENTION]
+    )  # none on the CPU
+    fallen = _prompt_runs(tiny_ftw["qwen3_moe"], monkeypatch, whole=True)
+    assert torch.equal(fallen["logits"], chunks["logits"]) and not any(fallen["ok"])
+
+    def out_of_memory(*_: Any) -> torch.Tensor:
+        raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+
+    monkeypatch.setattr(transformer, "LINEAR_MEMORY", [SDPBackend.FLASH_ATTENTION])
+    monkeypatch.setattr(Attention, "__call__", out_of_memory)
+    with (
+        flint.LLM(tiny_ftw["qwen3_moe"], device="cpu", context_length=64) as llm,
+        pytest.raises(torch.OutOfMemoryError),
+    ):
+        llm.model.forward(torch.arange(5, 45), chunk=16)

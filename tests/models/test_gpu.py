@@ -91,24 +91,41 @@ def test_tiny_code_moe_quality_on_the_gpu(tmp_path: Path) -> None:
 def test_whole_prompt_attention_follows_the_chunks(
     quant: str, wide_files: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A prompt longer than the chunk attends in one call on CUDA (flash or efficient
-    SDPA): its logits and the decode steps after it (which read the keys and values it
-    wrote) agree with chunked attention within rounding, greedy tokens equal."""
-    prompt = torch.tensor([(7 * i + 3) % 290 + 5 for i in range(48)])
+    """A prompt and a continuation longer than the chunk attend in one call on CUDA
+    (flash or efficient SDPA under the real rule): logits and the decode steps after
+    them (which read the keys and values they wrote) agree with chunked attention
+    within rounding, greedy tokens equal."""
+    from flint.models.attention import Attention
+
+    attend = Attention.__call__
+    ids = [(7 * i + 3) % 290 + 5 for i in range(88)]
     runs = {}
     for whole in ("1", "0"):
         monkeypatch.setenv("FLINT_WHOLE_ATTENTION", whole)
-        with flint.LLM(wide_files[quant], device="cuda", context_length=96, graphs="off") as llm:
+        rows: list[int] = []
+
+        def spy(
+            self: Attention, x: torch.Tensor, *args: object, rows: list[int] = rows
+        ) -> torch.Tensor:
+            rows.append(x.shape[0])
+            return attend(self, x, *args)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(Attention, "__call__", spy)
+        with flint.LLM(wide_files[quant], device="cuda", context_length=128, graphs="off") as llm:
             model = llm.model
-            logits = model.forward(prompt, all_logits=True, chunk=16).float()  # 3 chunks
+            first = model.forward(torch.tensor(ids[:48]), all_logits=True, chunk=32)
+            logits = torch.cat(
+                [first, model.forward(torch.tensor(ids[48:]), all_logits=True, chunk=32)]
+            )
             assert all(layer.whole_ok for layer in model.layers), "no fallback to chunks"
-            tokens, rows, last = [], [], logits[-1]
+            tokens, steps, last = [], [], logits[-1]
             for _ in range(8):
                 tokens.append(int(last.argmax()))
-                last = model.forward(torch.tensor(tokens[-1:]))[-1].float()
-                rows.append(last.cpu())
-            runs[whole] = (logits.cpu(), tokens, torch.stack(rows))
-    (a, ta, la), (b, tb, lb) = runs["1"], runs["0"]
+                last = model.forward(torch.tensor(tokens[-1:]))[-1]
+                steps.append(last.float().cpu())
+        runs[whole] = (logits.float().cpu(), tokens, torch.stack(steps), rows)
+    (a, ta, la, rows_a), (b, tb, lb, rows_b) = runs["1"], runs["0"]
+    assert {48, 40} <= set(rows_a) and max(rows_b) == 32, "one call against chunks of 32"
     assert ((a - b).norm() / b.norm()).item() <= 1e-2
     assert ta == tb
     assert ((la - lb).norm() / lb.norm()).item() <= 1e-2

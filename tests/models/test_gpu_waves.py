@@ -154,7 +154,8 @@ def test_a_long_prompts_next_layer_copied_ahead_equals_resident(
     """A prompt with 16 (token, rank) pairs per expert, every expert in RAM: layer 1's
     experts outside VRAM are copied up while layer 0 runs (prompt_ahead.py) and
     computed from that area in one grouped launch; the logits equal the resident slab
-    backend's bit for bit, as they do with ``FLINT_PROMPT_AHEAD=0``."""
+    backend's bit for bit, as they do with ``FLINT_PROMPT_AHEAD=0``. A decode step
+    between the prompts gives the areas back; the next prompt makes them again."""
     monkeypatch.setenv("FLINT_PROMPT_AHEAD", "1" if ahead else "0")
     cuda = torch.device("cuda", 0)
     path = wide_files[quant]
@@ -168,9 +169,11 @@ def test_a_long_prompts_next_layer_copied_ahead_equals_resident(
         for _ in range(2):
             streamed.model.reset()
             assert torch.equal(streamed.model.forward(prompt, all_logits=True), want)
+            streamed.model.forward(torch.tensor([5], device=cuda))  # decode: areas freed
         s = streamed.stats()
     assert s is not None
     if ahead:
         assert s["prompt_ahead_experts"] >= 2 * 7, "layer 1's 7 experts outside VRAM, twice"
+        assert s["prompt_ahead_computed"] == s["prompt_ahead_experts"], "each one selected"
     else:
         assert "prompt_ahead_experts" not in s

@@ -297,7 +297,10 @@ def test_a_filled_streamed_step_is_exact(
     streamed step: captured and eager launches give the same bits (the same kernels on
     the same staged bytes); against ``--graphs off`` (torch's kernels on each filled
     expert: other rounding) the logits agree within 1e-2 until the greedy tokens first
-    part, which is not before the 8th token."""
+    part, which is not before the 8th token. The default split picks fill here."""
+    with _v1_like(wide_files[quant], tmp_path / "auto.ftw", "on", "auto") as llm:
+        stats = llm.stats()
+        assert stats is not None and stats["host_split"] == "fill"
     runs = {}
     for mode in ("on", "eager", "off"):
         with _v1_like(wide_files[quant], tmp_path / f"{mode}.ftw", mode, "fill") as llm:

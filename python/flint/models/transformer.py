@@ -25,6 +25,8 @@ from flint.models.weights import WeightSource
 # C = tokens per chunk
 
 ATTENTION_CHUNK = 512  # query rows per attention / dense-MLP call in a long forward
+# SDPA's errors where no allowed backend applies (CUDA's kernel check, its dispatcher)
+NO_KERNEL = ("No available kernel", "No viable backend")
 
 
 def by_rows(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, rows: int) -> torch.Tensor:
@@ -130,8 +132,10 @@ class DecoderLayer:
     ) -> torch.Tensor | None:
         """The residual after attention [T, H] from one call over every query
         (``whole_prompt_attention``), or None: attention goes by chunks. Where SDPA has
-        no linear-memory kernel for the layer (dtype, head size) it raises; the layer
-        then keeps the chunks from now on (they rewrite the keys and values written)."""
+        no linear-memory kernel for the layer (dtype, head size) it says so
+        (``NO_KERNEL``); the layer then keeps the chunks from now on (they rewrite the
+        keys and values written). Any other error, out-of-memory included, is raised
+        as it is."""
         tokens = x.shape[0]
         cfg = self.attn.cfg  # type: ignore[union-attr]
         if not whole_prompt_attention(cfg, tokens, start + tokens, chunk, x.device, x.dtype):
@@ -141,7 +145,9 @@ class DecoderLayer:
                 xs = self.norm(x, self.input_norm, self.eps)
                 mask = causal_mask(start, tokens, x.device)
                 return x + self.attn(xs, start, cache, cos, sin, mask)
-        except RuntimeError:
+        except RuntimeError as err:
+            if isinstance(err, torch.OutOfMemoryError) or not any(m in str(err) for m in NO_KERNEL):
+                raise
             self.whole_ok = False
             return None
 

@@ -80,6 +80,10 @@ class Counters:
     prompt_layers: int = 0
     prompt_distinct: int = 0
     prompt_waves: int = 0
+    # A long prompt's next layer copied up ahead (prompt_ahead.py): experts copied, and
+    # of those computed from the area (the rest went unselected).
+    ahead_copied: int = 0
+    ahead_computed: int = 0
 
 
 class StreamedExperts(CudaPlacement):
@@ -502,11 +506,14 @@ class StreamedExperts(CudaPlacement):
         tokens, k = ids.shape
         if layer == self.first_layer:
             self._new_forward(tokens)
-        ahead = self._take_ahead(layer, x.device) if self._aheads else None
         flat = ids.reshape(-1)  # [T*K], entry t*K + k
         # The ids reach the CPU in one copy, ordered on the model's stream (no device-
         # wide synchronisation); everything the host decides is computed from it.
         flat_host = flat.cpu()
+        # the experts copied up while the layer before ran: after the wait above, by
+        # which their copies have usually landed (a second wait before it would hold
+        # the host behind the copy stream)
+        ahead = self._take_ahead(layer, x.device) if self._aheads else None
         # The pairs sorted by expert: a decode-sized call with the slab kernels sorts
         # them on the host, where its ids already are (its kernels take host lists); a
         # prompt's, and those of the per-expert paths (which index the device's tensors
@@ -595,7 +602,8 @@ class StreamedExperts(CudaPlacement):
                     slab = slot_bytes(address, self.layout.slab_bytes)
                     y = self._expert(self._on(x.device), layer, expert, slab, hit, x[rows // k])
                     outputs[rows] = y.to(torch.float32)
-            if from_ahead and ahead is not None and plan is not None:
+            if from_ahead:  # only ever with the slab kernels (``_copy_ahead``)
+                assert ahead is not None and plan is not None
                 self._from_ahead(layer, ahead, from_ahead, x, plan, outputs)
             if staged and stager is not None:
                 self._staged(layer, stager, staged, x, rows_of, outputs, plan)
@@ -688,6 +696,7 @@ class StreamedExperts(CudaPlacement):
         self._elastic_round(tokens)
         if tokens == 1:  # the first decode token takes lent slots back
             self.prompt_memory.reclaim()
+            self._free_aheads()  # and the prompt's areas go back to torch's allocator
         self.engine.set_prompt_mode(tokens > 1)
         self._last_tokens = tokens
         self.counters.tokens += 1
@@ -737,9 +746,9 @@ class StreamedExperts(CudaPlacement):
         if self._stagers:  # GPU waves: prompt experts staged through VRAM buffers
             s["gpu_wave_experts"] = sum(st.staged for st in self._stagers.values())
             s["gpu_wave_chunks"] = sum(st.chunks for st in self._stagers.values())
-        aheads = [a for a in self._aheads.values() if a is not None]
-        if aheads:  # a long prompt's next layer copied up ahead
-            s["prompt_ahead_experts"] = sum(a.experts for a in aheads)
+        if c.ahead_copied:  # a long prompt's next layer copied up ahead
+            s["prompt_ahead_experts"] = c.ahead_copied
+            s["prompt_ahead_computed"] = c.ahead_computed
         if self.host is not None:  # experts outside VRAM may run beside the GPU
             s["host_split"] = self.host_split  # "auto" resolved
         qs = self.qsplit

@@ -128,9 +128,15 @@ class CudaPlacement:
         held = vram.where[nxt] if vram is not None else {}
         want = [e for e in self.engine.resident(nxt) if e not in held][: ahead.rows]
         placed = self.engine.pin_resident(nxt, want)  # the complete ones
-        if placed:
+        if not placed:
+            return
+        try:
             ahead.queue(nxt, placed)
-            self.counters.copy_bytes += len(placed) * self.layout.slab_bytes
+        except BaseException:  # not queued: nothing would unpin them
+            self.engine.unpin(nxt, [e for e, _ in placed])
+            raise
+        self.counters.copy_bytes += len(placed) * self.layout.slab_bytes
+        self.counters.ahead_copied += len(placed)
 
     def _prompt_ahead(self, device: torch.device, vram: VramCache | None) -> PromptAhead | None:
         """``device``'s two areas, made on first use: a row for every expert VRAM does
@@ -174,6 +180,7 @@ class CudaPlacement:
         pool = self._slab_pool(layer, prompt_ahead.area(ahead))
         self._grouped(layer, pool, {e: ahead.rows[e] for e in experts}, x, plan, outputs)
         prompt_ahead.read(ahead, main)
+        self.counters.ahead_computed += len(experts)
 
     def _drop_aheads(self) -> None:
         """Unpins whatever a forward that ended early left copied ahead."""
@@ -181,6 +188,20 @@ class CudaPlacement:
             if prompt_ahead is not None:
                 for ahead in prompt_ahead.drop_all():
                     self.engine.unpin(ahead.layer, ahead.pinned)
+
+    def _free_aheads(self) -> None:
+        """Decode has begun: the areas (and the kernels' views of them) go back to
+        torch's allocator, where the next prompt's activations or areas reuse them;
+        ``stats()`` keeps counting."""
+        self._drop_aheads()
+        for device, prompt_ahead in list(self._aheads.items()):
+            if prompt_ahead is None:
+                continue
+            lo = prompt_ahead.areas.data_ptr()
+            hi = lo + prompt_ahead.areas.numel()
+            for key in [k for k in self._slab_pools if lo <= k[1] < hi]:
+                del self._slab_pools[key]
+            del self._aheads[device]  # made again by the next long prompt
 
     # --- end of the next layer copied ahead ---
 

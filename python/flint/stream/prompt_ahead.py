@@ -10,7 +10,9 @@ not in VRAM is copied; one that is then not selected costs its copy, nothing els
 ones not copied ahead (being read, or in no slot) take the usual GPU-wave path.
 
 Each copied expert's RAM slot stays pinned until its copy has landed, which L+1's call
-waits for first thing (by then long done) before it unpins them. L+1 computes them
+waits for right after reading its router's ids (by then usually done) before it unpins
+them. The areas are allocated at the first long prompt and given back at the first
+decode step (``_free_aheads``). L+1 computes them
 in one grouped launch from the area, the same kernel on the same bytes as from a
 staging buffer, so the output is unchanged bit for bit. The two areas alternate by
 layer; an area is copied into again only after the launch that read it (an event).
@@ -67,8 +69,6 @@ class PromptAhead:
         self.released: list[Any] = [None, None]  # per area: the launch that read it
         self.next = 0
         self.pending: dict[int, Ahead] = {}
-        self.experts = 0  # copied ahead, in all
-        self.layers = 0
 
     def queue(self, layer: int, placed: list[tuple[int, int]]) -> None:
         """Queues the copies of ``placed`` (expert, pinned slot address), at most
@@ -86,8 +86,6 @@ class PromptAhead:
             copied.record(self.copies)
         rows = {e: row for row, (e, _) in enumerate(placed)}
         self.pending[layer] = Ahead(layer, area, rows, copied, [e for e, _ in placed])
-        self.experts += len(placed)
-        self.layers += 1
 
     def take(self, layer: int) -> Ahead | None:
         """``layer``'s experts copied ahead, once their copies have landed (the caller
