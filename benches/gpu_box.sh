@@ -617,6 +617,17 @@ gpu37() {
     --ram-budget 20 --vram-budget 4 2>&1 | grep -v "^USDT\|^ERROR\|warn" | tail -24
 }
 
+# Ninth session, after the review: the changed GPU tests, then one P8 run.
+gpu38() {
+  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
+  timeout 120 python3 -m pytest tests/models/test_gpu.py tests/models/test_gpu_waves.py \
+    tests/models/test_streamed_step.py -k "whole or ahead or synchronises or filled or v1_like" \
+    -q -p no:cacheprovider --tb=short -rf -m gpu 2>&1 | grep -E "passed|failed|FAILED|Error|assert" | head -12
+  [ -f "$DATA/q30.ftw" ] || flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
+  echo "== P8"; timeout 60 flint bench "$DATA/q30.ftw" -p 8192 -n 0 -r 2 --mode full --warm \
+    --ram-budget 20 --vram-budget 4 2>&1 | grep -E "q30.ftw \||rror"
+}
+
 case $what in
   install) install ;;
   format) install; format ;;
@@ -660,5 +671,6 @@ case $what in
   gpu35) install; gpu35 ;;
   gpu36) install; gpu36 ;;
   gpu37) install; gpu37 ;;
+  gpu38) install; gpu38 ;;
 esac 2>&1 | tee "$OUT/gpu_box_$what.log"
 
