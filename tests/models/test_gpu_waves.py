@@ -174,6 +174,7 @@ def test_a_long_prompts_next_layer_copied_ahead_equals_resident(
     assert s is not None
     if ahead:
         assert s["prompt_ahead_experts"] >= 2 * 7, "layer 1's 7 experts outside VRAM, twice"
-        assert s["prompt_ahead_computed"] == s["prompt_ahead_experts"], "each one selected"
+        # this prompt repeats 8 tokens: not every expert copied ahead is selected
+        assert 0 < s["prompt_ahead_computed"] <= s["prompt_ahead_experts"]
     else:
         assert "prompt_ahead_experts" not in s
