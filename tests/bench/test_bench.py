@@ -293,3 +293,13 @@ def test_the_header_names_the_streamed_gpu_experts_kernels() -> None:
         "streamed_gpu_experts": "slab kernels (Triton)",
     }  # fmt: skip
     assert "streamed GPU experts: slab kernels (Triton)" in _header(doc)
+
+
+def test_the_header_names_what_auto_resolved_to() -> None:
+    from flint.bench import report
+
+    assert report._split({"host_split": "auto", "host_split_resolved": "fill"}) == (
+        "auto, here copied up (fill)"
+    )
+    assert report._split({"host_split": "auto", "host_split_resolved": None}).startswith("auto (")
+    assert report._split({"host_split": "cpu", "host_split_resolved": "cpu"}) == "on the CPU"

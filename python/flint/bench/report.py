@@ -41,6 +41,14 @@ _SPLITS = {
 }
 
 
+def _split(doc: dict[str, Any]) -> str:
+    """The header's host split: "auto" with what it resolved to on this machine."""
+    split, resolved = doc["host_split"], doc.get("host_split_resolved")
+    if split == "auto" and resolved in _SPLITS and resolved != "auto":
+        return f"auto, here {_SPLITS[resolved]}"
+    return _SPLITS[split]
+
+
 def git_commit() -> str:
     """The commit of the flint source tree this package runs from, "-dirty" when it has
     uncommitted changes; "unknown" outside a checkout."""
@@ -149,6 +157,7 @@ def _meta(setup: Setup, out: Outcome) -> dict[str, Any]:
         "vram_slots_per_layer": info.get("vram_slots_per_layer"),
         "deterministic": e.deterministic,
         "host_split": e.host_split,
+        "host_split_resolved": info.get("host_split_resolved"),
         "gpu_waves": e.gpu_waves,
         "slots_per_layer": info.get("slots_per_layer"),
         "n_experts": info.get("n_experts"),
@@ -219,7 +228,7 @@ def _header(doc: dict[str, Any]) -> str:
                 f"{doc['vram_slots_per_layer']}/{doc['n_experts']} slots/layer"
                 + (", deterministic (all experts on the GPU)" if doc["deterministic"] else "")
                 + (
-                    f", experts outside VRAM: {_SPLITS[doc['host_split']]}"
+                    f", experts outside VRAM: {_split(doc)}"
                     + (
                         " (a row named MODE:SPLIT: that split)"
                         if any(":" in r["mode"] for r in doc["results"])

@@ -102,6 +102,8 @@ def _describe(llm: LLM, info: dict[str, Any]) -> None:
         info.setdefault("io_mode", backend.engine.mode)
         if backend.vram is not None:
             info.setdefault("vram_slots_per_layer", backend.vram.slots)
+        if backend.host is not None:  # what --host-split resolved to (auto: fill or cpu)
+            info.setdefault("host_split_resolved", backend.host_split)
         if backend.device.type == "cuda":  # which kernels compute the GPU's share
             kernels = "slab kernels (Triton)" if backend.slab_kernels else "torch per expert"
             info.setdefault("streamed_gpu_experts", kernels)
