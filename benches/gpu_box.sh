@@ -628,6 +628,19 @@ gpu38() {
     --ram-budget 20 --vram-budget 4 2>&1 | grep -E "q30.ftw \||rror"
 }
 
+# Prepared for the tenth session's first call: every GPU test (the ninth session's last
+# assertion change was not re-run), then P8 and V1 as baselines.
+gpu39() {
+  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
+  timeout 300 python3 -m pytest tests -q -p no:cacheprovider --tb=short -rf -m gpu 2>&1 \
+    | grep -E "passed|failed|FAILED|Error" | head -20
+  [ -f "$DATA/q30.ftw" ] || flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
+  echo "== P8"; timeout 80 flint bench "$DATA/q30.ftw" -p 8192 -n 0 -r 2 --mode full --warm \
+    --ram-budget 20 --vram-budget 4 2>&1 | grep -E "q30.ftw \||rror"
+  echo "== V1"; timeout 120 flint bench "$DATA/q30.ftw" -p 0 -n 64 --tg-random -r 2 --mode full \
+    --ram-budget 20 --vram-budget 4 2>&1 | grep -E "q30.ftw \||rror|outside VRAM"
+}
+
 case $what in
   install) install ;;
   format) install; format ;;
@@ -672,5 +685,6 @@ case $what in
   gpu36) install; gpu36 ;;
   gpu37) install; gpu37 ;;
   gpu38) install; gpu38 ;;
+  gpu39) install; gpu39 ;;
 esac 2>&1 | tee "$OUT/gpu_box_$what.log"
 
