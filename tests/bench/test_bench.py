@@ -303,3 +303,32 @@ def test_the_header_names_what_auto_resolved_to() -> None:
     )
     assert report._split({"host_split": "auto", "host_split_resolved": None}).startswith("auto (")
     assert report._split({"host_split": "cpu", "host_split_resolved": "cpu"}) == "on the CPU"
+
+
+def test_gpu_rows_carry_the_pcie_bound() -> None:
+    """Issue 8's PCIe bound from a row's PCIe bytes per token and the pinned rate: P8's
+    1.41 MiB per prompt token at 55 GB/s is ~37,000 tok/s (docs/benchmarks.md); rows that
+    copied nothing, or a run with no measured rate, have none; the table shows it."""
+    from flint.bench.report import pcie_bound, to_markdown
+
+    bound = pcie_bound({"mean": 1.41, "sd": 0.0}, 55.0)
+    assert bound is not None and 37_000 < bound["mean"] < 37_300
+    assert pcie_bound({"mean": 0.0, "sd": 0.0}, 55.0) is None
+    assert pcie_bound({"mean": 1.41, "sd": 0.0}, None) is None
+    assert pcie_bound(None, 55.0) is None
+    keys = (
+        "stall_ms", "demand_reads", "prefetch_reads", "read_mib", "ram_hit_rate",
+        "recall_d1", "precision_d1", "recall_d2", "precision_d2", "vram_hit_rate",
+    )  # fmt: skip
+    row = dict.fromkeys(keys) | {
+        "mode": "full", "test": "pp8192", "tok_s": {"mean": 15540.4, "sd": 157.7},
+        "ttft_ms": {"mean": 527.2, "sd": 0.0}, "exact": None, "cpu_share": {"mean": 0.0},
+        "pcie_mib": {"mean": 1.41, "sd": 0.0}, "pcie_bound_tok_s": bound,
+    }  # fmt: skip
+    doc = {
+        "model": "q30.ftw", "experts": "int4", "device": "cuda:0", "dtype": "bfloat16",
+        "threads": 14, "slots_per_layer": None, "warm": True, "reps": 2, "commit": "x",
+        "date": "2026-11-30", "results": [row], "peak_rss_mib": 1.0, "control": None,
+    }  # fmt: skip
+    table = to_markdown(doc)
+    assert "| PCIe bound t/s |" in table and "| 1.41 | 37" in table

@@ -105,6 +105,7 @@ def to_json(plan: Plan, setup: Setup, out: Outcome) -> dict[str, Any]:
             for key in STREAM_KEYS:
                 row[key] = _mean([s.streaming.get(key) for s in samples]) if streamed else None
             row["belady_stall_ms"] = _stall_bound(row.get("belady_mib"), out.info.get("disk_gb_s"))
+            row["pcie_bound_tok_s"] = pcie_bound(row.get("pcie_mib"), out.info.get("pcie_gb_s"))
             per_gpu = {k for s in samples for k in s.streaming if k.startswith("vram_hit_rate ")}
             for key in sorted(per_gpu):  # layers split across GPUs: each one's hit rate
                 row[key] = _mean([s.streaming.get(key) for s in samples])
@@ -123,6 +124,15 @@ def to_json(plan: Plan, setup: Setup, out: Outcome) -> dict[str, Any]:
         ],
         "results": rows,
     }
+
+
+def pcie_bound(mib: dict[str, float] | None, gb_s: float | None) -> dict[str, float] | None:
+    """Tokens per second if copying ``mib`` (the run's PCIe MiB per token) at ``gb_s``
+    (pinned host-to-device) were all a token cost: issue 8's PCIe bound for a prompt
+    (every expert outside VRAM copied once per layer), as a summary of its mean."""
+    if mib is None or not gb_s or mib["mean"] <= 0:
+        return None
+    return {"mean": gb_s * 1e9 / (mib["mean"] * MIB), "sd": 0.0}
 
 
 def _stall_bound(mib: dict[str, float] | None, gb_s: float | None) -> dict[str, float] | None:
@@ -152,6 +162,7 @@ def _meta(setup: Setup, out: Outcome) -> dict[str, Any]:
         "threads": info.get("threads"),
         "openmp_wait": openmp_wait(),
         "disk_gb_s": info.get("disk_gb_s"),
+        "pcie_gb_s": info.get("pcie_gb_s"),
         "ram_budget_gib": e.ram_budget,
         "vram_budget_gib": e.vram_budget,
         "vram_slots_per_layer": info.get("vram_slots_per_layer"),
@@ -238,6 +249,11 @@ def _header(doc: dict[str, Any]) -> str:
                     else ""
                 )
             )
+        if doc.get("pcie_gb_s"):
+            parts.append(
+                f"PCIe {doc['pcie_gb_s']:.2f} GB/s pinned host-to-device (PCIe bound t/s: "
+                "the rate if copying each token's PCIe bytes at it were all a token cost)"
+            )
         if doc.get("disk_gb_s"):
             parts.append(
                 f"disk {doc['disk_gb_s']:.2f} GB/s {doc.get('io_mode') or 'direct'} reads, "
@@ -281,7 +297,7 @@ def to_markdown(doc: dict[str, Any]) -> str:
     gpu = any(r.get("cpu_share") is not None for r in doc["results"])
     if gpu:  # the CUDA columns: VRAM cache, PCIe traffic, experts computed on the CPU
         head = head[: -len(" exact |")] + (
-            " VRAM hit | PCIe MiB/tok | CPU share | CPU ms/tok | exact |"
+            " VRAM hit | PCIe MiB/tok | PCIe bound t/s | CPU share | CPU ms/tok | exact |"
         )
     lines = [_header(doc), "", head, "|" + "---|" * (head.count("|") - 1)]
     name = Path(doc["model"]).name
@@ -298,6 +314,7 @@ def to_markdown(doc: dict[str, Any]) -> str:
             + (
                 f" | {_num(r.get('vram_hit_rate'), '.3f')}{_per_gpu(r)}"
                 f" | {_num(r.get('pcie_mib'), '.2f')}"
+                f" | {_num(r.get('pcie_bound_tok_s'), '.0f')}"
                 f" | {_num(r.get('cpu_share'), '.3f')}"
                 f" | {_num(r.get('cpu_ms'), '.1f')}"
                 if gpu

@@ -107,6 +107,10 @@ def _describe(llm: LLM, info: dict[str, Any]) -> None:
         if backend.device.type == "cuda":  # which kernels compute the GPU's share
             kernels = "slab kernels (Triton)" if backend.slab_kernels else "torch per expert"
             info.setdefault("streamed_gpu_experts", kernels)
+            if "pcie_gb_s" not in info:  # the PCIe bound's rate: pinned host-to-device
+                from flint.stream.qsplit import pcie_bandwidth
+
+                info["pcie_gb_s"] = pcie_bandwidth(backend.device) / 1e9  # cached per GPU
 
 
 Step = Callable[[str], None]  # told "rep i/n . mode . test" before each run
