@@ -151,6 +151,20 @@ def apply_penalties(
     return logits
 
 
+def draw(probs: torch.Tensor, generator: torch.Generator) -> int:
+    """One index of probs [V] (non-negative, summing to about 1) with those
+    probabilities: the first whose cumulative sum passes a uniform draw. A zero
+    probability is never drawn. ~8 us on a 4k vocabulary on the CPU box, against
+    ~96 us for ``torch.multinomial`` (docs/benchmarks.md), a quarter of a small
+    model's decode step."""
+    cdf = torch.cumsum(probs, dim=0)  # [V]
+    u = torch.rand(1, generator=generator, device=probs.device, dtype=cdf.dtype) * cdf[-1]
+    index = int(torch.searchsorted(cdf, u, right=True))
+    if index >= probs.shape[0]:  # u rounded up to the total: the last possible token
+        index = int(torch.nonzero(probs).max())
+    return index
+
+
 class Sampler:
     """Per-request sampling state: the seeded generator and the token counts."""
 
@@ -174,8 +188,7 @@ class Sampler:
             token = int(torch.argmax(x))
         else:
             x = min_p_mask(top_p_mask(top_k_mask(x / p.temperature, p.top_k), p.top_p), p.min_p)
-            probs = torch.softmax(x, dim=-1)
-            token = int(torch.multinomial(probs, 1, generator=self.generator))
+            token = draw(torch.softmax(x, dim=-1), self.generator)
         self.seen[token] = True
         self.counts[token] += 1
         return token

@@ -12,6 +12,7 @@ from flint.sampling import (
     Sampler,
     SamplingParams,
     apply_penalties,
+    draw,
     min_p_mask,
     top_k_mask,
     top_p_mask,
@@ -85,6 +86,26 @@ def test_sampling_respects_top_k() -> None:
     sampler = Sampler(SamplingParams(top_k=4, temperature=1.5, seed=0), 50, CPU, [])
     drawn = {sampler(x) for _ in range(200)}
     assert drawn <= allowed and len(drawn) > 1
+
+
+def test_draw_follows_the_probabilities() -> None:
+    """40,000 draws from [0.5, 0, 0.3, 0.2, 0]: each share within 0.01 (about 4 sd) of
+    its probability, the zero-probability tokens never, at either end or inside."""
+    probs = torch.tensor([0.5, 0.0, 0.3, 0.2, 0.0])
+    gen = torch.Generator().manual_seed(0)
+    counts = torch.bincount(torch.tensor([draw(probs, gen) for _ in range(40_000)]), minlength=5)
+    share = counts.float() / counts.sum()
+    assert counts[1] == 0 and counts[4] == 0
+    assert (share - probs).abs().max().item() < 0.01
+
+
+def test_draw_at_the_top_of_the_cumulative_sum_takes_the_last_possible_token(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A uniform draw that rounds up to the total (u = total) is the last token with a
+    probability, not the zero-probability tail."""
+    monkeypatch.setattr(torch, "rand", lambda *a, **k: torch.ones(1))
+    assert draw(torch.tensor([0.25, 0.75, 0.0, 0.0]), torch.Generator()) == 1
 
 
 BAD: list[tuple[dict[str, Any], str]] = [
