@@ -51,6 +51,8 @@ def test_end_order_puts_the_last_tokens_experts_last() -> None:
     ids = torch.tensor([[0, 1], [2, 3], [1, 4], [5, 0]])
     # by (last token, selections, id): 2, 3 last at t1; 4 then 1 (twice) at t2; 5, 0
     assert end_order(ids, 8) == [2, 3, 4, 1, 5, 0]
+    counts = torch.bincount(ids.reshape(-1), minlength=8).tolist()
+    assert end_order(ids, 8, counts) == [2, 3, 4, 1, 5, 0], "the caller's counts"
 
 
 class FakeEngine:

@@ -541,7 +541,7 @@ class StreamedExperts(CudaPlacement):
         self.engine.begin_layer(layer, selected)
         outputs = torch.empty(tokens * k, x.shape[1], dtype=torch.float32, device=x.device)
         if self.fused is not None and vram is None:
-            waves = self._waves(layer, flat_host.view(tokens, k), selected)
+            waves = self._waves(layer, flat_host.view(tokens, k), selected, counts)
             return self._fused_waves(layer, x, ids, weights, waves, outputs)
 
         def rows_of(expert: int) -> torch.Tensor:
@@ -574,7 +574,7 @@ class StreamedExperts(CudaPlacement):
         admitted: list[int] = []
         # planned from the host's ids: from the device's, the plan's reads would wait
         # for the VRAM experts' work just queued, and the copies below with them
-        for wave in self._waves(layer, flat_host.view(tokens, k), selected):
+        for wave in self._waves(layer, flat_host.view(tokens, k), selected, counts):
             on_host: list[tuple[int, int, bool]] = []
             staged: list[tuple[int, int, bool]] = []
             from_ahead: list[int] = []
@@ -621,10 +621,10 @@ class StreamedExperts(CudaPlacement):
             self.engine.unpin(layer, wave)
         if vram is not None and admitted and plan is not None:
             self._vram_grouped(layer, vram, admitted, x, plan, outputs)
-        if plan is not None and not small:
+        if plan is not None:
+            if small:  # one launch instead of ~15 ops (within rounding)
+                return ranked_sum(outputs, weights, x.dtype)
             self._copy_ahead(layer, tokens, x.device)
-        if plan is not None and small:  # one launch instead of ~15 ops (within rounding)
-            return ranked_sum(outputs, weights, x.dtype)
         return weighted_sum(outputs.view(tokens, k, -1), weights).to(x.dtype)
 
     def _fused_waves(
@@ -651,16 +651,18 @@ class StreamedExperts(CudaPlacement):
         return self.fused.weighted_sum(outputs, weights).to(x.dtype)
 
     # --- prompt waves (issue 8) ---
-    def _waves(self, layer: int, ids: torch.Tensor, selected: list[int]) -> list[list[int]]:
-        """``ids`` [T, K] on the CPU. Decode: the selection in router-rank order, in
-        waves of the layer's slots. A prompt: ``plan_waves`` (residents first, the
-        experts the end of the prompt used last, each selected expert placed once).
-        Experts the VRAM cache holds are not in ``selected`` and are left out of every
-        wave."""
+    def _waves(
+        self, layer: int, ids: torch.Tensor, selected: list[int], counts: list[int]
+    ) -> list[list[int]]:
+        """``ids`` [T, K] on the CPU, ``counts`` their selections per expert. Decode:
+        the selection in router-rank order, in waves of the layer's slots. A prompt:
+        ``plan_waves`` (residents first, the experts the end of the prompt used last,
+        each selected expert placed once). Experts the VRAM cache holds are not in
+        ``selected`` and are left out of every wave."""
         cap = self.prompt_memory.capacity(layer)  # fewer while slots are lent
         if ids.shape[0] == 1:
             return [selected[i : i + cap] for i in range(0, len(selected), cap)]
-        plan = plan_waves(ids, self.cfg.num_experts, cap, self.engine.resident(layer))
+        plan = plan_waves(ids, self.cfg.num_experts, cap, self.engine.resident(layer), counts)
         if plan.protect:
             self.engine.protect(layer, list(plan.protect))
         c = self.counters

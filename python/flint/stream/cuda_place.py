@@ -177,7 +177,10 @@ class CudaPlacement:
         assert prompt_ahead is not None
         main = torch.cuda.current_stream(x.device)
         main.wait_event(ahead.copied)
-        pool = self._slab_pool(layer, prompt_ahead.area(ahead))
+        key = (layer, ahead.area)
+        pool = prompt_ahead.pools.get(key)
+        if pool is None:
+            pool = prompt_ahead.pools[key] = self._make_pool(layer, prompt_ahead.area(ahead))
         self._grouped(layer, pool, {e: ahead.rows[e] for e in experts}, x, plan, outputs)
         prompt_ahead.read(ahead, main)
         self.counters.ahead_computed += len(experts)
@@ -190,18 +193,11 @@ class CudaPlacement:
                     self.engine.unpin(ahead.layer, ahead.pinned)
 
     def _free_aheads(self) -> None:
-        """Decode has begun: the areas (and the kernels' views of them) go back to
-        torch's allocator, where the next prompt's activations or areas reuse them;
-        ``stats()`` keeps counting."""
+        """Decode has begun: the areas (with the kernels' views of them) go back to
+        torch's allocator, where the next prompt's activations or areas reuse them; a
+        device with no room stays marked. ``stats()`` keeps counting."""
         self._drop_aheads()
-        for device, prompt_ahead in list(self._aheads.items()):
-            if prompt_ahead is None:
-                continue
-            lo = prompt_ahead.areas.data_ptr()
-            hi = lo + prompt_ahead.areas.numel()
-            for key in [k for k in self._slab_pools if lo <= k[1] < hi]:
-                del self._slab_pools[key]
-            del self._aheads[device]  # made again by the next long prompt
+        self._aheads = {d: a for d, a in self._aheads.items() if a is None}
 
     # --- end of the next layer copied ahead ---
 

@@ -69,6 +69,9 @@ class PromptAhead:
         self.released: list[Any] = [None, None]  # per area: the launch that read it
         self.next = 0
         self.pending: dict[int, Ahead] = {}
+        # the kernels' views of an area, per (layer, area): made by the caller on first
+        # use, and gone with the areas
+        self.pools: dict[tuple[int, int], Any] = {}
 
     def queue(self, layer: int, placed: list[tuple[int, int]]) -> None:
         """Queues the copies of ``placed`` (expert, pinned slot address), at most

@@ -54,30 +54,36 @@ def first_selected(flat: torch.Tensor, n_experts: int) -> list[int]:
     return torch.argsort(first)[:chosen].tolist()  # unselected (n) sort last
 
 
-def end_order(ids: torch.Tensor, n_experts: int) -> list[int]:
+def end_order(ids: torch.Tensor, n_experts: int, counts: list[int] | None = None) -> list[int]:
     """The distinct experts of ids [T, K], least needed at the end of the prompt first:
     by the last token that selected each, then by its number of selections, then id.
     ``ids`` belong on the CPU: on a GPU the count and the lists read back would each
-    wait for the GPU's queued work."""
+    wait for the GPU's queued work. ``counts``: the selections per expert, where the
+    caller has them already."""
     tokens, k = ids.shape
     flat = ids.reshape(-1)  # [T*K]
     pos = torch.arange(tokens, device=ids.device).repeat_interleave(k)  # [T*K]
     last = torch.full((n_experts,), -1, dtype=torch.int64, device=ids.device)
     last.scatter_reduce_(0, flat, pos, reduce="amax")  # [E]
-    count = torch.bincount(flat, minlength=n_experts)  # [E]
-    chosen = torch.nonzero(count, as_tuple=True)[0].tolist()
-    lasts, counts = last.tolist(), count.tolist()
+    if counts is None:
+        counts = torch.bincount(flat, minlength=n_experts).tolist()  # [E]
+    lasts = last.tolist()
+    chosen = [e for e, c in enumerate(counts) if c]
     return sorted(chosen, key=lambda e: (lasts[e], counts[e], e))
 
 
 def plan_waves(
-    ids: torch.Tensor, n_experts: int, slots: int, resident: Collection[int]
+    ids: torch.Tensor,
+    n_experts: int,
+    slots: int,
+    resident: Collection[int],
+    counts: list[int] | None = None,
 ) -> WavePlan:
     """The wave plan for a layer whose router selected ids [T, K] (see module docs;
-    on the CPU, as ``end_order`` says)."""
+    on the CPU, as ``end_order`` says, which takes ``counts``)."""
     if slots < 1:
         raise ValueError(f"a layer needs at least one slot, got {slots}")
-    order = end_order(ids, n_experts)
+    order = end_order(ids, n_experts, counts)
     held = set(resident)
     if len(order) <= slots:  # one wave: residents first, pinned before any read
         first = [e for e in order if e in held] + [e for e in order if e not in held]
