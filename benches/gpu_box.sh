@@ -641,6 +641,37 @@ gpu39() {
     --ram-budget 20 --vram-budget 4 2>&1 | grep -E "q30.ftw \||rror|outside VRAM"
 }
 
+# Tenth session: the grouped kernels' program shapes and int4 variants (nibble halves,
+# native rounding; bf16 weights dequantized once), then where P8's GPU time goes by kernel.
+gpu40() {
+  local b8="0:64:64:4:3,0:64:64:4:3:n,0:64:64:4:3:s,0:64:64:4:3:sn,128:64:64:4:3:sn"
+  b8="$b8,128:64:64:8:3:sn,128:128:64:8:3:sn,128:64:128:8:3:sn,64:128:64:4:3:sn"
+  b8="$b8,128:128:64:8:4:sn,64:64:128:4:3:sn,128:128:128:8:3:sn,128:64:64:8:3:n,128:128:64:8:3:n"
+  echo "== grouped 8192 + dequant"; timeout 240 python3 benches/grouped_kernel.py --tokens 8192 \
+    --blocks "$b8" --dequant 2>&1 | grep -E "^\||rror" | head -40
+  echo "== grouped 2048"; timeout 100 python3 benches/grouped_kernel.py --tokens 2048 \
+    --blocks "0:64:64:4:3,0:64:64:4:3:sn,128:64:64:8:3:sn,64:128:64:4:3:sn,0:128:64:8:3:sn" \
+    2>&1 | grep -E "^\||rror" | head -12
+  [ -f "$DATA/q30.ftw" ] || flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
+  echo "== profile"; timeout 150 python3 benches/prompt_profile.py "$DATA/q30.ftw" --tokens 8192 \
+    --ram-budget 20 --vram-budget 4 --top 30 2>&1 | grep -vE "^-|^\s*$" | head -75
+}
+
+# Tenth session: P8 with the previous wheel (before) and this one (after) in turn on one
+# box (after: 128-pair programs with the GPU's rounding, one-launch rank sums, numpy
+# host plans, one copy per run of adjacent RAM slots), then the profile of after.
+gpu41() {
+  [ -f "$DATA/q30.ftw" ] || flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
+  local p8="-p 8192 -n 0 -r 2 --mode full --warm --ram-budget 20 --vram-budget 4"
+  for w in before after before after; do
+    local whl=.device/flint-*.whl; [ $w = before ] && whl=.device/before/flint-*.whl
+    python3 -m pip install --no-deps --force-reinstall -q $whl 2>&1 | grep -v WARNING | tail -1
+    echo "== P8 $w"; timeout 75 flint bench "$DATA/q30.ftw" $p8 2>&1 | grep -E "q30.ftw \||rror"
+  done
+  echo "== profile"; timeout 100 python3 benches/prompt_profile.py "$DATA/q30.ftw" --tokens 8192 \
+    --ram-budget 20 --vram-budget 4 --top 16 2>&1 | grep -vE "^-|^\s*$|USDT|warn" | head -60
+}
+
 case $what in
   install) install ;;
   format) install; format ;;
@@ -686,5 +717,7 @@ case $what in
   gpu37) install; gpu37 ;;
   gpu38) install; gpu38 ;;
   gpu39) install; gpu39 ;;
+  gpu40) install; gpu40 ;;
+  gpu41) install; gpu41 ;;
 esac 2>&1 | tee "$OUT/gpu_box_$what.log"
 

@@ -1,16 +1,21 @@
-"""One MoE layer of a prompt through the grouped slab kernels, by block shape (issue 8).
+"""One MoE layer of a prompt through the grouped slab kernels, by program shape (issue 8).
 
 Usage: python benches/grouped_kernel.py [--scheme int4|int8] [--tokens 512,8192]
-       [--experts 128] [--top-k 8] [--hidden 2048] [--inter 768] [--blocks BN:BK:W:S,...]
+       [--experts 128] [--top-k 8] [--hidden 2048] [--inter 768]
+       [--blocks BM:BN:BK:W:S[:sn],...] [--dequant]
 
 A layer of random experts in the .ftw slab layout (30B-A3B geometry by default) and a
 random routing of T tokens; ``flint.graphs.grouped.grouped_experts`` over every expert
 (what the resident slab backend launches for a prompt), timed with CUDA events (median
-of 10 after 2 warm-ups), per (BN, BK, warps, stages) tile shape given. Printed per row:
-ms per layer, TFLOP/s of the expert math (2 x 3 x H x I per pair), and GB/s of expert
-bytes (each selected expert's slab read once). Then the path it replaced: each selected
-expert dequantized to bf16 (one Triton launch per projection for all of them) and
-multiplied by cuBLAS per expert.
+of 10 after 2 warm-ups), per program shape given (``flint.graphs.grouped.Tiles``: BM
+pairs, BN rows, BK columns, warps, stages; ``s``: int4 as nibble halves, ``n``: the
+GPU's own rounding; BM 0: ``block_m``'s). Printed per row: ms per layer, TFLOP/s of the
+expert math (2 x 3 x H x I per pair), GB/s of expert bytes (each selected expert's slab
+read once), and whether its output has the bits of the first row with the same
+shape and split (``n`` must not change a bit, nor bf16 weights against int4 not
+split). ``--dequant``: also every expert dequantized to bf16 once (one launch per
+projection) then the grouped kernels on bf16 weights, by shape; and the path the
+grouped kernels replaced, cuBLAS per expert.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import torch.nn.functional as F
 from flint.format.quant import encode_projection
 from flint.graphs import grouped
 from flint.graphs.grouped import grouped_experts, pair_plan
-from flint.graphs.moe_kernel import dequantize, slab_pool
+from flint.graphs.moe_kernel import dequantize, slab_pool, stacked_pool
 from prompt_expert_paths import median_ms  # (benches/ is the script's path)
 
 
@@ -59,27 +64,56 @@ def dequant_mm(pool: object, x: torch.Tensor, ids: torch.Tensor, out: torch.Tens
         out[pairs] = F.linear(h, dense[2][e]).float()
 
 
+def shape(spec: str, tokens: int) -> grouped.Tiles:
+    """``BM:BN:BK:W:S[:flags]`` as program shape (BM 0: the default for ``tokens``)."""
+    parts = spec.split(":")
+    bm, bn, bk, warps, stages = (int(v) for v in parts[:5])
+    flags = parts[5] if len(parts) > 5 else ""
+    return grouped.Tiles(
+        bm or grouped.block_m(tokens), bn, bk, warps, stages, "s" in flags, "n" in flags
+    )
+
+
 def bench_tokens(a: argparse.Namespace, pool: object, slab_bytes: int, tokens: int) -> list[dict]:
     x = torch.randn(tokens, a.hidden, device="cuda").bfloat16()
     ids = torch.stack([torch.randperm(a.experts)[: a.top_k] for _ in range(tokens)]).cuda()
     plan = pair_plan(ids, a.experts, x.device)
     every = {e: e for e in range(a.experts)}
-    out = torch.empty(tokens * a.top_k, a.hidden, device="cuda")
     used = len(set(ids.reshape(-1).tolist()))
     flop = 2 * 3 * a.hidden * a.inter * tokens * a.top_k
-    rows = []
-    for spec in a.blocks.split(","):
-        grouped.BLOCK = tuple(int(v) for v in spec.split(":"))  # type: ignore[assignment]
-        ms = median_ms(partial(grouped_experts, x, plan, every, pool, out), reps=10, warm=2)
+    rows, seen = [], {}
+
+    def row(path: str, ms: float, same: str = "") -> None:
         rows.append(
-            {"tokens": tokens, "path": f"grouped {spec} BM={grouped.block_m(tokens)}",
-             "ms": ms, "tflops": flop / ms / 1e9, "gb_s": used * slab_bytes / ms / 1e6}
+            {"tokens": tokens, "path": path, "ms": ms, "tflops": flop / ms / 1e9,
+             "gb_s": used * slab_bytes / ms / 1e6, "same_bits": same}
         )  # fmt: skip
-    ms = median_ms(partial(dequant_mm, pool, x, ids, out), reps=3, warm=2)
-    rows.append(
-        {"tokens": tokens, "path": "dequantize + cuBLAS per expert", "ms": ms,
-         "tflops": flop / ms / 1e9, "gb_s": used * slab_bytes / ms / 1e6}
-    )  # fmt: skip
+
+    def timed(p: object, spec: str, label: str) -> None:
+        t = shape(spec, tokens)
+        out = torch.empty(tokens * a.top_k, a.hidden, device="cuda")
+        try:
+            ms = median_ms(partial(grouped_experts, x, plan, every, p, out, t), reps=10, warm=2)
+        except Exception as e:  # a shape Triton cannot build is a row too
+            row(f"{label} {spec} BM={t.bm}: {type(e).__name__}", float("nan"))
+            return
+        key = (t.bm, t.bn, t.bk, t.split)  # bf16 weights: as int4 not split
+        same = "" if key not in seen else "yes" if torch.equal(seen[key], out) else "NO"
+        seen.setdefault(key, out)
+        row(f"{label} {spec} BM={t.bm}", ms, same)
+
+    for spec in a.blocks.split(","):
+        timed(pool, spec, "grouped")
+    if a.dequant:
+        index = torch.arange(a.experts, device="cuda")
+        deq = partial(lambda: [dequantize(pool, q, index, torch.bfloat16) for q in range(3)])
+        row("dequantize every expert to bf16 (3 launches)", median_ms(deq, reps=10, warm=2))
+        raw = stacked_pool(*deq())
+        for spec in dict.fromkeys(":".join(s.split(":")[:5]) for s in a.blocks.split(",")):
+            timed(raw, spec, "bf16 grouped")
+        out = torch.empty(tokens * a.top_k, a.hidden, device="cuda")
+        ms = median_ms(partial(dequant_mm, pool, x, ids, out), reps=3, warm=2)
+        row("dequantize + cuBLAS per expert", ms)
     return rows
 
 
@@ -92,7 +126,8 @@ def main() -> None:
     ap.add_argument("--hidden", type=int, default=2048)
     ap.add_argument("--inter", type=int, default=768)
     ap.add_argument("--group", type=int, default=32)
-    ap.add_argument("--blocks", default="64:64:4:3,128:64:4:3,64:128:4:3,128:128:8:3,64:64:4:4")
+    ap.add_argument("--blocks", default="0:64:64:4:3,0:64:64:4:3:n,0:64:64:4:3:s,0:64:64:4:3:sn")
+    ap.add_argument("--dequant", action="store_true")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     slabs, offsets, shapes = layer(a.scheme, a.experts, a.hidden, a.inter, a.group)
@@ -104,11 +139,12 @@ def main() -> None:
         print(json.dumps(rows, indent=1))
         return
     print(f"{a.scheme}, {a.experts} experts of {a.hidden} x {a.inter}, top-{a.top_k}")
-    print("| tokens | path | ms / layer | TFLOP/s | GB/s of expert bytes |")
-    print("|---|---|---|---|---|")
+    print("| tokens | path | ms / layer | TFLOP/s | GB/s of expert bytes | same bits |")
+    print("|---|---|---|---|---|---|")
     for r in rows:
         print(
-            f"| {r['tokens']} | {r['path']} | {r['ms']:.3f} | {r['tflops']:.1f} | {r['gb_s']:.0f} |"
+            f"| {r['tokens']} | {r['path']} | {r['ms']:.3f} | {r['tflops']:.1f} "
+            f"| {r['gb_s']:.0f} | {r['same_bits']} |"
         )
 
 

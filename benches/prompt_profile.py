@@ -9,7 +9,8 @@ compile and warm everything (as ``flint bench --warm``), then once more under th
 profiler. Prints the profiled prefill's wall time; on CUDA the kernels' time by kind
 (grouped expert kernels, matrix products, attention, copies, the rest) with each
 kind's share of the wall time, and the share of the wall time the GPU was busy at all
-(the union of kernel and copy intervals); then the host's operators by self time. A
+(the union of kernel and copy intervals), and the ``--top`` kernels by GPU time; then
+the host's operators by self time. A
 GPU busy for a small share of the wall time means the host (Python, synchronisation)
 is what the prompt waits for; a busy GPU, the kind that dominates.
 """
@@ -89,12 +90,15 @@ def main() -> None:
     print(f"profiled prefill: {wall:.3f} s ({a.tokens / wall:.0f} tok/s under the profiler)")
     if cuda:
         by_kind: dict[str, float] = {}
+        by_name: dict[str, tuple[int, float]] = {}
         spans = []
         for ev in prof.events():
             if ev.device_type != torch.autograd.DeviceType.CUDA:
                 continue
             us = ev.time_range.end - ev.time_range.start
             by_kind[kind_of(ev.name)] = by_kind.get(kind_of(ev.name), 0.0) + us
+            n, total = by_name.get(ev.name, (0, 0.0))
+            by_name[ev.name] = (n + 1, total + us)
             spans.append((ev.time_range.start, ev.time_range.end))
         print("| GPU work | ms | share of the wall time |")
         print("|---|---|---|")
@@ -102,6 +106,10 @@ def main() -> None:
             print(f"| {kind} | {us / 1e3:.1f} | {us / 1e4 / wall:.1f}% |")
         busy = busy_us(spans)
         print(f"| GPU busy (union) | {busy / 1e3:.1f} | {busy / 1e4 / wall:.1f}% |")
+        print("| GPU kernel or copy | calls | ms |")
+        print("|---|---|---|")
+        for name, (n, us) in sorted(by_name.items(), key=lambda kv: -kv[1][1])[: a.top]:
+            print(f"| {name[:90]} | {n} | {us / 1e3:.1f} |")
     print(
         prof.key_averages().table(
             sort_by="self_cpu_time_total", row_limit=a.top, max_name_column_width=50

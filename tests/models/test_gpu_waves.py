@@ -176,5 +176,7 @@ def test_a_long_prompts_next_layer_copied_ahead_equals_resident(
         assert s["prompt_ahead_experts"] >= 2 * 7, "layer 1's 7 experts outside VRAM, twice"
         # this prompt repeats 8 tokens: not every expert copied ahead is selected
         assert 0 < s["prompt_ahead_computed"] <= s["prompt_ahead_experts"]
+        # one copy per run of adjacent RAM slots, at least one per prompt
+        assert 2 <= s["prompt_ahead_copies"] <= s["prompt_ahead_experts"]
     else:
         assert "prompt_ahead_experts" not in s

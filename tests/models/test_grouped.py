@@ -11,7 +11,7 @@ import torch
 from test_graphs import GptOssExperts, _reference, _slabs
 
 import flint
-from flint.graphs.grouped import block_m, grouped_experts, pair_plan
+from flint.graphs.grouped import Tiles, block_m, grouped_experts, pair_plan
 from flint.graphs.moe_kernel import available, slab_pool, stacked_pool
 from flint.models.moe import weighted_sum
 
@@ -35,9 +35,16 @@ def _route(tokens: int, experts: int, k: int) -> tuple[torch.Tensor, torch.Tenso
     return ids, torch.rand(tokens, k).bfloat16()
 
 
+# int4 tiles as nibble halves (``Tiles.split``), with a block of 16 pairs
+SPLIT = Tiles(16, split=True, native=True)
+
+
 @pytest.mark.interpreter
-@pytest.mark.parametrize("scheme", ["raw", "int8", "int4"])
-def test_grouped_kernels_follow_the_per_expert_path(scheme: str) -> None:
+@pytest.mark.parametrize(
+    ("scheme", "tiles"),
+    [("raw", None), ("int8", None), ("int4", None), ("int4", SPLIT)],
+)
+def test_grouped_kernels_follow_the_per_expert_path(scheme: str, tiles: Tiles | None) -> None:
     """Odd shapes (rows and columns not multiples of the tiles or the int4 group
     count, a slot's pairs not a multiple of the block): within bf16 rounding of the
     per-expert torch path on the file's dequantized weights."""
@@ -48,7 +55,7 @@ def test_grouped_kernels_follow_the_per_expert_path(scheme: str) -> None:
     ids, w = _route(tokens, experts, k)
     out = torch.full((tokens * k, hidden), float("nan"))
     every = {e: e for e in range(experts)}
-    grouped_experts(x, pair_plan(ids, experts, x.device), every, pool, out)
+    grouped_experts(x, pair_plan(ids, experts, x.device), every, pool, out, tiles)
     got = weighted_sum(out.view(tokens, k, -1), w).to(x.dtype)
     want = _reference(x, ids, w, dense)
     err = ((got.float() - want.float()).norm() / want.float().norm()).item()
@@ -56,7 +63,8 @@ def test_grouped_kernels_follow_the_per_expert_path(scheme: str) -> None:
 
 
 @pytest.mark.interpreter
-def test_a_pair_gets_the_same_bits_whatever_shares_its_launch() -> None:
+@pytest.mark.parametrize("tiles", [None, SPLIT])
+def test_a_pair_gets_the_same_bits_whatever_shares_its_launch(tiles: Tiles | None) -> None:
     """The experts split over two launches (the others' pairs skipped) give the bits of
     one launch over all of them; a skipped pair's row is left as it was."""
     torch.manual_seed(2)
@@ -66,13 +74,13 @@ def test_a_pair_gets_the_same_bits_whatever_shares_its_launch() -> None:
     ids, _ = _route(tokens, experts, k)
     plan = pair_plan(ids, experts, x.device)
     whole = torch.full((tokens * k, hidden), float("nan"))
-    grouped_experts(x, plan, {e: e for e in range(experts)}, pool, whole)
+    grouped_experts(x, plan, {e: e for e in range(experts)}, pool, whole, tiles)
     assert not whole.isnan().any()
     parts = torch.full_like(whole, float("nan"))
     first = ids.reshape(-1) < 2
-    grouped_experts(x, plan, {0: 0, 1: 1}, pool, parts)
+    grouped_experts(x, plan, {0: 0, 1: 1}, pool, parts, tiles)
     assert parts[~first].isnan().all() and not parts[first].isnan().any()
-    grouped_experts(x, plan, {e: e for e in range(2, experts)}, pool, parts)
+    grouped_experts(x, plan, {e: e for e in range(2, experts)}, pool, parts, tiles)
     assert torch.equal(parts, whole)
 
 

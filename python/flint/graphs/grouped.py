@@ -14,32 +14,39 @@ file's rule) and multiplying on the tensor cores with fp32 accumulation:
   pairs plus its blocks' padding, not every pair of the layer);
 - ``grouped_down_kernel``: down of the block's hidden rows, rounded to the model dtype,
   bias -> the pair's output [P, H] in fp32, which the caller sums in router-rank order
-  (``flint.models.moe.weighted_sum``).
+  (``flint.graphs.moe_kernel.ranked_sum``, one launch).
 
 Each output row is computed from its own token and its expert's weights alone, in a
-fixed order (the ``BK`` loop; the block shape is chosen from the token count only), so a
-pair gives the same bits whichever other pairs share its launch: the streaming backend
-computes a wave's experts in one launch and the resident backend a layer's in one, and
-they agree bit for bit. Against dequantize-then-cuBLAS they agree within rounding.
-One launch replaces a layer's per-expert dequantizations and products; on the H200 the
-dequantizing path prefilled 30B-A3B int4 at 298 tok/s (docs/benchmarks.md).
+fixed order (the ``BK`` loop; the program shape comes from the token count,
+``tiles_for``), so a pair gives the same bits whichever other pairs share its launch:
+the streaming backend computes a wave's experts in one launch and the resident backend
+a layer's in one, and they agree bit for bit. Against dequantize-then-cuBLAS they
+agree within rounding. One launch replaces a layer's per-expert dequantizations and
+products; on the H200 the dequantizing path prefilled 30B-A3B int4 at 298 tok/s
+(docs/benchmarks.md).
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from functools import cache
 from itertools import accumulate
 
 import torch
 
 from flint.graphs.grouped_kernels import grouped_down_kernel, grouped_gate_up_kernel
-from flint.graphs.moe_kernel import _DTYPES, ExpertPool, _args, aligned_views, on_device
+from flint.graphs.moe_kernel import (
+    _DTYPES,
+    ExpertPool,
+    _args,
+    aligned_views,
+    on_device,
+    ranked_sum,
+)
 from flint.graphs.triton_kernels import triton
+from flint.models.moe import weighted_sum
 
-# (BN rows of a projection, BK columns, warps, pipeline stages) per program; BM, the
-# pairs of one slot per program, comes from the token count (``block_m``).
-BLOCK = (64, 64, 4, 3)
 # Triton's CPU interpreter (the tests without a GPU) gets bf16 tile products wrong:
 # there the kernels widen the tiles to fp32 first.
 _INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
@@ -48,10 +55,56 @@ _INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 MAX_GROUP = 128
 
 
+@dataclass(slots=True, frozen=True)
+class Tiles:
+    """A launch's program shape: ``bm`` pairs of one slot, ``bn`` rows of a projection,
+    ``bk`` columns per step, warps, pipeline stages; ``split``: int4 tiles as their
+    two nibble halves against the even and odd activation columns (``_halves``);
+    ``native``: the GPU's own rounding conversion (never under the interpreter)."""
+
+    bm: int
+    bn: int = 64
+    bk: int = 64
+    warps: int = 4
+    stages: int = 3
+    split: bool = False
+    native: bool = False
+
+
 def block_m(tokens: int) -> int:
     """Pairs per program: a prompt of a few hundred tokens sends ~30 pairs to each of
     128 experts, an 8k one ~500; blocks a fraction empty cost their weight tiles."""
     return 16 if tokens < 128 else 32 if tokens < 1024 else 64
+
+
+# From this many tokens (~256 pairs per expert at 128 experts, top-8) a program takes
+# 128 pairs with 8 warps: on the H200, an 8k prompt's 30B-A3B int4 layer 3.44 against
+# 3.99 ms at 64 pairs; at 2k tokens 64 pairs stay faster (docs/benchmarks.md, gpu40).
+BIG_BLOCK_TOKENS = 4096
+# The shared memory a 128-pair program's 3-stage pipeline needs at BK 64 (~96 KiB),
+# with room: GPUs with less keep 64-pair programs.
+BIG_BLOCK_SMEM = 160 * 1024
+
+
+def tiles_for(tokens: int, group: int, device: torch.device) -> Tiles:
+    """The program shape of a launch for a ``tokens``-token call: a function of the
+    token count (and of the model and the GPU, fixed for a run), so a wave's launch and
+    the resident layer's launch of the same call compute each pair the same way (the
+    module docs). The GPU's own rounding conversion gives ``_round``'s bits (checked
+    by ``benches/grouped_kernel.py``: 4.78 -> 3.99 ms on the layer above)."""
+    native = not _INTERPRETED
+    if tokens >= BIG_BLOCK_TOKENS and group <= 64 and _smem(device) >= BIG_BLOCK_SMEM:
+        return Tiles(128, warps=8, native=native)
+    return Tiles(block_m(tokens), native=native)
+
+
+@cache
+def _smem(device: torch.device) -> int:
+    """Opt-in shared memory per block of ``device`` in bytes (0 off CUDA)."""
+    if device.type != "cuda":
+        return 0
+    props = torch.cuda.get_device_properties(device)
+    return int(getattr(props, "shared_memory_per_block_optin", 0))
 
 
 @dataclass(slots=True, frozen=True)
@@ -83,12 +136,25 @@ def starts_of(counts: list[int]) -> list[int]:
     return list(accumulate(counts[:-1], initial=0)) if counts else []
 
 
+def prompt_sum(outputs: torch.Tensor, weights: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A grouped call's per-pair outputs [T*K, H] fp32 summed per token in rank order
+    and cast to ``dtype``: on a GPU one launch (``ranked_sum``; an 8k prompt's layer
+    reads 0.5 GB of outputs once instead of through ~15 ops), elsewhere (Triton's
+    interpreter) ``weighted_sum``. The resident and streamed backends both end a
+    prompt call here, so they agree bit for bit."""
+    if outputs.device.type == "cuda":
+        return ranked_sum(outputs, weights, dtype)
+    tokens, k = weights.shape
+    return weighted_sum(outputs.view(tokens, k, -1), weights).to(dtype)
+
+
 def grouped_experts(
     x: torch.Tensor,  # [T, H] in the model dtype
     plan: PairPlan,
     slot_of: dict[int, int],  # expert -> its pool slot: the experts computed
     pool: ExpertPool,
     out: torch.Tensor,  # [T*K, H] fp32: each computed pair's output, others untouched
+    tiles: Tiles | None = None,  # benchmarks only: the program shape (else ``tiles_for``)
 ) -> None:
     """Computes the pairs routed to ``slot_of``'s experts into ``out`` (see the module
     docs); biases are looked up by expert id."""
@@ -96,9 +162,11 @@ def grouped_experts(
     tokens, h_dim = x.shape
     top_k = plan.order.numel() // tokens
     n, i_dim, dev = pool.experts, pool.inter, x.device
-    bm = block_m(tokens)
-    bn, bk, warps, stages = BLOCK
-    bk = max(bk, pool.group)  # an int4 tile holds whole groups
+    t = tiles or tiles_for(tokens, pool.group, dev)
+    bm, bn, warps, stages = t.bm, t.bn, t.warps, t.stages
+    bk = max(t.bk, pool.group)  # an int4 tile holds whole groups
+    split = t.split and pool.scheme == 2
+    native = t.native and not _INTERPRETED
     start, count, experts = [0] * n, [0] * n, [0] * n
     for e, s in slot_of.items():
         start[s], count[s], experts[s] = plan.start[e], plan.count[e], e
@@ -122,11 +190,11 @@ def grouped_experts(
         grouped_gate_up_kernel[(nb, triton.cdiv(i_dim, bn))](
             x, *rows, hidden, *_args(pool.gate), *_args(pool.up), gate_b, up_b, h_dim, i_dim,
             pool.alpha, pool.limit, TOPK=top_k, SCHEME=pool.scheme, GROUP=pool.group, BM=bm,
-            BN=bn, BK=bk, HAS_BIAS=has_bias, ACT=pool.act, F32=_INTERPRETED, num_warps=warps,
-            num_stages=stages,
+            BN=bn, BK=bk, HAS_BIAS=has_bias, ACT=pool.act, F32=_INTERPRETED, SPLIT=split,
+            NATIVE=native, num_warps=warps, num_stages=stages,
         )  # fmt: skip
         grouped_down_kernel[(nb, triton.cdiv(h_dim, bn))](
             hidden, *rows, out, *_args(pool.down), down_b, h_dim, i_dim, OUT=_DTYPES[x.dtype],
             SCHEME=pool.scheme, GROUP=pool.group, BM=bm, BN=bn, BK=bk, HAS_BIAS=has_bias,
-            F32=_INTERPRETED, num_warps=warps, num_stages=stages,
+            F32=_INTERPRETED, SPLIT=split, NATIVE=native, num_warps=warps, num_stages=stages,
         )  # fmt: skip

@@ -20,11 +20,11 @@ import torch.nn.functional as F
 
 from flint.format.constants import SCALE_ALIGN
 from flint.format.reader import ExpertLayout
-from flint.graphs.grouped import MAX_GROUP, grouped_experts, pair_plan
+from flint.graphs.grouped import MAX_GROUP, grouped_experts, pair_plan, prompt_sum
 from flint.graphs.moe_kernel import ExpertPool, available, moe_experts, slab_pool
 from flint.models.config import ModelConfig
 from flint.models.loading import Placement
-from flint.models.moe import dispatch, expert_math, weighted_sum
+from flint.models.moe import dispatch, expert_math
 from flint.models.quant_experts import PackedExpertSource
 
 # Calls of at most this many tokens use the slot-indexed kernels (each (token, rank)
@@ -102,7 +102,7 @@ class SlabResidentExperts:
             plan = pair_plan(ids, self.layout.n_experts, x.device)
             every = {e: e for e in range(self.layout.n_experts)}
             grouped_experts(x, plan, every, self.pools[layer], out)
-            return weighted_sum(out.view(tokens, k, -1), weights).to(x.dtype)
+            return prompt_sum(out, weights, x.dtype)
         m = self.math
         selected = torch.unique(ids).tolist()  # ascending: the order dispatch runs them in
         at = {e: i for i, e in enumerate(selected)}

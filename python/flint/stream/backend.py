@@ -25,12 +25,13 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
 from flint import _core
 from flint.format.reader import ExpertLayout
-from flint.graphs.grouped import PairPlan, starts_of
+from flint.graphs.grouped import PairPlan, prompt_sum, starts_of
 from flint.graphs.moe_kernel import ExpertPool, ranked_sum
 from flint.graphs.slab_experts import KERNEL_TOKENS
 from flint.models.config import ModelConfig
@@ -83,6 +84,7 @@ class Counters:
     # A long prompt's next layer copied up ahead (prompt_ahead.py): experts copied, and
     # of those computed from the area (the rest went unselected).
     ahead_copied: int = 0
+    ahead_copy_calls: int = 0  # the copies that moved them (adjacent slots: one)
     ahead_computed: int = 0
 
 
@@ -520,7 +522,7 @@ class StreamedExperts(CudaPlacement):
         # with them: a host index would be a synchronising copy each), on the device.
         small = tokens <= KERNEL_TOKENS and (self.slab_kernels or x.device.type == "cpu")
         order = torch.argsort(flat_host if small else flat, stable=True)
-        counts = torch.bincount(flat_host, minlength=self.cfg.num_experts).tolist()
+        counts = np.bincount(flat_host.numpy(), minlength=self.cfg.num_experts).tolist()
         starts = starts_of(counts)
         # the pairs' experts as a list where the slot kernels or the routing record
         # read them (decode-sized calls), not for a prompt's tens of thousands
@@ -625,6 +627,7 @@ class StreamedExperts(CudaPlacement):
             if small:  # one launch instead of ~15 ops (within rounding)
                 return ranked_sum(outputs, weights, x.dtype)
             self._copy_ahead(layer, tokens, x.device)
+            return prompt_sum(outputs, weights, x.dtype)  # as the resident slab backend
         return weighted_sum(outputs.view(tokens, k, -1), weights).to(x.dtype)
 
     def _fused_waves(
@@ -751,6 +754,7 @@ class StreamedExperts(CudaPlacement):
         if c.ahead_copied:  # a long prompt's next layer copied up ahead
             s["prompt_ahead_experts"] = c.ahead_copied
             s["prompt_ahead_computed"] = c.ahead_computed
+            s["prompt_ahead_copies"] = c.ahead_copy_calls
         if self.host is not None:  # experts outside VRAM may run beside the GPU
             s["host_split"] = self.host_split  # "auto" resolved
         qs = self.qsplit

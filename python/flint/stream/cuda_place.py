@@ -131,12 +131,13 @@ class CudaPlacement:
         if not placed:
             return
         try:
-            ahead.queue(nxt, placed)
+            calls = ahead.queue(nxt, placed)
         except BaseException:  # not queued: nothing would unpin them
             self.engine.unpin(nxt, [e for e, _ in placed])
             raise
         self.counters.copy_bytes += len(placed) * self.layout.slab_bytes
         self.counters.ahead_copied += len(placed)
+        self.counters.ahead_copy_calls += calls
 
     def _prompt_ahead(self, device: torch.device, vram: VramCache | None) -> PromptAhead | None:
         """``device``'s two areas, made on first use: a row for every expert VRAM does

@@ -48,6 +48,18 @@ def worth_it(tokens: int, top_k: int, n_experts: int) -> bool:
     return tokens * top_k >= AHEAD_PAIRS_PER_EXPERT * n_experts
 
 
+def runs(addresses: list[int], stride: int) -> list[tuple[int, int]]:
+    """(first index, length) of each run of ``addresses`` (ascending) that are
+    ``stride`` apart: the slabs one copy can move."""
+    out: list[tuple[int, int]] = []
+    for i, address in enumerate(addresses):
+        if out and address == addresses[i - 1] + stride:
+            out[-1] = (out[-1][0], out[-1][1] + 1)
+        else:
+            out.append((i, 1))
+    return out
+
+
 @dataclass(slots=True)
 class Ahead:
     """One layer's experts copied ahead: ``rows[e]`` is expert e's row of ``area``."""
@@ -73,22 +85,28 @@ class PromptAhead:
         # use, and gone with the areas
         self.pools: dict[tuple[int, int], Any] = {}
 
-    def queue(self, layer: int, placed: list[tuple[int, int]]) -> None:
+    def queue(self, layer: int, placed: list[tuple[int, int]]) -> int:
         """Queues the copies of ``placed`` (expert, pinned slot address), at most
-        ``rows`` of them (the caller pins no more), into the next area."""
+        ``rows`` of them (the caller pins no more), into the next area: in address
+        order, one copy per run of adjacent slots (a layer whose experts were read in
+        one go sits in one run: a copy call instead of ~100 per layer). Returns the
+        number of copy calls."""
         assert len(placed) <= self.rows and layer not in self.pending
         area = self.next
         self.next ^= 1
+        placed = sorted(placed, key=lambda p: p[1])
         with torch.cuda.stream(self.copies):
             if self.released[area] is not None:
                 self.copies.wait_event(self.released[area])  # its last reader is done
-            for row, (_, address) in enumerate(placed):
-                src = slot_bytes(address, self.slab_bytes)
-                self.areas[area, row].copy_(src, non_blocking=True)
+            spans = runs([a for _, a in placed], self.slab_bytes)
+            for row, n in spans:
+                src = slot_bytes(placed[row][1], n * self.slab_bytes)
+                self.areas[area, row : row + n].view(-1).copy_(src, non_blocking=True)
             copied = cuda_event()
             copied.record(self.copies)
         rows = {e: row for row, (e, _) in enumerate(placed)}
         self.pending[layer] = Ahead(layer, area, rows, copied, [e for e, _ in placed])
+        return len(spans)
 
     def take(self, layer: int) -> Ahead | None:
         """``layer``'s experts copied ahead, once their copies have landed (the caller

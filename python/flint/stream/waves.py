@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 # T = tokens, K = top-k, E = experts per layer
@@ -42,16 +43,18 @@ FEW_PAIRS = 64  # below this many (token, rank) pairs the Python scan is the fas
 
 def first_selected(flat: torch.Tensor, n_experts: int) -> list[int]:
     """The distinct experts of ``flat`` [T*K] (on the CPU) in the order of their first
-    selection. A prompt's pairs go through torch (an 8k-token prompt's 65k pairs:
-    0.11 ms against 1.39 ms scanned in Python, per layer, on the CPU box;
-    docs/benchmarks.md)."""
+    selection. A prompt's pairs go through numpy (an 8k-token prompt's 65k pairs:
+    0.17 ms against 1.39 ms scanned in Python, per layer, on the CPU box; numpy, not
+    torch, whose reductions on the GPU box's 16 threads took ~0.5 ms each under the
+    profiler; docs/benchmarks.md)."""
     n = flat.numel()
     if n <= FEW_PAIRS:
         return list(dict.fromkeys(flat.tolist()))
-    first = torch.full((n_experts,), n, dtype=torch.int64)
-    first.scatter_reduce_(0, flat, torch.arange(n), reduce="amin")  # [E]
+    first = np.full(n_experts, n, dtype=np.int64)
+    np.minimum.at(first, flat.numpy(), np.arange(n))  # [E]
     chosen = int((first < n).sum())
-    return torch.argsort(first)[:chosen].tolist()  # unselected (n) sort last
+    order: list[int] = np.argsort(first, kind="stable")[:chosen].tolist()
+    return order  # unselected (n) sort last
 
 
 def end_order(ids: torch.Tensor, n_experts: int, counts: list[int] | None = None) -> list[int]:
@@ -60,13 +63,12 @@ def end_order(ids: torch.Tensor, n_experts: int, counts: list[int] | None = None
     ``ids`` belong on the CPU: on a GPU the count and the lists read back would each
     wait for the GPU's queued work. ``counts``: the selections per expert, where the
     caller has them already."""
-    tokens, k = ids.shape
-    flat = ids.reshape(-1)  # [T*K]
-    pos = torch.arange(tokens, device=ids.device).repeat_interleave(k)  # [T*K]
-    last = torch.full((n_experts,), -1, dtype=torch.int64, device=ids.device)
-    last.scatter_reduce_(0, flat, pos, reduce="amax")  # [E]
+    k = ids.shape[1]
+    flat = ids.reshape(-1).cpu().numpy()  # [T*K]
+    last = np.full(n_experts, -1, dtype=np.int64)
+    np.maximum.at(last, flat, np.arange(flat.size) // k)  # [E]: the last token of each
     if counts is None:
-        counts = torch.bincount(flat, minlength=n_experts).tolist()  # [E]
+        counts = np.bincount(flat, minlength=n_experts).tolist()  # [E]
     lasts = last.tolist()
     chosen = [e for e, c in enumerate(counts) if c]
     return sorted(chosen, key=lambda e: (lasts[e], counts[e], e))
