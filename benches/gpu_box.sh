@@ -672,6 +672,19 @@ gpu41() {
     --ram-budget 20 --vram-budget 4 --top 16 2>&1 | grep -vE "^-|^\s*$|USDT|warn" | head -60
 }
 
+# Tenth session: does an asynchronous copy from the page-locked arena return at once
+# (gpu41's profile: 125 us of host time per cudaMemcpyAsync)? Then every GPU test and V1.
+gpu42() {
+  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
+  echo "== pinned copies"; timeout 60 python3 benches/pinned_copy.py --slab-mib 2.53125 --slots 128 \
+    --rounds 1 2>&1 | tail -6
+  echo "== GPU tests"; timeout 300 python3 -m pytest tests -q -p no:cacheprovider --tb=short -rf -m gpu \
+    --ignore=tests/server --ignore=tests/chat 2>&1 | grep -E "passed|failed|FAILED|Error|assert" | head -20
+  [ -f "$DATA/q30.ftw" ] || flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
+  echo "== V1"; timeout 110 flint bench "$DATA/q30.ftw" -p 0 -n 64 --tg-random -r 2 --mode full \
+    --ram-budget 20 --vram-budget 4 2>&1 | grep -E "q30.ftw \||rror|outside VRAM"
+}
+
 case $what in
   install) install ;;
   format) install; format ;;
@@ -719,5 +732,6 @@ case $what in
   gpu39) install; gpu39 ;;
   gpu40) install; gpu40 ;;
   gpu41) install; gpu41 ;;
+  gpu42) install; gpu42 ;;
 esac 2>&1 | tee "$OUT/gpu_box_$what.log"
 

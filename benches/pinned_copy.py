@@ -6,7 +6,9 @@ An arena (``flint._core.Arena``, the same allocation the I/O engine's cache uses
 each slot is copied to the GPU the two ways the streamed backend does: ``copy_`` into a
 preallocated VRAM row (admissions, swaps) and ``.to(cuda)`` (an expert copied up for one
 use), synchronously, ``--rounds`` passes over all slots. Then the arena is registered
-and the same copies are timed again. Prints one JSON line per case.
+and the same copies are timed again; then the host time of one asynchronous copy of 1,
+8 and 32 adjacent slots on a side stream (median), and whether it returned before the
+copy ended. Prints one JSON line per case.
 
     python benches/pinned_copy.py                      # on the GPU box
     python benches/pinned_copy.py --slab-mib 2 --slots 512
@@ -50,6 +52,33 @@ def _time_copies(views: list[torch.Tensor], rounds: int, dev: torch.device) -> d
     return out
 
 
+def _host_time(arena: object, run: int, dev: torch.device) -> dict[str, float]:
+    """Host time of one ``copy_(non_blocking=True)`` of ``run`` adjacent page-locked
+    slots on a side stream (as ``prompt_ahead.py`` queues them), and the share of calls
+    after which the copy was still in flight (1.0: the call returned at once)."""
+    slab = arena.slot_bytes  # type: ignore[attr-defined]
+    base = arena.address  # type: ignore[attr-defined]
+    n = arena.slots_per_layer // run  # type: ignore[attr-defined]
+    dst = torch.empty(run * slab, dtype=torch.uint8, device=dev)
+    side = torch.cuda.Stream(dev)
+    calls, pending = [], 0
+    for i in range(n):
+        src = slot_bytes(base + i * run * slab, run * slab)
+        with torch.cuda.stream(side):
+            start = time.perf_counter()
+            dst.copy_(src, non_blocking=True)
+            calls.append(time.perf_counter() - start)
+            done = torch.cuda.Event()
+            done.record(side)
+        pending += not done.query()
+        done.synchronize()
+    return {
+        "bytes_a_call": run * slab,
+        "host_us_a_call": round(1e6 * sorted(calls)[len(calls) // 2], 1),
+        "in_flight_after_call": round(pending / n, 2),
+    }
+
+
 class _Owner:
     """A weak-referenceable holder of the arena (``flint._core.Arena`` is not)."""
 
@@ -82,6 +111,9 @@ def main() -> None:
     assert views[0].is_pinned()
     row = _time_copies(views, args.rounds, dev)
     print(json.dumps({"case": "page-locked", "register_s": round(took, 3), **common, **row}))
+    for run in (1, 8, 32):
+        if run <= len(views):
+            print(json.dumps({"case": f"async, {run} slots a call", **_host_time(arena, run, dev)}))
     pinned.release()
     n = 1000
     usable_vram(dev)
