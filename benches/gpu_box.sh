@@ -685,6 +685,24 @@ gpu42() {
     --ram-budget 20 --vram-budget 4 2>&1 | grep -E "q30.ftw \||rror|outside VRAM"
 }
 
+# Tenth session, last call: every GPU test (fused prompt norms on), then P8 with
+# FLINT_FUSED_NORM=0/1 alternating, the profile with them, and a 2k-token prompt.
+gpu43() {
+  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
+  echo "== GPU tests"; timeout 200 python3 -m pytest tests -q -p no:cacheprovider --tb=short -rf -m gpu \
+    --ignore=tests/server --ignore=tests/chat 2>&1 | grep -E "passed|failed|FAILED|Error|assert" | head -20
+  [ -f "$DATA/q30.ftw" ] || flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
+  local p8="-p 8192 -n 0 -r 2 --mode full --warm --ram-budget 20 --vram-budget 4"
+  for n in 0 1 0 1; do
+    echo "== P8 FLINT_FUSED_NORM=$n"
+    FLINT_FUSED_NORM=$n timeout 75 flint bench "$DATA/q30.ftw" $p8 2>&1 | grep -E "q30.ftw \||rror"
+  done
+  echo "== P2k"; timeout 75 flint bench "$DATA/q30.ftw" -p 2048 -n 0 -r 3 --mode full --warm \
+    --ram-budget 20 --vram-budget 4 2>&1 | grep -E "q30.ftw \||rror"
+  echo "== profile"; timeout 100 python3 benches/prompt_profile.py "$DATA/q30.ftw" --tokens 8192 \
+    --ram-budget 20 --vram-budget 4 --top 16 2>&1 | grep -vE "^-|^\s*$|USDT|warn" | head -44
+}
+
 case $what in
   install) install ;;
   format) install; format ;;
@@ -733,5 +751,6 @@ case $what in
   gpu40) install; gpu40 ;;
   gpu41) install; gpu41 ;;
   gpu42) install; gpu42 ;;
+  gpu43) install; gpu43 ;;
 esac 2>&1 | tee "$OUT/gpu_box_$what.log"
 

@@ -129,3 +129,32 @@ def test_whole_prompt_attention_follows_the_chunks(
     assert ((a - b).norm() / b.norm()).item() <= 1e-2
     assert ta == tb
     assert ((la - lb).norm() / lb.norm()).item() <= 1e-2
+
+
+@pytest.mark.parametrize("w32", [False, True])
+def test_a_cuda_prompts_norms_take_the_fused_kernel(
+    w32: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A prompt's RMSNorm on CUDA ([T, H] and per head [T, N, D]) is the fused kernel's
+    result, within a rounding of torch's ops; one token and ``FLINT_FUSED_NORM=0``
+    keep torch's."""
+    from flint.graphs.fused import rms_norm as fused
+    from flint.models.norm import rms_norm
+
+    torch.manual_seed(0)
+    for shape in ((300, 2048), (300, 8, 128)):
+        x = torch.randn(*shape, device=CUDA).bfloat16()
+        w = torch.randn(shape[-1], device=CUDA).bfloat16()
+        got = rms_norm(x, w, 1e-6, w32)
+        assert got.shape == x.shape
+        rows = x.reshape(-1, shape[-1])
+        assert torch.equal(got, fused(rows, w, 1e-6, w32).view(shape))
+        monkeypatch.setenv("FLINT_FUSED_NORM", "0")
+        want = rms_norm(x, w, 1e-6, w32)
+        monkeypatch.delenv("FLINT_FUSED_NORM")
+        torch.testing.assert_close(got.float(), want.float(), rtol=1.6e-2, atol=1e-2)
+        one = x[:1]
+        monkeypatch.setenv("FLINT_FUSED_NORM", "0")
+        torch_one = rms_norm(one, w, 1e-6, w32)
+        monkeypatch.delenv("FLINT_FUSED_NORM")
+        assert torch.equal(rms_norm(one, w, 1e-6, w32), torch_one), "one token: torch's ops"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -17,13 +18,32 @@ def rms_norm(
 ) -> torch.Tensor:
     """``weight * (x / rms(x))`` over the last dim; the normalised value is cast back to
     x's dtype before the weight multiply, exactly as ``Qwen3MoeRMSNorm`` does, or, with
-    ``weight_in_fp32``, multiplied in fp32 and then cast (``GptOssRMSNorm``)."""
+    ``weight_in_fp32``, multiplied in fp32 and then cast (``GptOssRMSNorm``). A prompt
+    on CUDA (``x`` [T, ...], T > 1) takes the fused kernel (``prompt_norm_fused``)."""
+    if x.is_cuda and x.shape[0] > 1 and prompt_norm_fused():
+        from flint.graphs.fused import rms_norm as fused  # (graphs imports models)
+
+        rows = x.reshape(-1, x.shape[-1])
+        return fused(rows, weight, eps, weight_in_fp32).view(x.shape)
     x32 = x.to(torch.float32)
     variance = x32.pow(2).mean(-1, keepdim=True)
     normed = x32 * torch.rsqrt(variance + eps)
     if weight_in_fp32:
         return (weight.to(torch.float32) * normed).to(x.dtype)
     return weight * normed.to(x.dtype)
+
+
+def prompt_norm_fused() -> bool:
+    """Whether a CUDA prompt's RMSNorms run as one Triton kernel each (``flint.graphs.
+    fused.rms_norm``, the decode graphs' kernel: torch's ops and roundings, the sum of
+    squares in another order) instead of torch's ~7 launches: an 8k prompt's 4 norms a
+    layer were ~40 ms of its GPU time on the H200 (docs/benchmarks.md). Where Triton
+    is, unless ``FLINT_FUSED_NORM=0``."""
+    if os.environ.get("FLINT_FUSED_NORM", "1") == "0":
+        return False
+    from flint.graphs.moe_kernel import available
+
+    return available() is None
 
 
 def rms_norm_offset(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
