@@ -703,6 +703,12 @@ gpu43() {
     --ram-budget 20 --vram-budget 4 --top 16 2>&1 | grep -vE "^-|^\s*$|USDT|warn" | head -44
 }
 
+# Tenth session: do back-to-back asynchronous copies from the page-locked arena block
+# the host once a layer's worth is queued behind other work?
+gpu44() {
+  timeout 90 python3 benches/pinned_copy.py --slab-mib 2.53125 --slots 128 --rounds 1 2>&1 | tail -7
+}
+
 case $what in
   install) install ;;
   format) install; format ;;
@@ -752,5 +758,6 @@ case $what in
   gpu41) install; gpu41 ;;
   gpu42) install; gpu42 ;;
   gpu43) install; gpu43 ;;
+  gpu44) install; gpu44 ;;
 esac 2>&1 | tee "$OUT/gpu_box_$what.log"
 

@@ -79,6 +79,43 @@ def _host_time(arena: object, run: int, dev: torch.device) -> dict[str, float]:
     }
 
 
+def _queued(arena: object, run: int, dev: torch.device) -> dict[str, float]:
+    """Host time of each of a layer's worth of asynchronous copies (~240 MB, as
+    ``prompt_ahead.py`` queues a layer) issued back to back on a side stream, the
+    stream first held behind a ~100 ms matmul loop on another (as the copies wait for
+    the launch that last read their area): whether later calls block."""
+    slab = arena.slot_bytes  # type: ignore[attr-defined]
+    base = arena.address  # type: ignore[attr-defined]
+    n = min(96, arena.slots_per_layer) // run  # type: ignore[attr-defined]
+    dst = torch.empty(n * run * slab, dtype=torch.uint8, device=dev)
+    side, busy = torch.cuda.Stream(dev), torch.cuda.Stream(dev)
+    a = torch.randn(4096, 4096, device=dev, dtype=torch.bfloat16)
+    with torch.cuda.stream(busy):
+        for _ in range(200):
+            a = a @ a * 1e-3
+        held = torch.cuda.Event()
+        held.record(busy)
+    calls = []
+    start_all = time.perf_counter()
+    with torch.cuda.stream(side):
+        side.wait_event(held)
+        for i in range(n):
+            src = slot_bytes(base + i * run * slab, run * slab)
+            start = time.perf_counter()
+            dst[i * run * slab : (i + 1) * run * slab].copy_(src, non_blocking=True)
+            calls.append(time.perf_counter() - start)
+    issued = time.perf_counter() - start_all
+    torch.cuda.synchronize(dev)
+    return {
+        "calls": n,
+        "bytes_a_call": run * slab,
+        "host_us_first": round(1e6 * calls[0], 1),
+        "host_us_median": round(1e6 * sorted(calls)[n // 2], 1),
+        "host_us_max": round(1e6 * max(calls), 1),
+        "host_ms_all": round(1e3 * issued, 2),
+    }
+
+
 class _Owner:
     """A weak-referenceable holder of the arena (``flint._core.Arena`` is not)."""
 
@@ -114,6 +151,8 @@ def main() -> None:
     for run in (1, 8, 32):
         if run <= len(views):
             print(json.dumps({"case": f"async, {run} slots a call", **_host_time(arena, run, dev)}))
+    for run in (1, 3):
+        print(json.dumps({"case": f"queued, {run} slots a call", **_queued(arena, run, dev)}))
     pinned.release()
     n = 1000
     usable_vram(dev)
