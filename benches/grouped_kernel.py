@@ -2,20 +2,19 @@
 
 Usage: python benches/grouped_kernel.py [--scheme int4|int8] [--tokens 512,8192]
        [--experts 128] [--top-k 8] [--hidden 2048] [--inter 768]
-       [--blocks BM:BN:BK:W:S[:sn],...] [--dequant]
+       [--blocks BM:BN:BK:W:S[:n],...] [--dequant]
 
 A layer of random experts in the .ftw slab layout (30B-A3B geometry by default) and a
 random routing of T tokens; ``flint.graphs.grouped.grouped_experts`` over every expert
 (what the resident slab backend launches for a prompt), timed with CUDA events (median
 of 10 after 2 warm-ups), per program shape given (``flint.graphs.grouped.Tiles``: BM
-pairs, BN rows, BK columns, warps, stages; ``s``: int4 as nibble halves, ``n``: the
-GPU's own rounding; BM 0: ``block_m``'s). Printed per row: ms per layer, TFLOP/s of the
-expert math (2 x 3 x H x I per pair), GB/s of expert bytes (each selected expert's slab
-read once), and whether its output has the bits of the first row with the same
-shape and split (``n`` must not change a bit, nor bf16 weights against int4 not
-split). ``--dequant``: also every expert dequantized to bf16 once (one launch per
-projection) then the grouped kernels on bf16 weights, by shape; and the path the
-grouped kernels replaced, cuBLAS per expert.
+pairs, BN rows, BK columns, warps, stages; ``n``: the GPU's own rounding; BM 0:
+``block_m``'s). Printed per row: ms per layer, TFLOP/s of the expert math (2 x 3 x H x
+I per pair), GB/s of expert bytes (each selected expert's slab read once), and whether
+its output has the bits of the first row with the same shape (``n`` must not change a
+bit, nor bf16 weights against int4). ``--dequant``: also every expert dequantized to
+bf16 once (one launch per projection) then the grouped kernels on bf16 weights, by
+shape; and the path the grouped kernels replaced, cuBLAS per expert.
 """
 
 from __future__ import annotations
@@ -69,9 +68,7 @@ def shape(spec: str, tokens: int) -> grouped.Tiles:
     parts = spec.split(":")
     bm, bn, bk, warps, stages = (int(v) for v in parts[:5])
     flags = parts[5] if len(parts) > 5 else ""
-    return grouped.Tiles(
-        bm or grouped.block_m(tokens), bn, bk, warps, stages, "s" in flags, "n" in flags
-    )
+    return grouped.Tiles(bm or grouped.block_m(tokens), bn, bk, warps, stages, "n" in flags)
 
 
 def bench_tokens(a: argparse.Namespace, pool: object, slab_bytes: int, tokens: int) -> list[dict]:
@@ -97,7 +94,7 @@ def bench_tokens(a: argparse.Namespace, pool: object, slab_bytes: int, tokens: i
         except Exception as e:  # a shape Triton cannot build is a row too
             row(f"{label} {spec} BM={t.bm}: {type(e).__name__}", float("nan"))
             return
-        key = (t.bm, t.bn, t.bk, t.split)  # bf16 weights: as int4 not split
+        key = (t.bm, t.bn, t.bk)  # bf16 weights: the same key as int4
         same = "" if key not in seen else "yes" if torch.equal(seen[key], out) else "NO"
         seen.setdefault(key, out)
         row(f"{label} {spec} BM={t.bm}", ms, same)
@@ -126,7 +123,7 @@ def main() -> None:
     ap.add_argument("--hidden", type=int, default=2048)
     ap.add_argument("--inter", type=int, default=768)
     ap.add_argument("--group", type=int, default=32)
-    ap.add_argument("--blocks", default="0:64:64:4:3,0:64:64:4:3:n,0:64:64:4:3:s,0:64:64:4:3:sn")
+    ap.add_argument("--blocks", default="0:64:64:4:3,0:64:64:4:3:n,128:64:64:8:3:n")
     ap.add_argument("--dequant", action="store_true")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()

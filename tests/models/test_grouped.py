@@ -35,14 +35,14 @@ def _route(tokens: int, experts: int, k: int) -> tuple[torch.Tensor, torch.Tenso
     return ids, torch.rand(tokens, k).bfloat16()
 
 
-# int4 tiles as nibble halves (``Tiles.split``), with a block of 16 pairs
-SPLIT = Tiles(16, split=True, native=True)
+# 128-pair programs of 8 warps (``tiles_for``'s shape for long prompts on a large GPU)
+BIG = Tiles(128, warps=8, native=True)
 
 
 @pytest.mark.interpreter
 @pytest.mark.parametrize(
     ("scheme", "tiles"),
-    [("raw", None), ("int8", None), ("int4", None), ("int4", SPLIT)],
+    [("raw", None), ("int8", None), ("int4", None), ("int4", BIG)],
 )
 def test_grouped_kernels_follow_the_per_expert_path(scheme: str, tiles: Tiles | None) -> None:
     """Odd shapes (rows and columns not multiples of the tiles or the int4 group
@@ -63,7 +63,7 @@ def test_grouped_kernels_follow_the_per_expert_path(scheme: str, tiles: Tiles | 
 
 
 @pytest.mark.interpreter
-@pytest.mark.parametrize("tiles", [None, SPLIT])
+@pytest.mark.parametrize("tiles", [None, BIG])
 def test_a_pair_gets_the_same_bits_whatever_shares_its_launch(tiles: Tiles | None) -> None:
     """The experts split over two launches (the others' pairs skipped) give the bits of
     one launch over all of them; a skipped pair's row is left as it was."""

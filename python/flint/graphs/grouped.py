@@ -58,16 +58,14 @@ MAX_GROUP = 128
 @dataclass(slots=True, frozen=True)
 class Tiles:
     """A launch's program shape: ``bm`` pairs of one slot, ``bn`` rows of a projection,
-    ``bk`` columns per step, warps, pipeline stages; ``split``: int4 tiles as their
-    two nibble halves against the even and odd activation columns (``_halves``);
-    ``native``: the GPU's own rounding conversion (never under the interpreter)."""
+    ``bk`` columns per step, warps, pipeline stages; ``native``: the GPU's own rounding
+    conversion (``_tile``; never under the interpreter)."""
 
     bm: int
     bn: int = 64
     bk: int = 64
     warps: int = 4
     stages: int = 3
-    split: bool = False
     native: bool = False
 
 
@@ -165,7 +163,6 @@ def grouped_experts(
     t = tiles or tiles_for(tokens, pool.group, dev)
     bm, bn, warps, stages = t.bm, t.bn, t.warps, t.stages
     bk = max(t.bk, pool.group)  # an int4 tile holds whole groups
-    split = t.split and pool.scheme == 2
     native = t.native and not _INTERPRETED
     start, count, experts = [0] * n, [0] * n, [0] * n
     for e, s in slot_of.items():
@@ -190,11 +187,11 @@ def grouped_experts(
         grouped_gate_up_kernel[(nb, triton.cdiv(i_dim, bn))](
             x, *rows, hidden, *_args(pool.gate), *_args(pool.up), gate_b, up_b, h_dim, i_dim,
             pool.alpha, pool.limit, TOPK=top_k, SCHEME=pool.scheme, GROUP=pool.group, BM=bm,
-            BN=bn, BK=bk, HAS_BIAS=has_bias, ACT=pool.act, F32=_INTERPRETED, SPLIT=split,
-            NATIVE=native, num_warps=warps, num_stages=stages,
+            BN=bn, BK=bk, HAS_BIAS=has_bias, ACT=pool.act, F32=_INTERPRETED, NATIVE=native,
+            num_warps=warps, num_stages=stages,
         )  # fmt: skip
         grouped_down_kernel[(nb, triton.cdiv(h_dim, bn))](
             hidden, *rows, out, *_args(pool.down), down_b, h_dim, i_dim, OUT=_DTYPES[x.dtype],
             SCHEME=pool.scheme, GROUP=pool.group, BM=bm, BN=bn, BK=bk, HAS_BIAS=has_bias,
-            F32=_INTERPRETED, SPLIT=split, NATIVE=native, num_warps=warps, num_stages=stages,
+            F32=_INTERPRETED, NATIVE=native, num_warps=warps, num_stages=stages,
         )  # fmt: skip

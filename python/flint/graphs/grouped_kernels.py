@@ -31,7 +31,12 @@ if triton is not None:
     ):
         """[BN, BK] in ``OUT``: rows ``rows``, columns k0.. of one expert's projection,
         dequantized by the file's rule (the int8 value or int4 nibble - 8, times its row
-        or group scale in fp32, rounded once: ``dequant_kernel``'s values)."""
+        or group scale in fp32, rounded once: ``dequant_kernel``'s values). ``NATIVE``:
+        rounded by the GPU's own conversion (to nearest, ties to even: ``_round``'s
+        values, 17% faster on an 8k prompt's layer, docs/benchmarks.md), not by the bit
+        arithmetic Triton's CPU interpreter needs. (Int4 tiles kept as their two nibble
+        halves against the even and odd activation columns, without the interleave
+        below, measured slower and were dropped.)"""
         if SCHEME == 2:
             j = k0 // 2 + tl.arange(0, BK // 2)
             mask = row_ok[:, None] & (j[None, :] < n_cols // 2)
@@ -60,53 +65,6 @@ if triton is not None:
                     return _round(w, OUT).to(OUT)
             else:
                 return w.to(OUT)
-
-    @triton.jit
-    def _halves(
-        w_ptr,
-        s_ptr,
-        w_row,
-        s_row,
-        rows,
-        row_ok,
-        k0,
-        n_cols,
-        OUT: tl.constexpr,
-        GROUP: tl.constexpr,
-        BN: tl.constexpr,
-        BK: tl.constexpr,
-        NATIVE: tl.constexpr,
-    ):
-        """An int4 tile as its two halves, each [BN, BK / 2] in ``OUT``: the low nibbles
-        (columns k0, k0 + 2, ...) and the high ones (k0 + 1, k0 + 3, ...), with
-        ``_tile``'s values, for two products against the even and odd activation
-        columns: no interleaving of the nibbles back into column order. ``NATIVE``: the
-        rounding by the GPU's own conversion (to nearest, ties to even: the same values
-        as ``_round``'s bit arithmetic, which Triton's CPU interpreter needs)."""
-        j = k0 // 2 + tl.arange(0, BK // 2)
-        mask = row_ok[:, None] & (j[None, :] < n_cols // 2)
-        byte = tl.load(w_ptr + rows[:, None] * w_row + j[None, :], mask=mask, other=0)
-        g = k0 // GROUP + tl.arange(0, BK // GROUP)
-        g_mask = row_ok[:, None] & (g[None, :] < n_cols // GROUP)
-        s = tl.load(s_ptr + rows[:, None] * s_row + g[None, :], mask=g_mask, other=0.0)
-        s = s.to(tl.float32)[:, :, None]
-        lo = tl.reshape((byte & 15).to(tl.float32) - 8.0, (BN, BK // GROUP, GROUP // 2)) * s
-        hi = tl.reshape((byte >> 4).to(tl.float32) - 8.0, (BN, BK // GROUP, GROUP // 2)) * s
-        lo = tl.reshape(lo, (BN, BK // 2))
-        hi = tl.reshape(hi, (BN, BK // 2))
-        if NATIVE:
-            return lo.to(OUT), hi.to(OUT)
-        else:
-            return _round(lo, OUT).to(OUT), _round(hi, OUT).to(OUT)
-
-    @triton.jit
-    def _split_dot(a, lo, hi, acc, OUT: tl.constexpr, F32: tl.constexpr, BM: tl.constexpr,
-                   BK: tl.constexpr):  # fmt: skip
-        """acc + a @ w^T for an int4 tile given as ``_halves``: the even columns of the
-        activations [BM, BK] against the low nibbles, then the odd against the high."""
-        even, odd = tl.split(tl.reshape(a, (BM, BK // 2, 2)))
-        acc = _dot(even, lo, acc, OUT, F32)
-        return _dot(odd, hi, acc, OUT, F32)
 
     @triton.jit
     def _dot(a, w, acc, OUT: tl.constexpr, F32: tl.constexpr):
@@ -141,7 +99,7 @@ if triton is not None:
         gb_ptr, ub_ptr, hid, inter, alpha, limit,
         TOPK: tl.constexpr, SCHEME: tl.constexpr, GROUP: tl.constexpr, BM: tl.constexpr,
         BN: tl.constexpr, BK: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
-        F32: tl.constexpr, SPLIT: tl.constexpr = False, NATIVE: tl.constexpr = False,
+        F32: tl.constexpr, NATIVE: tl.constexpr = False,
     ):  # fmt: skip
         """h[pair, rows] = act(gate(x) (+ bias), up(x) (+ bias)) for a block of pairs of
         one slot: [BM, BK] token tiles against the slot's [BN, BK] weight tiles."""
@@ -159,20 +117,12 @@ if triton is not None:
             kk = k0 + tl.arange(0, BK)
             a_mask = m_ok[:, None] & (kk[None, :] < hid)
             a = tl.load(x_ptr + token[:, None] * hid + kk[None, :], mask=a_mask, other=0.0)
-            if SPLIT:
-                lo, hi = _halves(gw, gs, g_wr, gs_r, rows, row_ok, k0, hid, out_type, GROUP,
-                                 BN, BK, NATIVE)  # fmt: skip
-                acc_g = _split_dot(a, lo, hi, acc_g, out_type, F32, BM, BK)
-                lo, hi = _halves(uw, us, u_wr, us_r, rows, row_ok, k0, hid, out_type, GROUP,
-                                 BN, BK, NATIVE)  # fmt: skip
-                acc_u = _split_dot(a, lo, hi, acc_u, out_type, F32, BM, BK)
-            else:
-                w = _tile(gw, gs, g_wr, gs_r, rows, row_ok, k0, hid, out_type, SCHEME, GROUP,
-                          BN, BK, NATIVE)  # fmt: skip
-                acc_g = _dot(a, w, acc_g, out_type, F32)
-                w = _tile(uw, us, u_wr, us_r, rows, row_ok, k0, hid, out_type, SCHEME, GROUP,
-                          BN, BK, NATIVE)  # fmt: skip
-                acc_u = _dot(a, w, acc_u, out_type, F32)
+            w = _tile(gw, gs, g_wr, gs_r, rows, row_ok, k0, hid, out_type, SCHEME, GROUP, BN, BK,
+                      NATIVE)  # fmt: skip
+            acc_g = _dot(a, w, acc_g, out_type, F32)
+            w = _tile(uw, us, u_wr, us_r, rows, row_ok, k0, hid, out_type, SCHEME, GROUP, BN, BK,
+                      NATIVE)  # fmt: skip
+            acc_u = _dot(a, w, acc_u, out_type, F32)
         gate = _round(acc_g, out_type)  # F.linear's output dtype
         up = _round(acc_u, out_type)
         if HAS_BIAS:
@@ -191,7 +141,7 @@ if triton is not None:
         d_ptr, d_we, d_wr, ds_ptr, ds_e, ds_r, db_ptr, hid, inter,
         OUT: tl.constexpr, SCHEME: tl.constexpr, GROUP: tl.constexpr, BM: tl.constexpr,
         BN: tl.constexpr, BK: tl.constexpr, HAS_BIAS: tl.constexpr, F32: tl.constexpr,
-        SPLIT: tl.constexpr = False, NATIVE: tl.constexpr = False,
+        NATIVE: tl.constexpr = False,
     ):  # fmt: skip
         """y[pair, rows] (fp32 holding ``OUT`` values) = down(h[pair]) (+ bias) for a
         block of pairs of one slot."""
@@ -205,14 +155,9 @@ if triton is not None:
             kk = k0 + tl.arange(0, BK)
             a_mask = m_ok[:, None] & (kk[None, :] < inter)
             a = tl.load(h_ptr + h_rows[:, None] * inter + kk[None, :], mask=a_mask, other=0.0)
-            if SPLIT:
-                lo, hi = _halves(dw, dsc, d_wr, ds_r, rows, row_ok, k0, inter, OUT, GROUP, BN,
-                                 BK, NATIVE)  # fmt: skip
-                acc = _split_dot(a, lo, hi, acc, OUT, F32, BM, BK)
-            else:
-                w = _tile(dw, dsc, d_wr, ds_r, rows, row_ok, k0, inter, OUT, SCHEME, GROUP, BN,
-                          BK, NATIVE)  # fmt: skip
-                acc = _dot(a, w, acc, OUT, F32)
+            w = _tile(dw, dsc, d_wr, ds_r, rows, row_ok, k0, inter, OUT, SCHEME, GROUP, BN, BK,
+                      NATIVE)  # fmt: skip
+            acc = _dot(a, w, acc, OUT, F32)
         y = _round(acc, OUT)
         if HAS_BIAS:
             at = tl.load(eid_ptr + slot).to(tl.int64) * hid + rows
