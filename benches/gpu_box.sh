@@ -711,6 +711,17 @@ gpu44() {
   timeout 90 python3 benches/pinned_copy.py --slab-mib 2.53125 --slots 128 --rounds 1 2>&1 | tail -7
 }
 
+# Tenth session, after the review: every GPU test (norms fused for every CUDA call,
+# the native rounding test), then one P8 run.
+gpu45() {
+  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
+  echo "== GPU tests"; timeout 120 python3 -m pytest tests -q -p no:cacheprovider --tb=short -rf -m gpu \
+    --ignore=tests/server --ignore=tests/chat 2>&1 | grep -E "passed|failed|FAILED|Error|assert" | head -20
+  [ -f "$DATA/q30.ftw" ] || flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
+  echo "== P8"; timeout 60 flint bench "$DATA/q30.ftw" -p 8192 -n 0 -r 2 --mode full --warm \
+    --ram-budget 20 --vram-budget 4 2>&1 | grep -E "q30.ftw \||rror"
+}
+
 case $what in
   install) install ;;
   format) install; format ;;
@@ -761,5 +772,6 @@ case $what in
   gpu42) install; gpu42 ;;
   gpu43) install; gpu43 ;;
   gpu44) install; gpu44 ;;
+  gpu45) install; gpu45 ;;
 esac 2>&1 | tee "$OUT/gpu_box_$what.log"
 

@@ -132,12 +132,10 @@ def test_whole_prompt_attention_follows_the_chunks(
 
 
 @pytest.mark.parametrize("w32", [False, True])
-def test_a_cuda_prompts_norms_take_the_fused_kernel(
-    w32: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A prompt's RMSNorm on CUDA ([T, H] and per head [T, N, D]) is the fused kernel's
-    result, within a rounding of torch's ops; one token and ``FLINT_FUSED_NORM=0``
-    keep torch's."""
+def test_cuda_norms_take_the_fused_kernel(w32: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An RMSNorm on CUDA ([T, H] and per head [T, N, D]) is the fused kernel's result,
+    within a rounding of torch's ops (``FLINT_FUSED_NORM=0``), and a row's bits do not
+    depend on the rows beside it; a weight in another dtype keeps torch's ops."""
     from flint.graphs.fused import rms_norm as fused
     from flint.models.norm import rms_norm
 
@@ -149,12 +147,38 @@ def test_a_cuda_prompts_norms_take_the_fused_kernel(
         assert got.shape == x.shape
         rows = x.reshape(-1, shape[-1])
         assert torch.equal(got, fused(rows, w, 1e-6, w32).view(shape))
+        assert torch.equal(rms_norm(x[-1:], w, 1e-6, w32), got[-1:]), "the last row alone"
         monkeypatch.setenv("FLINT_FUSED_NORM", "0")
         want = rms_norm(x, w, 1e-6, w32)
         monkeypatch.delenv("FLINT_FUSED_NORM")
         torch.testing.assert_close(got.float(), want.float(), rtol=1.6e-2, atol=1e-2)
-        one = x[:1]
         monkeypatch.setenv("FLINT_FUSED_NORM", "0")
-        torch_one = rms_norm(one, w, 1e-6, w32)
+        torch_dtype = rms_norm(x, w.float(), 1e-6, w32).dtype
         monkeypatch.delenv("FLINT_FUSED_NORM")
-        assert torch.equal(rms_norm(one, w, 1e-6, w32), torch_one), "one token: torch's ops"
+        assert rms_norm(x, w.float(), 1e-6, w32).dtype == torch_dtype, "an fp32 weight: torch's"
+
+
+def test_the_gpus_rounding_gives_the_bit_arithmetics_bits() -> None:
+    """The grouped kernels' int4 and int8 tiles rounded by the GPU's conversion
+    (``Tiles.native``, on by default there) give the bits of ``_round``'s arithmetic,
+    at 64- and 128-pair programs."""
+    from test_grouped import _pool, _route
+
+    from flint.graphs.grouped import Tiles, grouped_experts, pair_plan
+
+    torch.manual_seed(3)
+    experts, inter, hidden, k, tokens = 8, 96, 256, 4, 600
+    for scheme in ("int8", "int4"):
+        pool, _ = _pool(scheme, experts, inter, hidden, group=32, device="cuda")
+        x = torch.randn(tokens, hidden, device=CUDA).bfloat16()
+        ids, _ = _route(tokens, experts, k)
+        plan = pair_plan(ids.to(CUDA), experts, CUDA)
+        every = {e: e for e in range(experts)}
+        for bm, warps in ((64, 4), (128, 8)):
+            outs = []
+            for native in (False, True):
+                out = torch.full((tokens * k, hidden), float("nan"), device=CUDA)
+                grouped_experts(x, plan, every, pool, out, Tiles(bm, warps=warps, native=native))
+                outs.append(out)
+            assert not outs[0].isnan().any()
+            assert torch.equal(outs[0], outs[1]), (scheme, bm)

@@ -33,10 +33,10 @@ if triton is not None:
         dequantized by the file's rule (the int8 value or int4 nibble - 8, times its row
         or group scale in fp32, rounded once: ``dequant_kernel``'s values). ``NATIVE``:
         rounded by the GPU's own conversion (to nearest, ties to even: ``_round``'s
-        values, 17% faster on an 8k prompt's layer, docs/benchmarks.md), not by the bit
-        arithmetic Triton's CPU interpreter needs. (Int4 tiles kept as their two nibble
-        halves against the even and odd activation columns, without the interleave
-        below, measured slower and were dropped.)"""
+        values for every finite value; 17% faster on an 8k prompt's layer,
+        docs/benchmarks.md), not by the bit arithmetic Triton's CPU interpreter needs.
+        (Int4 tiles kept as their two nibble halves against the even and odd activation
+        columns, without the interleave below, measured slower and were dropped.)"""
         if SCHEME == 2:
             j = k0 // 2 + tl.arange(0, BK // 2)
             mask = row_ok[:, None] & (j[None, :] < n_cols // 2)

@@ -18,9 +18,9 @@ def rms_norm(
 ) -> torch.Tensor:
     """``weight * (x / rms(x))`` over the last dim; the normalised value is cast back to
     x's dtype before the weight multiply, exactly as ``Qwen3MoeRMSNorm`` does, or, with
-    ``weight_in_fp32``, multiplied in fp32 and then cast (``GptOssRMSNorm``). A prompt
-    on CUDA (``x`` [T, ...], T > 1) takes the fused kernel (``prompt_norm_fused``)."""
-    if x.is_cuda and x.shape[0] > 1 and prompt_norm_fused():
+    ``weight_in_fp32``, multiplied in fp32 and then cast (``GptOssRMSNorm``). On CUDA
+    the fused kernel computes it (``norm_fused``)."""
+    if x.is_cuda and norm_fused(x, weight):
         from flint.graphs.fused import rms_norm as fused  # (graphs imports models)
 
         rows = x.reshape(-1, x.shape[-1])
@@ -33,13 +33,18 @@ def rms_norm(
     return weight * normed.to(x.dtype)
 
 
-def prompt_norm_fused() -> bool:
-    """Whether a CUDA prompt's RMSNorms run as one Triton kernel each (``flint.graphs.
+def norm_fused(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Whether an RMSNorm of ``x`` on CUDA runs as one Triton kernel (``flint.graphs.
     fused.rms_norm``, the decode graphs' kernel: torch's ops and roundings, the sum of
     squares in another order) instead of torch's ~7 launches: an 8k prompt's 4 norms a
-    layer were ~40 ms of its GPU time on the H200 (docs/benchmarks.md). Where Triton
-    is, unless ``FLINT_FUSED_NORM=0``."""
+    layer were ~40 ms of its GPU time on the H200 (docs/benchmarks.md). Every call, of
+    any number of rows: the kernel normalises each row alone, so a row's bits do not
+    depend on the rows beside it (the last token's logits are the same whether or not
+    the others' are asked for). Where Triton is, for a weight in ``x``'s dtype (bf16,
+    fp16 or fp32; the kernel returns that dtype), unless ``FLINT_FUSED_NORM=0``."""
     if os.environ.get("FLINT_FUSED_NORM", "1") == "0":
+        return False
+    if weight.dtype != x.dtype or x.dtype not in (torch.bfloat16, torch.float16, torch.float32):
         return False
     from flint.graphs.moe_kernel import available
 
