@@ -11,8 +11,8 @@ import torch
 from test_graphs import GptOssExperts, _reference, _slabs
 
 import flint
-from flint.graphs.grouped import Tiles, block_m, grouped_experts, pair_plan
-from flint.graphs.moe_kernel import available, slab_pool, stacked_pool
+from flint.graphs.grouped import Tiles, block_m, dequantize_slots, grouped_experts, pair_plan
+from flint.graphs.moe_kernel import available, dequantize, slab_pool, stacked_pool
 from flint.models.moe import weighted_sum
 
 pytestmark = pytest.mark.skipif(available() is not None, reason="needs Triton")
@@ -266,3 +266,33 @@ def test_a_resized_vram_pool_drops_the_kernels_view_of_the_old_one(
         llm.model.forward(prompt[:1])
         new = vram.views[layer]
         assert new is not old and new.gate.weights.data_ptr() == vram.pools[layer].data_ptr()
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("scheme", ["int8", "int4"])
+def test_dequantizing_first_gives_the_same_bits(
+    scheme: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``FLINT_PROMPT_DEQUANT=1`` (the launch's slots dequantized by ``_tile``, then the
+    kernels on bf16 weights) gives the bits of the kernels dequantizing in place, for
+    a launch over some slots (experts in other slots than their ids); the dequantized
+    weights are ``dequantize``'s values."""
+    torch.manual_seed(4)
+    experts, inter, hidden, k, tokens = 6, 40, 200, 2, 37
+    pool, _ = _pool(scheme, experts, inter, hidden)
+    x = torch.randn(tokens, hidden).bfloat16()
+    ids, _ = _route(tokens, experts, k)
+    plan = pair_plan(ids, experts, x.device)
+    slot_of = {0: 3, 2: 1, 5: 4}
+    outs = []
+    for first in ("0", "1"):
+        monkeypatch.setenv("FLINT_PROMPT_DEQUANT", first)
+        out = torch.full((tokens * k, hidden), float("nan"))
+        grouped_experts(x, plan, slot_of, pool, out)
+        outs.append(out)
+    assert not outs[0][(ids.reshape(-1) == 0)].isnan().any()
+    assert torch.equal(outs[0].nan_to_num(7.0), outs[1].nan_to_num(7.0))
+    raw = dequantize_slots(pool, [3, 1], torch.bfloat16, native=False)
+    index = torch.tensor([3, 1])
+    for p, proj in enumerate((raw.gate, raw.up, raw.down)):
+        assert torch.equal(proj.weights, dequantize(pool, p, index, torch.bfloat16))

@@ -29,20 +29,26 @@ products; on the H200 the dequantizing path prefilled 30B-A3B int4 at 298 tok/s
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from itertools import accumulate
 
 import torch
 
-from flint.graphs.grouped_kernels import grouped_down_kernel, grouped_gate_up_kernel
+from flint.graphs.grouped_kernels import (
+    grouped_down_kernel,
+    grouped_gate_up_kernel,
+    tile_dequant_kernel,
+)
 from flint.graphs.moe_kernel import (
     _DTYPES,
+    RAW,
     ExpertPool,
     _args,
     aligned_views,
     on_device,
     ranked_sum,
+    stacked_pool,
 )
 from flint.graphs.triton_kernels import triton
 from flint.models.moe import weighted_sum
@@ -146,6 +152,47 @@ def prompt_sum(outputs: torch.Tensor, weights: torch.Tensor, dtype: torch.dtype)
     return weighted_sum(outputs.view(tokens, k, -1), weights).to(dtype)
 
 
+# rows x columns of a projection one dequantizing program writes (columns: at least a group)
+DEQUANT_TILE = (64, 128)
+
+
+def dequant_first() -> bool:
+    """``FLINT_PROMPT_DEQUANT=1``: a grouped launch over int8/int4 slabs first
+    dequantizes its slots to the model dtype (``tile_dequant_kernel``, ``_tile``'s
+    values) and runs the kernels on those bf16 weights: the same bits (``_tile`` then the
+    same products, checked by ``benches/grouped_kernel.py`` and the tests), at the cost
+    of the dequantized copies' memory (an 8k prompt's 30B-A3B layer: 1.2 GB). An
+    experiment, off by default, until a measurement shows the route faster: on the
+    H200 the bf16 kernels took 1.99 ms for a layer the int4 ones take in 3.44, and the
+    old dequantize kernel 4.38 ms (docs/benchmarks.md, "Tenth session")."""
+    return os.environ.get("FLINT_PROMPT_DEQUANT", "0") == "1"
+
+
+def dequantize_slots(
+    pool: ExpertPool, slots: list[int], dtype: torch.dtype, native: bool
+) -> ExpertPool:
+    """A bf16 (``dtype``) pool of ``pool``'s ``slots``, in that order: each projection
+    dequantized by the grouped kernels' ``_tile`` in one launch; biases and activation
+    kept (looked up by expert id, as before)."""
+    assert triton is not None and pool.scheme != RAW
+    dev = pool.gate.weights.device
+    (index,) = aligned_views([slots], torch.int32, dev)
+    shapes = ((pool.inter, pool.hidden), (pool.inter, pool.hidden), (pool.hidden, pool.inter))
+    br, bc = DEQUANT_TILE[0], max(DEQUANT_TILE[1], pool.group)
+    outs = []
+    with on_device(dev):
+        for proj, (rows, cols) in zip((pool.gate, pool.up, pool.down), shapes, strict=True):
+            out = torch.empty(len(slots), rows, cols, dtype=dtype, device=dev)
+            grid = (len(slots), triton.cdiv(rows, br), triton.cdiv(cols, bc))
+            tile_dequant_kernel[grid](
+                *_args(proj), index, out, rows, cols, SCHEME=pool.scheme, GROUP=pool.group,
+                BR=br, BC=bc, NATIVE=native and not _INTERPRETED,
+            )  # fmt: skip
+            outs.append(out)
+    raw = stacked_pool(*outs)
+    return replace(raw, biases=pool.biases, act=pool.act, alpha=pool.alpha, limit=pool.limit)
+
+
 def grouped_experts(
     x: torch.Tensor,  # [T, H] in the model dtype
     plan: PairPlan,
@@ -164,6 +211,12 @@ def grouped_experts(
     bm, bn, warps, stages = t.bm, t.bn, t.warps, t.stages
     bk = max(t.bk, pool.group)  # an int4 tile holds whole groups
     native = t.native and not _INTERPRETED
+    if pool.scheme != RAW and slot_of and dequant_first():
+        used = sorted(set(slot_of.values()))
+        pool = dequantize_slots(pool, used, x.dtype, native)  # the same BK below
+        at = {s: i for i, s in enumerate(used)}
+        slot_of = {e: at[s] for e, s in slot_of.items()}
+        n = pool.experts
     start, count, experts = [0] * n, [0] * n, [0] * n
     for e, s in slot_of.items():
         start[s], count[s], experts[s] = plan.start[e], plan.count[e], e

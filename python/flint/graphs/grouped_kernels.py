@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from flint.graphs.triton_kernels import triton
 
-__all__ = ["grouped_down_kernel", "grouped_gate_up_kernel"]
+__all__ = ["grouped_down_kernel", "grouped_gate_up_kernel", "tile_dequant_kernel"]
 
 if triton is not None:
     import triton.language as tl
@@ -166,5 +166,26 @@ if triton is not None:
         at = y_ptr + pair[:, None] * hid + rows[None, :]
         tl.store(at, y, mask=m_ok[:, None] & row_ok[None, :])
 
+    @triton.jit
+    def tile_dequant_kernel(
+        w_ptr, w_expert, w_row, s_ptr, s_expert, s_row, slots_ptr, out_ptr, rows, cols,
+        SCHEME: tl.constexpr, GROUP: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr,
+        NATIVE: tl.constexpr,
+    ):  # fmt: skip
+        """out[i] ([rows, cols], the model dtype) = the projection of slot ``slots[i]``
+        dequantized by ``_tile``, the grouped kernels' own tile: the values their
+        products use, so the bf16 kernels on ``out`` give their bits."""
+        i = tl.program_id(0)
+        slot = tl.load(slots_ptr + i).to(tl.int64)
+        r = tl.program_id(1) * BR + tl.arange(0, BR)
+        c0 = tl.program_id(2) * BC
+        c = c0 + tl.arange(0, BC)
+        r_ok = r < rows
+        out_type = out_ptr.dtype.element_ty
+        w = _tile(w_ptr + slot * w_expert, s_ptr + slot * s_expert, w_row, s_row, r, r_ok, c0,
+                  cols, out_type, SCHEME, GROUP, BR, BC, NATIVE)  # fmt: skip
+        at = out_ptr + i.to(tl.int64) * rows * cols + r[:, None] * cols + c[None, :]
+        tl.store(at, w, mask=r_ok[:, None] & (c[None, :] < cols))
+
 else:  # pragma: no cover - depends on the environment
-    grouped_gate_up_kernel = grouped_down_kernel = None
+    grouped_gate_up_kernel = grouped_down_kernel = tile_dequant_kernel = None
