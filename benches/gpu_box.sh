@@ -722,6 +722,24 @@ gpu45() {
     --ram-budget 20 --vram-budget 4 2>&1 | grep -E "q30.ftw \||rror"
 }
 
+# Prepared for the eleventh session's first call: every GPU test, the grouped kernels
+# with the layer dequantized first by _tile (FLINT_PROMPT_DEQUANT=1) against in place,
+# then P8 with the route off and on alternating.
+gpu46() {
+  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
+  echo "== GPU tests"; timeout 150 python3 -m pytest tests -q -p no:cacheprovider --tb=short -rf -m gpu \
+    --ignore=tests/server --ignore=tests/chat 2>&1 | grep -E "passed|failed|FAILED|Error|assert" | head -20
+  echo "== grouped 8192"; timeout 150 python3 benches/grouped_kernel.py --tokens 8192 --dequant \
+    --blocks "0:64:64:4:3:n,128:64:64:8:3:n,128:128:64:8:3:n,128:128:64:8:4:n" 2>&1 \
+    | grep -E "^\||rror" | head -24
+  [ -f "$DATA/q30.ftw" ] || flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
+  local p8="-p 8192 -n 0 -r 2 --mode full --warm --ram-budget 20 --vram-budget 4"
+  for d in 0 1 0 1; do
+    echo "== P8 FLINT_PROMPT_DEQUANT=$d"
+    FLINT_PROMPT_DEQUANT=$d timeout 75 flint bench "$DATA/q30.ftw" $p8 2>&1 | grep -E "q30.ftw \||rror"
+  done
+}
+
 case $what in
   install) install ;;
   format) install; format ;;
@@ -773,5 +791,6 @@ case $what in
   gpu43) install; gpu43 ;;
   gpu44) install; gpu44 ;;
   gpu45) install; gpu45 ;;
+  gpu46) install; gpu46 ;;
 esac 2>&1 | tee "$OUT/gpu_box_$what.log"
 

@@ -13,14 +13,16 @@ pairs, BN rows, BK columns, warps, stages; ``n``: the GPU's own rounding; BM 0:
 I per pair), GB/s of expert bytes (each selected expert's slab read once), and whether
 its output has the bits of the first row with the same shape (``n`` must not change a
 bit, nor bf16 weights against int4). ``--dequant``: also every expert dequantized to
-bf16 once (one launch per projection) then the grouped kernels on bf16 weights, by
-shape; and the path the grouped kernels replaced, cuBLAS per expert.
+bf16 once (one launch per projection; the old kernel and ``_tile``'s) then the grouped
+kernels on bf16 weights, by shape, the whole ``FLINT_PROMPT_DEQUANT=1`` route per
+shape, and the path the grouped kernels replaced, cuBLAS per expert.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 from functools import partial
 
 import torch
@@ -28,7 +30,7 @@ import torch.nn.functional as F
 
 from flint.format.quant import encode_projection
 from flint.graphs import grouped
-from flint.graphs.grouped import grouped_experts, pair_plan
+from flint.graphs.grouped import dequantize_slots, grouped_experts, pair_plan
 from flint.graphs.moe_kernel import dequantize, slab_pool, stacked_pool
 from prompt_expert_paths import median_ms  # (benches/ is the script's path)
 
@@ -108,6 +110,12 @@ def bench_tokens(a: argparse.Namespace, pool: object, slab_bytes: int, tokens: i
         raw = stacked_pool(*deq())
         for spec in dict.fromkeys(":".join(s.split(":")[:5]) for s in a.blocks.split(",")):
             timed(raw, spec, "bf16 grouped")
+        tile = partial(dequantize_slots, pool, list(range(a.experts)), torch.bfloat16, True)
+        row("every expert dequantized by _tile (3 launches)", median_ms(tile, reps=10, warm=2))
+        os.environ["FLINT_PROMPT_DEQUANT"] = "1"  # the whole route: dequantize, then bf16
+        for spec in a.blocks.split(","):
+            timed(pool, spec, "FLINT_PROMPT_DEQUANT=1")
+        del os.environ["FLINT_PROMPT_DEQUANT"]
         out = torch.empty(tokens * a.top_k, a.hidden, device="cuda")
         ms = median_ms(partial(dequant_mm, pool, x, ids, out), reps=3, warm=2)
         row("dequantize + cuBLAS per expert", ms)

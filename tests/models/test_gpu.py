@@ -158,10 +158,11 @@ def test_cuda_norms_take_the_fused_kernel(w32: bool, monkeypatch: pytest.MonkeyP
         assert rms_norm(x, w.float(), 1e-6, w32).dtype == torch_dtype, "an fp32 weight: torch's"
 
 
-def test_the_gpus_rounding_gives_the_bit_arithmetics_bits() -> None:
+def test_the_gpus_rounding_gives_the_bit_arithmetics_bits(monkeypatch: pytest.MonkeyPatch) -> None:
     """The grouped kernels' int4 and int8 tiles rounded by the GPU's conversion
     (``Tiles.native``, on by default there) give the bits of ``_round``'s arithmetic,
-    at 64- and 128-pair programs."""
+    at 64- and 128-pair programs; so does the launch dequantizing its slots first
+    (``FLINT_PROMPT_DEQUANT=1``)."""
     from test_grouped import _pool, _route
 
     from flint.graphs.grouped import Tiles, grouped_experts, pair_plan
@@ -176,9 +177,11 @@ def test_the_gpus_rounding_gives_the_bit_arithmetics_bits() -> None:
         every = {e: e for e in range(experts)}
         for bm, warps in ((64, 4), (128, 8)):
             outs = []
-            for native in (False, True):
+            for native, first in ((False, "0"), (True, "0"), (True, "1")):
+                monkeypatch.setenv("FLINT_PROMPT_DEQUANT", first)
                 out = torch.full((tokens * k, hidden), float("nan"), device=CUDA)
                 grouped_experts(x, plan, every, pool, out, Tiles(bm, warps=warps, native=native))
                 outs.append(out)
             assert not outs[0].isnan().any()
             assert torch.equal(outs[0], outs[1]), (scheme, bm)
+            assert torch.equal(outs[0], outs[2]), (scheme, bm, "dequantized first")
