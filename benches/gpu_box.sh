@@ -724,7 +724,7 @@ gpu45() {
 
 # Prepared for the eleventh session's first call: every GPU test, the grouped kernels
 # with the layer dequantized first by _tile (FLINT_PROMPT_DEQUANT=1) against in place,
-# then P8 with the route off and on alternating.
+# the down kernel's own shapes, then P8 with the route off and on alternating.
 gpu46() {
   [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
   echo "== GPU tests"; timeout 150 python3 -m pytest tests -q -p no:cacheprovider --tb=short -rf -m gpu \
@@ -732,6 +732,10 @@ gpu46() {
   echo "== grouped 8192"; timeout 150 python3 benches/grouped_kernel.py --tokens 8192 --dequant \
     --blocks "0:64:64:4:3:n,128:64:64:8:3:n,128:128:64:8:3:n,128:128:64:8:4:n" 2>&1 \
     | grep -E "^\||rror" | head -24
+  local d8="128:64:64:8:3:n,128:64:64:8:3:n/128:64:8:3,128:64:64:8:3:n/64:128:4:3"
+  d8="$d8,128:64:64:8:3:n/128:128:8:3,128:64:64:8:3:n/256:64:8:3,128:64:64:8:3:n/64:64:4:4"
+  echo "== down shapes 8192"; timeout 100 python3 benches/grouped_kernel.py --tokens 8192 \
+    --blocks "$d8" 2>&1 | grep -E "^\||rror" | head -10
   [ -f "$DATA/q30.ftw" ] || flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
   local p8="-p 8192 -n 0 -r 2 --mode full --warm --ram-budget 20 --vram-budget 4"
   for d in 0 1 0 1; do

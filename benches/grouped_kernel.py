@@ -2,17 +2,18 @@
 
 Usage: python benches/grouped_kernel.py [--scheme int4|int8] [--tokens 512,8192]
        [--experts 128] [--top-k 8] [--hidden 2048] [--inter 768]
-       [--blocks BM:BN:BK:W:S[:n],...] [--dequant]
+       [--blocks BM:BN:BK:W:S[:n][/BN:BK:W:S],...] [--dequant]
 
 A layer of random experts in the .ftw slab layout (30B-A3B geometry by default) and a
 random routing of T tokens; ``flint.graphs.grouped.grouped_experts`` over every expert
 (what the resident slab backend launches for a prompt), timed with CUDA events (median
 of 10 after 2 warm-ups), per program shape given (``flint.graphs.grouped.Tiles``: BM
 pairs, BN rows, BK columns, warps, stages; ``n``: the GPU's own rounding; BM 0:
-``block_m``'s). Printed per row: ms per layer, TFLOP/s of the expert math (2 x 3 x H x
-I per pair), GB/s of expert bytes (each selected expert's slab read once), and whether
-its output has the bits of the first row with the same shape (``n`` must not change a
-bit, nor bf16 weights against int4). ``--dequant``: also every expert dequantized to
+``block_m``'s; after a slash, the down kernel's own BN:BK:warps:stages). Printed per
+row: ms per layer, TFLOP/s of the expert math (2 x 3 x H x I per pair), GB/s of expert
+bytes (each selected expert's slab read once), and whether its output has the bits of
+the first row with the same shape (``n`` must not change a bit, nor bf16 weights
+against int4). ``--dequant``: also every expert dequantized to
 bf16 once (one launch per projection; the old kernel and ``_tile``'s) then the grouped
 kernels on bf16 weights, by shape, the whole ``FLINT_PROMPT_DEQUANT=1`` route per
 shape, and the path the grouped kernels replaced, cuBLAS per expert.
@@ -66,11 +67,29 @@ def dequant_mm(pool: object, x: torch.Tensor, ids: torch.Tensor, out: torch.Tens
 
 
 def shape(spec: str, tokens: int) -> grouped.Tiles:
-    """``BM:BN:BK:W:S[:flags]`` as program shape (BM 0: the default for ``tokens``)."""
+    """``BM:BN:BK:W:S[:flags][/BN:BK:W:S]`` as program shape (BM 0: the default for
+    ``tokens``; after the slash, the down kernel's own)."""
+    spec, _, down = spec.partition("/")
     parts = spec.split(":")
     bm, bn, bk, warps, stages = (int(v) for v in parts[:5])
     flags = parts[5] if len(parts) > 5 else ""
-    return grouped.Tiles(bm or grouped.block_m(tokens), bn, bk, warps, stages, "n" in flags)
+    dn = tuple(int(v) for v in down.split(":")) if down else None
+    assert dn is None or len(dn) == 4, f"down shape BN:BK:W:S, got {down}"
+    return grouped.Tiles(
+        bm or grouped.block_m(tokens),
+        bn,
+        bk,
+        warps,
+        stages,
+        "n" in flags,
+        dn,  # type: ignore[arg-type]
+    )
+
+
+def _plain(spec: str) -> str:
+    """``spec`` without its flags (bf16 weights have nothing to round)."""
+    spec, slash, down = spec.partition("/")
+    return ":".join(spec.split(":")[:5]) + slash + down
 
 
 def bench_tokens(a: argparse.Namespace, pool: object, slab_bytes: int, tokens: int) -> list[dict]:
@@ -96,7 +115,7 @@ def bench_tokens(a: argparse.Namespace, pool: object, slab_bytes: int, tokens: i
         except Exception as e:  # a shape Triton cannot build is a row too
             row(f"{label} {spec} BM={t.bm}: {type(e).__name__}", float("nan"))
             return
-        key = (t.bm, t.bn, t.bk)  # bf16 weights: the same key as int4
+        key = (t.bm, t.bn, t.bk, t.down)  # bf16 weights: the same key as int4
         same = "" if key not in seen else "yes" if torch.equal(seen[key], out) else "NO"
         seen.setdefault(key, out)
         row(f"{label} {spec} BM={t.bm}", ms, same)
@@ -108,7 +127,7 @@ def bench_tokens(a: argparse.Namespace, pool: object, slab_bytes: int, tokens: i
         deq = partial(lambda: [dequantize(pool, q, index, torch.bfloat16) for q in range(3)])
         row("dequantize every expert to bf16 (3 launches)", median_ms(deq, reps=10, warm=2))
         raw = stacked_pool(*deq())
-        for spec in dict.fromkeys(":".join(s.split(":")[:5]) for s in a.blocks.split(",")):
+        for spec in dict.fromkeys(_plain(s) for s in a.blocks.split(",")):
             timed(raw, spec, "bf16 grouped")
         tile = partial(dequantize_slots, pool, list(range(a.experts)), torch.bfloat16, True)
         row("every expert dequantized by _tile (3 launches)", median_ms(tile, reps=10, warm=2))

@@ -37,12 +37,14 @@ def _route(tokens: int, experts: int, k: int) -> tuple[torch.Tensor, torch.Tenso
 
 # 128-pair programs of 8 warps (``tiles_for``'s shape for long prompts on a large GPU)
 BIG = Tiles(128, warps=8, native=True)
+# the down kernel with its own shape (BN 32, BK 128)
+OWN_DOWN = Tiles(16, down=(32, 128, 4, 3))
 
 
 @pytest.mark.interpreter
 @pytest.mark.parametrize(
     ("scheme", "tiles"),
-    [("raw", None), ("int8", None), ("int4", None), ("int4", BIG)],
+    [("raw", None), ("int8", None), ("int4", None), ("int4", BIG), ("int8", OWN_DOWN)],
 )
 def test_grouped_kernels_follow_the_per_expert_path(scheme: str, tiles: Tiles | None) -> None:
     """Odd shapes (rows and columns not multiples of the tiles or the int4 group

@@ -65,7 +65,9 @@ MAX_GROUP = 128
 class Tiles:
     """A launch's program shape: ``bm`` pairs of one slot, ``bn`` rows of a projection,
     ``bk`` columns per step, warps, pipeline stages; ``native``: the GPU's own rounding
-    conversion (``_tile``; never under the interpreter)."""
+    conversion (``_tile``; never under the interpreter); ``down``: the down kernel's
+    (BN, BK, warps, stages) where it differs from gate/up's (its BM is theirs: it reads
+    their hidden rows by block)."""
 
     bm: int
     bn: int = 64
@@ -73,6 +75,7 @@ class Tiles:
     warps: int = 4
     stages: int = 3
     native: bool = False
+    down: tuple[int, int, int, int] | None = None
 
 
 def block_m(tokens: int) -> int:
@@ -209,7 +212,8 @@ def grouped_experts(
     n, i_dim, dev = pool.experts, pool.inter, x.device
     t = tiles or tiles_for(tokens, pool.group, dev)
     bm, bn, warps, stages = t.bm, t.bn, t.warps, t.stages
-    bk = max(t.bk, pool.group)  # an int4 tile holds whole groups
+    group = pool.group  # the slabs' (kept if they are dequantized first below)
+    bk = max(t.bk, group)  # an int4 tile holds whole groups
     native = t.native and not _INTERPRETED
     if pool.scheme != RAW and slot_of and dequant_first():
         used = sorted(set(slot_of.values()))
@@ -243,8 +247,10 @@ def grouped_experts(
             BN=bn, BK=bk, HAS_BIAS=has_bias, ACT=pool.act, F32=_INTERPRETED, NATIVE=native,
             num_warps=warps, num_stages=stages,
         )  # fmt: skip
-        grouped_down_kernel[(nb, triton.cdiv(h_dim, bn))](
+        dn, dk, dw, ds = t.down or (bn, t.bk, warps, stages)
+        dk = max(dk, group)
+        grouped_down_kernel[(nb, triton.cdiv(h_dim, dn))](
             hidden, *rows, out, *_args(pool.down), down_b, h_dim, i_dim, OUT=_DTYPES[x.dtype],
-            SCHEME=pool.scheme, GROUP=pool.group, BM=bm, BN=bn, BK=bk, HAS_BIAS=has_bias,
-            F32=_INTERPRETED, NATIVE=native, num_warps=warps, num_stages=stages,
+            SCHEME=pool.scheme, GROUP=pool.group, BM=bm, BN=dn, BK=dk, HAS_BIAS=has_bias,
+            F32=_INTERPRETED, NATIVE=native, num_warps=dw, num_stages=ds,
         )  # fmt: skip
