@@ -3,7 +3,11 @@ without a GPU. The copies themselves are CUDA streams and events: test_gpu_waves
 
 from __future__ import annotations
 
-from flint.stream.prompt_ahead import runs, worth_it
+import random
+
+import torch
+
+from flint.stream.prompt_ahead import copy_plan, runs, worth_it
 
 
 def test_adjacent_slots_go_in_one_copy() -> None:
@@ -21,3 +25,27 @@ def test_adjacent_slots_go_in_one_copy() -> None:
 def test_copied_ahead_only_when_a_prompt_selects_about_every_expert() -> None:
     assert worth_it(8192, 8, 128)
     assert worth_it(128, 8, 128) and not worth_it(127, 8, 128)
+
+
+def test_the_copy_plan_puts_each_expert_in_its_row() -> None:
+    """Carried out on CPU tensors (the area a tensor of rows, the RAM cache one of
+    slots), the plan's copies leave every placed expert's bytes in the row it gives
+    that expert, whatever order the experts come in and wherever the gaps are; adjacent
+    slots share a copy."""
+    stride, slots = 16, 40
+    ram = torch.arange(slots * stride, dtype=torch.int64).remainder(251).to(torch.uint8)
+    rng = random.Random(5)
+    for _ in range(20):
+        chosen = rng.sample(range(slots), rng.randint(1, slots))
+        placed = [(1000 + s, s * stride) for s in chosen]  # expert 1000+s in slot s
+        rng.shuffle(placed)
+        rows, spans = copy_plan(placed, stride)
+        area = torch.zeros(len(placed), stride, dtype=torch.uint8)
+        for row, address, n in spans:
+            area[row : row + n].view(-1).copy_(ram[address : address + n * stride])
+        for expert, address in placed:
+            assert torch.equal(area[rows[expert]], ram[address : address + stride])
+        assert sorted(rows.values()) == list(range(len(placed)))
+        assert len(spans) == len(runs(sorted(s * stride for s in chosen), stride))
+    every = [(e, e * stride) for e in range(slots)]
+    assert len(copy_plan(every, stride)[1]) == 1

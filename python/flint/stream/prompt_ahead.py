@@ -60,6 +60,18 @@ def runs(addresses: list[int], stride: int) -> list[tuple[int, int]]:
     return out
 
 
+def copy_plan(
+    placed: list[tuple[int, int]], stride: int
+) -> tuple[dict[int, int], list[tuple[int, int, int]]]:
+    """For ``placed`` (expert, slot address), slots ``stride`` bytes apart: each
+    expert's row of the area (in address order) and the copies, (first row, source
+    address, slabs) per run of adjacent slots."""
+    ordered = sorted(placed, key=lambda p: p[1])
+    rows = {e: row for row, (e, _) in enumerate(ordered)}
+    addresses = [a for _, a in ordered]
+    return rows, [(row, addresses[row], n) for row, n in runs(addresses, stride)]
+
+
 @dataclass(slots=True)
 class Ahead:
     """One layer's experts copied ahead: ``rows[e]`` is expert e's row of ``area``."""
@@ -94,17 +106,15 @@ class PromptAhead:
         assert len(placed) <= self.rows and layer not in self.pending
         area = self.next
         self.next ^= 1
-        placed = sorted(placed, key=lambda p: p[1])
+        rows, spans = copy_plan(placed, self.slab_bytes)
         with torch.cuda.stream(self.copies):
             if self.released[area] is not None:
                 self.copies.wait_event(self.released[area])  # its last reader is done
-            spans = runs([a for _, a in placed], self.slab_bytes)
-            for row, n in spans:
-                src = slot_bytes(placed[row][1], n * self.slab_bytes)
+            for row, address, n in spans:
+                src = slot_bytes(address, n * self.slab_bytes)
                 self.areas[area, row : row + n].view(-1).copy_(src, non_blocking=True)
             copied = cuda_event()
             copied.record(self.copies)
-        rows = {e: row for row, (e, _) in enumerate(placed)}
         self.pending[layer] = Ahead(layer, area, rows, copied, [e for e, _ in placed])
         return len(spans)
 
