@@ -107,9 +107,7 @@ class DecoderLayer:
             h = torch.empty_like(x)  # [T, H]
             for s in range(0, tokens, chunk):
                 e = min(tokens, s + chunk)
-                xs = self.norm(x[s:e], self.input_norm, self.eps)  # [C, H]
-                mask = causal_mask(start + s, e - s, x.device)  # [C, start+e] or None
-                h[s:e] = x[s:e] + self.attn(xs, start + s, cache, cos[s:e], sin[s:e], mask)
+                h[s:e] = self._attend(x[s:e], start + s, cache, cos[s:e], sin[s:e])
         if self.observe is not None:
             self.observe(self.index, h)
         normed = self.norm(h, self.post_norm, self.eps)  # [T, H]
@@ -142,14 +140,26 @@ class DecoderLayer:
             return None
         try:
             with sdpa_kernel(LINEAR_MEMORY):
-                xs = self.norm(x, self.input_norm, self.eps)
-                mask = causal_mask(start, tokens, x.device)
-                return x + self.attn(xs, start, cache, cos, sin, mask)
+                return self._attend(x, start, cache, cos, sin)
         except RuntimeError as err:
             if isinstance(err, torch.OutOfMemoryError) or not any(m in str(err) for m in NO_KERNEL):
                 raise
             self.whole_ok = False
             return None
+
+    def _attend(
+        self,
+        x: torch.Tensor,  # [C, H]: rows at positions start..start+C-1
+        start: int,
+        cache: KVCache,
+        cos: torch.Tensor,  # [C, D]
+        sin: torch.Tensor,  # [C, D]
+    ) -> torch.Tensor:
+        """``x`` plus the attention of its normed rows over the cache and themselves
+        (causal; the rows' keys and values written): a chunk's, or a whole prompt's."""
+        xs = self.norm(x, self.input_norm, self.eps)
+        mask = causal_mask(start, x.shape[0], x.device)  # [C, start+C] or None
+        return x + self.attn(xs, start, cache, cos, sin, mask)
 
 
 class MoEModel:

@@ -49,7 +49,7 @@ from flint.stream.placement import HOST_MAX_TOKENS, HostBatch, Target
 from flint.stream.plan import StreamPlan, plan_vram
 from flint.stream.prompt_ahead import PromptAhead
 from flint.stream.prompt_mem import PromptMemory
-from flint.stream.qsplit import HOST_SPLITS, QSplit, pcie_bandwidth, resolve_host_split
+from flint.stream.qsplit import QSplit, pcie_bandwidth, resolve_host_split
 from flint.stream.readahead import ReadAhead
 from flint.stream.slab import slot_bytes
 from flint.stream.vram import VramCache, VramRequest, free_vram
@@ -229,8 +229,6 @@ class StreamedExperts(CudaPlacement):
         self._slab_pools: dict[tuple[int, int, int], ExpertPool] = {}  # _slab_pool's views
         # The q* split of a decode step's missing experts between PCIe fills and the CPU
         # (qsplit.py); None: all on the CPU.
-        if host_split not in HOST_SPLITS:
-            raise ValueError(f"host_split must be one of {HOST_SPLITS}, not {host_split!r}")
         self.qsplit: QSplit | None = None
         self.host_split = resolve_host_split(host_split, self.slab_kernels and gpu_waves)
         if self.host is not None and self.host_split != "cpu":
