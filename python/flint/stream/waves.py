@@ -44,7 +44,7 @@ FEW_PAIRS = 64  # below this many (token, rank) pairs the Python scan is the fas
 def first_selected(flat: torch.Tensor, n_experts: int) -> list[int]:
     """The distinct experts of ``flat`` [T*K] (on the CPU) in the order of their first
     selection. A prompt's pairs go through numpy (an 8k-token prompt's 65k pairs:
-    0.17 ms against 1.39 ms scanned in Python, per layer, on the CPU box; numpy, not
+    0.12 ms against 1.39 ms scanned in Python, per layer, on the CPU box; numpy, not
     torch, whose reductions on the GPU box's 16 threads took ~0.5 ms each under the
     profiler; docs/benchmarks.md)."""
     n = flat.numel()
