@@ -744,6 +744,32 @@ gpu46() {
   done
 }
 
+# Eleventh session, first call after gpu46: the dequantize-first route's threshold (2k,
+# 4k, 6k tokens), attention by SDPA backend, P8 with the route at its new default
+# (from 4,096 tokens, bf16 tiles of 128 x 128) against off, P8 resident (no copies:
+# the compute's own floor), and the host's time under cProfile (file in $OUT).
+gpu47() {
+  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
+  echo "== GPU tests"; timeout 150 python3 -m pytest tests -q -p no:cacheprovider --tb=short -rf -m gpu \
+    --ignore=tests/server --ignore=tests/chat 2>&1 | grep -E "passed|failed|FAILED|Error|assert" | head -20
+  echo "== grouped 2048,4096,6144"; timeout 150 python3 benches/grouped_kernel.py --tokens 2048,4096,6144 \
+    --dequant --blocks "0:64:64:4:3:n,128:64:64:8:3:n,128:128:64:8:3:n" 2>&1 \
+    | grep -E "^\||rror" | grep -v "cuBLAS\|3 launches" | head -40
+  echo "== attention"; timeout 60 python3 benches/attention_backends.py --tokens 2048,8192 2>&1 | head -20
+  [ -f "$DATA/q30.ftw" ] || flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
+  local p8="-p 8192 -n 0 -r 2 --mode full --warm --ram-budget 20 --vram-budget 4"
+  for d in 0 auto 0 auto; do
+    echo "== P8 FLINT_PROMPT_DEQUANT=$d"
+    FLINT_PROMPT_DEQUANT=$d timeout 75 flint bench "$DATA/q30.ftw" $p8 2>&1 | grep -E "q30.ftw \||rror"
+  done
+  echo "== P8 resident"; timeout 90 flint bench "$DATA/q30.ftw" -p 8192 -n 0 -r 2 --mode resident --warm \
+    2>&1 | grep -E "q30.ftw \||rror"
+  echo "== P8 cProfile"; timeout 90 python3 benches/prompt_profile.py "$DATA/q30.ftw" --tokens 8192 \
+    --ram-budget 20 --vram-budget 4 --top 45 --python > "$OUT/p8_cprofile.txt" 2>&1
+  grep -E "prefill" "$OUT/p8_cprofile.txt"
+  grep -A30 "Ordered by: internal" "$OUT/p8_cprofile.txt" | cut -c1-150
+}
+
 case $what in
   install) install ;;
   format) install; format ;;
@@ -796,5 +822,6 @@ case $what in
   gpu44) install; gpu44 ;;
   gpu45) install; gpu45 ;;
   gpu46) install; gpu46 ;;
+  gpu47) install; gpu47 ;;
 esac 2>&1 | tee "$OUT/gpu_box_$what.log"
 

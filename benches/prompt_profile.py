@@ -1,7 +1,7 @@
 """Where a long prompt's time goes: one prefill under torch.profiler, GPU time by kind.
 
 Usage: python benches/prompt_profile.py MODEL.ftw [--tokens 8192] [--mode full]
-       [--ram-budget 20] [--vram-budget 4] [--device cuda] [--top 15]
+       [--ram-budget 20] [--vram-budget 4] [--device cuda] [--top 15] [--python]
 
 Loads MODEL as ``flint bench --mode MODE`` does (a streamed mode waits for the load's
 fill when every expert fits the RAM budget), prefills ``--tokens`` random ids once to
@@ -13,11 +13,17 @@ kind's share of the wall time, and the share of the wall time the GPU was busy a
 the host's operators by self time. A
 GPU busy for a small share of the wall time means the host (Python, synchronisation)
 is what the prompt waits for; a busy GPU, the kind that dominates.
+
+``--python``: the second prefill under cProfile instead (no CUDA tracing: the host's
+Python functions by own time and by cumulative time, waits on the GPU included where
+a call synchronises: ``tolist``, ``item``, ``synchronize``).
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import pstats
 import time
 from pathlib import Path
 
@@ -63,6 +69,7 @@ def main() -> None:
     ap.add_argument("--vram-budget", type=float, default=None)
     ap.add_argument("--device", default=None)
     ap.add_argument("--top", type=int, default=15)
+    ap.add_argument("--python", action="store_true", help="cProfile the host instead")
     a = ap.parse_args()
     engine = Engine(ram_budget=a.ram_budget, vram_budget=a.vram_budget)
     setup = Setup(a.model, device=a.device, context_length=a.tokens + 8, engine=engine)
@@ -84,6 +91,15 @@ def main() -> None:
         return time.perf_counter() - t0
 
     print(f"warm-up prefill of {a.tokens} tokens: {run():.3f} s")
+    print(f"unprofiled prefill: {run():.3f} s")
+    if a.python:
+        host = cProfile.Profile()
+        wall = host.runcall(run)
+        print(f"prefill under cProfile: {wall:.3f} s")
+        for key in ("tottime", "cumulative"):
+            pstats.Stats(host).sort_stats(key).print_stats(a.top)
+        llm.close()
+        return
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     with profile(activities=acts) as prof:
         wall = run()

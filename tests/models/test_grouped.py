@@ -11,6 +11,7 @@ import torch
 from test_graphs import GptOssExperts, _reference, _slabs
 
 import flint
+from flint.graphs import grouped
 from flint.graphs.grouped import Tiles, block_m, dequantize_slots, grouped_experts, pair_plan
 from flint.graphs.moe_kernel import available, dequantize, slab_pool, stacked_pool
 from flint.models.moe import weighted_sum
@@ -287,14 +288,39 @@ def test_dequantizing_first_gives_the_same_bits(
     plan = pair_plan(ids, experts, x.device)
     slot_of = {0: 3, 2: 1, 5: 4}
     outs = []
-    for first in ("0", "1"):
+    for first, parts in (("0", 0), ("1", 0), ("1", 2)):
         monkeypatch.setenv("FLINT_PROMPT_DEQUANT", first)
+        if parts:  # the dequantized slots in parts of two (a GPU short of memory)
+            monkeypatch.setattr(grouped, "dequant_slots_per_launch", lambda *_, n=parts: n)
         out = torch.full((tokens * k, hidden), float("nan"))
         grouped_experts(x, plan, slot_of, pool, out)
         outs.append(out)
     assert not outs[0][(ids.reshape(-1) == 0)].isnan().any()
     assert torch.equal(outs[0].nan_to_num(7.0), outs[1].nan_to_num(7.0))
+    assert torch.equal(outs[0].nan_to_num(7.0), outs[2].nan_to_num(7.0)), "in parts"
     raw = dequantize_slots(pool, [3, 1], torch.bfloat16, native=False)
     index = torch.tensor([3, 1])
     for p, proj in enumerate((raw.gate, raw.up, raw.down)):
         assert torch.equal(proj.weights, dequantize(pool, p, index, torch.bfloat16))
+
+
+def test_long_prompts_dequantize_first_on_a_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The route and the program shape are functions of the token count (and the GPU):
+    from ``DEQUANT_TOKENS`` a CUDA launch dequantizes first, and takes 128-row
+    programs where the shared memory holds them; ``FLINT_PROMPT_DEQUANT`` forces
+    either way; the CPU (Triton's interpreter) never by default."""
+    monkeypatch.setattr(grouped, "_INTERPRETED", False)
+    monkeypatch.delenv("FLINT_PROMPT_DEQUANT", raising=False)
+    cuda, cpu, long = torch.device("cuda"), torch.device("cpu"), grouped.DEQUANT_TOKENS
+    assert grouped.dequant_route(long, cuda) and not grouped.dequant_route(long - 1, cuda)
+    assert not grouped.dequant_route(long, cpu)
+    monkeypatch.setenv("FLINT_PROMPT_DEQUANT", "0")
+    assert not grouped.dequant_route(long, cuda)
+    monkeypatch.setenv("FLINT_PROMPT_DEQUANT", "1")
+    assert grouped.dequant_route(1, cpu)
+    for smem, bn in ((227 * 1024, 128), (164 * 1024, 64)):
+        monkeypatch.setattr(grouped, "_smem", lambda _d, s=smem: s)
+        t = grouped.tiles_for(8192, 32, cuda, dequantized=True)
+        assert (t.bm, t.bn, t.warps, t.native) == (128, bn, 8, True)
+        assert grouped.tiles_for(8192, 32, cuda).bn == 64, "in place: 64 rows"
+        assert grouped.tiles_for(2048, 32, cuda, dequantized=True).bm == block_m(2048)

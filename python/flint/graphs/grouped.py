@@ -91,17 +91,23 @@ BIG_BLOCK_TOKENS = 4096
 # The shared memory a 128-pair program's 3-stage pipeline needs at BK 64 (~96 KiB),
 # with room: GPUs with less keep 64-pair programs.
 BIG_BLOCK_SMEM = 160 * 1024
+# ... and with 128 rows of gate and up per program (bf16 weights: ~144 KiB at 3 stages)
+WIDE_BLOCK_SMEM = 200 * 1024
 
 
-def tiles_for(tokens: int, group: int, device: torch.device) -> Tiles:
+def tiles_for(tokens: int, group: int, device: torch.device, dequantized: bool = False) -> Tiles:
     """The program shape of a launch for a ``tokens``-token call: a function of the
     token count (and of the model and the GPU, fixed for a run), so a wave's launch and
     the resident layer's launch of the same call compute each pair the same way (the
     module docs). The GPU's own rounding conversion gives ``_round``'s bits (checked
-    by ``benches/grouped_kernel.py``: 4.78 -> 3.99 ms on the layer above)."""
+    by ``benches/grouped_kernel.py``: 4.78 -> 3.99 ms on the layer above). Weights
+    ``dequantized`` first (``dequant_route``) take 128-row programs where the GPU has
+    the shared memory: bf16 tiles at 128 x 128 took 1.80 ms against 2.39 at 128 x 64
+    on the H200 (gpu46)."""
     native = not _INTERPRETED
     if tokens >= BIG_BLOCK_TOKENS and group <= 64 and _smem(device) >= BIG_BLOCK_SMEM:
-        return Tiles(128, warps=8, native=native)
+        wide = dequantized and _smem(device) >= WIDE_BLOCK_SMEM
+        return Tiles(128, bn=128 if wide else 64, warps=8, native=native)
     return Tiles(block_m(tokens), native=native)
 
 
@@ -159,16 +165,39 @@ def prompt_sum(outputs: torch.Tensor, weights: torch.Tensor, dtype: torch.dtype)
 DEQUANT_TILE = (64, 128)
 
 
-def dequant_first() -> bool:
-    """``FLINT_PROMPT_DEQUANT=1``: a grouped launch over int8/int4 slabs first
-    dequantizes its slots to the model dtype (``tile_dequant_kernel``, ``_tile``'s
-    values) and runs the kernels on those bf16 weights: the same bits (``_tile`` then the
-    same products, checked by ``benches/grouped_kernel.py`` and the tests), at the cost
-    of the dequantized copies' memory (an 8k prompt's 30B-A3B layer: 1.2 GB). An
-    experiment, off by default, until a measurement shows the route faster: on the
-    H200 the bf16 kernels took 1.99 ms for a layer the int4 ones take in 3.44, and the
-    old dequantize kernel 4.38 ms (docs/benchmarks.md, "Tenth session")."""
-    return os.environ.get("FLINT_PROMPT_DEQUANT", "0") == "1"
+# From this many tokens a grouped launch over int8/int4 slabs dequantizes its slots
+# first (``dequant_route``). On the H200, one 30B-A3B int4 layer at 8k tokens: 2.23 ms
+# dequantized first against 3.30 in place (``benches/grouped_kernel.py --dequant``,
+# gpu46); dequantizing costs ~0.8 ms a layer whatever the token count, so short
+# prompts keep the in-place kernels.
+DEQUANT_TOKENS = 4096
+# The dequantized copies of one launch take at most this share of the GPU's memory: a
+# launch over more slots dequantizes and computes them in parts.
+DEQUANT_SHARE = 1 / 16
+
+
+def dequant_route(tokens: int, device: torch.device) -> bool:
+    """Whether a grouped launch of a ``tokens``-token call over int8/int4 slabs first
+    dequantizes its slots to the model dtype (``tile_dequant_kernel``: ``_tile``'s
+    values, the tile the kernels dequantize in place) and runs the kernels on those
+    weights, the same products on the same values: with the same program shape the
+    same bits as in place (checked by ``benches/grouped_kernel.py`` and the tests).
+    A long prompt reads each expert's tiles once per 128-pair block in place (four
+    times per expert at 8k tokens), once dequantized. ``FLINT_PROMPT_DEQUANT`` = ``1``
+    always, ``0`` never; by default from ``DEQUANT_TOKENS`` on a GPU. A function of
+    the token count, as the shape is: every launch of one call takes the same route."""
+    mode = os.environ.get("FLINT_PROMPT_DEQUANT", "auto")
+    if mode in ("0", "1"):
+        return mode == "1"
+    return device.type == "cuda" and not _INTERPRETED and tokens >= DEQUANT_TOKENS
+
+
+def dequant_slots_per_launch(pool: ExpertPool, device: torch.device, itemsize: int) -> int:
+    """Slots one dequantized part holds: ``DEQUANT_SHARE`` of the GPU's memory (all
+    128 experts of a 30B-A3B layer, 1.2 GB, on an H200)."""
+    per_slot = 3 * pool.inter * pool.hidden * itemsize
+    total = torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else 0
+    return max(1, int(total * DEQUANT_SHARE) // per_slot) if total else pool.experts
 
 
 def dequantize_slots(
@@ -205,22 +234,43 @@ def grouped_experts(
     tiles: Tiles | None = None,  # benchmarks only: the program shape (else ``tiles_for``)
 ) -> None:
     """Computes the pairs routed to ``slot_of``'s experts into ``out`` (see the module
-    docs); biases are looked up by expert id."""
+    docs); biases are looked up by expert id. Each pair's output depends on its token,
+    its expert and the program shape alone, so the parts of a dequantized launch
+    (``dequant_slots_per_launch``) give the bits of one launch."""
     assert triton is not None, "check moe_kernel.available() first"
+    dev = x.device
+    route = pool.scheme != RAW and bool(slot_of) and dequant_route(x.shape[0], dev)
+    t = tiles or tiles_for(x.shape[0], pool.group, dev, dequantized=route)
+    if not route:
+        _launch(x, plan, slot_of, pool, out, t, pool.group)
+        return
+    native = t.native and not _INTERPRETED
+    used = sorted(set(slot_of.values()))
+    step = dequant_slots_per_launch(pool, dev, x.element_size())
+    for p in range(0, len(used), step):
+        part = used[p : p + step]
+        at = {s: i for i, s in enumerate(part)}
+        raw = dequantize_slots(pool, part, x.dtype, native)
+        sub = {e: at[s] for e, s in slot_of.items() if s in at}
+        _launch(x, plan, sub, raw, out, t, pool.group)  # the slabs' group: the same BK
+
+
+def _launch(
+    x: torch.Tensor,
+    plan: PairPlan,
+    slot_of: dict[int, int],
+    pool: ExpertPool,
+    out: torch.Tensor,
+    t: Tiles,
+    group: int,  # the slabs' (kept when they were dequantized first)
+) -> None:
+    """The two grouped launches over ``slot_of``'s slots of ``pool``."""
     tokens, h_dim = x.shape
     top_k = plan.order.numel() // tokens
     n, i_dim, dev = pool.experts, pool.inter, x.device
-    t = tiles or tiles_for(tokens, pool.group, dev)
     bm, bn, warps, stages = t.bm, t.bn, t.warps, t.stages
-    group = pool.group  # the slabs' (kept if they are dequantized first below)
     bk = max(t.bk, group)  # an int4 tile holds whole groups
     native = t.native and not _INTERPRETED
-    if pool.scheme != RAW and slot_of and dequant_first():
-        used = sorted(set(slot_of.values()))
-        pool = dequantize_slots(pool, used, x.dtype, native)  # the same BK below
-        at = {s: i for i, s in enumerate(used)}
-        slot_of = {e: at[s] for e, s in slot_of.items()}
-        n = pool.experts
     start, count, experts = [0] * n, [0] * n, [0] * n
     for e, s in slot_of.items():
         start[s], count[s], experts[s] = plan.start[e], plan.count[e], e
