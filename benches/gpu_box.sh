@@ -770,6 +770,30 @@ gpu47() {
   grep -A30 "Ordered by: internal" "$OUT/p8_cprofile.txt" | cut -c1-150
 }
 
+# Eleventh session, second call: a long prompt's early launches (its VRAM and copied-ahead
+# experts queued before the wave plan, the next layer's copies right after) and cuDNN's
+# attention first: P8 with the gpu47 wheel (.device/before) and this one in turn, then
+# this one without cuDNN's attention; attention by backend at 8k; cProfile again.
+gpu48() {
+  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
+  echo "== GPU tests"; timeout 170 python3 -m pytest tests -q -p no:cacheprovider --tb=short -rf -m gpu \
+    --ignore=tests/server --ignore=tests/chat 2>&1 | grep -E "passed|failed|FAILED|Error|assert" | head -20
+  echo "== attention"; timeout 60 python3 benches/attention_backends.py --tokens 8192 2>&1 | grep "^|"
+  [ -f "$DATA/q30.ftw" ] || flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
+  local p8="-p 8192 -n 0 -r 2 --mode full --warm --ram-budget 20 --vram-budget 4"
+  for w in before after before after; do
+    local whl=.device/flint-*.whl; [ $w = before ] && whl=.device/before/flint-*.whl
+    python3 -m pip install --no-deps --force-reinstall -q $whl 2>&1 | grep -v WARNING | tail -1
+    echo "== P8 $w"; timeout 75 flint bench "$DATA/q30.ftw" $p8 2>&1 | grep -E "q30.ftw \||rror"
+  done
+  echo "== P8 after, FLINT_CUDNN_ATTENTION=0"
+  FLINT_CUDNN_ATTENTION=0 timeout 75 flint bench "$DATA/q30.ftw" $p8 2>&1 | grep -E "q30.ftw \||rror"
+  echo "== P8 cProfile"; timeout 90 python3 benches/prompt_profile.py "$DATA/q30.ftw" --tokens 8192 \
+    --ram-budget 20 --vram-budget 4 --top 45 --python > "$OUT/p8_cprofile.txt" 2>&1
+  grep -E "prefill" "$OUT/p8_cprofile.txt"
+  grep -A25 "Ordered by: internal" "$OUT/p8_cprofile.txt" | cut -c1-150
+}
+
 case $what in
   install) install ;;
   format) install; format ;;
@@ -823,5 +847,6 @@ case $what in
   gpu45) install; gpu45 ;;
   gpu46) install; gpu46 ;;
   gpu47) install; gpu47 ;;
+  gpu48) install; gpu48 ;;
 esac 2>&1 | tee "$OUT/gpu_box_$what.log"
 

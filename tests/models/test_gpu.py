@@ -87,16 +87,19 @@ def test_tiny_code_moe_quality_on_the_gpu(tmp_path: Path) -> None:
             assert r.kl <= max_kl and r.top1 >= min_top1
 
 
+@pytest.mark.parametrize("cudnn", ["1", "0"])
 @pytest.mark.parametrize("quant", ["none", "int4"])
 def test_whole_prompt_attention_follows_the_chunks(
-    quant: str, wide_files: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+    quant: str, cudnn: str, wide_files: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A prompt and a continuation longer than the chunk attend in one call on CUDA
-    (flash or efficient SDPA under the real rule): logits and the decode steps after
-    them (which read the keys and values they wrote) agree with chunked attention
-    within rounding, greedy tokens equal."""
+    (cuDNN's, flash or efficient SDPA under the real rule; ``FLINT_CUDNN_ATTENTION=0``
+    without cuDNN's): logits and the decode steps after them (which read the keys and
+    values they wrote) agree with chunked attention within rounding, greedy tokens
+    equal."""
     from flint.models.attention import Attention
 
+    monkeypatch.setenv("FLINT_CUDNN_ATTENTION", cudnn)
     attend = Attention.__call__
     ids = [(7 * i + 3) % 290 + 5 for i in range(88)]
     runs = {}

@@ -95,9 +95,23 @@ def causal_mask(start: int, tokens: int, device: torch.device) -> torch.Tensor |
     return k_pos <= q_pos
 
 
-# SDPA's kernels that never hold a [T, S] score matrix: with one of them a prompt's
-# attention needs no chunking for memory
-LINEAR_MEMORY = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]
+# SDPA's kernels that never hold a [T, S] score matrix, in the order tried: with one of
+# them a prompt's attention needs no chunking for memory. cuDNN's first: a fresh
+# 2k-token prompt's causal GQA attention (32 / 4 heads of 128) took 0.112 ms against
+# flash's 0.190 on the H200 (``benches/attention_backends.py``, gpu47); where it does not
+# apply (a continuation's lower-right mask, an older GPU) SDPA takes the next.
+LINEAR_MEMORY = [
+    SDPBackend.CUDNN_ATTENTION,
+    SDPBackend.FLASH_ATTENTION,
+    SDPBackend.EFFICIENT_ATTENTION,
+]
+
+
+def linear_memory(backends: list[SDPBackend]) -> list[SDPBackend]:
+    """``backends`` without cuDNN's where ``FLINT_CUDNN_ATTENTION=0`` (to compare)."""
+    if os.environ.get("FLINT_CUDNN_ATTENTION", "1") == "0":
+        return [b for b in backends if b != SDPBackend.CUDNN_ATTENTION]
+    return backends
 
 
 def whole_prompt_attention(

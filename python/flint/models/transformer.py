@@ -8,7 +8,13 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import sdpa_kernel
 
-from flint.models.attention import LINEAR_MEMORY, Attention, causal_mask, whole_prompt_attention
+from flint.models.attention import (
+    LINEAR_MEMORY,
+    Attention,
+    causal_mask,
+    linear_memory,
+    whole_prompt_attention,
+)
 from flint.models.config import ModelConfig
 from flint.models.kv_cache import KVCache, split_cache
 from flint.models.loading import Placement
@@ -139,7 +145,7 @@ class DecoderLayer:
         if not whole_prompt_attention(cfg, tokens, start + tokens, chunk, x.device, x.dtype):
             return None
         try:
-            with sdpa_kernel(LINEAR_MEMORY):
+            with sdpa_kernel(linear_memory(LINEAR_MEMORY), set_priority=True):
                 return self._attend(x, start, cache, cos, sin)
         except RuntimeError as err:
             if isinstance(err, torch.OutOfMemoryError) or not any(m in str(err) for m in NO_KERNEL):

@@ -422,23 +422,6 @@ class StreamedExperts(CudaPlacement):
         h = m.hidden(layer, expert, kernel(xs, w[0]), kernel(xs, w[1]))  # [N, I]
         return m.output(layer, expert, kernel(h, w[2]))  # [N, H]
 
-    def _vram_grouped(
-        self,
-        layer: int,
-        vram: VramCache,
-        experts: list[int],
-        x: torch.Tensor,
-        plan: PairPlan,
-        outputs: torch.Tensor,
-    ) -> None:
-        """``experts`` (held in ``vram``) computed from its pool in one launch."""
-        where = vram.where[layer]
-        slots = {e: where[e] for e in experts}
-        pool = vram.views.get(layer)
-        if pool is None:
-            pool = vram.views[layer] = self._make_pool(layer, vram.pools[layer])
-        self._grouped(layer, pool, slots, x, plan, outputs)
-
     def _idle_loop(self) -> None:
         """Fills empty slots with the most-used experts (usage table) once no forward
         call has come for ``IDLE_FILL_AFTER_S``; never evicts."""
@@ -510,10 +493,6 @@ class StreamedExperts(CudaPlacement):
         # The ids reach the CPU in one copy, ordered on the model's stream (no device-
         # wide synchronisation); everything the host decides is computed from it.
         flat_host = flat.cpu()
-        # the experts copied up while the layer before ran: after the wait above, by
-        # which their copies have usually landed (a second wait before it would hold
-        # the host behind the copy stream)
-        ahead = self._take_ahead(layer, x.device) if self._aheads else None
         # The pairs sorted by expert: a decode-sized call with the slab kernels sorts
         # them on the host, where its ids already are (its kernels take host lists); a
         # prompt's, and those of the per-expert paths (which index the device's tensors
@@ -525,12 +504,35 @@ class StreamedExperts(CudaPlacement):
         # the pairs' experts as a list where the slot kernels or the routing record
         # read them (decode-sized calls), not for a prompt's tens of thousands
         host_ids = flat_host.tolist() if tokens <= KERNEL_TOKENS else None
+        outputs = torch.empty(tokens * k, x.shape[1], dtype=torch.float32, device=x.device)
+        plan = PairPlan(tokens, order, starts, counts, host_ids) if self.slab_kernels else None
+        vram = self.vram_of.get(layer)
+        # A long prompt on a GPU queues what needs no wave plan first (its VRAM
+        # experts, the ones copied ahead) and the next layer's copies: the GPU has been
+        # idle since the ids left it, and the host's plan takes ~1 ms a layer.
+        early = (
+            not small
+            and x.device.type == "cuda"
+            and (vram is None or not vram.free[layer])  # else first uses admit experts
+            and not (self.fused is not None and vram is None)
+        )
+        if early and plan is not None and vram is not None:
+            self._held_grouped(layer, vram, counts, x, plan, outputs)
+        # the experts copied up while the layer before ran: after the wait above, by
+        # which their copies have usually landed (a second wait before it would hold
+        # the host behind the copy stream)
+        ahead = self._take_ahead(layer, x.device) if self._aheads else None
+        early_ahead: set[int] = set()
+        if early and plan is not None:
+            if ahead is not None:
+                early_ahead = self._ahead_early(layer, ahead, vram, counts, x, plan, outputs)
+            self._copy_ahead(layer, tokens, x.device)  # now they have the most time
         if self.routing is not None and tokens == 1 and host_ids is not None:
             self.routing.append(host_ids)
         # rank order of first selection
         selected = first_selected(flat_host, self.cfg.num_experts)
         self.lookahead.score(layer, set(selected))
-        vram, held = self.vram_of.get(layer), []
+        held: list[int] = []
         if vram is not None:
             vram.note(layer, counts)
             vram.counters.selections += len(selected)
@@ -539,7 +541,6 @@ class StreamedExperts(CudaPlacement):
             self.engine.record_use(layer, held)
             vram.counters.hits += len(held)
         self.engine.begin_layer(layer, selected)
-        outputs = torch.empty(tokens * k, x.shape[1], dtype=torch.float32, device=x.device)
         if self.fused is not None and vram is None:
             waves = self._waves(layer, flat_host.view(tokens, k), selected, counts)
             return self._fused_waves(layer, x, ids, weights, waves, outputs)
@@ -562,9 +563,8 @@ class StreamedExperts(CudaPlacement):
             # copied now, before the GPU work below is queued (ids, order: on the host)
             x_host = HostBatch(x, flat_host.view(tokens, k), order, host.dtype)
         # the VRAM experts' work is queued on the GPU first: it runs while the CPU works
-        plan = PairPlan(tokens, order, starts, counts, host_ids) if self.slab_kernels else None
         if plan is not None:
-            if vram is not None and held:  # one launch
+            if vram is not None and held and not early:  # one launch (else queued above)
                 self._vram_grouped(layer, vram, held, x, plan, outputs)
         else:
             for expert in held:
@@ -592,7 +592,8 @@ class StreamedExperts(CudaPlacement):
                     y = self._vram_expert(layer, expert, x[rows // k])
                     outputs[rows] = y.to(torch.float32)
                 elif ahead is not None and expert in ahead.rows:
-                    from_ahead.append(expert)  # copied up while the layer before ran
+                    if expert not in early_ahead:  # (those are queued already)
+                        from_ahead.append(expert)  # copied up while the layer before ran
                 elif x_host is not None:
                     on_host.append((expert, address, hit))
                 elif stager is not None:
@@ -624,7 +625,8 @@ class StreamedExperts(CudaPlacement):
         if plan is not None:
             if small:  # one launch instead of ~15 ops (within rounding)
                 return ranked_sum(outputs, weights, x.dtype)
-            self._copy_ahead(layer, tokens, x.device)
+            if not early:  # (else queued above)
+                self._copy_ahead(layer, tokens, x.device)
             return prompt_sum(outputs, weights, x.dtype)  # as the resident slab backend
         return weighted_sum(outputs.view(tokens, k, -1), weights).to(x.dtype)
 

@@ -186,6 +186,58 @@ class CudaPlacement:
         prompt_ahead.read(ahead, main)
         self.counters.ahead_computed += len(experts)
 
+    def _vram_grouped(
+        self,
+        layer: int,
+        vram: VramCache,
+        experts: list[int],
+        x: torch.Tensor,
+        plan: PairPlan,
+        outputs: torch.Tensor,
+    ) -> None:
+        """``experts`` (held in ``vram``) computed from its pool in one launch."""
+        where = vram.where[layer]
+        slots = {e: where[e] for e in experts}
+        pool = vram.views.get(layer)
+        if pool is None:
+            pool = vram.views[layer] = self._make_pool(layer, vram.pools[layer])
+        self._grouped(layer, pool, slots, x, plan, outputs)
+
+    def _held_grouped(
+        self,
+        layer: int,
+        vram: VramCache,
+        counts: list[int],
+        x: torch.Tensor,
+        plan: PairPlan,
+        outputs: torch.Tensor,
+    ) -> None:
+        """A prompt call's experts that VRAM holds, queued as soon as the router's ids
+        reach the host: the GPU, idle since they left it, gets work before the host
+        plans the waves (the same experts, launch and bits as after the plan)."""
+        held = [e for e in vram.where[layer] if counts[e]]
+        if held:
+            self._vram_grouped(layer, vram, held, x, plan, outputs)
+
+    def _ahead_early(
+        self,
+        layer: int,
+        ahead: Ahead,
+        vram: VramCache | None,
+        counts: list[int],
+        x: torch.Tensor,
+        plan: PairPlan,
+        outputs: torch.Tensor,
+    ) -> set[int]:
+        """The selected experts copied ahead (and not held in VRAM) queued right after
+        the held ones, before the waves are planned: the waves would send each of them
+        to the area (``from_ahead``), as no VRAM slot is free. Returns them."""
+        where = vram.where[layer] if vram is not None else {}
+        early = [e for e in ahead.rows if counts[e] and e not in where]
+        if early:
+            self._from_ahead(layer, ahead, early, x, plan, outputs)
+        return set(early)
+
     def _drop_aheads(self) -> None:
         """Unpins whatever a forward that ended early left copied ahead."""
         for prompt_ahead in self._aheads.values():
