@@ -794,6 +794,26 @@ gpu48() {
   grep -A25 "Ordered by: internal" "$OUT/p8_cprofile.txt" | cut -c1-150
 }
 
+# Eleventh session, last call: a prompt's counts, first and last selections made on the
+# GPU and read back with its ids (routing_summary). P8 with the gpu48 wheel
+# (.device/before) and this one in turn, V1 and a 2k prompt with this one.
+gpu49() {
+  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
+  echo "== GPU tests"; timeout 170 python3 -m pytest tests -q -p no:cacheprovider --tb=short -rf -m gpu \
+    --ignore=tests/server --ignore=tests/chat 2>&1 | grep -E "passed|failed|FAILED|Error|assert" | head -20
+  [ -f "$DATA/q30.ftw" ] || flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
+  local p8="-p 8192 -n 0 -r 2 --mode full --warm --ram-budget 20 --vram-budget 4"
+  for w in before after before after; do
+    local whl=.device/flint-*.whl; [ $w = before ] && whl=.device/before/flint-*.whl
+    python3 -m pip install --no-deps --force-reinstall -q $whl 2>&1 | grep -v WARNING | tail -1
+    echo "== P8 $w"; timeout 75 flint bench "$DATA/q30.ftw" $p8 2>&1 | grep -E "q30.ftw \||rror"
+  done
+  echo "== P2k"; timeout 75 flint bench "$DATA/q30.ftw" -p 2048 -n 0 -r 3 --mode full --warm \
+    --ram-budget 20 --vram-budget 4 2>&1 | grep -E "q30.ftw \||rror"
+  echo "== V1"; timeout 90 flint bench "$DATA/q30.ftw" -p 0 -n 64 --tg-random -r 2 --mode full \
+    --ram-budget 20 --vram-budget 4 2>&1 | grep -E "q30.ftw \||rror"
+}
+
 case $what in
   install) install ;;
   format) install; format ;;
@@ -848,5 +868,6 @@ case $what in
   gpu46) install; gpu46 ;;
   gpu47) install; gpu47 ;;
   gpu48) install; gpu48 ;;
+  gpu49) install; gpu49 ;;
 esac 2>&1 | tee "$OUT/gpu_box_$what.log"
 

@@ -101,3 +101,23 @@ def test_first_selected_is_the_order_of_first_selection(pairs: int) -> None:
         assert first_selected(flat, n_experts) == want
     flat = torch.tensor([5, 5, 2] * 40)  # 120 pairs, two experts of 8
     assert first_selected(flat, 8) == [5, 2]
+
+
+@pytest.mark.parametrize("tokens", [1, 9, 600])
+def test_the_routing_summary_gives_the_hosts_plan(tokens: int) -> None:
+    """``routing_summary`` (a GPU prompt's counts, first and last selections, made on
+    the device and read back with the ids; here on the CPU) gives the ids, the counts,
+    and the first-selection and end orders the host computes from the ids alone,
+    unselected experts included."""
+    from flint.stream.waves import routing_summary
+
+    gen = torch.Generator().manual_seed(tokens)
+    k, n_experts = 4, 40
+    ids = torch.stack([torch.randperm(n_experts - 5, generator=gen)[:k] for _ in range(tokens)])
+    flat_host, counts, first, last = routing_summary(ids.reshape(-1), k, n_experts)
+    assert torch.equal(flat_host, ids.reshape(-1))
+    assert counts == torch.bincount(ids.reshape(-1), minlength=n_experts).tolist()
+    assert first_selected(flat_host, n_experts, first) == first_selected(ids.reshape(-1), n_experts)
+    assert end_order(ids, n_experts, counts, last) == end_order(ids, n_experts)
+    want = plan_waves(ids, n_experts, 7, [3, 1])
+    assert plan_waves(ids, n_experts, 7, [3, 1], counts, last) == want

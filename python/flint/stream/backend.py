@@ -53,7 +53,7 @@ from flint.stream.qsplit import QSplit, pcie_bandwidth, resolve_host_split
 from flint.stream.readahead import ReadAhead
 from flint.stream.slab import slot_bytes
 from flint.stream.vram import VramCache, VramRequest, free_vram
-from flint.stream.waves import first_selected, plan_waves
+from flint.stream.waves import first_selected, plan_waves, routing_summary
 
 # T = tokens, H = hidden, K = top-k, E = experts per layer, N = rows routed to one expert
 
@@ -490,16 +490,21 @@ class StreamedExperts(CudaPlacement):
         if layer == self.first_layer:
             self._new_forward(tokens)
         flat = ids.reshape(-1)  # [T*K], entry t*K + k
+        small = tokens <= KERNEL_TOKENS and (self.slab_kernels or x.device.type == "cpu")
         # The ids reach the CPU in one copy, ordered on the model's stream (no device-
-        # wide synchronisation); everything the host decides is computed from it.
-        flat_host = flat.cpu()
+        # wide synchronisation); everything the host decides is computed from it. A
+        # prompt on a GPU brings its counts, first and last selections along.
+        first = last = None
+        if not small and x.device.type == "cuda":
+            flat_host, counts, first, last = routing_summary(flat, k, self.cfg.num_experts)
+        else:
+            flat_host = flat.cpu()  # the ids' read-back: one wait
+            counts = np.bincount(flat_host.numpy(), minlength=self.cfg.num_experts).tolist()
         # The pairs sorted by expert: a decode-sized call with the slab kernels sorts
         # them on the host, where its ids already are (its kernels take host lists); a
         # prompt's, and those of the per-expert paths (which index the device's tensors
         # with them: a host index would be a synchronising copy each), on the device.
-        small = tokens <= KERNEL_TOKENS and (self.slab_kernels or x.device.type == "cpu")
         order = torch.argsort(flat_host if small else flat, stable=True)
-        counts = np.bincount(flat_host.numpy(), minlength=self.cfg.num_experts).tolist()
         starts = starts_of(counts)
         # the pairs' experts as a list where the slot kernels or the routing record
         # read them (decode-sized calls), not for a prompt's tens of thousands
@@ -530,7 +535,7 @@ class StreamedExperts(CudaPlacement):
         if self.routing is not None and tokens == 1 and host_ids is not None:
             self.routing.append(host_ids)
         # rank order of first selection
-        selected = first_selected(flat_host, self.cfg.num_experts)
+        selected = first_selected(flat_host, self.cfg.num_experts, first)
         self.lookahead.score(layer, set(selected))
         held: list[int] = []
         if vram is not None:
@@ -574,7 +579,7 @@ class StreamedExperts(CudaPlacement):
         admitted: list[int] = []
         # planned from the host's ids: from the device's, the plan's reads would wait
         # for the VRAM experts' work just queued, and the copies below with them
-        for wave in self._waves(layer, flat_host.view(tokens, k), selected, counts):
+        for wave in self._waves(layer, flat_host.view(tokens, k), selected, counts, last):
             on_host: list[tuple[int, int, bool]] = []
             staged: list[tuple[int, int, bool]] = []
             from_ahead: list[int] = []
@@ -655,17 +660,24 @@ class StreamedExperts(CudaPlacement):
 
     # --- prompt waves (issue 8) ---
     def _waves(
-        self, layer: int, ids: torch.Tensor, selected: list[int], counts: list[int]
+        self,
+        layer: int,
+        ids: torch.Tensor,
+        selected: list[int],
+        counts: list[int],
+        last: np.ndarray | None = None,
     ) -> list[list[int]]:
-        """``ids`` [T, K] on the CPU, ``counts`` their selections per expert. Decode:
-        the selection in router-rank order, in waves of the layer's slots. A prompt:
+        """``ids`` [T, K] on the CPU, ``counts`` their selections per expert (``last``:
+        the last token of each, where the caller has it). Decode: the selection in
+        router-rank order, in waves of the layer's slots. A prompt:
         ``plan_waves`` (residents first, the experts the end of the prompt used last,
         each selected expert placed once). Experts the VRAM cache holds are not in
         ``selected`` and are left out of every wave."""
         cap = self.prompt_memory.capacity(layer)  # fewer while slots are lent
         if ids.shape[0] == 1:
             return [selected[i : i + cap] for i in range(0, len(selected), cap)]
-        plan = plan_waves(ids, self.cfg.num_experts, cap, self.engine.resident(layer), counts)
+        resident = self.engine.resident(layer)
+        plan = plan_waves(ids, self.cfg.num_experts, cap, resident, counts, last)
         if plan.protect:
             self.engine.protect(layer, list(plan.protect))
         c = self.counters
