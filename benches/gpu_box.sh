@@ -795,8 +795,9 @@ gpu48() {
 }
 
 # Eleventh session, last call: a prompt's counts, first and last selections made on the
-# GPU and read back with its ids (routing_summary). P8 with the gpu48 wheel
-# (.device/before) and this one in turn, V1 and a 2k prompt with this one.
+# GPU and read back with its ids (routing_summary), its VRAM and copied-ahead experts in
+# one dequantized launch (grouped_over). P8 with the gpu48 wheel (.device/before) and
+# this one in turn; a 2k prompt, V1 and the host under cProfile with this one.
 gpu49() {
   [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
   echo "== GPU tests"; timeout 170 python3 -m pytest tests -q -p no:cacheprovider --tb=short -rf -m gpu \
@@ -812,6 +813,10 @@ gpu49() {
     --ram-budget 20 --vram-budget 4 2>&1 | grep -E "q30.ftw \||rror"
   echo "== V1"; timeout 90 flint bench "$DATA/q30.ftw" -p 0 -n 64 --tg-random -r 2 --mode full \
     --ram-budget 20 --vram-budget 4 2>&1 | grep -E "q30.ftw \||rror"
+  echo "== P8 cProfile"; timeout 90 python3 benches/prompt_profile.py "$DATA/q30.ftw" --tokens 8192 \
+    --ram-budget 20 --vram-budget 4 --top 45 --python > "$OUT/p8_cprofile.txt" 2>&1
+  grep -E "prefill" "$OUT/p8_cprofile.txt"
+  grep -A16 "Ordered by: internal" "$OUT/p8_cprofile.txt" | cut -c1-150
 }
 
 case $what in

@@ -298,6 +298,12 @@ def test_dequantizing_first_gives_the_same_bits(
     assert not outs[0][(ids.reshape(-1) == 0)].isnan().any()
     assert torch.equal(outs[0].nan_to_num(7.0), outs[1].nan_to_num(7.0))
     assert torch.equal(outs[0].nan_to_num(7.0), outs[2].nan_to_num(7.0)), "in parts"
+    monkeypatch.undo()
+    for first in ("0", "1"):  # over two pools (here one pool twice, other experts)
+        monkeypatch.setenv("FLINT_PROMPT_DEQUANT", first)
+        out = torch.full((tokens * k, hidden), float("nan"))
+        grouped.grouped_over(x, plan, [(pool, {2: 1}), (pool, {}), (pool, {0: 3, 5: 4})], out)
+        assert torch.equal(outs[0].nan_to_num(7.0), out.nan_to_num(7.0)), ("two pools", first)
     raw = dequantize_slots(pool, [3, 1], torch.bfloat16, native=False)
     index = torch.tensor([3, 1])
     for p, proj in enumerate((raw.gate, raw.up, raw.down)):

@@ -206,23 +206,37 @@ def dequantize_slots(
     """A bf16 (``dtype``) pool of ``pool``'s ``slots``, in that order: each projection
     dequantized by the grouped kernels' ``_tile`` in one launch; biases and activation
     kept (looked up by expert id, as before)."""
-    assert triton is not None and pool.scheme != RAW
-    dev = pool.gate.weights.device
-    (index,) = aligned_views([slots], torch.int32, dev)
-    shapes = ((pool.inter, pool.hidden), (pool.inter, pool.hidden), (pool.hidden, pool.inter))
-    br, bc = DEQUANT_TILE[0], max(DEQUANT_TILE[1], pool.group)
-    outs = []
+    return _dequantized([(pool, slots)], dtype, native)
+
+
+def _dequantized(
+    parts: list[tuple[ExpertPool, list[int]]], dtype: torch.dtype, native: bool
+) -> ExpertPool:
+    """One bf16 pool of every part's slots, in order (the parts: int8/int4 pools of one
+    layer, e.g. its VRAM cache's and the experts copied ahead): per part and
+    projection one ``tile_dequant_kernel`` launch into its rows."""
+    assert triton is not None
+    first = parts[0][0]
+    assert all(p.scheme != RAW and p.group == first.group for p, _ in parts)
+    dev, total = first.gate.weights.device, sum(len(s) for _, s in parts)
+    shapes = ((first.inter, first.hidden), (first.inter, first.hidden), (first.hidden, first.inter))
+    outs = [torch.empty(total, r, c, dtype=dtype, device=dev) for r, c in shapes]
+    indexes = aligned_views([s for _, s in parts], torch.int32, dev)
+    br, bc = DEQUANT_TILE[0], max(DEQUANT_TILE[1], first.group)
+    at = 0
     with on_device(dev):
-        for proj, (rows, cols) in zip((pool.gate, pool.up, pool.down), shapes, strict=True):
-            out = torch.empty(len(slots), rows, cols, dtype=dtype, device=dev)
-            grid = (len(slots), triton.cdiv(rows, br), triton.cdiv(cols, bc))
-            tile_dequant_kernel[grid](
-                *_args(proj), index, out, rows, cols, SCHEME=pool.scheme, GROUP=pool.group,
-                BR=br, BC=bc, NATIVE=native and not _INTERPRETED,
-            )  # fmt: skip
-            outs.append(out)
+        for (pool, slots), index in zip(parts, indexes, strict=True):
+            projs = (pool.gate, pool.up, pool.down)
+            for proj, out, (rows, cols) in zip(projs, outs, shapes, strict=True):
+                grid = (len(slots), triton.cdiv(rows, br), triton.cdiv(cols, bc))
+                tile_dequant_kernel[grid](
+                    *_args(proj), index, out[at : at + len(slots)], rows, cols,
+                    SCHEME=pool.scheme, GROUP=pool.group, BR=br, BC=bc,
+                    NATIVE=native and not _INTERPRETED,
+                )  # fmt: skip
+            at += len(slots)
     raw = stacked_pool(*outs)
-    return replace(raw, biases=pool.biases, act=pool.act, alpha=pool.alpha, limit=pool.limit)
+    return replace(raw, biases=first.biases, act=first.act, alpha=first.alpha, limit=first.limit)
 
 
 def grouped_experts(
@@ -234,25 +248,48 @@ def grouped_experts(
     tiles: Tiles | None = None,  # benchmarks only: the program shape (else ``tiles_for``)
 ) -> None:
     """Computes the pairs routed to ``slot_of``'s experts into ``out`` (see the module
-    docs); biases are looked up by expert id. Each pair's output depends on its token,
-    its expert and the program shape alone, so the parts of a dequantized launch
-    (``dequant_slots_per_launch``) give the bits of one launch."""
+    docs); biases are looked up by expert id."""
+    grouped_over(x, plan, [(pool, slot_of)], out, tiles)
+
+
+def grouped_over(
+    x: torch.Tensor,  # [T, H] in the model dtype
+    plan: PairPlan,
+    parts: list[tuple[ExpertPool, dict[int, int]]],  # pools of one layer, their experts
+    out: torch.Tensor,  # [T*K, H] fp32
+    tiles: Tiles | None = None,
+) -> None:
+    """``grouped_experts`` over the experts of several pools of one layer (e.g. its
+    VRAM cache and the experts copied ahead): dequantized first (``dequant_route``),
+    they go into one bf16 pool and one launch. Each pair's output depends on its token,
+    its expert and the program shape alone, so one launch, one per pool, and the parts
+    of a large launch (``dequant_slots_per_launch``) give the same bits."""
     assert triton is not None, "check moe_kernel.available() first"
-    dev = x.device
-    route = pool.scheme != RAW and bool(slot_of) and dequant_route(x.shape[0], dev)
-    t = tiles or tiles_for(x.shape[0], pool.group, dev, dequantized=route)
+    parts = [(p, so) for p, so in parts if so]
+    if not parts:
+        return
+    dev, group = x.device, parts[0][0].group
+    route = parts[0][0].scheme != RAW and dequant_route(x.shape[0], dev)
+    t = tiles or tiles_for(x.shape[0], group, dev, dequantized=route)
     if not route:
-        _launch(x, plan, slot_of, pool, out, t, pool.group)
+        for pool, slot_of in parts:
+            _launch(x, plan, slot_of, pool, out, t, pool.group)
         return
     native = t.native and not _INTERPRETED
-    used = sorted(set(slot_of.values()))
-    step = dequant_slots_per_launch(pool, dev, x.element_size())
-    for p in range(0, len(used), step):
-        part = used[p : p + step]
-        at = {s: i for i, s in enumerate(part)}
-        raw = dequantize_slots(pool, part, x.dtype, native)
-        sub = {e: at[s] for e, s in slot_of.items() if s in at}
-        _launch(x, plan, sub, raw, out, t, pool.group)  # the slabs' group: the same BK
+    # every (part, slot) used, in order; a launch takes at most ``step`` of them
+    used = [(i, s) for i, (_, so) in enumerate(parts) for s in sorted(set(so.values()))]
+    step = dequant_slots_per_launch(parts[0][0], dev, x.element_size())
+    for c in range(0, len(used), step):
+        chunk = used[c : c + step]
+        row = {u: r for r, u in enumerate(chunk)}
+        slots: dict[int, list[int]] = {}
+        for i, s in chunk:
+            slots.setdefault(i, []).append(s)
+        raw = _dequantized([(parts[i][0], ss) for i, ss in slots.items()], x.dtype, native)
+        sub = {
+            e: row[i, s] for i, (_, so) in enumerate(parts) for e, s in so.items() if (i, s) in row
+        }
+        _launch(x, plan, sub, raw, out, t, group)  # the slabs' group: the same BK
 
 
 def _launch(

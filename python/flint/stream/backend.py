@@ -521,17 +521,17 @@ class StreamedExperts(CudaPlacement):
             and (vram is None or not vram.free[layer])  # else first uses admit experts
             and not (self.fused is not None and vram is None)
         )
-        if early and plan is not None and vram is not None:
-            self._held_grouped(layer, vram, counts, x, plan, outputs)
-        # the experts copied up while the layer before ran: after the wait above, by
-        # which their copies have usually landed (a second wait before it would hold
-        # the host behind the copy stream)
-        ahead = self._take_ahead(layer, x.device) if self._aheads else None
+        # the experts copied up while the layer before ran (their copies have usually
+        # landed by now: the wait comes after the launches below)
+        ahead = self._pending_ahead(layer, x.device) if self._aheads else None
         early_ahead: set[int] = set()
-        if early and plan is not None:
+        try:
+            if early and plan is not None:
+                early_ahead = self._early(layer, vram, ahead, counts, x, plan, outputs)
+                self._copy_ahead(layer, tokens, x.device)  # now they have the most time
+        finally:
             if ahead is not None:
-                early_ahead = self._ahead_early(layer, ahead, vram, counts, x, plan, outputs)
-            self._copy_ahead(layer, tokens, x.device)  # now they have the most time
+                self._release_ahead(ahead)
         if self.routing is not None and tokens == 1 and host_ids is not None:
             self.routing.append(host_ids)
         # rank order of first selection

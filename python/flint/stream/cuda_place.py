@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from flint.format.reader import ExpertLayout
-from flint.graphs.grouped import MAX_GROUP, PairPlan, grouped_experts
+from flint.graphs.grouped import MAX_GROUP, PairPlan, grouped_experts, grouped_over
 from flint.graphs.moe_kernel import (
     ExpertPool,
     available,
@@ -155,14 +155,17 @@ class CudaPlacement:
         self._aheads[device] = made
         return made
 
-    def _take_ahead(self, layer: int, device: torch.device) -> Ahead | None:
-        """``layer``'s experts copied ahead (their copies landed: the RAM slots are
-        unpinned here), or None."""
+    def _pending_ahead(self, layer: int, device: torch.device) -> Ahead | None:
+        """``layer``'s experts copied ahead, or None; the caller queues their work
+        (``main`` waits for ``copied``) and then ``_release_ahead``s them."""
         prompt_ahead = self._aheads.get(device)
-        ahead = prompt_ahead.take(layer) if prompt_ahead is not None else None
-        if ahead is not None:
-            self.engine.unpin(layer, ahead.pinned)
-        return ahead
+        return prompt_ahead.pending.pop(layer, None) if prompt_ahead is not None else None
+
+    def _release_ahead(self, ahead: Ahead) -> None:
+        """Waits for ``ahead``'s copies (usually landed by now) and unpins their RAM
+        slots."""
+        ahead.copied.synchronize()
+        self.engine.unpin(ahead.layer, ahead.pinned)
 
     def _from_ahead(
         self,
@@ -174,17 +177,37 @@ class CudaPlacement:
         outputs: torch.Tensor,  # [T*K, H] fp32 on the GPU
     ) -> None:
         """``experts`` (copied ahead) in one grouped launch from their area."""
-        prompt_ahead = self._aheads[x.device]
-        assert prompt_ahead is not None
         main = torch.cuda.current_stream(x.device)
         main.wait_event(ahead.copied)
+        pool = self._ahead_pool(layer, ahead, x.device)
+        self._grouped(layer, pool, {e: ahead.rows[e] for e in experts}, x, plan, outputs)
+        self._ahead_read(ahead, experts, main, x.device)
+
+    def _ahead_pool(self, layer: int, ahead: Ahead, device: torch.device) -> ExpertPool:
+        """The kernels' view of ``ahead``'s area, made once per (layer, area)."""
+        prompt_ahead = self._aheads[device]
+        assert prompt_ahead is not None
         key = (layer, ahead.area)
         pool = prompt_ahead.pools.get(key)
         if pool is None:
             pool = prompt_ahead.pools[key] = self._make_pool(layer, prompt_ahead.area(ahead))
-        self._grouped(layer, pool, {e: ahead.rows[e] for e in experts}, x, plan, outputs)
+        return pool
+
+    def _ahead_read(
+        self, ahead: Ahead, experts: list[int], main: Any, device: torch.device
+    ) -> None:
+        """The launch reading ``ahead``'s area for ``experts`` is queued on ``main``."""
+        prompt_ahead = self._aheads[device]
+        assert prompt_ahead is not None
         prompt_ahead.read(ahead, main)
         self.counters.ahead_computed += len(experts)
+
+    def _vram_pool(self, layer: int, vram: VramCache) -> ExpertPool:
+        """The kernels' view of ``layer``'s VRAM pool (kept by the cache)."""
+        pool = vram.views.get(layer)
+        if pool is None:
+            pool = vram.views[layer] = self._make_pool(layer, vram.pools[layer])
+        return pool
 
     def _vram_grouped(
         self,
@@ -198,44 +221,41 @@ class CudaPlacement:
         """``experts`` (held in ``vram``) computed from its pool in one launch."""
         where = vram.where[layer]
         slots = {e: where[e] for e in experts}
-        pool = vram.views.get(layer)
-        if pool is None:
-            pool = vram.views[layer] = self._make_pool(layer, vram.pools[layer])
-        self._grouped(layer, pool, slots, x, plan, outputs)
+        self._grouped(layer, self._vram_pool(layer, vram), slots, x, plan, outputs)
 
-    def _held_grouped(
+    def _early(
         self,
         layer: int,
-        vram: VramCache,
-        counts: list[int],
-        x: torch.Tensor,
-        plan: PairPlan,
-        outputs: torch.Tensor,
-    ) -> None:
-        """A prompt call's experts that VRAM holds, queued as soon as the router's ids
-        reach the host: the GPU, idle since they left it, gets work before the host
-        plans the waves (the same experts, launch and bits as after the plan)."""
-        held = [e for e in vram.where[layer] if counts[e]]
-        if held:
-            self._vram_grouped(layer, vram, held, x, plan, outputs)
-
-    def _ahead_early(
-        self,
-        layer: int,
-        ahead: Ahead,
         vram: VramCache | None,
+        ahead: Ahead | None,
         counts: list[int],
-        x: torch.Tensor,
+        x: torch.Tensor,  # [T, H] on the GPU
         plan: PairPlan,
-        outputs: torch.Tensor,
+        outputs: torch.Tensor,  # [T*K, H] fp32 on the GPU
     ) -> set[int]:
-        """The selected experts copied ahead (and not held in VRAM) queued right after
-        the held ones, before the waves are planned: the waves would send each of them
-        to the area (``from_ahead``), as no VRAM slot is free. Returns them."""
+        """A long prompt's experts that need no wave plan, queued as soon as the
+        router's ids reach the host (the GPU idles from then until its next launch):
+        the selected ones VRAM holds and the selected ones copied ahead (not held), in
+        one grouped call (``grouped_over``: dequantized first, one launch). The waves
+        would send each of them to the same pool (no VRAM slot is free), and a pair's
+        bits do not depend on what shares its launch. Returns the ones copied ahead."""
         where = vram.where[layer] if vram is not None else {}
-        early = [e for e in ahead.rows if counts[e] and e not in where]
-        if early:
-            self._from_ahead(layer, ahead, early, x, plan, outputs)
+        parts = []
+        if vram is not None:
+            held = {e: s for e, s in where.items() if counts[e]}
+            if held:
+                parts.append((self._vram_pool(layer, vram), held))
+        early: dict[int, int] = {}
+        if ahead is not None:
+            early = {e: r for e, r in ahead.rows.items() if counts[e] and e not in where}
+        main = torch.cuda.current_stream(x.device)
+        if ahead is not None and early:
+            main.wait_event(ahead.copied)
+            parts.append((self._ahead_pool(layer, ahead, x.device), early))
+        grouped_over(x, plan, parts, outputs)
+        self.counters.gpu_experts += sum(len(slots) for _, slots in parts)
+        if ahead is not None and early:
+            self._ahead_read(ahead, list(early), main, x.device)
         return set(early)
 
     def _drop_aheads(self) -> None:
