@@ -819,6 +819,20 @@ gpu49() {
   grep -A16 "Ordered by: internal" "$OUT/p8_cprofile.txt" | cut -c1-150
 }
 
+# Eleventh session, V1 against the tenth session's code: no Rust changed this session, so
+# the tenth session's Python package (commit ffbddf9, `git archive ffbddf9 python/flint`
+# unpacked in .device/old) over the installed wheel's gives that version. Alternating.
+gpu50() {
+  local site; site=$(python3 -c "import flint, os; print(os.path.dirname(flint.__file__))")
+  cp -r "$site" /tmp/flint-new
+  [ -f "$DATA/q30.ftw" ] || flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
+  for w in before after before after; do
+    if [ $w = before ]; then cp -r .device/old/python/flint/. "$site"/; else cp -r /tmp/flint-new/. "$site"/; fi
+    echo "== V1 $w"; timeout 45 flint bench "$DATA/q30.ftw" -p 0 -n 32 --tg-random -r 1 --mode full \
+      --ram-budget 20 --vram-budget 4 2>&1 | grep -E "q30.ftw \||rror"
+  done
+}
+
 case $what in
   install) install ;;
   format) install; format ;;
@@ -874,5 +888,6 @@ case $what in
   gpu47) install; gpu47 ;;
   gpu48) install; gpu48 ;;
   gpu49) install; gpu49 ;;
+  gpu50) install; gpu50 ;;
 esac 2>&1 | tee "$OUT/gpu_box_$what.log"
 
