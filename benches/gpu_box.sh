@@ -770,28 +770,44 @@ gpu47() {
   grep -A30 "Ordered by: internal" "$OUT/p8_cprofile.txt" | cut -c1-150
 }
 
-# Eleventh session, second call: a long prompt's early launches (its VRAM and copied-ahead
-# experts queued before the wave plan, the next layer's copies right after) and cuDNN's
-# attention first: P8 with the gpu47 wheel (.device/before) and this one in turn, then
-# this one without cuDNN's attention; attention by backend at 8k; cProfile again.
-gpu48() {
+# Shared by the eleventh session's calls: every GPU test (the box lacks the server's and
+# chat's dependencies); P8 with the wheel in .device/before and the one in .device in turn
+# (two pairs; the one in .device stays installed); P8's host under cProfile (top N rows).
+gpu_tests() {
   [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
   echo "== GPU tests"; timeout 170 python3 -m pytest tests -q -p no:cacheprovider --tb=short -rf -m gpu \
     --ignore=tests/server --ignore=tests/chat 2>&1 | grep -E "passed|failed|FAILED|Error|assert" | head -20
-  echo "== attention"; timeout 60 python3 benches/attention_backends.py --tokens 8192 2>&1 | grep "^|"
+}
+
+P8_FLAGS="-p 8192 -n 0 -r 2 --mode full --warm --ram-budget 20 --vram-budget 4"
+p8_ab() {
   [ -f "$DATA/q30.ftw" ] || flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
-  local p8="-p 8192 -n 0 -r 2 --mode full --warm --ram-budget 20 --vram-budget 4"
+  local p8=$P8_FLAGS
   for w in before after before after; do
     local whl=.device/flint-*.whl; [ $w = before ] && whl=.device/before/flint-*.whl
     python3 -m pip install --no-deps --force-reinstall -q $whl 2>&1 | grep -v WARNING | tail -1
     echo "== P8 $w"; timeout 75 flint bench "$DATA/q30.ftw" $p8 2>&1 | grep -E "q30.ftw \||rror"
   done
-  echo "== P8 after, FLINT_CUDNN_ATTENTION=0"
-  FLINT_CUDNN_ATTENTION=0 timeout 75 flint bench "$DATA/q30.ftw" $p8 2>&1 | grep -E "q30.ftw \||rror"
+}
+
+p8_cprofile() {
   echo "== P8 cProfile"; timeout 90 python3 benches/prompt_profile.py "$DATA/q30.ftw" --tokens 8192 \
     --ram-budget 20 --vram-budget 4 --top 45 --python > "$OUT/p8_cprofile.txt" 2>&1
   grep -E "prefill" "$OUT/p8_cprofile.txt"
-  grep -A25 "Ordered by: internal" "$OUT/p8_cprofile.txt" | cut -c1-150
+  grep -A"$1" "Ordered by: internal" "$OUT/p8_cprofile.txt" | cut -c1-150
+}
+
+# Eleventh session, second call: a long prompt's early launches (its VRAM and copied-ahead
+# experts queued before the wave plan, the next layer's copies right after) and cuDNN's
+# attention first: P8 with the gpu47 wheel (.device/before) and this one in turn, then
+# this one without cuDNN's attention; attention by backend at 8k; cProfile again.
+gpu48() {
+  gpu_tests
+  echo "== attention"; timeout 60 python3 benches/attention_backends.py --tokens 8192 2>&1 | grep "^|"
+  p8_ab
+  echo "== P8 after, FLINT_CUDNN_ATTENTION=0"
+  FLINT_CUDNN_ATTENTION=0 timeout 75 flint bench "$DATA/q30.ftw" $P8_FLAGS 2>&1 | grep -E "q30.ftw \||rror"
+  p8_cprofile 25
 }
 
 # Eleventh session, last call: a prompt's counts, first and last selections made on the
@@ -799,24 +815,13 @@ gpu48() {
 # one dequantized launch (grouped_over). P8 with the gpu48 wheel (.device/before) and
 # this one in turn; a 2k prompt, V1 and the host under cProfile with this one.
 gpu49() {
-  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
-  echo "== GPU tests"; timeout 170 python3 -m pytest tests -q -p no:cacheprovider --tb=short -rf -m gpu \
-    --ignore=tests/server --ignore=tests/chat 2>&1 | grep -E "passed|failed|FAILED|Error|assert" | head -20
-  [ -f "$DATA/q30.ftw" ] || flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
-  local p8="-p 8192 -n 0 -r 2 --mode full --warm --ram-budget 20 --vram-budget 4"
-  for w in before after before after; do
-    local whl=.device/flint-*.whl; [ $w = before ] && whl=.device/before/flint-*.whl
-    python3 -m pip install --no-deps --force-reinstall -q $whl 2>&1 | grep -v WARNING | tail -1
-    echo "== P8 $w"; timeout 75 flint bench "$DATA/q30.ftw" $p8 2>&1 | grep -E "q30.ftw \||rror"
-  done
+  gpu_tests
+  p8_ab
   echo "== P2k"; timeout 75 flint bench "$DATA/q30.ftw" -p 2048 -n 0 -r 3 --mode full --warm \
     --ram-budget 20 --vram-budget 4 2>&1 | grep -E "q30.ftw \||rror"
   echo "== V1"; timeout 90 flint bench "$DATA/q30.ftw" -p 0 -n 64 --tg-random -r 2 --mode full \
     --ram-budget 20 --vram-budget 4 2>&1 | grep -E "q30.ftw \||rror"
-  echo "== P8 cProfile"; timeout 90 python3 benches/prompt_profile.py "$DATA/q30.ftw" --tokens 8192 \
-    --ram-budget 20 --vram-budget 4 --top 45 --python > "$OUT/p8_cprofile.txt" 2>&1
-  grep -E "prefill" "$OUT/p8_cprofile.txt"
-  grep -A16 "Ordered by: internal" "$OUT/p8_cprofile.txt" | cut -c1-150
+  p8_cprofile 16
 }
 
 # Eleventh session, V1 against the tenth session's code: no Rust changed this session, so
