@@ -133,3 +133,28 @@ def test_whole_prompt_attention_falls_back_only_for_a_missing_kernel(
         pytest.raises(torch.OutOfMemoryError),
     ):
         llm.model.forward(torch.arange(5, 45), chunk=16)
+
+
+def test_a_cudnn_error_drops_cudnn_for_the_layer(
+    tiny_ftw: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An error from cuDNN's attention (simulated on the CPU: raised while cuDNN's
+    backend is enabled) makes the layer try again without it: the one-call path's
+    exact logits, cuDNN marked failed, no fallback to chunks."""
+    from torch.nn.attention import SDPBackend
+
+    want = _prompt_runs(tiny_ftw["qwen3_moe"], monkeypatch, whole=True)
+    monkeypatch.undo()
+    calls = {"cudnn": 0}
+    attend = ATTEND
+
+    def flaky(self: Attention, x: torch.Tensor, *args: Any) -> torch.Tensor:
+        if torch.backends.cuda.cudnn_sdp_enabled():
+            calls["cudnn"] += 1
+            raise RuntimeError("cuDNN Frontend error: simulated")
+        return attend(self, x, *args)
+
+    monkeypatch.setitem(globals(), "ATTEND", flaky)  # what _prompt_runs' spy calls
+    got = _prompt_runs(tiny_ftw["qwen3_moe"], monkeypatch, whole=True)
+    assert torch.equal(got["logits"], want["logits"]) and all(got["ok"])
+    assert 0 < calls["cudnn"] <= 2 * len(got["ok"]), "at most once per layer and forward"

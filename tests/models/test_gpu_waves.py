@@ -148,17 +148,27 @@ def test_a_prompt_layer_synchronises_once(wide_files: dict[str, Path]) -> None:
     assert sum(ids in s[2] for s in sites) == layers
 
 
-@pytest.mark.parametrize("ahead", [True, False])
+@pytest.mark.parametrize(("ahead", "route"), [(True, False), (False, False), (True, True)])
 @pytest.mark.parametrize("quant", ["int8", "int4"])
 def test_a_long_prompts_next_layer_copied_ahead_equals_resident(
-    quant: str, ahead: bool, wide_files: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+    quant: str,
+    ahead: bool,
+    route: bool,
+    wide_files: dict[str, Path],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A prompt with 16 (token, rank) pairs per expert, every expert in RAM: layer 1's
     experts outside VRAM are copied up while layer 0 runs (prompt_ahead.py) and
-    computed from that area in one grouped launch; the logits equal the resident slab
-    backend's bit for bit, as they do with ``FLINT_PROMPT_AHEAD=0``. A decode step
-    between the prompts gives the areas back; the next prompt makes them again."""
+    computed from that area with the VRAM experts (``cuda_place._early``); the logits
+    equal the resident slab backend's bit for bit, as they do with
+    ``FLINT_PROMPT_AHEAD=0``, and with both backends dequantizing first (``route``:
+    the dequantize-first threshold lowered to this prompt). A decode step between the
+    prompts gives the areas back; the next prompt makes them again."""
+    from flint.graphs import grouped
+
     monkeypatch.setenv("FLINT_PROMPT_AHEAD", "1" if ahead else "0")
+    if route:
+        monkeypatch.setattr(grouped, "DEQUANT_TOKENS", 33)
     cuda = torch.device("cuda", 0)
     path = wide_files[quant]
     prompt = torch.tensor([3, 17, 42, 7, 99, 5, 23, 61] * 8).to(cuda)  # 64 x 2 pairs, 8 experts

@@ -298,6 +298,19 @@ def test_dequantizing_first_gives_the_same_bits(
     assert not outs[0][(ids.reshape(-1) == 0)].isnan().any()
     assert torch.equal(outs[0].nan_to_num(7.0), outs[1].nan_to_num(7.0))
     assert torch.equal(outs[0].nan_to_num(7.0), outs[2].nan_to_num(7.0)), "in parts"
+    # short of memory: the dequantized copies in smaller parts, at worst in place
+    dequantized = grouped._dequantized
+    for most in (1, 0):
+
+        def short(parts: list, *args: object, most: int = most) -> object:
+            if sum(len(slots) for _, slots in parts) > most:
+                raise torch.OutOfMemoryError("simulated")
+            return dequantized(parts, *args)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(grouped, "_dequantized", short)
+        out = torch.full((tokens * k, hidden), float("nan"))
+        grouped_experts(x, plan, slot_of, pool, out)
+        assert torch.equal(outs[0].nan_to_num(7.0), out.nan_to_num(7.0)), ("short", most)
     monkeypatch.undo()
     for first in ("0", "1"):  # over two pools (here one pool twice, other experts)
         monkeypatch.setenv("FLINT_PROMPT_DEQUANT", first)

@@ -24,6 +24,13 @@ a layer's in one, and they agree bit for bit. Against dequantize-then-cuBLAS the
 agree within rounding. One launch replaces a layer's per-expert dequantizations and
 products; on the H200 the dequantizing path prefilled 30B-A3B int4 at 298 tok/s
 (docs/benchmarks.md).
+
+A long prompt (``dequant_route``: from ``DEQUANT_TOKENS`` on a GPU, 16-bit models)
+dequantizes its launch's slots first with the kernels' own tile (``_tile``, one
+``tile_dequant_kernel`` launch per projection and pool) and runs the same kernels on
+the bf16 copies: in place, every 128-pair block dequantizes its expert's tiles again.
+With the same program shape the bits are the same; ``grouped_over`` puts the slots of
+several pools of one layer (its VRAM cache, the experts copied ahead) into one launch.
 """
 
 from __future__ import annotations
@@ -194,10 +201,15 @@ def dequant_route(tokens: int, device: torch.device) -> bool:
 
 def dequant_slots_per_launch(pool: ExpertPool, device: torch.device, itemsize: int) -> int:
     """Slots one dequantized part holds: ``DEQUANT_SHARE`` of the GPU's memory (all
-    128 experts of a 30B-A3B layer, 1.2 GB, on an H200)."""
+    128 experts of a 30B-A3B layer, 1.2 GB, on an H200), and no more than half of what
+    is free now (the driver's free bytes and what torch's allocator keeps unused)."""
+    if device.type != "cuda":
+        return pool.experts
     per_slot = 3 * pool.inter * pool.hidden * itemsize
-    total = torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else 0
-    return max(1, int(total * DEQUANT_SHARE) // per_slot) if total else pool.experts
+    total = torch.cuda.get_device_properties(device).total_memory
+    free = torch.cuda.mem_get_info(device)[0]
+    free += torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+    return max(1, min(int(total * DEQUANT_SHARE), free // 2) // per_slot)
 
 
 def dequantize_slots(
@@ -265,11 +277,14 @@ def grouped_over(
     its expert and the program shape alone, so one launch, one per pool, and the parts
     of a large launch (``dequant_slots_per_launch``) give the same bits."""
     assert triton is not None, "check moe_kernel.available() first"
+    # experts no pair selected have nothing to compute (nor to dequantize)
+    parts = [(p, {e: s for e, s in so.items() if plan.count[e]}) for p, so in parts]
     parts = [(p, so) for p, so in parts if so]
     if not parts:
         return
     dev, group = x.device, parts[0][0].group
-    route = parts[0][0].scheme != RAW and dequant_route(x.shape[0], dev)
+    # (16-bit models: fp32 copies would not fit the wide tiles' shared memory)
+    route = parts[0][0].scheme != RAW and x.element_size() == 2 and dequant_route(x.shape[0], dev)
     t = tiles or tiles_for(x.shape[0], group, dev, dequantized=route)
     if not route:
         for pool, slot_of in parts:
@@ -279,17 +294,33 @@ def grouped_over(
     # every (part, slot) used, in order; a launch takes at most ``step`` of them
     used = [(i, s) for i, (_, so) in enumerate(parts) for s in sorted(set(so.values()))]
     step = dequant_slots_per_launch(parts[0][0], dev, x.element_size())
-    for c in range(0, len(used), step):
+    c = 0
+    while c < len(used):
         chunk = used[c : c + step]
         row = {u: r for r, u in enumerate(chunk)}
         slots: dict[int, list[int]] = {}
         for i, s in chunk:
             slots.setdefault(i, []).append(s)
-        raw = _dequantized([(parts[i][0], ss) for i, ss in slots.items()], x.dtype, native)
-        sub = {
-            e: row[i, s] for i, (_, so) in enumerate(parts) for e, s in so.items() if (i, s) in row
-        }
-        _launch(x, plan, sub, raw, out, t, group)  # the slabs' group: the same BK
+        try:
+            raw = _dequantized([(parts[i][0], ss) for i, ss in slots.items()], x.dtype, native)
+        except torch.OutOfMemoryError:
+            if step > 1:  # smaller parts: the same bits
+                step //= 2
+                continue
+            raw = None  # not even one slot's copy fits: this one in place (same shape)
+        if raw is None:
+            for i, (pool, so) in enumerate(parts):
+                inside = {e: s for e, s in so.items() if (i, s) in row}
+                _launch(x, plan, inside, pool, out, t, group)
+        else:
+            sub = {
+                e: row[i, s]
+                for i, (_, so) in enumerate(parts)
+                for e, s in so.items()
+                if (i, s) in row
+            }
+            _launch(x, plan, sub, raw, out, t, group)  # the slabs' group: the same BK
+        c += len(chunk)
 
 
 def _launch(

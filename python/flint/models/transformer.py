@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from torch.nn.attention import sdpa_kernel
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from flint.models.attention import (
     LINEAR_MEMORY,
@@ -88,6 +88,7 @@ class DecoderLayer:
             self.attn = Attention(config, layer, source, place)
         # a prompt's attention in one call on CUDA (``_whole``): the plain attention only
         self.whole_ok = type(self.attn) is Attention
+        self.failed: set[SDPBackend] = set()  # SDPA backends that raised for this layer
         self.mlp: Callable[[torch.Tensor], torch.Tensor]
         if config.sparse_layers[layer]:
             self.mlp = MoEBlock(config, layer, source, place, backend)
@@ -138,20 +139,28 @@ class DecoderLayer:
         (``whole_prompt_attention``), or None: attention goes by chunks. Where SDPA has
         no linear-memory kernel for the layer (dtype, head size) it says so
         (``NO_KERNEL``); the layer then keeps the chunks from now on (they rewrite the
-        keys and values written). Any other error, out-of-memory included, is raised
-        as it is."""
+        keys and values written). An error from cuDNN's kernel drops cuDNN for the
+        layer and tries again (the same keys and values rewritten). Any other error,
+        out-of-memory included, is raised as it is."""
         tokens = x.shape[0]
         cfg = self.attn.cfg  # type: ignore[union-attr]
         if not whole_prompt_attention(cfg, tokens, start + tokens, chunk, x.device, x.dtype):
             return None
-        try:
-            with sdpa_kernel(linear_memory(LINEAR_MEMORY), set_priority=True):
-                return self._attend(x, start, cache, cos, sin)
-        except RuntimeError as err:
-            if isinstance(err, torch.OutOfMemoryError) or not any(m in str(err) for m in NO_KERNEL):
-                raise
-            self.whole_ok = False
-            return None
+        while True:
+            backends = [b for b in linear_memory(LINEAR_MEMORY) if b not in self.failed]
+            try:
+                with sdpa_kernel(backends, set_priority=True):
+                    return self._attend(x, start, cache, cos, sin)
+            except RuntimeError as err:
+                if isinstance(err, torch.OutOfMemoryError):
+                    raise
+                if SDPBackend.CUDNN_ATTENTION in backends and "cudnn" in str(err).lower():
+                    self.failed.add(SDPBackend.CUDNN_ATTENTION)
+                    continue
+                if not any(m in str(err) for m in NO_KERNEL):
+                    raise
+                self.whole_ok = False
+                return None
 
     def _attend(
         self,

@@ -495,7 +495,7 @@ class StreamedExperts(CudaPlacement):
         # wide synchronisation); everything the host decides is computed from it. A
         # prompt on a GPU brings its counts, first and last selections along.
         first = last = None
-        if not small and x.device.type == "cuda":
+        if tokens > KERNEL_TOKENS and x.device.type == "cuda":
             flat_host, counts, first, last = routing_summary(flat, k, self.cfg.num_experts)
         else:
             flat_host = flat.cpu()  # the ids' read-back: one wait
@@ -512,9 +512,10 @@ class StreamedExperts(CudaPlacement):
         outputs = torch.empty(tokens * k, x.shape[1], dtype=torch.float32, device=x.device)
         plan = PairPlan(tokens, order, starts, counts, host_ids) if self.slab_kernels else None
         vram = self.vram_of.get(layer)
-        # A long prompt on a GPU queues what needs no wave plan first (its VRAM
-        # experts, the ones copied ahead) and the next layer's copies: the GPU has been
-        # idle since the ids left it, and the host's plan takes ~1 ms a layer.
+        # A prompt on a GPU (more tokens than the slot kernels take) queues what needs
+        # no wave plan first (its VRAM experts, the ones copied ahead) and, when that
+        # was all of them, the next layer's copies: the GPU has been idle since the ids
+        # left it, and the host's plan takes ~1 ms a layer.
         early = (
             not small
             and x.device.type == "cuda"
@@ -525,10 +526,15 @@ class StreamedExperts(CudaPlacement):
         # landed by now: the wait comes after the launches below)
         ahead = self._pending_ahead(layer, x.device) if self._aheads else None
         early_ahead: set[int] = set()
+        queued_ahead = False  # the next layer's copies
         try:
             if early and plan is not None:
-                early_ahead = self._early(layer, vram, ahead, counts, x, plan, outputs)
-                self._copy_ahead(layer, tokens, x.device)  # now they have the most time
+                early_ahead, rest = self._early(layer, vram, ahead, counts, x, plan, outputs)
+                # now they have the most time, unless this layer has copies of its own
+                # to make: those would queue behind them on the one copy stream
+                if not rest:
+                    self._copy_ahead(layer, tokens, x.device)
+                    queued_ahead = True
         finally:
             if ahead is not None:
                 self._release_ahead(ahead)
@@ -630,7 +636,7 @@ class StreamedExperts(CudaPlacement):
         if plan is not None:
             if small:  # one launch instead of ~15 ops (within rounding)
                 return ranked_sum(outputs, weights, x.dtype)
-            if not early:  # (else queued above)
+            if not queued_ahead:
                 self._copy_ahead(layer, tokens, x.device)
             return prompt_sum(outputs, weights, x.dtype)  # as the resident slab backend
         return weighted_sum(outputs.view(tokens, k, -1), weights).to(x.dtype)

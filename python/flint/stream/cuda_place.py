@@ -105,8 +105,9 @@ class CudaPlacement:
 
     # --- a long prompt's next layer copied up ahead (prompt_ahead.py) ---
     def _copy_ahead(self, layer: int, tokens: int, device: torch.device) -> None:
-        """After a prompt layer's work is queued: the next streamed layer's experts that
-        are complete in RAM and not in VRAM, pinned and copied up on the copy stream
+        """Once a prompt layer's work is queued (its waves', or, where the early
+        launches left it none, theirs): the next streamed layer's experts that are
+        complete in RAM and not in VRAM, pinned and copied up on the copy stream
         (where ``prompt_ahead.py`` says it helps and is safe)."""
         nxt = self._next_layer.get(layer)
         if (
@@ -232,13 +233,15 @@ class CudaPlacement:
         x: torch.Tensor,  # [T, H] on the GPU
         plan: PairPlan,
         outputs: torch.Tensor,  # [T*K, H] fp32 on the GPU
-    ) -> set[int]:
-        """A long prompt's experts that need no wave plan, queued as soon as the
-        router's ids reach the host (the GPU idles from then until its next launch):
-        the selected ones VRAM holds and the selected ones copied ahead (not held), in
-        one grouped call (``grouped_over``: dequantized first, one launch). The waves
-        would send each of them to the same pool (no VRAM slot is free), and a pair's
-        bits do not depend on what shares its launch. Returns the ones copied ahead."""
+    ) -> tuple[set[int], int]:
+        """A prompt's experts that need no wave plan, queued as soon as the router's
+        ids reach the host (the GPU idles from then until its next launch): the
+        selected ones VRAM holds and the selected ones copied ahead (not held), in one
+        grouped call (``grouped_over``: one launch per pool, or, dequantized first
+        from ``DEQUANT_TOKENS``, one launch). The waves would send each of them to the
+        same pool (no VRAM slot is free), and a pair's bits do not depend on what
+        shares its launch. Returns the ones copied ahead and the number of selected
+        experts left for the waves."""
         where = vram.where[layer] if vram is not None else {}
         parts = []
         if vram is not None:
@@ -256,7 +259,8 @@ class CudaPlacement:
         self.counters.gpu_experts += sum(len(slots) for _, slots in parts)
         if ahead is not None and early:
             self._ahead_read(ahead, list(early), main, x.device)
-        return set(early)
+        rest = sum(1 for e, n in enumerate(counts) if n and e not in where and e not in early)
+        return set(early), rest
 
     def _drop_aheads(self) -> None:
         """Unpins whatever a forward that ended early left copied ahead."""

@@ -10,12 +10,13 @@ not in VRAM is copied; one that is then not selected costs its copy, nothing els
 ones not copied ahead (being read, or in no slot) take the usual GPU-wave path.
 
 Each copied expert's RAM slot stays pinned until its copy has landed, which L+1's call
-waits for right after reading its router's ids (by then usually done) before it unpins
-them. The areas are allocated at the first long prompt and given back at the first
-decode step (``_free_aheads``). L+1 computes them
-in one grouped launch from the area, the same kernel on the same bytes as from a
-staging buffer, so the output is unchanged bit for bit. The two areas alternate by
-layer; an area is copied into again only after the launch that read it (an event).
+waits for once it has queued the launch that reads them (the compute stream waits on
+the copies' event; by then they have usually landed) before it unpins them. The areas
+are allocated at the first long prompt and given back at the first decode step
+(``_free_aheads``). L+1 computes them from the area together with the experts VRAM
+holds (``cuda_place._early``: one grouped call), the same kernel on the same bytes as
+from a staging buffer, so the output is unchanged bit for bit. The two areas alternate
+by layer; an area is copied into again only after the launch that read it (an event).
 
 Only where it helps and is safe: the slab kernels, page-locked RAM (a pageable copy
 would block the host), a layer whose slots hold every expert (one wave: prefetching
@@ -119,8 +120,8 @@ class PromptAhead:
         return len(spans)
 
     def take(self, layer: int) -> Ahead | None:
-        """``layer``'s experts copied ahead, once their copies have landed (the caller
-        then unpins ``pinned`` and makes the compute stream wait on ``copied``)."""
+        """``layer``'s experts copied ahead, once their copies have landed: for
+        ``drop_all`` (a call reads ``pending`` itself, queues its launch, then waits)."""
         ahead = self.pending.pop(layer, None)
         if ahead is not None:
             ahead.copied.synchronize()
