@@ -89,7 +89,14 @@ def _prompt_runs(path: Path, monkeypatch: pytest.MonkeyPatch, whole: bool) -> di
             tokens.append(int(second[-1].argmax()))
             second = torch.cat([second, model.forward(torch.tensor(tokens[-1:]))])
         ok = [layer.whole_ok for layer in model.layers]
-    return {"logits": torch.cat([first, second]), "tokens": tokens, "rows": rows, "ok": ok}
+        failed = [layer.failed for layer in model.layers]
+    return {
+        "logits": torch.cat([first, second]),
+        "tokens": tokens,
+        "rows": rows,
+        "ok": ok,
+        "failed": failed,
+    }
 
 
 def test_whole_prompt_attention_equals_the_chunks(
@@ -157,4 +164,6 @@ def test_a_cudnn_error_drops_cudnn_for_the_layer(
     monkeypatch.setitem(globals(), "ATTEND", flaky)  # what _prompt_runs' spy calls
     got = _prompt_runs(tiny_ftw["qwen3_moe"], monkeypatch, whole=True)
     assert torch.equal(got["logits"], want["logits"]) and all(got["ok"])
-    assert 0 < calls["cudnn"] <= 2 * len(got["ok"]), "at most once per layer and forward"
+    assert all(f == {SDPBackend.CUDNN_ATTENTION} for f in got["failed"])
+    assert not any(want["failed"])
+    assert calls["cudnn"] == len(got["ok"]), "once per layer, not again after"
