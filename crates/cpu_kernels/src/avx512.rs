@@ -2,6 +2,7 @@
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
+use std::sync::OnceLock;
 
 use crate::simd::Simd;
 
@@ -194,6 +195,32 @@ unsafe fn bf16_planes_dot<const NP: usize, const T: usize>(
         }
         out
     }
+}
+
+/// `prefetch_ahead`'s default.
+const PREFETCH_DEFAULT: usize = 4096;
+
+/// Bytes ahead of the weights being read that the int4 BF16 kernel asks the cache for,
+/// a line per 64-byte step (`FLINT_CPU_PREFETCH`, read once; default
+/// `PREFETCH_DEFAULT`, 0: none). On the CPU box 4 KiB ahead made the fused int4 layer
+/// call ~10% faster at one and two threads, four rounds alternating; the bf16 kernel
+/// lost 15% at one thread with it and stays without (docs/benchmarks.md, "Software
+/// prefetch").
+fn prefetch_ahead() -> usize {
+    static AHEAD: OnceLock<usize> = OnceLock::new();
+    *AHEAD.get_or_init(|| {
+        std::env::var("FLINT_CPU_PREFETCH")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(PREFETCH_DEFAULT)
+    })
+}
+
+/// Asks for the cache line at `p` (a hint: any address, never a fault).
+#[inline(always)]
+fn prefetch(p: *const u8) {
+    // SAFETY: a prefetch reads nothing the program sees and never faults.
+    unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast()) }
 }
 
 /// The 512 bits of a register as 32 bf16.
@@ -490,13 +517,15 @@ unsafe fn i4_bf16_dot<const NP: usize, const T: usize, const G: usize>(
         let mut a0 = [_mm512_setzero_ps(); T];
         let mut a1 = [_mm512_setzero_ps(); T];
         let mut c = 0;
+        let ahead = prefetch_ahead();
+        let g = (group, groups, cols, ahead);
         while c + 2 * crate::act::I4_BF16_BLOCK <= cols {
-            i4_bf16_step::<NP, T, G>(w, s, c, group, groups, cols, table, sidx, xs, &mut a0);
-            i4_bf16_step::<NP, T, G>(w, s, c + 128, group, groups, cols, table, sidx, xs, &mut a1);
+            i4_bf16_step::<NP, T, G>(w, s, c, g, table, sidx, xs, &mut a0);
+            i4_bf16_step::<NP, T, G>(w, s, c + 128, g, table, sidx, xs, &mut a1);
             c += 2 * crate::act::I4_BF16_BLOCK;
         }
         if c < cols {
-            i4_bf16_step::<NP, T, G>(w, s, c, group, groups, cols, table, sidx, xs, &mut a0);
+            i4_bf16_step::<NP, T, G>(w, s, c, g, table, sidx, xs, &mut a0);
         }
         let mut out = [0.0f32; T];
         for ((o, x0), x1) in out.iter_mut().zip(a0).zip(a1) {
@@ -517,9 +546,7 @@ unsafe fn i4_bf16_step<const NP: usize, const T: usize, const G: usize>(
     w: *const u8,
     s: *const u8,
     c: usize,
-    group: usize,
-    groups: usize,
-    cols: usize,
+    (group, groups, cols, ahead): (usize, usize, usize, usize),
     table: __m512i,
     sidx: __m512i,
     xs: [*const u16; T],
@@ -527,6 +554,9 @@ unsafe fn i4_bf16_step<const NP: usize, const T: usize, const G: usize>(
 ) {
     // SAFETY: as i4_bf16_dot.
     unsafe {
+        if ahead != 0 {
+            prefetch(w.wrapping_add(c / 2 + ahead));
+        }
         let v = _mm512_loadu_si512(w.add(c / 2).cast());
         let q = [
             bh(_mm512_permutexvar_epi16(v, table)),
