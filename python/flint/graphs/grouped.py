@@ -191,8 +191,9 @@ def dequant_route(tokens: int, device: torch.device) -> bool:
     same bits as in place (checked by ``benches/grouped_kernel.py`` and the tests).
     A long prompt reads each expert's tiles once per 128-pair block in place (four
     times per expert at 8k tokens), once dequantized. ``FLINT_PROMPT_DEQUANT`` = ``1``
-    always, ``0`` never; by default from ``DEQUANT_TOKENS`` on a GPU. A function of
-    the token count, as the shape is: every launch of one call takes the same route."""
+    always, ``0`` never; by default from ``DEQUANT_TOKENS`` on a GPU (for 16-bit
+    models: ``grouped_over`` keeps fp32 ones in place). A function of the token count,
+    as the shape is: every launch of one call takes the same route."""
     mode = os.environ.get("FLINT_PROMPT_DEQUANT", "auto")
     if mode in ("0", "1"):
         return mode == "1"
