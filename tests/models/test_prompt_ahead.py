@@ -49,3 +49,21 @@ def test_the_copy_plan_puts_each_expert_in_its_row() -> None:
         assert len(spans) == len(runs(sorted(s * stride for s in chosen), stride))
     every = [(e, e * stride) for e in range(slots)]
     assert len(copy_plan(every, stride)[1]) == 1
+
+
+def test_the_early_launches_take_the_selected_experts_once() -> None:
+    """``early_split``: of the selected experts, the ones VRAM holds go in its pool's
+    part, the ones copied ahead and not held in the area's, and the rest (neither, or
+    not selected) are left: the waves' count; an unselected expert nowhere."""
+    from flint.stream.cuda_place import early_split
+
+    counts = [3, 0, 1, 5, 0, 2, 7, 1]  # experts 1 and 4 unselected
+    held = {0: 4, 1: 0, 6: 2}  # expert -> VRAM slot (1: held, not selected)
+    ahead = {3: 0, 4: 1, 6: 2, 7: 3}  # expert -> area row (6 also held; 4 unselected)
+    in_vram, copied, rest = early_split(counts, held, ahead)
+    assert in_vram == {0: 4, 6: 2}
+    assert copied == {3: 0, 7: 3}
+    assert rest == 2, "experts 2 and 5: selected, in neither"
+    assert set(in_vram).isdisjoint(copied)
+    assert early_split([0] * 8, held, ahead) == ({}, {}, 0)
+    assert early_split(counts, {}, {}) == ({}, {}, sum(1 for c in counts if c))

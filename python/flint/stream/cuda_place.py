@@ -57,6 +57,19 @@ def slab_ready(layout: ExpertLayout) -> bool:
     )
 
 
+def early_split(
+    counts: list[int], held: dict[int, int], ahead: dict[int, int]
+) -> tuple[dict[int, int], dict[int, int], int]:
+    """A prompt call's experts by where the early launches find them (``_early``): the
+    selected ones (``counts`` > 0) that VRAM holds (``held``: expert -> slot), the
+    selected ones copied ahead and not held (``ahead``: expert -> row of the area), and
+    how many selected ones are left for the waves."""
+    in_vram = {e: s for e, s in held.items() if counts[e]}
+    copied = {e: r for e, r in ahead.items() if counts[e] and e not in held}
+    rest = sum(1 for e, n in enumerate(counts) if n and e not in held and e not in copied)
+    return in_vram, copied, rest
+
+
 class CudaPlacement:
     """The host-side placement methods of ``StreamedExperts`` (see the module docs)."""
 
@@ -243,14 +256,10 @@ class CudaPlacement:
         shares its launch. Returns the ones copied ahead and the number of selected
         experts left for the waves."""
         where = vram.where[layer] if vram is not None else {}
+        held, early, rest = early_split(counts, where, ahead.rows if ahead is not None else {})
         parts = []
-        if vram is not None:
-            held = {e: s for e, s in where.items() if counts[e]}
-            if held:
-                parts.append((self._vram_pool(layer, vram), held))
-        early: dict[int, int] = {}
-        if ahead is not None:
-            early = {e: r for e, r in ahead.rows.items() if counts[e] and e not in where}
+        if vram is not None and held:
+            parts.append((self._vram_pool(layer, vram), held))
         main = torch.cuda.current_stream(x.device)
         if ahead is not None and early:
             main.wait_event(ahead.copied)
@@ -259,7 +268,6 @@ class CudaPlacement:
         self.counters.gpu_experts += sum(len(slots) for _, slots in parts)
         if ahead is not None and early:
             self._ahead_read(ahead, list(early), main, x.device)
-        rest = sum(1 for e, n in enumerate(counts) if n and e not in where and e not in early)
         return set(early), rest
 
     def _drop_aheads(self) -> None:
