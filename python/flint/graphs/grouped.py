@@ -206,11 +206,11 @@ def dequant_slots_per_launch(pool: ExpertPool, device: torch.device, itemsize: i
     is free now (the driver's free bytes and what torch's allocator keeps unused)."""
     if device.type != "cuda":
         return pool.experts
+    from flint.stream.elastic import usable_vram  # (the streaming layer imports this one)
+
     per_slot = 3 * pool.inter * pool.hidden * itemsize
     total = torch.cuda.get_device_properties(device).total_memory
-    free = torch.cuda.mem_get_info(device)[0]
-    free += torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
-    return max(1, min(int(total * DEQUANT_SHARE), free // 2) // per_slot)
+    return max(1, min(int(total * DEQUANT_SHARE), usable_vram(device) // 2) // per_slot)
 
 
 def dequantize_slots(

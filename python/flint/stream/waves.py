@@ -98,13 +98,14 @@ def end_order(
     ``ids`` belong on the CPU: on a GPU the count and the lists read back would each
     wait for the GPU's queued work. ``counts``: the selections per expert, ``last``:
     the last token of each (-1 if none), where the caller has them already."""
-    k = ids.shape[1]
-    flat = ids.reshape(-1).cpu().numpy()  # [T*K]
-    if last is None:
-        last = np.full(n_experts, -1, dtype=np.int64)
-        np.maximum.at(last, flat, np.arange(flat.size) // k)  # [E]: the last token of each
-    if counts is None:
-        counts = np.bincount(flat, minlength=n_experts).tolist()  # [E]
+    if last is None or counts is None:
+        k = ids.shape[1]
+        flat = ids.reshape(-1).cpu().numpy()  # [T*K]
+        if last is None:
+            last = np.full(n_experts, -1, dtype=np.int64)
+            np.maximum.at(last, flat, np.arange(flat.size) // k)  # [E]: each's last token
+        if counts is None:
+            counts = np.bincount(flat, minlength=n_experts).tolist()  # [E]
     lasts = last.tolist()
     chosen = [e for e, c in enumerate(counts) if c]
     return sorted(chosen, key=lambda e: (lasts[e], counts[e], e))
