@@ -855,6 +855,53 @@ gpu51() {
   done
 }
 
+# Twelfth session. The CPU kernels' own worker threads (crew.rs, in place of rayon's scope
+# that waited for every worker's wake-up on each call): the machine's CPU; every GPU
+# test (the eleventh session's mends have not run on a GPU); issue 15's fused call with
+# the wheel in .device/before (1d4f3a0, rayon) and this one in turn, int4 at 1, 8 and 16
+# threads back to back and with 2 ms between calls (as a decode step's layers), two
+# rounds; then bf16 and int8 with this one.
+use_wheel() {
+  local whl=.device/flint-*.whl; [ "$1" = before ] && whl=.device/before/flint-*.whl
+  python3 -m pip install --no-deps --force-reinstall -q $whl 2>&1 | grep -v WARNING | tail -1
+}
+
+cpu_fused() {  # label, then cpu_kernels.py's flags
+  local label=$1; shift
+  echo "== cpu $label $*"
+  timeout 120 python3 benches/cpu_kernels.py --x-bf16 "$@" 2>&1 | grep -E '"scheme"|rror' \
+    | cut -d, -f1,3,6,8,10,11
+}
+
+gpu52() {
+  lscpu | grep -E "Model name|Thread\(s\)|Core\(s\)|Socket|NUMA node|L3|MHz"
+  gpu_tests
+  for w in before after before after; do
+    use_wheel $w
+    cpu_fused $w --threads 1,8,16 --calls 30 --schemes int4 --gap-ms 0,2
+  done
+  cpu_fused after --threads 16 --calls 30 --schemes bf16,int8 --gap-ms 0,2
+}
+
+# Twelfth session, second call: the fused call's timeline at 16 threads (when each thread
+# starts its first task, when down starts; examples/call_timeline.rs, carried built), int4
+# down's input in f32 and in bf16 (round_hidden, as a bf16 model's CPU side on CUDA),
+# back to back and 2 ms apart, and at top-k 32; the bench with round_hidden on for each
+# scheme; V1 with the wheel in .device/before (rayon) and this one in turn.
+gpu53() {
+  for args in "16 int4 8 0,2000 200 off" "16 int4 8 0,2000 200 on" "16 int4 32 0 100 on" \
+      "8 int4 8 0 200 on" "16 bf16,int8 8 0,2000 200 on"; do
+    timeout 60 .device/call_timeline $args
+  done
+  cpu_fused after --threads 1,16 --calls 30 --schemes int4,int8,bf16 --round-hidden on
+  [ -f "$DATA/q30.ftw" ] || flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
+  for w in before after before after; do
+    use_wheel $w
+    echo "== V1 $w"; timeout 100 flint bench "$DATA/q30.ftw" -p 0 -n 32 --tg-random -r 2 --mode full \
+      --ram-budget 20 --vram-budget 4 2>&1 | grep -E "q30.ftw \||rror"
+  done
+}
+
 case $what in
   install) install ;;
   format) install; format ;;
@@ -912,5 +959,7 @@ case $what in
   gpu49) install; gpu49 ;;
   gpu50) install; gpu50 ;;
   gpu51) install; gpu51 ;;
+  gpu52) install; gpu52 ;;
+  gpu53) install; gpu53 ;;
 esac 2>&1 | tee "$OUT/gpu_box_$what.log"
 

@@ -152,10 +152,15 @@ impl<'a> Act<'a> {
         if !is_bf16(self.x) {
             return self;
         }
-        if let Some((planes, n @ 1)) = split_bf16(self.x) {
-            self.bf16 = Aligned::from_slice(&planes);
-            self.planes = n;
+        // Exactly bf16 (checked): the one plane of `split_bf16` is each value's high 16
+        // bits, zero-padded to the block (built directly: the split's general loop was
+        // most of a decode call's serial start).
+        let mut plane = vec![0u16; self.x.len().next_multiple_of(BF16_BLOCK)];
+        for (p, v) in plane.iter_mut().zip(self.x) {
+            *p = (v.to_bits() >> 16) as u16;
         }
+        self.bf16 = Aligned::from_slice(&plane);
+        self.planes = 1;
         self
     }
 
@@ -180,17 +185,17 @@ impl Act<'_> {
     /// f32 int4 order.
     pub(crate) fn with_i4_bf16(mut self) -> Self {
         if self.x.len().is_multiple_of(I4_BF16_BLOCK) && is_bf16(self.x) {
-            let mut order = Vec::with_capacity(self.x.len());
+            // Exactly bf16 (checked): one plane, each value's high 16 bits (what
+            // `split_bf16` gives such a row), in the kernel's column order.
+            let mut plane = Vec::with_capacity(self.x.len());
             for block in self.x.chunks_exact(I4_BF16_BLOCK) {
                 for k in 0..4 {
-                    order.extend(block.iter().skip(k).step_by(4));
+                    plane.extend(block.iter().skip(k).step_by(4).map(|v| (v.to_bits() >> 16) as u16));
                 }
             }
-            if let Some((planes, n @ 1)) = split_bf16(&order) {
-                self.i4_bf16 = Aligned::from_slice(&planes);
-                self.i4_planes = n;
-                return self;
-            }
+            self.i4_bf16 = Aligned::from_slice(&plane);
+            self.i4_planes = 1;
+            return self;
         }
         self.with_i4()
     }
@@ -231,6 +236,7 @@ fn is_bf16(x: &[f32]) -> bool {
 /// remainder would fall below the smallest normal f32 (|x| < 2^-100: the BF16 dot
 /// product flushes subnormals, so such a row is not split; those go to the f32
 /// kernel).
+#[cfg(test)]
 pub(crate) fn split_bf16(x: &[f32]) -> Option<(Vec<u16>, usize)> {
     const TINY: f32 = 7.888_609e-31; // 2^-100
     let len = x.len().next_multiple_of(BF16_BLOCK);
@@ -304,6 +310,31 @@ mod tests {
         assert!(split_bf16(&[1.0, f32::INFINITY]).is_none());
         assert!(split_bf16(&[1.0, f32::NAN]).is_none());
         assert!(split_bf16(&[f32::from_bits(0x0000_1234)]).is_none());
+    }
+
+    #[test]
+    fn a_bf16_row_gets_the_one_plane_of_the_split() {
+        // The direct planes of `with_bf16` / `with_i4_bf16` equal `split_bf16`'s one plane.
+        for len in [1, 31, 33, 128, 256, 2048] {
+            let x: Vec<f32> = (0..len)
+                .map(|c| f32::from_bits(((c as f32 - 40.5) * 0.37).to_bits() & 0xffff_0000))
+                .collect();
+            let (planes, n) = split_bf16(&x).unwrap();
+            assert_eq!(n, 1);
+            let a = Act::plain(&x).with_bf16();
+            assert_eq!((a.planes, a.bf16.as_slice()), (1, &planes[..]), "{len}");
+            if len % I4_BF16_BLOCK == 0 {
+                let mut order = Vec::new();
+                for block in x.chunks_exact(I4_BF16_BLOCK) {
+                    for k in 0..4 {
+                        order.extend(block.iter().skip(k).step_by(4));
+                    }
+                }
+                let (planes, _) = split_bf16(&order).unwrap();
+                let a = Act::plain(&x).with_i4_bf16();
+                assert_eq!((a.i4_planes, a.i4_bf16.as_slice()), (1, &planes[..]), "{len}");
+            }
+        }
     }
 
     #[test]

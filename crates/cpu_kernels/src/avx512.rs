@@ -613,3 +613,73 @@ pub(crate) unsafe fn dot_i4_bf16<const T: usize>(
         }
     }
 }
+
+/// [`dot_i4_bf16`] of one activation row with `out.len()` consecutive rows of an int4
+/// projection (row `i` at `w + i * row_bytes`, its scales at `s + i * scale_bytes`), each
+/// result the bits `dot_i4_bf16::<1>` gives for that row. One call for a task's rows
+/// instead of one per row: a 768-column down row is ~25 ns of reading, and the dispatch
+/// per row (bounds, checks, the call, the table) cost about as much again.
+///
+/// # Safety
+/// The CPU must have avx512f, avx512bw, avx512vl and avx512bf16; each row as
+/// `dot_i4_bf16` requires.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)] // reason: the rows' layout and the activation
+pub(crate) unsafe fn rows_i4_bf16(
+    w: *const u8,
+    row_bytes: usize,
+    s: *const u8,
+    scale_bytes: usize,
+    cols: usize,
+    group: usize,
+    x: *const u16,
+    out: &mut [f32],
+) {
+    // SAFETY: the features are enabled here; each row as the caller guarantees.
+    unsafe {
+        let row = |i: usize| (w.add(i * row_bytes), s.add(i * scale_bytes));
+        match group {
+            32 => rows_of(out, |i| {
+                let (w, s) = row(i);
+                i4_bf16_dot::<1, 1, 32>(w, s, cols, group, [x])
+            }),
+            64 => rows_of(out, |i| {
+                let (w, s) = row(i);
+                i4_bf16_dot::<1, 1, 64>(w, s, cols, group, [x])
+            }),
+            128 => rows_of(out, |i| {
+                let (w, s) = row(i);
+                i4_bf16_dot::<1, 1, 128>(w, s, cols, group, [x])
+            }),
+            _ => rows_of(out, |i| {
+                let (w, s) = row(i);
+                i4_bf16_dot::<1, 1, 0>(w, s, cols, group, [x])
+            }),
+        }
+    }
+}
+
+/// [`dot_bf16_planes`] of one activation row (one plane) with `out.len()` consecutive
+/// bf16 rows of `cols` values from `w`, as [`rows_i4_bf16`].
+///
+/// # Safety
+/// The CPU must have avx512f, avx512bw and avx512bf16; each row as `dot_bf16_planes`.
+#[target_feature(enable = "avx512f,avx512bw,avx512bf16,avx2,fma,f16c")]
+pub(crate) unsafe fn rows_bf16(
+    w: *const u8,
+    cols: usize,
+    x: *const u16,
+    stride: usize,
+    out: &mut [f32],
+) {
+    // SAFETY: the features are enabled here; each row as the caller guarantees.
+    unsafe { rows_of(out, |i| bf16_planes_dot::<1, 1>(w.add(i * 2 * cols), cols, [x], stride)) }
+}
+
+#[inline(always)]
+fn rows_of(out: &mut [f32], mut row: impl FnMut(usize) -> [f32; 1]) {
+    for (i, o) in out.iter_mut().enumerate() {
+        let [v] = row(i);
+        *o = v;
+    }
+}

@@ -25,7 +25,11 @@
 //! Every output value is computed by one thread with the same operations, so the result
 //! does not depend on the number of threads.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
 use crate::act::Act;
+use crate::crew::Crew;
 use crate::error::{KernelError, Result};
 use crate::format::{bf16_to_f32, ExpertFormat, Proj};
 #[cfg(target_arch = "x86_64")]
@@ -274,8 +278,8 @@ impl Kernels {
         let s = &m.shape;
         let (h, d) = (s.hidden, s.head_dim);
         check(m, caches, token, pos, logits)?;
-        if let Some(pool) = &self.pool {
-            return self.decode_team(pool, m, caches, token, pos, logits);
+        if let Some(crew) = &self.crew {
+            return self.decode_team(crew, m, caches, token, pos, logits);
         }
         let mut t = Scratch {
             x: vec![0.0; h],
@@ -315,7 +319,7 @@ impl Kernels {
     /// each thread gets its kv groups of every layer's cache and its rows of the logits.
     fn decode_team(
         &self,
-        pool: &rayon::ThreadPool,
+        crew: &Crew,
         m: &Decoder<'_>,
         caches: &mut [LayerCache<'_>],
         token: usize,
@@ -348,13 +352,20 @@ impl Kernels {
             rest = tail;
         }
         let team = &team;
-        pool.in_place_scope(|scope| {
-            let mut threads = groups.into_iter().zip(outs).enumerate();
-            let first = threads.next();
-            for (tid, (mut g, (v0, out))) in threads {
-                scope.spawn(move |_| self.member(m, team, tid, &mut g, token, pos, (v0, out)));
-            }
-            if let Some((tid, (mut g, (v0, out)))) = first {
+        // Every thread's share, taken by the thread that claims its seat: the caller and
+        // each worker claim one (the team's barriers wait until all `n` have).
+        let seats: Vec<Mutex<Option<_>>> = groups
+            .into_iter()
+            .zip(outs)
+            .map(|seat| Mutex::new(Some(seat)))
+            .collect();
+        let next = AtomicUsize::new(0);
+        crew.run(&|| {
+            let tid = next.fetch_add(1, Ordering::Relaxed);
+            let seat = seats
+                .get(tid)
+                .and_then(|s| s.lock().ok().and_then(|mut s| s.take()));
+            if let Some((mut g, (v0, out))) = seat {
                 self.member(m, team, tid, &mut g, token, pos, (v0, out));
             }
         });

@@ -144,6 +144,67 @@ impl Dot {
         self.dot_f32(p, r, a.f32_row())
     }
 
+    /// Rows `r0..r0 + out.len()` of `p` dotted with `a`, each the bits [`Self::dot_act`]
+    /// gives for that row; in one kernel call where one exists (AVX-512 BF16: bf16 and
+    /// int4 rows with a one-plane activation), else row by row. A decode step's tasks
+    /// (one token) take this: per-row dispatch cost about as much as a 768-column int4
+    /// row's reading (docs/benchmarks.md, "Rows in one call").
+    pub fn rows_act(self, p: &Proj<'_>, r0: usize, a: &Act<'_>, out: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if self.rows_special(p, r0, a, out) {
+            return;
+        }
+        for (i, o) in out.iter_mut().enumerate() {
+            *o = self.dot_act(p, r0 + i, a);
+        }
+    }
+
+    /// [`Self::rows_act`] by the AVX-512 BF16 rows kernels; false where they do not
+    /// apply (the conditions of [`Self::special`] for each row).
+    #[cfg(target_arch = "x86_64")]
+    fn rows_special(self, p: &Proj<'_>, r0: usize, a: &Act<'_>, out: &mut [f32]) -> bool {
+        let (n, cols, rb) = (out.len(), p.cols, p.row_bytes());
+        if n == 0 || a.x.len() != cols || self.isa != Isa::Avx512Bf16 {
+            return false;
+        }
+        let Some(w) = p.weights.get(r0 * rb..(r0 + n) * rb) else {
+            return false;
+        };
+        match p.kind {
+            WeightKind::Bf16 => {
+                let stride = cols.next_multiple_of(crate::act::BF16_BLOCK);
+                if a.planes != 1 || rb != 2 * cols || a.bf16.as_slice().len() < stride {
+                    return false;
+                }
+                let x = a.bf16.as_slice().as_ptr();
+                // SAFETY: `Dot::new` checked avx512f/bw/bf16; each of the n rows has 2 * cols
+                // bytes (the slice above) and the plane `stride` values (checked above).
+                unsafe { crate::avx512::rows_bf16(w.as_ptr(), cols, x, stride, out) };
+                true
+            }
+            WeightKind::Int4 { group } if group > 0 && a.i4_planes == 1 => {
+                let sb = cols / group * 2;
+                let ok = crate::act::i4_bf16_group(group)
+                    && cols.is_multiple_of(crate::act::I4_BF16_BLOCK)
+                    && cols.is_multiple_of(group)
+                    && rb == cols / 2
+                    && a.i4_bf16.as_slice().len() >= cols;
+                let Some(s) = p.scales.get(r0 * sb..(r0 + n) * sb).filter(|_| ok) else {
+                    return false;
+                };
+                let x = a.i4_bf16.as_slice().as_ptr();
+                // SAFETY: `Dot::new` checked avx512f/bw/vl/bf16; each of the n rows has
+                // cols / 2 bytes and cols / group bf16 scales (the slices above), the
+                // plane cols values (checked above).
+                unsafe {
+                    crate::avx512::rows_i4_bf16(w.as_ptr(), rb, s.as_ptr(), sb, cols, group, x, out);
+                }
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// [`Self::dot_act`] of row `r` with each of `acts`, bit-identical to it, reading
     /// the row's weights once for all of them.
     #[inline]

@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 use crate::act::{Act, Aligned};
+use crate::crew::{spin_window, Crew};
 use crate::error::{KernelError, Result};
 use crate::format::{ExpertFormat, Proj};
 use crate::isa::{Dot, Isa};
@@ -206,7 +207,8 @@ pub struct Routing<'a> {
 pub struct Kernels {
     pub(crate) dot: Dot,
     pub(crate) threads: usize,
-    pub(crate) pool: Option<rayon::ThreadPool>,
+    /// The `threads - 1` workers beside the calling thread (`crew.rs`; none for 1).
+    pub(crate) crew: Option<Crew>,
     pub(crate) tile_min: usize,
     /// Round down's inputs `silu(gate) * up` to bf16 (see [`Self::set_round_hidden`]).
     pub(crate) round_hidden: bool,
@@ -241,24 +243,16 @@ impl Kernels {
     pub fn new(isa: Isa, threads: usize) -> Result<Self> {
         let dot = Dot::new(isa)?;
         let threads = threads.max(1);
-        let pool = if threads > 1 {
-            // The calling thread is one of the `threads`.
-            let p = rayon::ThreadPoolBuilder::new()
-                .num_threads(threads - 1)
-                .thread_name(|i| format!("flint-cpu-{i}"))
-                .build()
-                .map_err(|e| KernelError::Pool {
-                    threads,
-                    message: e.to_string(),
-                })?;
-            Some(p)
+        // The calling thread is one of the `threads`.
+        let crew = if threads > 1 {
+            Some(Crew::new(threads - 1, spin_window())?)
         } else {
             None
         };
         Ok(Self {
             dot,
             threads,
-            pool,
+            crew,
             tile_min: TILE_MIN_TOKENS,
             round_hidden: false,
             outputs: std::sync::Mutex::new(Vec::new()),
@@ -486,13 +480,10 @@ impl Kernels {
         let gang = Gang::new(counts);
         let routed: usize = jobs.iter().map(|j| j.positions.len()).sum();
         let macs = h.saturating_mul(i).saturating_mul(3).saturating_mul(routed);
-        match &self.pool {
-            Some(pool) if macs >= SMALL_CALL_MACS => {
+        match &self.crew {
+            Some(crew) if macs >= SMALL_CALL_MACS => {
                 gang.open(&after);
-                pool.in_place_scope(|s| {
-                    s.spawn_broadcast(|_, _| gang.work(&item, &after));
-                    gang.work(&item, &after);
-                });
+                crew.run(&|| gang.work(&item, &after));
             }
             _ => {
                 gang.open(&after);
@@ -601,6 +592,18 @@ impl Kernels {
             }
             return Ok(out);
         }
+        if let ([], &[xt]) = by_fours(xs) {
+            // One token (a decode step): each projection's rows in one kernel call.
+            let n = t.rows.1 - t.rows.0;
+            let mut u = vec![0.0f32; n];
+            out.resize(n, 0.0);
+            self.dot.rows_act(&job.w.gate, t.rows.0, xt, &mut out);
+            self.dot.rows_act(&job.w.up, t.rows.0, xt, &mut u);
+            for (g, u) in out.iter_mut().zip(u) {
+                *g = silu(*g) * u;
+            }
+            return Ok(out);
+        }
         for r in t.rows.0..t.rows.1 {
             let (quads, rest) = by_fours(xs);
             for &four in quads {
@@ -668,6 +671,12 @@ impl Kernels {
                     out.push(self.dot.dot_f32(&job.w.down, r, ht));
                 }
             }
+            return Ok(out);
+        }
+        if let ([], &[ht]) = by_fours(hs) {
+            // One token: the rows in one kernel call, as in `gate_up`.
+            out.resize(t.rows.1 - t.rows.0, 0.0);
+            self.dot.rows_act(&job.w.down, t.rows.0, ht, &mut out);
             return Ok(out);
         }
         for r in t.rows.0..t.rows.1 {

@@ -31,6 +31,7 @@ mod act;
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+mod crew;
 mod decode;
 mod error;
 mod format;
