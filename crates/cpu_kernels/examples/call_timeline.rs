@@ -62,7 +62,10 @@ fn main() {
     let gaps: Vec<u64> = arg(3, "0").split(',').map(|g| g.parse().unwrap()).collect();
     let calls: usize = arg(4, "200").parse().unwrap();
     let round = arg(5, "off") == "on";
-    let (h, i): (usize, usize) = (arg(6, "2048").parse().unwrap(), arg(7, "768").parse().unwrap());
+    let (h, i): (usize, usize) = (
+        arg(6, "2048").parse().unwrap(),
+        arg(7, "768").parse().unwrap(),
+    );
     let n = 64;
     let mut rnd = common::rng();
     let x: Vec<f32> = (0..h)
@@ -91,7 +94,8 @@ fn main() {
                     t0: Instant::now(),
                     marks: Mutex::new(Vec::with_capacity(1024)),
                 };
-                kern.expert_outputs(&f, &routing, &experts, &clock, &mut y).unwrap();
+                kern.expert_outputs(&f, &routing, &experts, &clock, &mut y)
+                    .unwrap();
                 let wall = clock.t0.elapsed().as_secs_f64() * 1e6;
                 if call < 5 {
                     continue; // warm-up

@@ -190,7 +190,13 @@ impl Act<'_> {
             let mut plane = Vec::with_capacity(self.x.len());
             for block in self.x.chunks_exact(I4_BF16_BLOCK) {
                 for k in 0..4 {
-                    plane.extend(block.iter().skip(k).step_by(4).map(|v| (v.to_bits() >> 16) as u16));
+                    plane.extend(
+                        block
+                            .iter()
+                            .skip(k)
+                            .step_by(4)
+                            .map(|v| (v.to_bits() >> 16) as u16),
+                    );
                 }
             }
             self.i4_bf16 = Aligned::from_slice(&plane);
@@ -332,7 +338,11 @@ mod tests {
                 }
                 let (planes, _) = split_bf16(&order).unwrap();
                 let a = Act::plain(&x).with_i4_bf16();
-                assert_eq!((a.i4_planes, a.i4_bf16.as_slice()), (1, &planes[..]), "{len}");
+                assert_eq!(
+                    (a.i4_planes, a.i4_bf16.as_slice()),
+                    (1, &planes[..]),
+                    "{len}"
+                );
             }
         }
     }

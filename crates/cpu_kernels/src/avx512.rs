@@ -673,7 +673,11 @@ pub(crate) unsafe fn rows_bf16(
     out: &mut [f32],
 ) {
     // SAFETY: the features are enabled here; each row as the caller guarantees.
-    unsafe { rows_of(out, |i| bf16_planes_dot::<1, 1>(w.add(i * 2 * cols), cols, [x], stride)) }
+    unsafe {
+        rows_of(out, |i| {
+            bf16_planes_dot::<1, 1>(w.add(i * 2 * cols), cols, [x], stride)
+        })
+    }
 }
 
 #[inline(always)]

@@ -79,7 +79,9 @@ pub(crate) struct Crew {
 
 impl std::fmt::Debug for Crew {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Crew").field("workers", &self.workers.len()).finish()
+        f.debug_struct("Crew")
+            .field("workers", &self.workers.len())
+            .finish()
     }
 }
 
@@ -113,7 +115,10 @@ impl Crew {
     /// barrier) gets them: the generation stays open while the caller's run lasts, and
     /// every worker, parked or newly started, enters the newest open generation.
     pub(crate) fn run(&self, job: &(dyn Fn() + Sync)) {
-        let _one = self.one.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let _one = self
+            .one
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let sh = &*self.shared;
         // SAFETY: the erased lifetime is never outlived. Workers reach `job` only after
         // entering the generation opened below, entering is impossible once `Close`
@@ -244,7 +249,10 @@ fn next_generation(sh: &Shared, seen: u64, spin: Duration) -> Option<u64> {
         if word >> 32 != seen || sh.shutdown.load(Ordering::SeqCst) {
             break word;
         }
-        park = sh.wake.wait(park).unwrap_or_else(std::sync::PoisonError::into_inner);
+        park = sh
+            .wake
+            .wait(park)
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
     };
     sh.sleepers.fetch_sub(1, Ordering::SeqCst);
     drop(park);

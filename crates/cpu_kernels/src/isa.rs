@@ -197,7 +197,16 @@ impl Dot {
                 // cols / 2 bytes and cols / group bf16 scales (the slices above), the
                 // plane cols values (checked above).
                 unsafe {
-                    crate::avx512::rows_i4_bf16(w.as_ptr(), rb, s.as_ptr(), sb, cols, group, x, out);
+                    crate::avx512::rows_i4_bf16(
+                        w.as_ptr(),
+                        rb,
+                        s.as_ptr(),
+                        sb,
+                        cols,
+                        group,
+                        x,
+                        out,
+                    );
                 }
                 true
             }

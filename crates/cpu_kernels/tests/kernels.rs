@@ -797,12 +797,21 @@ fn prepared_kernels_match_the_reference() {
                     assert!(four.iter().all(|v| v.to_bits() == got.to_bits()));
                 }
                 // Any range of rows in one call: the bits of each row's own dot.
-                for (r0, r1) in [(0, rows), (rows / 3, rows), (rows / 2, rows / 2 + 1), (1, 1)] {
+                for (r0, r1) in [
+                    (0, rows),
+                    (rows / 3, rows),
+                    (rows / 2, rows / 2 + 1),
+                    (1, 1),
+                ] {
                     let mut got = vec![f32::NAN; r1.saturating_sub(r0)];
                     dot.rows_act(&proj, r0, &act, &mut got);
                     for (i, v) in got.iter().enumerate() {
                         let one = dot.dot_act(&proj, r0 + i, &act);
-                        assert_eq!(v.to_bits(), one.to_bits(), "{isa:?} {kind:?} rows {r0}..{r1}");
+                        assert_eq!(
+                            v.to_bits(),
+                            one.to_bits(),
+                            "{isa:?} {kind:?} rows {r0}..{r1}"
+                        );
                     }
                 }
             }
