@@ -902,6 +902,38 @@ gpu53() {
   done
 }
 
+# Twelfth session, third call: every GPU test with this wheel (the CPU kernels' crew and
+# rows kernels); the call's timeline at 16 threads with the rayon build of ab43e3a
+# (.device/before/call_timeline) and this one in turn; issue 15's figure through Python
+# (round_hidden on, as the CPU side of a bf16 model on CUDA) with both wheels; V1 with
+# both wheels.
+timeline() {  # binary, then call_timeline's arguments
+  local bin=$1; shift
+  timeout 60 "$bin" "$@" | sed -E 's/ \(.*first task/, first task/; s/, 2nd thread [0-9]+//'
+}
+
+gpu54() {
+  gpu_tests
+  for w in before after before after; do
+    local bin=.device/call_timeline; [ $w = before ] && bin=.device/before/call_timeline
+    echo "== timeline $w"
+    timeline $bin 16 int4 8 0,2000 200 on
+    timeline $bin 16 bf16,int8 8 0 200 on
+  done
+  timeline .device/call_timeline 16 int4 8 0 200 off
+  timeline .device/call_timeline 16 int4 32 0 100 on
+  for w in before after; do
+    use_wheel $w
+    cpu_fused $w --threads 1,16 --calls 30 --schemes int4,int8,bf16 --round-hidden on
+  done
+  [ -f "$DATA/q30.ftw" ] || flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
+  for w in before after before after; do
+    use_wheel $w
+    echo "== V1 $w"; timeout 70 flint bench "$DATA/q30.ftw" -p 0 -n 32 --tg-random -r 2 --mode full \
+      --ram-budget 20 --vram-budget 4 2>&1 | grep -E "q30.ftw \||rror"
+  done
+}
+
 case $what in
   install) install ;;
   format) install; format ;;
@@ -961,5 +993,6 @@ case $what in
   gpu51) install; gpu51 ;;
   gpu52) install; gpu52 ;;
   gpu53) install; gpu53 ;;
+  gpu54) install; gpu54 ;;
 esac 2>&1 | tee "$OUT/gpu_box_$what.log"
 
