@@ -934,6 +934,26 @@ gpu54() {
   done
 }
 
+# Twelfth session, last call: the int4 call's tasks per thread (FLINT_CPU_TASKS, default
+# 8) and the crew's spin window (FLINT_CPU_SPIN_US=0: park at once) at 16 threads, two
+# rounds each; V1 with the rayon wheel (.device/before) and this one in turn, twice.
+gpu55() {
+  for round in 1 2; do
+    for t in 2 4 8 16; do
+      echo "== tasks $t"; FLINT_CPU_TASKS=$t timeline .device/call_timeline 16 int4,int8 8 0 200 on
+    done
+    for s in 0 2000; do
+      echo "== spin $s us"; FLINT_CPU_SPIN_US=$s timeline .device/call_timeline 16 int4 8 0,2000 200 on
+    done
+  done
+  [ -f "$DATA/q30.ftw" ] || flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
+  for w in before after before after; do
+    use_wheel $w
+    echo "== V1 $w"; timeout 70 flint bench "$DATA/q30.ftw" -p 0 -n 32 --tg-random -r 2 --mode full \
+      --ram-budget 20 --vram-budget 4 2>&1 | grep -E "q30.ftw \||rror"
+  done
+}
+
 case $what in
   install) install ;;
   format) install; format ;;
@@ -994,5 +1014,6 @@ case $what in
   gpu52) install; gpu52 ;;
   gpu53) install; gpu53 ;;
   gpu54) install; gpu54 ;;
+  gpu55) install; gpu55 ;;
 esac 2>&1 | tee "$OUT/gpu_box_$what.log"
 

@@ -29,7 +29,20 @@ const MIN_TASK_MACS: usize = 32 * 1024;
 /// Qwen3-30B-A3B geometry, and two threads were slower than one (int4 8.0 vs 10.0 GB/s);
 /// with 2-16 tasks per thread two threads got 10-13.6 GB/s (examples/layer_speed.rs,
 /// docs/benchmarks.md). Which thread computes a row does not change its value.
+/// `FLINT_CPU_TASKS` overrides it (measurement).
 const TASKS_PER_THREAD: usize = 8;
+
+/// [`TASKS_PER_THREAD`], or `FLINT_CPU_TASKS` (read once) to measure others with.
+fn tasks_per_thread() -> usize {
+    static N: OnceLock<usize> = OnceLock::new();
+    *N.get_or_init(|| {
+        std::env::var("FLINT_CPU_TASKS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|&n| n > 0)
+            .unwrap_or(TASKS_PER_THREAD)
+    })
+}
 
 /// Multiply-adds below which a call runs on the calling thread alone: waking the pool
 /// costs more than it saves. Tiny-code-moe decode (one token, 8 experts of 256 x 64)
@@ -876,7 +889,7 @@ fn tasks(
                 .saturating_mul(rows)
         })
         .sum();
-    let min = MIN_TASK_MACS.max(total / threads.saturating_mul(TASKS_PER_THREAD).max(1));
+    let min = MIN_TASK_MACS.max(total / threads.saturating_mul(tasks_per_thread()).max(1));
     let mut out = Vec::new();
     for (job, j) in jobs.iter().enumerate() {
         let n = j.positions.len();
