@@ -19,7 +19,8 @@
 //! can enter after the close, and the job (which borrows the caller's stack) is never
 //! touched after `run` returns.
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::any::Any;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::thread::JoinHandle;
@@ -37,8 +38,9 @@ const ENTERED: u64 = OPEN - 1;
 /// router run between them).
 const SPIN_US_DEFAULT: u64 = 2_000;
 
-/// Of which the first part is pure spinning; after it, each check yields the core to
-/// any other runnable thread (the I/O threads, the caller's Python thread).
+/// Of which the first part is pure spinning; after it, every 64th check of the state
+/// yields the core to any other runnable thread (the I/O threads, the caller's Python
+/// thread).
 const PURE_SPIN: Duration = Duration::from_micros(50);
 
 /// How long idle workers stay awake (`FLINT_CPU_SPIN_US`, read once; 0 parks at once).
@@ -64,6 +66,8 @@ struct Shared {
     job: Mutex<Option<JobRef>>,
     /// Workers parked (or about to park) on `wake`.
     sleepers: AtomicUsize,
+    /// The first panic of a worker in the current job, raised again by the caller.
+    panic: Mutex<Option<Box<dyn Any + Send>>>,
     park: Mutex<()>,
     wake: Condvar,
     shutdown: AtomicBool,
@@ -88,10 +92,15 @@ impl std::fmt::Debug for Crew {
 impl Crew {
     /// `workers` threads named `flint-cpu-{i}`, idle workers awake for `spin`.
     pub(crate) fn new(workers: usize, spin: Duration) -> Result<Self> {
-        let shared = Arc::new(Shared::default());
-        let mut handles = Vec::with_capacity(workers);
+        // Built first, so that a failed spawn drops it: the workers already started
+        // are shut down and joined, not left parked.
+        let mut crew = Self {
+            shared: Arc::new(Shared::default()),
+            workers: Vec::with_capacity(workers),
+            one: Mutex::new(()),
+        };
         for i in 0..workers {
-            let sh = Arc::clone(&shared);
+            let sh = Arc::clone(&crew.shared);
             let handle = std::thread::Builder::new()
                 .name(format!("flint-cpu-{i}"))
                 .spawn(move || worker(&sh, spin))
@@ -99,13 +108,9 @@ impl Crew {
                     threads: workers + 1,
                     message: e.to_string(),
                 })?;
-            handles.push(handle);
+            crew.workers.push(handle);
         }
-        Ok(Self {
-            shared,
-            workers: handles,
-            one: Mutex::new(()),
-        })
+        Ok(crew)
     }
 
     /// Runs `job` on the calling thread and on the workers that join while it runs
@@ -113,7 +118,10 @@ impl Crew {
     /// joined has left. `job` must tolerate any number of concurrent runs, including
     /// none besides the caller's. A job that waits for all workers to join (a team's
     /// barrier) gets them: the generation stays open while the caller's run lasts, and
-    /// every worker, parked or newly started, enters the newest open generation.
+    /// every worker, parked or newly started, enters the newest open generation. A
+    /// worker's panic is raised again here, after every joined worker has left. Calls
+    /// from several threads take turns; a job must not call `run` on its own crew (it
+    /// would wait for itself).
     pub(crate) fn run(&self, job: &(dyn Fn() + Sync)) {
         let _one = self
             .one
@@ -127,16 +135,22 @@ impl Crew {
         // the slot is cleared. So no worker holds `job` once `run` returns.
         let erased: JobRef = unsafe { std::mem::transmute::<&(dyn Fn() + Sync), JobRef>(job) };
         *lock(&sh.job) = Some(erased);
+        lock(&sh.panic).take(); // one left by a call whose caller panicked too
         sh.exited.store(0, Ordering::Relaxed);
         let generation = (sh.state.load(Ordering::Acquire) >> 32).wrapping_add(1) & 0xffff_ffff;
         // No worker changes a closed word, so a plain store opens the next generation.
         sh.state.store(generation << 32 | OPEN, Ordering::SeqCst);
+        // Right after the open: nothing between them can unwind.
+        let close = Close(sh);
         if sh.sleepers.load(Ordering::SeqCst) > 0 {
             let _park = lock(&sh.park);
             sh.wake.notify_all();
         }
-        let _close = Close(sh);
         job();
+        drop(close);
+        if let Some(payload) = lock(&sh.panic).take() {
+            resume_unwind(payload);
+        }
     }
 }
 
@@ -180,8 +194,9 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// A worker: waits for a new generation, enters it if still open, runs the job.
 fn worker(sh: &Shared, spin: Duration) {
-    // Generation 0 is never opened: a worker that starts after the first call opened
-    // still joins it (the decode step's team needs every thread; see `run`).
+    // Generation 0 is not opened before the generations wrap (2^32 calls): a worker that
+    // starts after the first call opened still joins it (the decode step's team needs
+    // every thread; see `run`).
     let mut seen = 0;
     loop {
         let Some(word) = next_generation(sh, seen, spin) else {
@@ -191,13 +206,25 @@ fn worker(sh: &Shared, spin: Duration) {
         if !enter(sh, word) {
             continue;
         }
+        // Counts this worker out even if it unwinds (the caller waits for the count).
+        let _leave = Leave(sh);
         let job = *lock(&sh.job);
         if let Some(job) = job {
             // A panic stops the call through the job's own guard (the layer call's
-            // `StopOnPanic`); the worker lives on for the next call.
-            let _ = catch_unwind(AssertUnwindSafe(job));
+            // `StopOnPanic`) and is raised again by the caller; the worker lives on.
+            if let Err(payload) = catch_unwind(AssertUnwindSafe(job)) {
+                lock(&sh.panic).get_or_insert(payload);
+            }
         }
-        sh.exited.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+/// A worker's exit from the job it entered (`worker`).
+struct Leave<'s>(&'s Shared);
+
+impl Drop for Leave<'_> {
+    fn drop(&mut self) {
+        self.0.exited.fetch_add(1, Ordering::AcqRel);
     }
 }
 
@@ -346,6 +373,31 @@ mod tests {
         }));
         assert!(r.is_err());
         assert!(claim_all(&crew, 64).iter().all(|&h| h == 1));
+    }
+
+    #[test]
+    fn a_workers_panic_reaches_the_caller() {
+        let crew = Crew::new(2, Duration::from_millis(5)).expect("crew");
+        let caller = std::thread::current().id();
+        for _ in 0..20 {
+            let started = AtomicUsize::new(0);
+            let r = catch_unwind(AssertUnwindSafe(|| {
+                crew.run(&|| {
+                    started.fetch_add(1, Ordering::SeqCst);
+                    if std::thread::current().id() != caller {
+                        panic!("worker");
+                    }
+                    // wait (bounded) for a worker to join and panic
+                    let t = Instant::now();
+                    while started.load(Ordering::SeqCst) < 2 && t.elapsed() < Duration::from_secs(5)
+                    {
+                        std::hint::spin_loop();
+                    }
+                })
+            }));
+            assert!(r.is_err(), "a worker's panic must not pass silently");
+            assert!(claim_all(&crew, 64).iter().all(|&h| h == 1));
+        }
     }
 
     #[test]

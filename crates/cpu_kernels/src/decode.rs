@@ -18,9 +18,9 @@
 //! exactly; the KV cache is read and written in its dtype (f32, or bf16 rounded to
 //! nearest even, as torch's copy rounds).
 //!
-//! Threads: with a pool, every thread runs the whole step as a team (`team.rs`),
+//! Threads: with more than one (the kernels' crew, `crew.rs`), every thread runs the whole step as a team (`team.rs`),
 //! computing its share of each product and meeting at a spin barrier to exchange
-//! shares; one wake of the pool per step (waking it per product measured slower than
+//! shares; one wake of the crew per step (waking it per product measured slower than
 //! one thread, see [`Kernels::routed`]); with one thread the calling thread runs it.
 //! Every output value is computed by one thread with the same operations, so the result
 //! does not depend on the number of threads.
@@ -315,7 +315,7 @@ impl Kernels {
         self.matvec(&m.lm_head, &t.xn, logits)
     }
 
-    /// [`Self::decode_step`] on every thread of the pool at once (module docs, `team.rs`):
+    /// [`Self::decode_step`] on every thread of the crew at once (module docs, `team.rs`):
     /// each thread gets its kv groups of every layer's cache and its rows of the logits.
     fn decode_team(
         &self,
