@@ -954,6 +954,12 @@ gpu55() {
   done
 }
 
+# Twelfth session, after the review: every GPU test with the final wheel (a worker's
+# panic raised again in the caller).
+gpu56() {
+  gpu_tests
+}
+
 case $what in
   install) install ;;
   format) install; format ;;
@@ -1015,5 +1021,6 @@ case $what in
   gpu53) install; gpu53 ;;
   gpu54) install; gpu54 ;;
   gpu55) install; gpu55 ;;
+  gpu56) install; gpu56 ;;
 esac 2>&1 | tee "$OUT/gpu_box_$what.log"
 
