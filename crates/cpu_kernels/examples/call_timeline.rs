@@ -6,7 +6,8 @@
 //! how many threads took part; medians over the calls, in microseconds.
 //!
 //! `cargo run --release -p cpu_kernels --example call_timeline [-- threads kind top_k
-//! gap_us calls round_hidden H I]`, e.g. `-- 16 int4 8 0,2000 200 off`: 64 experts of
+//! gap_us calls round_hidden H I x]`, e.g. `-- 16 int4 8 0,2000 200 off` (`x`: `bf16`, the
+//! default, or `f32` hidden states): 64 experts of
 //! Qwen3-30B-A3B geometry, one token routed to `top_k` random experts per call,
 //! `gap_us` of sleep between calls (a list: each runs in turn).
 #![allow(clippy::unwrap_used, clippy::indexing_slicing, clippy::print_stdout)]
@@ -66,10 +67,16 @@ fn main() {
         arg(6, "2048").parse().unwrap(),
         arg(7, "768").parse().unwrap(),
     );
+    // The hidden state exactly bf16 (a bf16 model's) or f32 (an f32 model's, `f32`).
+    let keep = if arg(8, "bf16") == "f32" {
+        u32::MAX
+    } else {
+        0xffff_0000
+    };
     let n = 64;
     let mut rnd = common::rng();
     let x: Vec<f32> = (0..h)
-        .map(|_| f32::from_bits((((rnd() >> 40) as f32 / 8e6 - 1.0).to_bits()) & 0xffff_0000))
+        .map(|_| f32::from_bits((((rnd() >> 40) as f32 / 8e6 - 1.0).to_bits()) & keep))
         .collect();
     for (kind, _) in common::kinds(&kinds) {
         let f = ExpertFormat::new(kind, [(i, h), (i, h), (h, i)]).unwrap();

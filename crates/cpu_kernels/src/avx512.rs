@@ -687,3 +687,38 @@ fn rows_of(out: &mut [f32], mut row: impl FnMut(usize) -> [f32; 1]) {
         *o = v;
     }
 }
+
+/// [`dot_i4`] of one activation row (in the int4 order, f32) with `out.len()`
+/// consecutive int4 rows laid out as in [`rows_i4_bf16`], each result the bits
+/// `dot_i4::<1>` gives for that row.
+///
+/// # Safety
+/// The CPU must have avx512f; each row as `dot_i4` requires.
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)] // reason: the rows' layout and the activation
+pub(crate) unsafe fn rows_i4(
+    w: *const u8,
+    row_bytes: usize,
+    s: *const u8,
+    scale_bytes: usize,
+    cols: usize,
+    group: usize,
+    x: *const f32,
+    out: &mut [f32],
+) {
+    // SAFETY: the features are enabled here; each row as the caller guarantees.
+    unsafe {
+        let row = |i: usize| (w.add(i * row_bytes), s.add(i * scale_bytes));
+        if group == 32 {
+            rows_of(out, |i| {
+                let (w, s) = row(i);
+                i4_dot::<1, 32>(w, s, cols, group, [x])
+            });
+        } else {
+            rows_of(out, |i| {
+                let (w, s) = row(i);
+                i4_dot::<1, 0>(w, s, cols, group, [x])
+            });
+        }
+    }
+}

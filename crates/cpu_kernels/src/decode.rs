@@ -756,19 +756,10 @@ impl Kernels {
         Ok(())
     }
 
-    /// `out[i] = w[start + i] . act` through the kernel `dot_act` picks (one call for
-    /// all rows where that is the plain AVX-512 kernel).
+    /// `out[i] = w[start + i] . act` through the kernel `dot_act` picks, in one call
+    /// for all rows where there is one (`Dot::rows_act`).
     fn rows_act(&self, w: &Proj<'_>, act: &Act<'_>, start: usize, out: &mut [f32]) {
-        let dot = self.dot;
-        #[cfg(target_arch = "x86_64")]
-        if act.is_plain() && matches!(dot.isa(), Isa::Avx512 | Isa::Avx512Bf16) {
-            // SAFETY: `Dot::new` checked avx512f; a plain row is what `dot_act` would
-            // read through the same kernel.
-            return unsafe { crate::avx512::rows_avx512(w, start, act.f32_row(), out) };
-        }
-        for (r, o) in out.iter_mut().enumerate() {
-            *o = dot.dot_act(w, start + r, act);
-        }
+        self.dot.rows_act(w, start, act, out);
     }
 
     /// `out = down(silu(gate(x)) * up(x))`; `hbuf` is scratch.

@@ -145,26 +145,42 @@ impl Dot {
     }
 
     /// Rows `r0..r0 + out.len()` of `p` dotted with `a`, each the bits [`Self::dot_act`]
-    /// gives for that row; in one kernel call where one exists (AVX-512 BF16: bf16 and
-    /// int4 rows with a one-plane activation), else row by row. A decode step's tasks
+    /// gives for that row; in one kernel call where one exists (AVX-512: the BF16 bf16
+    /// and int4 kernels of a one-plane activation, the int4 kernel of the f32 int4
+    /// order, and the f32 kernels of a plain row), else row by row. A decode step's tasks
     /// (one token) take this: per-row dispatch cost about as much as a 768-column int4
     /// row's reading (docs/benchmarks.md, "Rows in one call").
     pub fn rows_act(self, p: &Proj<'_>, r0: usize, a: &Act<'_>, out: &mut [f32]) {
         #[cfg(target_arch = "x86_64")]
-        if self.rows_special(p, r0, a, out) {
-            return;
+        {
+            if self.rows_special(p, r0, a, out) {
+                return;
+            }
+            if a.is_plain() && matches!(self.isa, Isa::Avx512 | Isa::Avx512Bf16) {
+                // SAFETY: `Dot::new` checked avx512f; a plain row is what `dot_act` reads
+                // through the same kernel (`dot_f32`), row by row.
+                return unsafe { crate::avx512::rows_avx512(p, r0, a.f32_row(), out) };
+            }
         }
         for (i, o) in out.iter_mut().enumerate() {
             *o = self.dot_act(p, r0 + i, a);
         }
     }
 
-    /// [`Self::rows_act`] by the AVX-512 BF16 rows kernels; false where they do not
-    /// apply (the conditions of [`Self::special`] for each row).
+    /// [`Self::rows_act`] by the AVX-512 rows kernels of prepared activations; false
+    /// where they do not apply (the conditions of [`Self::special`] for each row).
     #[cfg(target_arch = "x86_64")]
     fn rows_special(self, p: &Proj<'_>, r0: usize, a: &Act<'_>, out: &mut [f32]) -> bool {
         let (n, cols, rb) = (out.len(), p.cols, p.row_bytes());
-        if n == 0 || a.x.len() != cols || self.isa != Isa::Avx512Bf16 {
+        let avx512 = matches!(self.isa, Isa::Avx512 | Isa::Avx512Bf16);
+        if n == 0 || a.x.len() != cols || !avx512 {
+            return false;
+        }
+        let int4 = matches!(p.kind, WeightKind::Int4 { .. });
+        if int4 && (self.isa == Isa::Avx512 || a.i4_planes == 0) {
+            return self.rows_i4_f32(p, r0, a, out);
+        }
+        if self.isa != Isa::Avx512Bf16 {
             return false;
         }
         let Some(w) = p.weights.get(r0 * rb..(r0 + n) * rb) else {
@@ -212,6 +228,36 @@ impl Dot {
             }
             _ => false,
         }
+    }
+
+    /// The int4 rows of an f32 activation in the int4 order ([`Self::special`]'s last
+    /// arm, on AVX-512): `rows_special` for those; false where they do not apply.
+    #[cfg(target_arch = "x86_64")]
+    fn rows_i4_f32(self, p: &Proj<'_>, r0: usize, a: &Act<'_>, out: &mut [f32]) -> bool {
+        let WeightKind::Int4 { group } = p.kind else {
+            return false;
+        };
+        let (n, cols, rb) = (out.len(), p.cols, p.row_bytes());
+        if group == 0
+            || !group.is_multiple_of(I4_BLOCK)
+            || !cols.is_multiple_of(group)
+            || rb != cols / 2
+            || a.i4.as_slice().len() != cols
+        {
+            return false;
+        }
+        let sb = cols / group * 2;
+        let (Some(w), Some(s)) = (
+            p.weights.get(r0 * rb..(r0 + n) * rb),
+            p.scales.get(r0 * sb..(r0 + n) * sb),
+        ) else {
+            return false;
+        };
+        let x = a.i4.as_slice().as_ptr();
+        // SAFETY: `Dot::new` checked avx512f; each of the n rows has cols / 2 bytes and
+        // cols / group bf16 scales (the slices above), the reordered x cols values.
+        unsafe { crate::avx512::rows_i4(w.as_ptr(), rb, s.as_ptr(), sb, cols, group, x, out) };
+        true
     }
 
     /// [`Self::dot_act`] of row `r` with each of `acts`, bit-identical to it, reading

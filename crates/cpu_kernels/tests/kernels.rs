@@ -739,6 +739,33 @@ fn bad_calls_are_errors_not_panics() {
 /// 1e-5 of the row's sum of |w * x| (products are exact; only the order of the adds
 /// differs from the reference).
 #[test]
+fn rows_in_one_call_are_each_rows_own_dot() {
+    // The kinds `prepared_kernels_match_the_reference` does not cover (plain rows).
+    let mut rng = Rng(0x0bad_cafe_1234_5678);
+    for kind in [WeightKind::F32, WeightKind::F16, WeightKind::Int8] {
+        for (rows, cols) in [(7, 33), (64, 256), (5, 1)] {
+            let format =
+                ExpertFormat::new(kind, [(rows, cols), (rows, cols), (cols, rows)]).unwrap();
+            let (bytes, _) = projection(&mut rng, kind, rows, cols);
+            let proj = format.view(0, &bytes).unwrap();
+            let x: Vec<f32> = (0..cols).map(|_| rng.f()).collect();
+            for isa in available() {
+                let dot = cpu_kernels::Dot::new(isa).unwrap();
+                let act = dot.prepare(kind, &x);
+                for (r0, r1) in [(0, rows), (rows / 2, rows), (1, 1)] {
+                    let mut got = vec![f32::NAN; r1.saturating_sub(r0)];
+                    dot.rows_act(&proj, r0, &act, &mut got);
+                    for (i, v) in got.iter().enumerate() {
+                        let one = dot.dot_act(&proj, r0 + i, &act);
+                        assert_eq!(v.to_bits(), one.to_bits(), "{isa:?} {kind:?} {rows}x{cols}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
 fn prepared_kernels_match_the_reference() {
     let mut rng = Rng(0x5151_7777_0000_0001);
     let cases: Vec<(WeightKind, usize, usize)> = vec![
