@@ -732,18 +732,20 @@ fn bad_calls_are_errors_not_panics() {
     ));
 }
 
-/// The kernels that read prepared activations (AVX-512 BF16 planes for bf16 rows, the
-/// int4 column order for int4 rows with groups of 32, 64, 128): against the reference
-/// on shapes around the 32- and 64-column steps, with activations that are exactly bf16
-/// (one plane), 16-bit (two) and full f32 (three). Tolerance as every vector path:
-/// 1e-5 of the row's sum of |w * x| (products are exact; only the order of the adds
-/// differs from the reference).
+/// `Dot::rows_act` gives each row the bits of its own `dot_act`, for the kinds
+/// `prepared_kernels_match_the_reference` does not cover (plain rows: the f32 kernels),
+/// ranges running past the last row included.
 #[test]
 fn rows_in_one_call_are_each_rows_own_dot() {
-    // The kinds `prepared_kernels_match_the_reference` does not cover (plain rows).
     let mut rng = Rng(0x0bad_cafe_1234_5678);
-    for kind in [WeightKind::F32, WeightKind::F16, WeightKind::Int8] {
-        for (rows, cols) in [(7, 33), (64, 256), (5, 1)] {
+    let plain = vec![(7, 33), (64, 256), (5, 1)];
+    for (kind, shapes) in [
+        (WeightKind::F32, plain.clone()),
+        (WeightKind::F16, plain.clone()),
+        (WeightKind::Int8, plain),
+        (WeightKind::Int4 { group: 16 }, vec![(16, 80), (32, 16)]),
+    ] {
+        for (rows, cols) in shapes {
             let format =
                 ExpertFormat::new(kind, [(rows, cols), (rows, cols), (cols, rows)]).unwrap();
             let (bytes, _) = projection(&mut rng, kind, rows, cols);
@@ -752,8 +754,8 @@ fn rows_in_one_call_are_each_rows_own_dot() {
             for isa in available() {
                 let dot = cpu_kernels::Dot::new(isa).unwrap();
                 let act = dot.prepare(kind, &x);
-                for (r0, r1) in [(0, rows), (rows / 2, rows), (1, 1)] {
-                    let mut got = vec![f32::NAN; r1.saturating_sub(r0)];
+                for (r0, r1) in [(0, rows), (rows / 2, rows), (rows - 1, rows + 2)] {
+                    let mut got = vec![f32::NAN; r1 - r0];
                     dot.rows_act(&proj, r0, &act, &mut got);
                     for (i, v) in got.iter().enumerate() {
                         let one = dot.dot_act(&proj, r0 + i, &act);
@@ -765,6 +767,12 @@ fn rows_in_one_call_are_each_rows_own_dot() {
     }
 }
 
+/// The kernels that read prepared activations (AVX-512 BF16 planes for bf16 rows, the
+/// int4 column order for int4 rows with groups of 32, 64, 128): against the reference
+/// on shapes around the 32- and 64-column steps, with activations that are exactly bf16
+/// (one plane), 16-bit (two) and full f32 (three). Tolerance as every vector path:
+/// 1e-5 of the row's sum of |w * x| (products are exact; only the order of the adds
+/// differs from the reference).
 #[test]
 fn prepared_kernels_match_the_reference() {
     let mut rng = Rng(0x5151_7777_0000_0001);
@@ -828,7 +836,7 @@ fn prepared_kernels_match_the_reference() {
                     (0, rows),
                     (rows / 3, rows),
                     (rows / 2, rows / 2 + 1),
-                    (1, 1),
+                    (rows - 1, rows + 2), // past the last row: as dot_act there
                 ] {
                     let mut got = vec![f32::NAN; r1.saturating_sub(r0)];
                     dot.rows_act(&proj, r0, &act, &mut got);
