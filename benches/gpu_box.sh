@@ -960,6 +960,21 @@ gpu56() {
   gpu_tests
 }
 
+# Prepared for the next session's first call: P8 with this wheel (the eleventh session's
+# mends have not been timed on P8: gpu51's P8 did not run), V1 with the rayon wheel of
+# 1d4f3a0 (.device/before) and this one in turn, three pairs, and issue 15's figure with
+# this one (round_hidden on, bf16 hidden states, 1 and 16 threads).
+gpu57() {
+  [ -f "$DATA/q30.ftw" ] || flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
+  echo "== P8"; timeout 75 flint bench "$DATA/q30.ftw" $P8_FLAGS 2>&1 | grep -E "q30.ftw \||rror"
+  for w in before after before after before after; do
+    use_wheel $w
+    echo "== V1 $w"; timeout 70 flint bench "$DATA/q30.ftw" -p 0 -n 32 --tg-random -r 2 --mode full \
+      --ram-budget 20 --vram-budget 4 2>&1 | grep -E "q30.ftw \||rror"
+  done
+  cpu_fused after --threads 1,16 --calls 30 --schemes int4,int8,bf16 --round-hidden on
+}
+
 case $what in
   install) install ;;
   format) install; format ;;
@@ -1022,5 +1037,6 @@ case $what in
   gpu54) install; gpu54 ;;
   gpu55) install; gpu55 ;;
   gpu56) install; gpu56 ;;
+  gpu57) install; gpu57 ;;
 esac 2>&1 | tee "$OUT/gpu_box_$what.log"
 
