@@ -208,12 +208,7 @@ const PREFETCH_DEFAULT: usize = 4096;
 /// prefetch").
 fn prefetch_ahead() -> usize {
     static AHEAD: OnceLock<usize> = OnceLock::new();
-    *AHEAD.get_or_init(|| {
-        std::env::var("FLINT_CPU_PREFETCH")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(PREFETCH_DEFAULT)
-    })
+    *AHEAD.get_or_init(|| crate::env_setting("FLINT_CPU_PREFETCH", PREFETCH_DEFAULT))
 }
 
 /// Asks for the cache line at `p` (a hint: any address, never a fault).

@@ -36,7 +36,7 @@ const ENTERED: u64 = OPEN - 1;
 /// How long an idle worker stays awake before parking, by default (microseconds): a
 /// decode step's layer calls come every ~0.5-2 ms on the GPU path (attention and the
 /// router run between them).
-const SPIN_US_DEFAULT: u64 = 2_000;
+const SPIN_US_DEFAULT: usize = 2_000;
 
 /// Of which the first part is pure spinning; after it, every 64th check of the state
 /// yields the core to any other runnable thread (the I/O threads, the caller's Python
@@ -47,11 +47,8 @@ const PURE_SPIN: Duration = Duration::from_micros(50);
 pub(crate) fn spin_window() -> Duration {
     static SPIN: OnceLock<Duration> = OnceLock::new();
     *SPIN.get_or_init(|| {
-        let us = std::env::var("FLINT_CPU_SPIN_US")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(SPIN_US_DEFAULT);
-        Duration::from_micros(us)
+        let us = crate::env_setting("FLINT_CPU_SPIN_US", SPIN_US_DEFAULT);
+        Duration::from_micros(us as u64)
     })
 }
 

@@ -430,7 +430,7 @@ impl Kernels {
                 if lo < hi {
                     let act = self.dot.prepare(w.kind, &xn);
                     let dst = part.get_mut(at..at + hi - lo).unwrap_or_default();
-                    self.rows_act(w, &act, lo - start, dst);
+                    self.dot.rows_act(w, lo - start, &act, dst);
                     at += hi - lo;
                 }
             }
@@ -464,7 +464,8 @@ impl Kernels {
             let (r0, r1) = team.share(tid, h);
             part.clear();
             part.resize(r1 - r0, 0.0);
-            self.rows_act(&a.o, &self.dot.prepare(a.o.kind, &attn), r0, &mut part);
+            self.dot
+                .rows_act(&a.o, r0, &self.dot.prepare(a.o.kind, &attn), &mut part);
             if !team.gather(tid, &mut turn, &part, &mut o) {
                 return Ok(());
             }
@@ -483,7 +484,8 @@ impl Kernels {
                         self.swiglu(mlp, &xn, &mut mlp_h, &mut shared)?;
                         if let Some(gate) = &moe.shared_gate {
                             let mut gv = [0.0f32];
-                            self.rows_act(gate, &self.dot.prepare(gate.kind, &xn), 0, &mut gv);
+                            self.dot
+                                .rows_act(gate, 0, &self.dot.prepare(gate.kind, &xn), &mut gv);
                             let sig = 1.0 / (1.0 + (-gv[0]).exp());
                             shared.iter_mut().for_each(|v| *v *= sig);
                         }
@@ -495,10 +497,10 @@ impl Kernels {
             x.iter_mut().zip(&ffn).for_each(|(x, &f)| *x += f);
         }
         rms_norm(&x, m.final_norm, s.eps, &mut xn);
-        self.rows_act(
+        self.dot.rows_act(
             &m.lm_head,
-            &self.dot.prepare(m.lm_head.kind, &xn),
             v0,
+            &self.dot.prepare(m.lm_head.kind, &xn),
             logits,
         );
         Ok(())
@@ -521,10 +523,10 @@ impl Kernels {
         let s = &m.shape;
         let h = s.hidden;
         let mut logits = vec![0.0; moe.router.rows];
-        self.rows_act(
+        self.dot.rows_act(
             &moe.router,
-            &self.dot.prepare(moe.router.kind, xn),
             0,
+            &self.dot.prepare(moe.router.kind, xn),
             &mut logits,
         );
         softmax(&mut logits);
@@ -741,8 +743,8 @@ impl Kernels {
         let i = w.gate.rows;
         let mut g = vec![0.0f32; i];
         let mut u = vec![0.0f32; i];
-        self.rows_act(&w.gate, x, 0, &mut g);
-        self.rows_act(&w.up, x, 0, &mut u);
+        self.dot.rows_act(&w.gate, 0, x, &mut g);
+        self.dot.rows_act(&w.up, 0, x, &mut u);
         g.iter_mut().zip(&u).for_each(|(g, &u)| *g = silu(*g) * u);
         let hact = self.dot.prepare(w.down.kind, &g);
         if w.down.rows != y.len() || w.down.cols != g.len() {
@@ -752,14 +754,8 @@ impl Kernels {
                 want: w.down.rows,
             });
         }
-        self.rows_act(&w.down, &hact, 0, y);
+        self.dot.rows_act(&w.down, 0, &hact, y);
         Ok(())
-    }
-
-    /// `out[i] = w[start + i] . act` through the kernel `dot_act` picks, in one call
-    /// for all rows where there is one (`Dot::rows_act`).
-    fn rows_act(&self, w: &Proj<'_>, act: &Act<'_>, start: usize, out: &mut [f32]) {
-        self.dot.rows_act(w, start, act, out);
     }
 
     /// `out = down(silu(gate(x)) * up(x))`; `hbuf` is scratch.
@@ -790,7 +786,7 @@ impl Kernels {
                 want: w.cols * w.rows,
             });
         }
-        self.rows_act(w, &self.dot.prepare(w.kind, x), 0, out);
+        self.dot.rows_act(w, 0, &self.dot.prepare(w.kind, x), out);
         Ok(())
     }
 }

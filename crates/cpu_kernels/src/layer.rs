@@ -35,13 +35,12 @@ const TASKS_PER_THREAD: usize = 8;
 /// [`TASKS_PER_THREAD`], or `FLINT_CPU_TASKS` (read once) to measure others with.
 fn tasks_per_thread() -> usize {
     static N: OnceLock<usize> = OnceLock::new();
-    *N.get_or_init(|| {
-        std::env::var("FLINT_CPU_TASKS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .filter(|&n| n > 0)
-            .unwrap_or(TASKS_PER_THREAD)
-    })
+    *N.get_or_init(
+        || match crate::env_setting("FLINT_CPU_TASKS", TASKS_PER_THREAD) {
+            0 => TASKS_PER_THREAD,
+            n => n,
+        },
+    )
 }
 
 /// Multiply-adds below which a call runs on the calling thread alone: waking the pool

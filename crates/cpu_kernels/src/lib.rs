@@ -50,3 +50,13 @@ pub use format::{bf16_to_f32, f16_to_f32, ExpertFormat, Proj, WeightKind, MAX_DI
 pub use isa::{Dot, Isa};
 pub use layer::{weighted_sum, AllReady, ExpertWeights, Kernels, Ready, Routing, TILE_MIN_TOKENS};
 pub use scalar::{bf16_round, silu};
+
+/// The number in environment variable `name`, or `default` when it is unset or not a
+/// number. The settings that read it (`FLINT_CPU_PREFETCH`, `FLINT_CPU_SPIN_US`,
+/// `FLINT_CPU_TASKS`) keep the value in a `OnceLock`: read once per process.
+pub(crate) fn env_setting(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
