@@ -781,12 +781,10 @@ gpu_tests() {
 
 P8_FLAGS="-p 8192 -n 0 -r 2 --mode full --warm --ram-budget 20 --vram-budget 4"
 p8_ab() {
-  [ -f "$DATA/q30.ftw" ] || flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
-  local p8=$P8_FLAGS
+  q30
   for w in before after before after; do
-    local whl=.device/flint-*.whl; [ $w = before ] && whl=.device/before/flint-*.whl
-    python3 -m pip install --no-deps --force-reinstall -q $whl 2>&1 | grep -v WARNING | tail -1
-    echo "== P8 $w"; timeout 75 flint bench "$DATA/q30.ftw" $p8 2>&1 | grep -E "q30.ftw \||rror"
+    use_wheel $w
+    echo "== P8 $w"; timeout 75 flint bench "$DATA/q30.ftw" $P8_FLAGS 2>&1 | grep -E "q30.ftw \||rror"
   done
 }
 
@@ -866,6 +864,23 @@ use_wheel() {
   python3 -m pip install --no-deps --force-reinstall -q $whl 2>&1 | grep -v WARNING | tail -1
 }
 
+q30() {  # the 30B-A3B geometry at int4, synthesised once per box
+  [ -f "$DATA/q30.ftw" ] || flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
+}
+
+# V1 with the wheel in .device/before and the one in .device in turn, $1 pairs (the one
+# in .device stays installed).
+V1_FLAGS="-p 0 -n 32 --tg-random -r 2 --mode full --ram-budget 20 --vram-budget 4"
+v1_ab() {
+  q30
+  for _ in $(seq "$1"); do
+    for w in before after; do
+      use_wheel $w
+      echo "== V1 $w"; timeout 100 flint bench "$DATA/q30.ftw" $V1_FLAGS 2>&1 | grep -E "q30.ftw \||rror"
+    done
+  done
+}
+
 cpu_fused() {  # label, then cpu_kernels.py's flags
   local label=$1; shift
   echo "== cpu $label $*"
@@ -894,12 +909,7 @@ gpu53() {
     timeout 60 .device/call_timeline $args
   done
   cpu_fused after --threads 1,16 --calls 30 --schemes int4,int8,bf16 --round-hidden on
-  [ -f "$DATA/q30.ftw" ] || flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
-  for w in before after before after; do
-    use_wheel $w
-    echo "== V1 $w"; timeout 100 flint bench "$DATA/q30.ftw" -p 0 -n 32 --tg-random -r 2 --mode full \
-      --ram-budget 20 --vram-budget 4 2>&1 | grep -E "q30.ftw \||rror"
-  done
+  v1_ab 2
 }
 
 # Twelfth session, third call: every GPU test with this wheel (the CPU kernels' crew and
@@ -926,12 +936,7 @@ gpu54() {
     use_wheel $w
     cpu_fused $w --threads 1,16 --calls 30 --schemes int4,int8,bf16 --round-hidden on
   done
-  [ -f "$DATA/q30.ftw" ] || flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
-  for w in before after before after; do
-    use_wheel $w
-    echo "== V1 $w"; timeout 70 flint bench "$DATA/q30.ftw" -p 0 -n 32 --tg-random -r 2 --mode full \
-      --ram-budget 20 --vram-budget 4 2>&1 | grep -E "q30.ftw \||rror"
-  done
+  v1_ab 2
 }
 
 # Twelfth session, last call: the int4 call's tasks per thread (FLINT_CPU_TASKS, default
@@ -946,12 +951,7 @@ gpu55() {
       echo "== spin $s us"; FLINT_CPU_SPIN_US=$s timeline .device/call_timeline 16 int4 8 0,2000 200 on
     done
   done
-  [ -f "$DATA/q30.ftw" ] || flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
-  for w in before after before after; do
-    use_wheel $w
-    echo "== V1 $w"; timeout 70 flint bench "$DATA/q30.ftw" -p 0 -n 32 --tg-random -r 2 --mode full \
-      --ram-budget 20 --vram-budget 4 2>&1 | grep -E "q30.ftw \||rror"
-  done
+  v1_ab 2
 }
 
 # Twelfth session, after the review: every GPU test with the final wheel (a worker's
@@ -965,13 +965,9 @@ gpu56() {
 # 1d4f3a0 (.device/before) and this one in turn, three pairs, and issue 15's figure with
 # this one (round_hidden on, bf16 hidden states, 1 and 16 threads).
 gpu57() {
-  [ -f "$DATA/q30.ftw" ] || flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
+  q30
   echo "== P8"; timeout 75 flint bench "$DATA/q30.ftw" $P8_FLAGS 2>&1 | grep -E "q30.ftw \||rror"
-  for w in before after before after before after; do
-    use_wheel $w
-    echo "== V1 $w"; timeout 70 flint bench "$DATA/q30.ftw" -p 0 -n 32 --tg-random -r 2 --mode full \
-      --ram-budget 20 --vram-budget 4 2>&1 | grep -E "q30.ftw \||rror"
-  done
+  v1_ab 3
   cpu_fused after --threads 1,16 --calls 30 --schemes int4,int8,bf16 --round-hidden on
 }
 
