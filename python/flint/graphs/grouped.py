@@ -312,7 +312,8 @@ def grouped_over(
         if raw is None:
             for i, (pool, so) in enumerate(parts):
                 inside = {e: s for e, s in so.items() if (i, s) in row}
-                _launch(x, plan, inside, pool, out, t, group)
+                if inside:  # (a part with no slot in this chunk launches nothing)
+                    _launch(x, plan, inside, pool, out, t, group)
         else:
             sub = {
                 e: row[i, s]
