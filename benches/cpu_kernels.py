@@ -2,7 +2,7 @@
 
 Usage: python benches/cpu_kernels.py [--threads 1,2] [--experts 64] [--calls 40]
        [--schemes bf16,int8,int4] [--hidden 2048] [--inter 768] [--top-k 8]
-       [--isa auto,avx512] [--x-bf16] [--gap-ms 0,2] [--pin] [--round-hidden off,on]
+       [--isa auto,avx512] [--x-bf16] [--gap-ms 0,2] [--pin] [--round-hidden off,on] [--core]
 
 One synthetic MoE layer of ``--experts`` experts with Qwen3-30B-A3B's expert geometry
 (H=2048, I=768) per scheme, far larger than the L3 cache; each call routes one token to
@@ -18,6 +18,8 @@ the AVX-512 BF16 kernel: three bf16 planes per activation). ``--gap-ms`` waits t
 threads park in between); ``--pin`` page-locks the weights with ``cudaHostRegister``
 first, as the streamed RAM cache is on CUDA. ``--round-hidden on`` rounds each expert's
 hidden row to bf16 before down, as the CPU side of a bf16 model on CUDA does.
+``--core`` times the binding's call (``_core.CpuKernels.moe_layer`` on addresses made
+once) instead of ``FusedKernel.moe_layer``, to tell the Python wrapper's share.
 """
 
 from __future__ import annotations
@@ -96,11 +98,18 @@ def _fused_gbs(
     if not (got - want).abs().max() <= 1e-4 * want.abs().max():
         raise SystemExit(f"{scheme}: the fused kernel disagrees with the scalar reference")
     times = []
+    out = torch.empty(1, args.hidden)
     for sel in ids:
         if args.gap:
             time.sleep(args.gap / 1000)
         t0 = time.perf_counter()
-        kernel.moe_layer(x, sel, w, table)
+        if args.core:
+            kernel.core.moe_layer(
+                x.data_ptr(), sel.data_ptr(), w.data_ptr(), 1, args.top_k, table.data_ptr(),
+                out.data_ptr(),
+            )  # fmt: skip
+        else:
+            kernel.moe_layer(x, sel, w, table)
         times.append(time.perf_counter() - t0)
     bytes_per_call = args.top_k * sum(probe.proj_bytes)
     return bytes_per_call / statistics.median(times) / 1e9, bytes_per_call / min(times) / 1e9
@@ -129,6 +138,7 @@ def main() -> None:
     parser.add_argument("--gap-ms", default="0")
     parser.add_argument("--pin", action="store_true")
     parser.add_argument("--round-hidden", default="off")  # off, on or off,on
+    parser.add_argument("--core", action="store_true")
     args = parser.parse_args()
     buf = torch.ones(512 << 18)  # 512 MiB of f32
     for scheme in args.schemes.split(","):
@@ -153,6 +163,7 @@ def main() -> None:
             print(json.dumps({
                 "scheme": scheme, "isa": kernel.core.isa, "threads": threads,
                 "x_bf16": args.x_bf16, "round_hidden": rnd, "gap_ms": gap, "pinned": args.pin,
+                "core": args.core,
                 "fused_gb_s_median": round(median, 2), "fused_gb_s_best": round(best, 2),
                 "memory_read_gb_s": round(read, 2), "ratio_median": round(median / read, 3),
                 "date": time.strftime("%Y-%m-%d"),
