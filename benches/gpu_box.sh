@@ -964,11 +964,18 @@ gpu56() {
 # mends have not been timed on P8: gpu51's P8 did not run), V1 with the rayon wheel of
 # 1d4f3a0 (.device/before) and this one in turn, three pairs, and issue 15's figure with
 # this one (round_hidden on, bf16 hidden states, 1 and 16 threads).
-gpu57() {
-  q30
-  echo "== P8"; timeout 75 flint bench "$DATA/q30.ftw" $P8_FLAGS 2>&1 | grep -E "q30.ftw \||rror"
-  v1_ab 3
-  cpu_fused after --threads 1,16 --calls 30 --schemes int4,int8,bf16 --round-hidden on
+gpu57() {  # the thirteenth session: down opened expert by expert (before = edeb371)
+  for w in before after before after; do
+    local bin=.device/call_timeline; [ $w = before ] && bin=.device/before/call_timeline
+    echo "== timeline $w"; timeline $bin 16 int4,int8,bf16 8 0 200 on
+  done
+  for w in before after; do
+    use_wheel $w
+    cpu_fused $w --threads 16 --calls 30 --schemes int4,int8,bf16 --round-hidden on
+    cpu_fused $w-core --core --threads 16 --calls 30 --schemes int4,int8,bf16 --round-hidden on
+  done
+  gpu_tests
+  v1_ab 1
 }
 
 case $what in

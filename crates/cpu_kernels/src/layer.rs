@@ -8,7 +8,7 @@
 //! layer computed in waves gives the bytes a resident layer computes in one call).
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 use crate::act::{Act, Aligned};
 use crate::crew::{spin_window, Crew};
@@ -63,8 +63,8 @@ const KEEP_OUTPUTS_MAX: usize = 4 << 20;
 /// Spins (`spin_loop`) of a thread waiting for the next step before it yields.
 const SPINS: u32 = 1 << 12;
 
-/// Steps of a layer call: activation rows, gate/up, down's inputs, down.
-const STEPS: usize = 4;
+/// Steps of a layer call: activation rows, then the experts (gate/up and down).
+const STEPS: usize = 2;
 
 /// Tokens routed to one expert from which it runs on the prompt path (`tile.rs`: weight
 /// rows widened once into an f32 tile, a register-blocked product over all its tokens)
@@ -312,12 +312,15 @@ impl Kernels {
     /// listed are left as they are (a later call computes them). Waits on `ready`
     /// before reading each expert's gate/up and down.
     ///
-    /// The call runs four steps (activation rows, gate/up, down's inputs, down) on the
-    /// calling thread and the pool's threads, woken once per call: every thread claims
-    /// the current step's items from an atomic counter, and the thread that finishes a
-    /// step's last item does the serial work between steps and opens the next one while
-    /// the others spin. A thread that wakes late joins whatever step is open. Calls of
-    /// fewer than [`SMALL_CALL_MACS`] run on the calling thread alone.
+    /// The call runs two steps on the calling thread and the pool's threads, woken once
+    /// per call: the activation rows, then the experts. Every thread claims the open
+    /// step's items from an atomic counter; a thread that wakes late joins whatever step
+    /// is open. The experts' step lists every gate/up task, then every down task: the
+    /// thread finishing an expert's last gate/up task prepares its down inputs and opens
+    /// its down tasks, so down starts expert by expert, without a barrier between the
+    /// phases (a down task claimed early waits for its expert; all gate/up tasks were
+    /// claimed before it, so the wait ends). Tasks write their rows in place (disjoint
+    /// rows). Calls of fewer than [`SMALL_CALL_MACS`] run on the calling thread alone.
     pub fn expert_outputs<R: Ready>(
         &self,
         format: &ExpertFormat,
@@ -356,140 +359,129 @@ impl Kernels {
         let acts: Vec<OnceLock<Act<'_>>> = used.iter().map(|_| OnceLock::new()).collect();
         let rows1: OnceLock<Vec<Rows<'_, '_>>> = OnceLock::new();
         let tasks1 = tasks(&jobs, i, h * 2, self.threads, crate::tile::HALF);
-        let parts1: Vec<OnceLock<Result<Vec<f32>>>> =
-            tasks1.iter().map(|_| OnceLock::new()).collect();
-        // 64-byte aligned, so that down's f32 kernels read whole cache lines without an
-        // aligned copy of each row.
-        let hidden: OnceLock<Vec<Aligned<f32>>> = OnceLock::new();
-        // Down's input rows to prepare (not the prompt path's: it reads them as they are).
-        let pairs: Vec<(usize, usize)> = jobs
-            .iter()
-            .enumerate()
-            .filter(|(_, job)| !job.tiled)
-            .flat_map(|(j, job)| (0..job.positions.len()).map(move |m| (j, m)))
-            .collect();
-        let hacts: Vec<OnceLock<Act<'_>>> = pairs.iter().map(|_| OnceLock::new()).collect();
-        let rows2: OnceLock<Vec<Rows<'_, '_>>> = OnceLock::new();
         let tasks2 = tasks(&jobs, h, i, self.threads, crate::tile::BLOCK);
-        let parts2: Vec<OnceLock<Result<Vec<f32>>>> =
-            tasks2.iter().map(|_| OnceLock::new()).collect();
-        // The prompt path's jobs write their tasks' rows in place: down's inputs into
-        // `tiled_hidden` (empty for the other jobs), outputs into `y` (disjoint rows).
-        let mut tiled_hidden: Vec<Aligned<f32>> = jobs
+        // Each job's gate/up tasks still running or unclaimed.
+        let mut left = vec![0usize; jobs.len()];
+        for t in &tasks1 {
+            if let Some(c) = left.get_mut(t.job) {
+                *c += 1;
+            }
+        }
+        let left: Vec<AtomicUsize> = left.into_iter().map(AtomicUsize::new).collect();
+        // Each job's down inputs `[n, I]`, written in place by its gate/up tasks; 64-byte
+        // aligned, so that down's f32 kernels read whole cache lines without a copy.
+        let mut hidden: Vec<Aligned<f32>> = jobs
             .iter()
-            .map(|j| Aligned::zeroed(if j.tiled { j.positions.len() * i } else { 0 }))
+            .map(|j| Aligned::zeroed(j.positions.len() * i))
             .collect();
-        let hp: Vec<Shared<'_>> = tiled_hidden
+        let hp: Vec<Shared<'_>> = hidden
             .iter_mut()
             .map(|a| Shared::new(a.as_mut_slice()))
             .collect();
+        // Down's prepared input rows per job (not the prompt path's: it reads `hidden` as
+        // it is), and whether its down tasks may run.
+        let hacts: Vec<OnceLock<Vec<Act<'_>>>> = jobs.iter().map(|_| OnceLock::new()).collect();
+        let rows2: Vec<OnceLock<Rows<'_, '_>>> = jobs.iter().map(|_| OnceLock::new()).collect();
+        let open: Vec<AtomicBool> = jobs.iter().map(|_| AtomicBool::new(false)).collect();
         let yp = Shared::new(&mut *y);
+        let error: Mutex<Option<KernelError>> = Mutex::new(None);
+        let gang = Gang::new([tokens.len(), tasks1.len() + tasks2.len()]);
 
-        let item = |step: usize, n: usize| match step {
-            0 => {
+        // The job's gate/up tasks are all done: its down inputs prepared, its down opened.
+        let open_down = |j: usize| {
+            if let (Some(job), Some(hj), Some(slot)) = (jobs.get(j), hp.get(j), hacts.get(j)) {
+                if !job.tiled {
+                    // SAFETY: every writer of the job's rows (its gate/up tasks) has
+                    // finished (the count reached 0 with AcqRel) and none writes again.
+                    let hj = unsafe { hj.slice() };
+                    let n = job.positions.len();
+                    let prepared = slot.get_or_init(|| {
+                        (0..n)
+                            .map(|m| self.dot.prepare(format.kind, row_of(hj, m, i)))
+                            .collect()
+                    });
+                    if let Some(r) = rows2.get(j) {
+                        let _ = r.set(rows_of(prepared.iter().collect()));
+                    }
+                }
+            }
+            if let Some(o) = open.get(j) {
+                o.store(true, Ordering::Release);
+            }
+        };
+        // Waits until the job's down is open; false if the call stopped meanwhile.
+        let await_down = |j: usize| -> bool {
+            let Some(o) = open.get(j) else { return false };
+            let mut spins = 0u32;
+            while !o.load(Ordering::Acquire) {
+                if gang.stop.load(Ordering::Acquire) {
+                    return false;
+                }
+                if spins < SPINS {
+                    spins += 1;
+                    std::hint::spin_loop();
+                } else {
+                    std::thread::yield_now();
+                }
+            }
+            true
+        };
+        let fail = |e: KernelError| {
+            if let Ok(mut first) = error.lock() {
+                first.get_or_insert(e);
+            }
+            gang.stop.store(true, Ordering::Release);
+        };
+        let item = |step: usize, n: usize| {
+            if step == 0 {
                 if let Some((t, slot)) = tokens.get(n).and_then(|&t| Some((t, acts.get(t)?))) {
                     let _ = slot.set(self.dot.prepare(format.kind, row_of(x, t, h)));
                 }
+                return;
             }
-            1 => {
-                if let (Some(t), Some(slot)) = (tasks1.get(n), parts1.get(n)) {
-                    let _ = slot.set(self.gate_up(&jobs, rows1.get(), (x, k), &hp, ready, t));
+            let done = if let Some(t) = tasks1.get(n) {
+                let done = self.gate_up(&jobs, rows1.get(), (x, k), &hp, ready, t);
+                let last = left
+                    .get(t.job)
+                    .is_some_and(|c| c.fetch_sub(1, Ordering::AcqRel) == 1);
+                if done.is_ok() && last {
+                    open_down(t.job);
                 }
-            }
-            2 => {
-                if let (Some(&(j, m)), Some(slot)) = (pairs.get(n), hacts.get(n)) {
-                    if jobs.get(j).is_some_and(|job| job.tiled) {
-                        return; // the prompt path reads `hidden` as it is
-                    }
-                    let hj = hidden
-                        .get()
-                        .and_then(|hs| hs.get(j))
-                        .map(Aligned::as_slice)
-                        .unwrap_or_default();
-                    let _ = slot.set(self.dot.prepare(format.kind, row_of(hj, m, i)));
+                done
+            } else if let Some(t) = tasks2.get(n - tasks1.len()) {
+                if !await_down(t.job) {
+                    return;
                 }
-            }
-            _ => {
-                if let (Some(t), Some(slot)) = (tasks2.get(n), parts2.get(n)) {
-                    let _ = slot.set(self.down(&jobs, rows2.get(), &hp, &yp, ready, t));
-                }
+                let prepared = rows2.get(t.job).and_then(OnceLock::get);
+                self.down(&jobs, prepared, &hp, &yp, ready, t)
+            } else {
+                Ok(())
+            };
+            if let Err(e) = done {
+                fail(e);
             }
         };
-        // The serial work after each step; false stops the call (an error in gate/up).
+        // The serial work after the activation rows: each job's rows.
         let after = |step: usize| -> bool {
-            match step {
-                0 => {
-                    let _ = rows1.set(
-                        jobs.iter()
-                            .map(|job| {
-                                if job.tiled {
-                                    return rows_of(Vec::new());
-                                }
-                                rows_of(
-                                    job.positions
-                                        .iter()
-                                        .filter_map(|&p| acts.get(p / k).and_then(OnceLock::get))
-                                        .collect(),
-                                )
-                            })
-                            .collect(),
-                    );
-                    true
-                }
-                1 => {
-                    let mut hs: Vec<Aligned<f32>> = jobs
-                        .iter()
-                        .map(|j| Aligned::zeroed(if j.tiled { 0 } else { j.positions.len() * i }))
-                        .collect();
-                    for (t, part) in tasks1.iter().zip(&parts1) {
-                        let (Some(dst), Some(job), Some(Ok(part))) =
-                            (hs.get_mut(t.job), jobs.get(t.job), part.get())
-                        else {
-                            return false;
-                        };
-                        let n = job.positions.len();
-                        if job.tiled {
-                            continue; // written in place
-                        }
-                        for (idx, &v) in part.iter().enumerate() {
-                            let (r, m) = (t.rows.0 + idx / n, idx % n);
-                            if let Some(d) = dst.as_mut_slice().get_mut(m * i + r) {
-                                *d = if self.round_hidden { bf16_round(v) } else { v };
-                            }
-                        }
-                    }
-                    let _ = hidden.set(hs);
-                    true
-                }
-                2 => {
-                    let mut start = 0;
-                    let rows: Vec<Rows<'_, '_>> = jobs
-                        .iter()
+            if step == 0 {
+                let _ = rows1.set(
+                    jobs.iter()
                         .map(|job| {
                             if job.tiled {
                                 return rows_of(Vec::new());
                             }
-                            let n = job.positions.len();
-                            let r = rows_of(
-                                hacts
-                                    .get(start..start + n)
-                                    .unwrap_or_default()
+                            rows_of(
+                                job.positions
                                     .iter()
-                                    .filter_map(OnceLock::get)
+                                    .filter_map(|&p| acts.get(p / k).and_then(OnceLock::get))
                                     .collect(),
-                            );
-                            start += n;
-                            r
+                            )
                         })
-                        .collect();
-                    let _ = rows2.set(rows);
-                    true
-                }
-                _ => true,
+                        .collect(),
+                );
             }
+            true
         };
-        let counts = [tokens.len(), tasks1.len(), pairs.len(), tasks2.len()];
-        let gang = Gang::new(counts);
         let routed: usize = jobs.iter().map(|j| j.positions.len()).sum();
         let macs = h.saturating_mul(i).saturating_mul(3).saturating_mul(routed);
         match &self.crew {
@@ -502,35 +494,20 @@ impl Kernels {
                 gang.work(&item, &after);
             }
         }
-        for part in &parts1 {
-            if let Some(Err(e)) = part.get() {
-                return Err(e.clone());
-            }
+        if let Some(e) = error.into_inner().ok().flatten() {
+            return Err(e);
         }
-        for (t, part) in tasks2.iter().zip(&parts2) {
-            let Some(job) = jobs.get(t.job) else { continue };
-            let part = match part.get() {
-                Some(Ok(p)) => p,
-                Some(Err(e)) => return Err(e.clone()),
-                None => return Err(KernelError::MissingExpert { expert: job.expert }),
-            };
-            let n = job.positions.len();
-            if job.tiled {
-                continue; // written in place
-            }
-            for (idx, &v) in part.iter().enumerate() {
-                let (r, m) = (t.rows.0 + idx / n, idx % n);
-                let p = job.positions.get(m).copied().unwrap_or(usize::MAX);
-                if let Some(d) = y.get_mut(p.saturating_mul(h).saturating_add(r)) {
-                    *d = v;
-                }
-            }
+        if gang.stop.load(Ordering::Acquire) {
+            // Stopped without an error of its own (a panic is raised by the crew).
+            let expert = jobs.first().map_or(0, |j| j.expert);
+            return Err(KernelError::MissingExpert { expert });
         }
         Ok(())
     }
 
-    /// One gate/up task: `silu(gate_r . x_n) * (up_r . x_n)` for its rows r, every
-    /// token n of its job, row-major by r.
+    /// One gate/up task: `silu(gate_r . x_n) * (up_r . x_n)` for its rows r and tokens
+    /// n, written into its job's down inputs `hp[job]` at `n * I + r` (rounded to bf16
+    /// if [`Self::set_round_hidden`] says so).
     fn gate_up<R: Ready>(
         &self,
         jobs: &[Job<'_>],
@@ -539,15 +516,18 @@ impl Kernels {
         hp: &[Shared<'_>],
         ready: &R,
         t: &Task,
-    ) -> Result<Vec<f32>> {
+    ) -> Result<()> {
         let job = jobs
             .get(t.job)
             .ok_or(KernelError::MissingExpert { expert: 0 })?;
         wait(ready, job.expert, 1)?;
-        let mut out = Vec::with_capacity((t.rows.1 - t.rows.0) * job.positions.len());
         let (xs, xf) = rows1
             .and_then(|r| r.get(t.job))
             .ok_or(KernelError::MissingExpert { expert: job.expert })?;
+        let dst = hp
+            .get(t.job)
+            .ok_or(KernelError::MissingExpert { expert: job.expert })?;
+        let i = job.w.gate.rows;
         #[cfg(target_arch = "x86_64")]
         if job.tiled {
             let h = job.w.gate.cols;
@@ -558,10 +538,6 @@ impl Kernels {
                 .iter()
                 .map(|&p| row_of(x, p / k, h))
                 .collect();
-            let dst = hp
-                .get(t.job)
-                .ok_or(KernelError::MissingExpert { expert: job.expert })?;
-            let i = job.w.gate.rows;
             let m0 = t.toks.0;
             let round = self.round_hidden;
             let mut rounded = [0.0f32; crate::tile::HALF]; // emit's rows: at most HALF
@@ -576,15 +552,18 @@ impl Kernels {
                     v
                 };
                 // SAFETY: this task alone writes rows t.rows of tokens t.toks of job
-                // t.job's hidden rows, and nothing reads them before step 1 ends.
+                // t.job's hidden rows, and nothing reads them before the job's last
+                // gate/up task ends.
                 unsafe { dst.write((m0 + m) * i + r, v) };
             };
             crate::tile::Scratch::with(h, |s| {
                 // SAFETY: `tiled` holds only for the AVX-512 isas, checked by `Dot::new`.
                 unsafe { crate::tile::gate_up(&job.w.gate, &job.w.up, t.rows, &rows, s, &mut emit) }
             });
-            return Ok(Vec::new());
+            return Ok(());
         }
+        let n = job.positions.len();
+        let mut out = Vec::with_capacity((t.rows.1 - t.rows.0) * n);
         // Rows nothing was prepared for go straight to the f32 kernels (the same
         // bits as through `dot_act`): on small rows (tiny-code-moe's 64 and 256
         // columns) the per-call dispatch of the prepared kernels measured -13% prefill.
@@ -602,46 +581,61 @@ impl Kernels {
                     out.push(silu(g) * u);
                 }
             }
-            return Ok(out);
-        }
-        if let ([], &[xt]) = by_fours(xs) {
+        } else if let ([], &[xt]) = by_fours(xs) {
             // One token (a decode step): each projection's rows in one kernel call.
-            let n = t.rows.1 - t.rows.0;
-            let mut u = vec![0.0f32; n];
-            out.resize(n, 0.0);
+            let rows = t.rows.1 - t.rows.0;
+            let mut u = vec![0.0f32; rows];
+            out.resize(rows, 0.0);
             self.dot.rows_act(&job.w.gate, t.rows.0, xt, &mut out);
             self.dot.rows_act(&job.w.up, t.rows.0, xt, &mut u);
             for (g, u) in out.iter_mut().zip(u) {
                 *g = silu(*g) * u;
             }
-            return Ok(out);
-        }
-        for r in t.rows.0..t.rows.1 {
-            let (quads, rest) = by_fours(xs);
-            for &four in quads {
-                let g = self.dot.dots_act(&job.w.gate, r, four);
-                let u = self.dot.dots_act(&job.w.up, r, four);
-                out.extend(g.iter().zip(u).map(|(&g, u)| silu(g) * u));
+        } else {
+            for r in t.rows.0..t.rows.1 {
+                let (quads, rest) = by_fours(xs);
+                for &four in quads {
+                    let g = self.dot.dots_act(&job.w.gate, r, four);
+                    let u = self.dot.dots_act(&job.w.up, r, four);
+                    out.extend(g.iter().zip(u).map(|(&g, u)| silu(g) * u));
+                }
+                for &xt in rest {
+                    let g = self.dot.dot_act(&job.w.gate, r, xt);
+                    let u = self.dot.dot_act(&job.w.up, r, xt);
+                    out.push(silu(g) * u);
+                }
             }
-            for &xt in rest {
-                let g = self.dot.dot_act(&job.w.gate, r, xt);
-                let u = self.dot.dot_act(&job.w.up, r, xt);
-                out.push(silu(g) * u);
-            }
         }
-        Ok(out)
+        if self.round_hidden {
+            out.iter_mut().for_each(|v| *v = bf16_round(*v));
+        }
+        if n == 1 {
+            // SAFETY: this task alone writes rows t.rows of job t.job's hidden rows, and
+            // nothing reads them before the job's last gate/up task ends.
+            unsafe { dst.write(t.rows.0, &out) };
+            return Ok(());
+        }
+        // `out` is row-major by r: value (r, m) goes to token m's row at r.
+        for (idx, &v) in out.iter().enumerate() {
+            let (r, m) = (t.rows.0 + idx / n.max(1), idx % n.max(1));
+            // SAFETY: this task alone writes rows t.rows of job t.job's hidden rows, and
+            // nothing reads them before the job's last gate/up task ends.
+            unsafe { dst.write(m * i + r, std::slice::from_ref(&v)) };
+        }
+        Ok(())
     }
 
-    /// One down task: `down_r . h_n` for its rows r, every token n of its job.
+    /// One down task: `down_r . h_n` for its rows r and tokens n, written into `y` at
+    /// `p * H + r` for each token's position p.
     fn down<R: Ready>(
         &self,
         jobs: &[Job<'_>],
-        rows2: Option<&Vec<Rows<'_, '_>>>,
+        rows2: Option<&Rows<'_, '_>>,
         hp: &[Shared<'_>],
         yp: &Shared<'_>,
         ready: &R,
         t: &Task,
-    ) -> Result<Vec<f32>> {
+    ) -> Result<()> {
         let job = jobs
             .get(t.job)
             .ok_or(KernelError::MissingExpert { expert: 0 })?;
@@ -650,7 +644,8 @@ impl Kernels {
             let hj = hp
                 .get(t.job)
                 .ok_or(KernelError::MissingExpert { expert: job.expert })?;
-            // SAFETY: step 1 (the only writer) has ended before step 3 runs.
+            // SAFETY: the job's gate/up tasks (the only writers) have ended before its
+            // down tasks run.
             let hj = unsafe { hj.slice() };
             let i = job.w.down.cols;
             let rows: Vec<&[f32]> = (t.toks.0..t.toks.1).map(|m| row_of(hj, m, i)).collect();
@@ -666,13 +661,13 @@ impl Kernels {
                 // SAFETY: `tiled` holds only for the AVX-512 isas, checked by `Dot::new`.
                 unsafe { crate::tile::down(&job.w.down, t.rows, &rows, s, &mut emit) }
             });
-            return Ok(Vec::new());
+            return Ok(());
         }
-        let (hs, hf) = rows2
-            .and_then(|r| r.get(t.job))
-            .ok_or(KernelError::MissingExpert { expert: job.expert })?;
+        let (hs, hf) = rows2.ok_or(KernelError::MissingExpert { expert: job.expert })?;
         wait(ready, job.expert, 2)?;
-        let mut out = Vec::with_capacity((t.rows.1 - t.rows.0) * job.positions.len());
+        let h = job.w.down.rows;
+        let n = job.positions.len();
+        let mut out = Vec::with_capacity((t.rows.1 - t.rows.0) * n);
         if let Some(hf) = hf {
             let (quads, rest) = by_fours(hf);
             for r in t.rows.0..t.rows.1 {
@@ -683,24 +678,35 @@ impl Kernels {
                     out.push(self.dot.dot_f32(&job.w.down, r, ht));
                 }
             }
-            return Ok(out);
-        }
-        if let ([], &[ht]) = by_fours(hs) {
-            // One token: the rows in one kernel call, as in `gate_up`.
+        } else if let ([], &[ht]) = by_fours(hs) {
+            // One token: the rows in one kernel call, as in `gate_up`, and one copy.
             out.resize(t.rows.1 - t.rows.0, 0.0);
             self.dot.rows_act(&job.w.down, t.rows.0, ht, &mut out);
-            return Ok(out);
-        }
-        for r in t.rows.0..t.rows.1 {
-            let (quads, rest) = by_fours(hs);
-            for &four in quads {
-                out.extend(self.dot.dots_act(&job.w.down, r, four));
+            if let Some(&p) = job.positions.first() {
+                // SAFETY: this task alone writes rows t.rows of its job's positions.
+                unsafe { yp.write(p * h + t.rows.0, &out) };
             }
-            for &ht in rest {
-                out.push(self.dot.dot_act(&job.w.down, r, ht));
+            return Ok(());
+        } else {
+            for r in t.rows.0..t.rows.1 {
+                let (quads, rest) = by_fours(hs);
+                for &four in quads {
+                    out.extend(self.dot.dots_act(&job.w.down, r, four));
+                }
+                for &ht in rest {
+                    out.push(self.dot.dot_act(&job.w.down, r, ht));
+                }
             }
         }
-        Ok(out)
+        // `out` is row-major by r: value (r, m) goes to position m's row at r.
+        for (idx, &v) in out.iter().enumerate() {
+            let (r, m) = (t.rows.0 + idx / n.max(1), idx % n.max(1));
+            if let Some(&p) = job.positions.get(m) {
+                // SAFETY: this task alone writes rows t.rows of its job's positions.
+                unsafe { yp.write(p * h + r, std::slice::from_ref(&v)) };
+            }
+        }
+        Ok(())
     }
 
     /// The whole layer in one call: [`Self::expert_outputs`] for every routed expert

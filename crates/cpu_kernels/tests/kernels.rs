@@ -682,6 +682,63 @@ fn waiting_on_landings_in_random_order_gives_the_same_result() {
     }
 }
 
+/// One expert's read fails (its gate/up or its down).
+struct Failing {
+    expert: u32,
+    proj: usize,
+}
+
+impl Ready for Failing {
+    fn wait(&self, expert: u32, proj: usize) -> Result<(), String> {
+        if expert == self.expert && proj == self.proj {
+            return Err(format!("expert {expert} failed its checksum"));
+        }
+        Ok(())
+    }
+}
+
+/// A failed read ends the call with its error: the down tasks waiting for the failed
+/// expert's gate/up stop instead of waiting forever, on one thread and on the pool.
+#[test]
+fn a_failed_read_is_the_calls_error() {
+    let mut rng = Rng(31337);
+    // 48 tokens: above the pool's 1 Mi multiply-adds.
+    let layer = Layer::new(&mut rng, WeightKind::Int4 { group: 32 }, 64, 96, 48);
+    for threads in [1, 2, 3] {
+        let k = Kernels::new(Isa::best(), threads).unwrap();
+        for (expert, proj) in [(0, 1), (3, 1), (5, 2)] {
+            let mut y = vec![0.0; layer.ids.len() * 96];
+            let got = k.expert_outputs(
+                &layer.format,
+                &layer.routing(),
+                &layer.experts(|_| true),
+                &Failing { expert, proj },
+                &mut y,
+            );
+            match got {
+                Err(KernelError::NotReady { expert: e, message }) => {
+                    assert_eq!(e, expert);
+                    assert!(message.contains("checksum"), "{message}");
+                }
+                other => panic!("{threads} threads, expert {expert} proj {proj}: {other:?}"),
+            }
+        }
+        // The same kernels still work after a failed call.
+        let mut y = vec![0.0; layer.ids.len() * 96];
+        k.expert_outputs(
+            &layer.format,
+            &layer.routing(),
+            &layer.experts(|_| true),
+            &AllReady,
+            &mut y,
+        )
+        .unwrap();
+        let mut out = vec![0.0; layer.x.len()];
+        weighted_sum(&y, &layer.weights, layer.top_k, 96, &mut out).unwrap();
+        assert_eq!(out, layer.run(Isa::best(), 1));
+    }
+}
+
 #[test]
 fn bad_calls_are_errors_not_panics() {
     let mut rng = Rng(5);
