@@ -885,7 +885,7 @@ cpu_fused() {  # label, then cpu_kernels.py's flags
   local label=$1; shift
   echo "== cpu $label $*"
   timeout 120 python3 benches/cpu_kernels.py --x-bf16 "$@" 2>&1 | grep -E '"scheme"|rror' \
-    | cut -d, -f1,3,6,8,10,11
+    | sed -E 's/"(isa|x_bf16|round_hidden|pinned|date)": [^,}]*,? ?//g; s/, \}/}/'
 }
 
 gpu52() {
@@ -978,6 +978,33 @@ gpu57() {  # the thirteenth session: down opened expert by expert (before = edeb
   v1_ab 1
 }
 
+gpu58() {  # the thirteenth session: issue 15's figure, tasks per thread and prefetch swept
+  cpu_fused after --threads 1,16 --calls 40 --schemes int4,int8,bf16 --round-hidden on
+  cpu_fused after-core --core --threads 16 --calls 40 --schemes int4,int8,bf16 --round-hidden on
+  for n in 2 4 8 16; do
+    echo "== tasks per thread $n"
+    FLINT_CPU_TASKS=$n timeline .device/call_timeline 16 int4,int8,bf16 8 0 200 on
+  done
+  for d in 0 4096 8192; do
+    echo "== int4 prefetch $d"; FLINT_CPU_PREFETCH=$d timeline .device/call_timeline 16 int4 8 0 200 on
+  done
+  echo "== gap 2 ms"; timeline .device/call_timeline 16 int4,int8,bf16 8 2000 200 on
+  v1_ab 2
+  echo "== P8"; timeout 75 flint bench "$DATA/q30.ftw" $P8_FLAGS 2>&1 | grep -E "q30.ftw \||rror"
+}
+
+gpu59() {  # the thirteenth session: prefetch in the whole-row kernels (int8, bf16)
+  for d in 0 1024 2048 4096 8192; do
+    echo "== row prefetch $d"; FLINT_CPU_ROW_PREFETCH=$d timeline .device/call_timeline 16 int8,bf16 8 0 200 on
+  done
+  for d in 0 2048 4096; do
+    echo "== row prefetch $d, 1 thread"; FLINT_CPU_ROW_PREFETCH=$d timeline .device/call_timeline 1 int8,bf16 8 0 50 on
+  done
+  for d in 0 4096 0 4096; do
+    FLINT_CPU_ROW_PREFETCH=$d cpu_fused "row-prefetch-$d" --threads 16 --calls 40 --schemes int8,bf16 --round-hidden on
+  done
+}
+
 case $what in
   install) install ;;
   format) install; format ;;
@@ -1041,5 +1068,7 @@ case $what in
   gpu55) install; gpu55 ;;
   gpu56) install; gpu56 ;;
   gpu57) install; gpu57 ;;
+  gpu58) install; gpu58 ;;
+  gpu59) install; gpu59 ;;
 esac 2>&1 | tee "$OUT/gpu_box_$what.log"
 
