@@ -1005,6 +1005,35 @@ gpu59() {  # the thirteenth session: prefetch in the whole-row kernels (int8, bf
   done
 }
 
+gpu60() {  # the thirteenth session: prefetch in the int8 rows kernel
+  for r in 1 2; do
+    for d in 0 1024 2048 4096 8192; do
+      echo "== int8 prefetch $d"; FLINT_CPU_I8_PREFETCH=$d timeline .device/call_timeline 16 int8 8 0 200 on
+    done
+  done
+  for d in 0 2048 4096; do
+    echo "== int8 prefetch $d, 1 thread"; FLINT_CPU_I8_PREFETCH=$d timeline .device/call_timeline 1 int8 8 0 50 on
+  done
+  for d in 0 4096 0 4096; do
+    FLINT_CPU_I8_PREFETCH=$d cpu_fused "i8-prefetch-$d" --threads 16 --calls 40 --schemes int8 --round-hidden on
+  done
+}
+
+gpu61() {  # the thirteenth session's last call: GPU tests, issue 15's figure, V1, V1's profile
+  gpu_tests
+  cpu_fused final --threads 1,16 --calls 40 --schemes int4,int8,bf16 --round-hidden on
+  cpu_fused final-core --core --threads 16 --calls 40 --schemes int4,int8,bf16 --round-hidden on
+  echo "== timeline"; timeline .device/call_timeline 16 int4,int8,bf16 8 0,2000 200 on
+  v1_ab 1
+  echo "== V1 cProfile"
+  timeout 100 python3 -m cProfile -o "$OUT/v1.prof" "$(command -v flint)" bench "$DATA/q30.ftw" -p 0 -n 32 \
+    --tg-random -r 1 --mode full --ram-budget 20 --vram-budget 4 2>&1 | grep -E "q30.ftw \||rror"
+  python3 -c "import pstats; s = pstats.Stats('$OUT/v1.prof'); s.sort_stats('tottime').print_stats(40)" \
+    2>&1 | grep -E "^ +[0-9]" | cut -c1-160 | head -42 > "$OUT/v1_prof.txt"
+  python3 -c "import pstats; s = pstats.Stats('$OUT/v1.prof'); s.sort_stats('cumtime').print_stats(40)" \
+    2>&1 | grep -E "^ +[0-9]" | cut -c1-160 | head -42 >> "$OUT/v1_prof.txt"
+}
+
 case $what in
   install) install ;;
   format) install; format ;;
@@ -1070,5 +1099,7 @@ case $what in
   gpu57) install; gpu57 ;;
   gpu58) install; gpu58 ;;
   gpu59) install; gpu59 ;;
+  gpu60) install; gpu60 ;;
+  gpu61) install; gpu61 ;;
 esac 2>&1 | tee "$OUT/gpu_box_$what.log"
 

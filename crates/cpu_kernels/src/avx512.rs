@@ -18,6 +18,11 @@ unsafe impl Simd for Avx512 {
     type V = __m512;
 
     #[inline(always)]
+    unsafe fn prefetch(p: *const u8) {
+        prefetch(p);
+    }
+
+    #[inline(always)]
     unsafe fn zero() -> __m512 {
         // SAFETY: AVX-512F is available (see the impl's contract).
         unsafe { _mm512_setzero_ps() }
@@ -114,9 +119,13 @@ pub(crate) unsafe fn rows_avx512(
     x: &[f32],
     out: &mut [f32],
 ) {
+    let ahead = match p.kind {
+        crate::format::WeightKind::Int8 => row_prefetch_ahead(),
+        _ => 0,
+    };
     for (i, o) in out.iter_mut().enumerate() {
         // SAFETY: the features are enabled here (caller's guarantee).
-        *o = unsafe { crate::simd::dot::<Avx512>(p, start + i, x) };
+        *o = unsafe { crate::simd::dot_ahead::<Avx512>(p, start + i, x, ahead) };
     }
 }
 
@@ -218,12 +227,15 @@ fn prefetch(p: *const u8) {
     unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast()) }
 }
 
-/// Bytes ahead of the row being read that [`rows_bf16`] asks the cache for, all of a
-/// row's lines before it is read (`FLINT_CPU_ROW_PREFETCH`, read once; 0: none).
-/// Default 4 KiB on Intel CPUs, none elsewhere. On the GPU box's Xeon a one-token bf16
-/// layer call took 628-693 us with it against 809 without at 16 threads, and 6.1 against
-/// 7.5 ms at one thread; the CPU box's EPYC lost 15-25% at one thread, and int8's rows
-/// (the f32 kernel) lost on the Xeon too (docs/benchmarks.md, "Thirteenth session").
+/// Bytes ahead that the rows kernels of bf16 rows ([`rows_bf16`]: all of a row's lines
+/// before it is read) and int8 rows ([`rows_avx512`]: a line per 64 bytes read) ask the
+/// cache for (`FLINT_CPU_ROW_PREFETCH`, read once; 0: none). Default 4 KiB on Intel
+/// CPUs, none elsewhere. On the GPU box's Xeon a one-token bf16 layer call took 628-693
+/// us with it against 809 without at 16 threads (6.1 against 7.5 ms at one thread), an
+/// int8 call 4.9 against 5.7 ms at one thread and the same at 16; the CPU box's EPYC lost
+/// 15-25% (bf16) and 0-20% (int8) at one thread (docs/benchmarks.md, "Thirteenth
+/// session"). The int8 rows asked for whole rows at once lost on the Xeon (448 -> 475-520
+/// us at 16 threads); a line per 64 bytes did not.
 fn row_prefetch_ahead() -> usize {
     static AHEAD: OnceLock<usize> = OnceLock::new();
     *AHEAD.get_or_init(|| {

@@ -39,6 +39,9 @@ pub(crate) unsafe trait Simd {
     unsafe fn add(a: Self::V, b: Self::V) -> Self::V;
     /// The sum of the lanes (fixed order).
     unsafe fn hsum(a: Self::V) -> f32;
+    /// Asks for the cache line at `p` (a hint: any address; none by default).
+    #[inline(always)]
+    unsafe fn prefetch(_p: *const u8) {}
 }
 
 /// Bytes each kind's row needs for `cols` inputs (what the loads below may touch).
@@ -58,6 +61,17 @@ fn row_needs(kind: WeightKind, cols: usize) -> usize {
 /// `S`'s instructions must be available on this CPU.
 #[inline(always)]
 pub(crate) unsafe fn dot<S: Simd>(p: &Proj<'_>, r: usize, x: &[f32]) -> f32 {
+    // SAFETY: the caller's guarantee.
+    unsafe { dot_ahead::<S>(p, r, x, 0) }
+}
+
+/// [`dot`], and an int8 row also asks for the line `ahead` bytes past each 64 bytes it
+/// reads (0: none); the same operations, so the same bits.
+///
+/// # Safety
+/// As [`dot`].
+#[inline(always)]
+pub(crate) unsafe fn dot_ahead<S: Simd>(p: &Proj<'_>, r: usize, x: &[f32], ahead: usize) -> f32 {
     let w = p.row(r);
     let cols = x.len();
     if cols != p.cols || w.len() < row_needs(p.kind, cols) {
@@ -85,7 +99,13 @@ pub(crate) unsafe fn dot<S: Simd>(p: &Proj<'_>, r: usize, x: &[f32]) -> f32 {
                 v + tail(main, cols, |c| crate::format::f16_to_f32(le_u16(w, c)), x)
             }
             WeightKind::Int8 => {
-                let v = lanes::<S>(main, |c| S::load_i8(wp.add(c)), xp);
+                let load = |c: usize| {
+                    if ahead != 0 && c.is_multiple_of(64) {
+                        S::prefetch(wp.wrapping_add(c + ahead));
+                    }
+                    S::load_i8(wp.add(c))
+                };
+                let v = lanes::<S>(main, load, xp);
                 let t = tail(
                     main,
                     cols,
