@@ -7,15 +7,17 @@ Usage: python benches/cpu_kernels.py [--threads 1,2] [--experts 64] [--calls 40]
 One synthetic MoE layer of ``--experts`` experts with Qwen3-30B-A3B's expert geometry
 (H=2048, I=768) per scheme, far larger than the L3 cache; each call routes one token to
 ``--top-k`` random experts (a decode step) and is timed; effective bandwidth = expert
-bytes the call read / its time. The yardstick, measured interleaved in the same run at
-the same thread count: torch's ``sum`` over a 512 MiB f32 tensor (a plain streaming
-read), the best of 5 runs right before and 5 right after each configuration's calls
-(``memory_read_gb_s``); ``ratio_median`` divides by the best of those over the whole run
-at the same thread count (``best_read_gb_s``): on the GPU box one row's read moved from 53
-to 123 GB/s at 16 threads between rows of one run, the machine's bandwidth did not.
-Rows are printed at the end, one JSON line each. Every call's output is checked against
-the scalar reference kernel on the first call of each configuration (a fast wrong answer
-is a bug). ``--isa`` compares
+bytes the call read / its time. The yardstick, measured interleaved in the same run on
+the same threads: a plain streaming read of a 512 MiB buffer by the kernels' own pool
+(``_core.CpuKernels.plain_read``: u64 words summed, chunks claimed from a counter as
+the call's tasks are), the best of 5 runs right before and 5 right after each
+configuration's calls (``memory_read_gb_s``); ``ratio_median`` divides by the best of
+those over the whole run at the same thread count (``best_read_gb_s``). torch's ``sum``
+of the same buffer, the yardstick before (it moved from 53 to 129 GB/s between rows of
+one run at 16 threads on the GPU box, and the bf16 call beat it), is reported beside it
+(``torch_sum_gb_s``). Rows are printed at the end, one JSON line each. Every call's
+output is checked against the scalar reference kernel on the first call of each
+configuration (a fast wrong answer is a bug). ``--isa`` compares
 instruction sets in one run; ``--x-bf16`` rounds the hidden state to bf16 values (what a
 bf16 model hands the gate/up projections; the default, random f32, is the worst case of
 the AVX-512 BF16 kernel: three bf16 planes per activation). ``--gap-ms`` waits that long
@@ -68,7 +70,18 @@ def _layer(scheme: str, experts: int, inter: int, hidden: int) -> tuple[FusedKer
     return probe, table
 
 
-def _read_gbs(buf: torch.Tensor, threads: int, reps: int = 5) -> float:
+def _read_gbs(buf: torch.Tensor, kernel: FusedKernel, reps: int = 5) -> float:
+    """The best of ``reps`` plain reads of ``buf`` by ``kernel``'s threads, GB/s."""
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        kernel.core.plain_read(buf.data_ptr(), buf.numel() * 4)
+        best = min(best, time.perf_counter() - t0)
+    return buf.numel() * 4 / best / 1e9
+
+
+def _sum_gbs(buf: torch.Tensor, threads: int, reps: int = 5) -> float:
+    """The best of ``reps`` torch sums of ``buf`` on ``threads`` threads, GB/s."""
     torch.set_num_threads(threads)
     best = float("inf")
     for _ in range(reps):
@@ -165,16 +178,18 @@ def main() -> None:
             kernel = FusedKernel(
                 name, dtype, group, shapes, args.experts, threads=threads, isa=isa, round_hidden=rnd
             )
-            read = _read_gbs(buf, threads)
+            read = _read_gbs(buf, kernel)
             median, best = _fused_gbs(args, scheme, threads, layer, kernel)
-            read = max(read, _read_gbs(buf, threads))
+            read = max(read, _read_gbs(buf, kernel))
+            torch_sum = _sum_gbs(buf, threads)
             best_read[threads] = max(best_read.get(threads, 0.0), read)
             rows.append({
                 "scheme": scheme, "isa": kernel.core.isa, "threads": threads,
                 "x_bf16": args.x_bf16, "round_hidden": rnd, "gap_ms": gap, "pinned": args.pin,
                 "core": args.core,
                 "fused_gb_s_median": round(median, 2), "fused_gb_s_best": round(best, 2),
-                "memory_read_gb_s": round(read, 2), "median": median,
+                "memory_read_gb_s": round(read, 2), "torch_sum_gb_s": round(torch_sum, 2),
+                "median": median,
             })  # fmt: skip
         del layer
     for row in rows:

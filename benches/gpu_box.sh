@@ -1034,6 +1034,12 @@ gpu61() {  # the thirteenth session's last call: GPU tests, issue 15's figure, V
     2>&1 | grep -E "^ +[0-9]" | cut -c1-160 | head -42 >> "$OUT/v1_prof.txt"
 }
 
+gpu62() {  # the thirteenth session: issue 15's figure against the kernels' own plain read
+  cpu_fused final --threads 1,16 --calls 40 --schemes int4,int8,bf16 --round-hidden on
+  cpu_fused final-core --core --threads 16 --calls 40 --schemes int4,int8,bf16 --round-hidden on
+  cpu_fused final-2 --threads 16 --calls 40 --schemes int4,int8,bf16 --round-hidden on
+}
+
 case $what in
   install) install ;;
   format) install; format ;;
@@ -1101,5 +1107,6 @@ case $what in
   gpu59) install; gpu59 ;;
   gpu60) install; gpu60 ;;
   gpu61) install; gpu61 ;;
+  gpu62) install; gpu62 ;;
 esac 2>&1 | tee "$OUT/gpu_box_$what.log"
 

@@ -38,6 +38,7 @@ mod format;
 mod isa;
 mod layer;
 mod portable;
+mod read;
 mod scalar;
 mod simd;
 mod team;

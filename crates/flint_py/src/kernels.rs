@@ -205,6 +205,18 @@ impl PyCpuKernels {
         self.inner.round_hidden()
     }
 
+    /// A plain streaming read of `len` bytes at `addr` on the kernels' threads (the
+    /// yardstick of `benches/cpu_kernels.py`); returns the wrapping sum of its u64 words.
+    fn plain_read(&self, py: Python<'_>, addr: usize, len: usize) -> PyResult<u64> {
+        detach(py, || {
+            check_ptr(addr, "buffer")?;
+            // SAFETY: the caller guarantees `len` readable bytes at `addr` for the call
+            // (the module's memory contract).
+            let bytes = unsafe { std::slice::from_raw_parts(addr as *const u8, len) };
+            Ok::<_, KernelError>(self.inner.plain_read(bytes))
+        })
+    }
+
     /// Bytes of gate, up and down in this format.
     #[getter]
     fn proj_bytes(&self) -> (usize, usize, usize) {
