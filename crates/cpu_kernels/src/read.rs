@@ -22,7 +22,8 @@ impl Kernels {
             let mut sum = 0u64;
             loop {
                 let start = next.fetch_add(1, Ordering::Relaxed).saturating_mul(CHUNK);
-                let Some(chunk) = bytes.get(start..bytes.len().min(start.saturating_add(CHUNK))) else {
+                let end = bytes.len().min(start.saturating_add(CHUNK));
+                let Some(chunk) = bytes.get(start..end) else {
                     break;
                 };
                 if chunk.is_empty() {
