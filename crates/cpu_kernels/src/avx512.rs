@@ -249,8 +249,10 @@ const ROW_PREFETCH_INTEL: usize = 4096;
 
 /// Whether the CPU's vendor string is Intel's.
 fn intel() -> bool {
-    // Leaf 0 (the vendor) exists on every x86_64 CPU.
-    let id = std::arch::x86_64::__cpuid(0);
+    // `__cpuid` is safe from Rust 1.94 on, unsafe before (the crate builds on 1.89).
+    #[allow(unused_unsafe)]
+    // SAFETY: leaf 0 (the vendor) exists on every x86_64 CPU.
+    let id = unsafe { std::arch::x86_64::__cpuid(0) };
     let vendor: Vec<u8> = [id.ebx, id.edx, id.ecx]
         .iter()
         .flat_map(|r| r.to_le_bytes())
@@ -722,7 +724,7 @@ pub(crate) unsafe fn rows_bf16(
     unsafe {
         rows_of(out, |i| {
             if ahead != 0 {
-                prefetch_span(w.wrapping_add(i * 2 * cols + ahead), 2 * cols);
+                prefetch_span(w.wrapping_add(i * 2 * cols).wrapping_add(ahead), 2 * cols);
             }
             bf16_planes_dot::<1, 1>(w.add(i * 2 * cols), cols, [x], stride)
         })

@@ -310,7 +310,9 @@ impl Kernels {
     /// Writes `y[p]` (`H` values at `p * H`) for every position `p` routed to one of
     /// `experts`: `down(silu(gate(x_t)) * up(x_t))`, in f32. Positions of experts not
     /// listed are left as they are (a later call computes them). Waits on `ready`
-    /// before reading each expert's gate/up and down.
+    /// before reading each expert's gate/up and down. On an error (a failed wait) the
+    /// call stops; the experts whose down had already run have written their rows, the
+    /// others not: `y` is then partly written.
     ///
     /// The call runs two steps on the calling thread and the pool's threads, woken once
     /// per call: the activation rows, then the experts. Every thread claims the open
@@ -439,26 +441,29 @@ impl Kernels {
                 }
                 return;
             }
-            let done = if let Some(t) = tasks1.get(n) {
-                let done = self.gate_up(&jobs, rows1.get(), (x, k), &hp, ready, t);
+            if gang.stop.load(Ordering::Acquire) {
+                return; // an error: the call ends without the rest of its tasks
+            }
+            if let Some(t) = tasks1.get(n) {
+                if let Err(e) = self.gate_up(&jobs, rows1.get(), (x, k), &hp, ready, t) {
+                    // Before the count: the thread that sees it reach 0 then sees `stop`
+                    // and leaves the job's down closed (its rows are incomplete).
+                    fail(e);
+                }
                 let last = left
                     .get(t.job)
                     .is_some_and(|c| c.fetch_sub(1, Ordering::AcqRel) == 1);
-                if done.is_ok() && last {
+                if last && !gang.stop.load(Ordering::Acquire) {
                     open_down(t.job);
                 }
-                done
             } else if let Some(t) = tasks2.get(n - tasks1.len()) {
                 if !await_down(t.job) {
                     return;
                 }
                 let prepared = rows2.get(t.job).and_then(OnceLock::get);
-                self.down(&jobs, prepared, &hp, &yp, ready, t)
-            } else {
-                Ok(())
-            };
-            if let Err(e) = done {
-                fail(e);
+                if let Err(e) = self.down(&jobs, prepared, &hp, &yp, ready, t) {
+                    fail(e);
+                }
             }
         };
         // The serial work after the activation rows: each job's rows.
@@ -497,11 +502,9 @@ impl Kernels {
         if let Some(e) = error.into_inner().ok().flatten() {
             return Err(e);
         }
-        if gang.stop.load(Ordering::Acquire) {
-            // Stopped without an error of its own (a panic is raised by the crew).
-            let expert = jobs.first().map_or(0, |j| j.expert);
-            return Err(KernelError::MissingExpert { expert });
-        }
+        // Only an error stops the call (a panic is raised again by the crew, or unwinds
+        // the calling thread).
+        debug_assert!(!gang.stop.load(Ordering::Acquire));
         Ok(())
     }
 

@@ -101,7 +101,7 @@ pub(crate) unsafe fn dot_ahead<S: Simd>(p: &Proj<'_>, r: usize, x: &[f32], ahead
             WeightKind::Int8 => {
                 let load = |c: usize| {
                     if ahead != 0 && c.is_multiple_of(64) {
-                        S::prefetch(wp.wrapping_add(c + ahead));
+                        S::prefetch(wp.wrapping_add(c).wrapping_add(ahead));
                     }
                     S::load_i8(wp.add(c))
                 };

@@ -707,7 +707,7 @@ fn a_failed_read_is_the_calls_error() {
     for threads in [1, 2, 3] {
         let k = Kernels::new(Isa::best(), threads).unwrap();
         for (expert, proj) in [(0, 1), (3, 1), (5, 2)] {
-            let mut y = vec![0.0; layer.ids.len() * 96];
+            let mut y = vec![f32::NAN; layer.ids.len() * 96];
             let got = k.expert_outputs(
                 &layer.format,
                 &layer.routing(),
@@ -721,6 +721,13 @@ fn a_failed_read_is_the_calls_error() {
                     assert!(message.contains("checksum"), "{message}");
                 }
                 other => panic!("{threads} threads, expert {expert} proj {proj}: {other:?}"),
+            }
+            // An expert whose gate/up failed never reaches down: its rows stay unwritten.
+            for (p, &id) in layer.ids.iter().enumerate() {
+                if id == i64::from(expert) {
+                    let row = &y[p * 96..(p + 1) * 96];
+                    assert!(row.iter().all(|v| v.is_nan()) || proj == 2, "position {p}");
+                }
             }
         }
         // The same kernels still work after a failed call.

@@ -208,6 +208,9 @@ impl PyCpuKernels {
     /// A plain streaming read of `len` bytes at `addr` on the kernels' threads (the
     /// yardstick of `benches/cpu_kernels.py`); returns the wrapping sum of its u64 words.
     fn plain_read(&self, py: Python<'_>, addr: usize, len: usize) -> PyResult<u64> {
+        if len == 0 {
+            return Ok(0);
+        }
         detach(py, || {
             check_ptr(addr, "buffer")?;
             // SAFETY: the caller guarantees `len` readable bytes at `addr` for the call
