@@ -1040,6 +1040,11 @@ gpu62() {  # the thirteenth session: issue 15's figure against the kernels' own 
   cpu_fused final-2 --threads 16 --calls 40 --schemes int4,int8,bf16 --round-hidden on
 }
 
+gpu63() {  # the thirteenth session's review mends: GPU tests, the call once more
+  gpu_tests
+  echo "== timeline"; timeline .device/call_timeline 16 int4,int8,bf16 8 0 200 on
+}
+
 case $what in
   install) install ;;
   format) install; format ;;
@@ -1108,5 +1113,6 @@ case $what in
   gpu60) install; gpu60 ;;
   gpu61) install; gpu61 ;;
   gpu62) install; gpu62 ;;
+  gpu63) install; gpu63 ;;
 esac 2>&1 | tee "$OUT/gpu_box_$what.log"
 
