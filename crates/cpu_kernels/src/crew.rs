@@ -38,6 +38,31 @@ const ENTERED: u64 = OPEN - 1;
 /// router run between them).
 const SPIN_US_DEFAULT: usize = 2_000;
 
+/// Spins (`spin_loop`) of a thread waiting on the others inside a call (a step, an
+/// expert's down, the decode team's barrier) before it yields its core at each check.
+const WAIT_SPINS: u32 = 1 << 12;
+
+/// Waits inside a call until `ready()` holds (true) or `stop` is set (false):
+/// [`WAIT_SPINS`] spins, then a yield of the core at every check, so that a thread with
+/// work gets it.
+pub(crate) fn wait_until(ready: impl Fn() -> bool, stop: &AtomicBool) -> bool {
+    let mut spins = 0u32;
+    loop {
+        if ready() {
+            return true;
+        }
+        if stop.load(Ordering::Acquire) {
+            return false;
+        }
+        if spins < WAIT_SPINS {
+            spins += 1;
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
+
 /// Of which the first part is pure spinning; after it, every 64th check of the state
 /// yields the core to any other runnable thread (the I/O threads, the caller's Python
 /// thread).

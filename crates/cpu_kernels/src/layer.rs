@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use crate::act::{Act, Aligned};
-use crate::crew::{spin_window, Crew};
+use crate::crew::{spin_window, wait_until, Crew};
 use crate::error::{KernelError, Result};
 use crate::format::{ExpertFormat, Proj};
 use crate::isa::{Dot, Isa};
@@ -59,9 +59,6 @@ const KEEP_OUTPUTS: usize = 64 * 1024;
 /// ... and up to which (16 MiB: tiny-code-moe's pp2048; a larger model's prompt would
 /// hold hundreds of MiB after it, and its faults weigh less against its wider rows).
 const KEEP_OUTPUTS_MAX: usize = 4 << 20;
-
-/// Spins (`spin_loop`) of a thread waiting for the next step before it yields.
-const SPINS: u32 = 1 << 12;
 
 /// Steps of a layer call: activation rows, then the experts (gate/up and down).
 const STEPS: usize = 2;
@@ -129,7 +126,6 @@ impl Gang {
     /// Claims and runs items until the call is over.
     fn work(&self, item: &(dyn Fn(usize, usize) + Sync), after: &(dyn Fn(usize) -> bool + Sync)) {
         let _guard = StopOnPanic(&self.stop);
-        let mut spins = 0u32;
         loop {
             if self.stop.load(Ordering::Acquire) {
                 return;
@@ -146,18 +142,10 @@ impl Gang {
                 if done.fetch_add(1, Ordering::AcqRel) + 1 == count {
                     self.finish(s, after);
                 }
-                spins = 0;
                 continue;
             }
             // Nothing left in this step: wait for the thread finishing its last item.
-            while self.step.load(Ordering::Acquire) == s && !self.stop.load(Ordering::Acquire) {
-                if spins < SPINS {
-                    spins += 1;
-                    std::hint::spin_loop();
-                } else {
-                    std::thread::yield_now();
-                }
-            }
+            wait_until(|| self.step.load(Ordering::Acquire) != s, &self.stop);
         }
     }
 }
@@ -414,19 +402,7 @@ impl Kernels {
         // Waits until the job's down is open; false if the call stopped meanwhile.
         let await_down = |j: usize| -> bool {
             let Some(o) = open.get(j) else { return false };
-            let mut spins = 0u32;
-            while !o.load(Ordering::Acquire) {
-                if gang.stop.load(Ordering::Acquire) {
-                    return false;
-                }
-                if spins < SPINS {
-                    spins += 1;
-                    std::hint::spin_loop();
-                } else {
-                    std::thread::yield_now();
-                }
-            }
-            true
+            wait_until(|| o.load(Ordering::Acquire), &gang.stop)
         };
         let fail = |e: KernelError| {
             if let Ok(mut first) = error.lock() {

@@ -8,10 +8,8 @@
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
+use crate::crew::wait_until;
 use crate::error::KernelError;
-
-/// Spins (`spin_loop`) of a thread waiting at the barrier before it yields.
-const SPINS: u32 = 1 << 12;
 
 /// Where the threads of a step meet (see module docs).
 #[derive(Debug)]
@@ -78,19 +76,11 @@ impl Team {
         if self.arrived.fetch_add(1, Ordering::AcqRel) + 1 == self.n {
             self.arrived.store(0, Ordering::Relaxed);
             self.generation.fetch_add(1, Ordering::Release);
-        } else {
-            let mut spins = 0u32;
-            while self.generation.load(Ordering::Acquire) == generation {
-                if self.stop.load(Ordering::Acquire) {
-                    return false;
-                }
-                if spins < SPINS {
-                    spins += 1;
-                    std::hint::spin_loop();
-                } else {
-                    std::thread::yield_now();
-                }
-            }
+        } else if !wait_until(
+            || self.generation.load(Ordering::Acquire) != generation,
+            &self.stop,
+        ) {
+            return false;
         }
         !self.stop.load(Ordering::Acquire)
     }
