@@ -115,6 +115,17 @@ def test_rounded_hidden_rows_follow_a_bf16_model(
     assert not torch.equal(got, plain), "the rows were rounded"
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_plain_read_sums_the_buffers_words(threads: int) -> None:
+    """The benchmark's yardstick reads every whole u64 word (its wrapping sum comes back)."""
+    core = _core.CpuKernels("raw", "f32", 0, ((1, 1), (1, 1), (1, 1)), 1, threads, "scalar")
+    buf = torch.randint(0, 1 << 62, (300_001,), dtype=torch.int64, generator=torch.Generator())
+    want = sum(buf.tolist()) % (1 << 64)  # the wrapping sum of the words
+    assert core.plain_read(buf.data_ptr(), buf.numel() * 8) == want
+    assert core.plain_read(buf.data_ptr(), 12) == int(buf[0])  # a partial word left out
+    assert core.plain_read(0, 0) == 0
+
+
 def test_weighted_sum_is_bit_identical_to_the_torch_one() -> None:
     gen = torch.Generator().manual_seed(3)
     kernel = FusedKernel("raw", "f32", 0, ((4, 24), (4, 24), (24, 4)), 8)
