@@ -1045,6 +1045,23 @@ gpu63() {  # the thirteenth session's review mends: GPU tests, the call once mor
   echo "== timeline"; timeline .device/call_timeline 16 int4,int8,bf16 8 0 200 on
 }
 
+gpu64() {  # prepared for the next session: issue 15's figure three times, tasks per thread
+  # twice, V1 twice (carry .device/flint-*.whl and .device/call_timeline of one commit)
+  for r in 1 2 3; do
+    cpu_fused "round-$r" --threads 1,16 --calls 40 --schemes int4,int8,bf16 --round-hidden on
+  done
+  for r in 1 2; do
+    for n in 2 4 8; do
+      echo "== tasks per thread $n, round $r"
+      FLINT_CPU_TASKS=$n timeline .device/call_timeline 16 int4,int8,bf16 8 0 200 on
+    done
+  done
+  q30
+  for r in 1 2; do
+    echo "== V1"; timeout 100 flint bench "$DATA/q30.ftw" $V1_FLAGS 2>&1 | grep -E "q30.ftw \||rror"
+  done
+}
+
 case $what in
   install) install ;;
   format) install; format ;;
@@ -1114,5 +1131,6 @@ case $what in
   gpu61) install; gpu61 ;;
   gpu62) install; gpu62 ;;
   gpu63) install; gpu63 ;;
+  gpu64) install; gpu64 ;;
 esac 2>&1 | tee "$OUT/gpu_box_$what.log"
 
