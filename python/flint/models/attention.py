@@ -7,7 +7,6 @@ import os
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend
-from torch.nn.attention.bias import causal_lower_right
 
 from flint.models.config import ModelConfig
 from flint.models.kv_cache import KVCache
@@ -89,6 +88,10 @@ def causal_mask(start: int, tokens: int, device: torch.device) -> torch.Tensor |
     if tokens == 1:
         return None
     if device.type == "cuda":
+        # Imported here: the module pulls in torch._dynamo, 1.3 of `import flint`'s 3.7 s
+        # on the CPU box, and only CUDA prompts use it.
+        from torch.nn.attention.bias import causal_lower_right
+
         return causal_lower_right(tokens, start + tokens)
     q_pos = torch.arange(start, start + tokens, device=device)[:, None]
     k_pos = torch.arange(start + tokens, device=device)[None, :]
