@@ -101,7 +101,7 @@ impl Gang {
     }
 
     /// Opens the first step with items (running `after` for those without).
-    fn open(&self, after: &(dyn Fn(usize) -> bool + Sync)) {
+    fn open(&self, after: &(dyn Fn(usize) + Sync)) {
         if self.counts.first().copied().unwrap_or(0) == 0 {
             self.finish(0, after);
         }
@@ -109,12 +109,9 @@ impl Gang {
 
     /// Step `s` is done: runs `after` for it and every following step without items,
     /// then opens the next step (or ends the call).
-    fn finish(&self, mut s: usize, after: &(dyn Fn(usize) -> bool + Sync)) {
+    fn finish(&self, mut s: usize, after: &(dyn Fn(usize) + Sync)) {
         loop {
-            if !after(s) {
-                self.stop.store(true, Ordering::Release);
-                break;
-            }
+            after(s);
             s += 1;
             if s >= STEPS || self.counts.get(s).copied().unwrap_or(0) > 0 {
                 break;
@@ -124,7 +121,7 @@ impl Gang {
     }
 
     /// Claims and runs items until the call is over.
-    fn work(&self, item: &(dyn Fn(usize, usize) + Sync), after: &(dyn Fn(usize) -> bool + Sync)) {
+    fn work(&self, item: &(dyn Fn(usize, usize) + Sync), after: &(dyn Fn(usize) + Sync)) {
         let _guard = StopOnPanic(&self.stop);
         loop {
             if self.stop.load(Ordering::Acquire) {
@@ -443,7 +440,7 @@ impl Kernels {
             }
         };
         // The serial work after the activation rows: each job's rows.
-        let after = |step: usize| -> bool {
+        let after = |step: usize| {
             if step == 0 {
                 let _ = rows1.set(
                     jobs.iter()
@@ -461,7 +458,6 @@ impl Kernels {
                         .collect(),
                 );
             }
-            true
         };
         let routed: usize = jobs.iter().map(|j| j.positions.len()).sum();
         let macs = h.saturating_mul(i).saturating_mul(3).saturating_mul(routed);
