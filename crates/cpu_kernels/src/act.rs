@@ -145,9 +145,10 @@ impl<'a> Act<'a> {
         self.planes
     }
 
-    /// With `x` as bf16, if that is exact (one plane of `split_bf16`, the test-only general split). Rows that need
-    /// two or three planes stay f32: the BF16 kernel on three planes measured slower than
-    /// the f32 kernel (20.6 vs 27.8 G weights/s from L2, examples/dot_speed.rs).
+    /// With `x` as bf16, if that is exact (one plane of `split_bf16`, the test-only
+    /// general split). Rows that need two or three planes stay f32: the BF16 kernel on
+    /// three planes measured slower than the f32 kernel (20.6 vs 27.8 G weights/s from
+    /// L2, examples/dot_speed.rs).
     pub(crate) fn with_bf16(mut self) -> Self {
         if !is_bf16(self.x) {
             return self;

@@ -19,9 +19,10 @@
 //! nearest even, as torch's copy rounds).
 //!
 //! Threads: with more than one (the kernels' crew, `crew.rs`), every thread runs the
-//! whole step as a team (`team.rs`), computing its share of each product and meeting at a spin barrier to exchange
-//! shares; one wake of the crew per step (waking it per product measured slower than
-//! one thread, see [`Kernels::routed`]); with one thread the calling thread runs it.
+//! whole step as a team (`team.rs`), computing its share of each product and meeting
+//! at a spin barrier to exchange shares; one wake of the crew per step (waking it per
+//! product measured slower than one thread, see [`Kernels::routed`]); with one thread
+//! the calling thread runs it.
 //! Every output value is computed by one thread with the same operations, so the result
 //! does not depend on the number of threads.
 

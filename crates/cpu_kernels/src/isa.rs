@@ -200,9 +200,7 @@ impl Dot {
             }
             WeightKind::Int4 { group } if group > 0 && a.i4_planes == 1 => {
                 let sb = cols / group * 2;
-                let ok = crate::act::i4_bf16_group(group)
-                    && cols.is_multiple_of(crate::act::I4_BF16_BLOCK)
-                    && cols.is_multiple_of(group)
+                let ok = i4_bf16_shape(group, cols)
                     && rb == cols / 2
                     && a.i4_bf16.as_slice().len() >= cols;
                 let Some(s) = p.scales.get(r0 * sb..(r0 + n) * sb).filter(|_| ok) else {
@@ -238,12 +236,7 @@ impl Dot {
             return false;
         };
         let (n, cols, rb) = (out.len(), p.cols, p.row_bytes());
-        if group == 0
-            || !group.is_multiple_of(I4_BLOCK)
-            || !cols.is_multiple_of(group)
-            || rb != cols / 2
-            || a.i4.as_slice().len() != cols
-        {
+        if group == 0 || !i4_shape(group, cols) || rb != cols / 2 || a.i4.as_slice().len() != cols {
             return false;
         }
         let sb = cols / group * 2;
@@ -318,9 +311,7 @@ impl Dot {
             {
                 let s = p.row_scales(r);
                 let np = acts.first()?.i4_planes;
-                let ok = crate::act::i4_bf16_group(group)
-                    && cols.is_multiple_of(crate::act::I4_BF16_BLOCK)
-                    && cols.is_multiple_of(group)
+                let ok = i4_bf16_shape(group, cols)
                     && w.len() >= cols / 2
                     && s.len() >= cols / group * 2
                     && acts
@@ -338,8 +329,7 @@ impl Dot {
             }
             (Isa::Avx512 | Isa::Avx512Bf16, WeightKind::Int4 { group }) => {
                 let s = p.row_scales(r);
-                let ok = group.is_multiple_of(I4_BLOCK)
-                    && cols.is_multiple_of(group)
+                let ok = i4_shape(group, cols)
                     && w.len() >= cols / 2
                     && s.len() >= cols / group * 2
                     && acts.iter().all(|a| a.i4.as_slice().len() == cols);
@@ -390,4 +380,19 @@ impl Dot {
             Isa::Avx2 | Isa::Avx512 | Isa::Avx512Bf16 => xs.map(|x| crate::scalar::dot(p, r, x)),
         }
     }
+}
+
+/// Whether int4 rows of `cols` columns in groups of `group` take the AVX-512 BF16 int4
+/// kernel (`avx512::i4_bf16_dot`), one row or many.
+#[cfg(target_arch = "x86_64")]
+fn i4_bf16_shape(group: usize, cols: usize) -> bool {
+    crate::act::i4_bf16_group(group)
+        && cols.is_multiple_of(crate::act::I4_BF16_BLOCK)
+        && cols.is_multiple_of(group)
+}
+
+/// Whether they take the AVX-512 int4 kernel of the f32 int4 order (`avx512::dot_i4`).
+#[cfg(target_arch = "x86_64")]
+fn i4_shape(group: usize, cols: usize) -> bool {
+    group.is_multiple_of(I4_BLOCK) && cols.is_multiple_of(group)
 }

@@ -22,9 +22,10 @@
 //! f32 values have zero low 16 bits, checked per row once per call, [`Act`]): a bf16
 //! model's hidden state into gate/up. The input of down (silu(g) * u in f32) is not
 //! bf16 and stays on the f32 kernels; an exact split into three bf16 planes works
-//! (`act::split_bf16`, now kept for the tests) but measured slower than the f32 kernel. The choice depends on
-//! the row only, so a streamed layer (in waves) and a resident one take the same
-//! kernel. The VNNI int8 dot product would round activations to 8 bits and is not used.
+//! (`act::split_bf16`, now kept for the tests) but measured slower than the f32
+//! kernel. The choice depends on the row only, so a streamed layer (in waves) and a
+//! resident one take the same kernel. The VNNI int8 dot product would round
+//! activations to 8 bits and is not used.
 
 mod act;
 #[cfg(target_arch = "x86_64")]
