@@ -13,7 +13,7 @@ const CHUNK: usize = 256 * 1024;
 impl Kernels {
     /// The wrapping sum of `bytes` as little-endian u64 words (a last partial word is
     /// left out), read by the calling thread and the pool's workers, woken as for a
-    /// layer call, each claiming [`CHUNK`] bytes at a time from an atomic counter. The
+    /// layer call, each claiming `CHUNK` (256 KiB) at a time from an atomic counter. The
     /// sum is returned so that the read cannot be optimised away.
     pub fn plain_read(&self, bytes: &[u8]) -> u64 {
         let next = AtomicUsize::new(0);
