@@ -35,6 +35,7 @@ import argparse
 import json
 import statistics
 import time
+from collections.abc import Callable
 
 import torch
 
@@ -70,25 +71,26 @@ def _layer(scheme: str, experts: int, inter: int, hidden: int) -> tuple[FusedKer
     return probe, table
 
 
-def _read_gbs(buf: torch.Tensor, kernel: FusedKernel, reps: int = 5) -> float:
-    """The best of ``reps`` plain reads of ``buf`` by ``kernel``'s threads, GB/s."""
+def _best_gbs(read: Callable[[], object], nbytes: int, reps: int = 5) -> float:
+    """GB/s of the fastest of ``reps`` calls of ``read``, each reading ``nbytes``."""
     best = float("inf")
     for _ in range(reps):
         t0 = time.perf_counter()
-        kernel.core.plain_read(buf.data_ptr(), buf.numel() * 4)
+        read()
         best = min(best, time.perf_counter() - t0)
-    return buf.numel() * 4 / best / 1e9
+    return nbytes / best / 1e9
 
 
-def _sum_gbs(buf: torch.Tensor, threads: int, reps: int = 5) -> float:
-    """The best of ``reps`` torch sums of ``buf`` on ``threads`` threads, GB/s."""
+def _read_gbs(buf: torch.Tensor, kernel: FusedKernel) -> float:
+    """Plain reads of ``buf`` by ``kernel``'s threads."""
+    nbytes = buf.numel() * 4
+    return _best_gbs(lambda: kernel.core.plain_read(buf.data_ptr(), nbytes), nbytes)
+
+
+def _sum_gbs(buf: torch.Tensor, threads: int) -> float:
+    """torch sums of ``buf`` on ``threads`` threads."""
     torch.set_num_threads(threads)
-    best = float("inf")
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        buf.sum()
-        best = min(best, time.perf_counter() - t0)
-    return buf.numel() * 4 / best / 1e9
+    return _best_gbs(buf.sum, buf.numel() * 4)
 
 
 def _fused_gbs(
