@@ -1062,6 +1062,63 @@ gpu64() {  # prepared for the next session: issue 15's figure three times, tasks
   done
 }
 
+gpu65() {  # issue 15: the Xeon's topology and features, the kernels' compute ceiling (one
+  # thread from L2: dot_speed), and the layer call with its experts in the caches
+  # (experts = top-k: the same 8 every call) against 64 and 256 experts
+  lscpu | grep -E "Model name|Thread\(s\)|Core\(s\)|Socket|NUMA node\(|L2|L3|MHz"
+  grep -o -w 'amx_[a-z0-9]*\|avx512_vnni\|avx512_bf16\|avx512_fp16\|avx512vbmi2\|avx512_vbmi\|hypervisor' /proc/cpuinfo | sort -u | tr '\n' ' '; echo
+  for c in 0 1 2 8 15; do echo "cpu$c core $(cat /sys/devices/system/cpu/cpu$c/topology/core_id) siblings $(cat /sys/devices/system/cpu/cpu$c/topology/thread_siblings_list)"; done
+  echo "== dot_speed"; timeout 60 .device/dot_speed 64 2048 400 | grep -v "four tokens"
+  for r in 1 2; do
+    for n in 8 64 256; do
+      echo "== timeline 16 threads, $n experts, round $r"
+      timeline .device/call_timeline 16 int4,int8,bf16 8 0 200 on 2048 768 bf16 $n
+    done
+  done
+  for t in 1 4 8; do
+    echo "== timeline $t threads, 8 experts"
+    timeline .device/call_timeline $t int4,int8,bf16 8 0 50 on 2048 768 bf16 8
+  done
+  cpu_fused figure --threads 1,16 --calls 40 --schemes int4,int8,bf16 --round-hidden on
+  cpu_fused core --threads 16 --calls 40 --schemes int4,int8,bf16 --round-hidden on --core
+}
+
+gpu66() {  # issue 15: rows computed at once (FLINT_CPU_ROWS), hot and from memory
+  for r in 1 2; do
+    for rows in 1 2 4; do
+      for n in 8 256; do
+        echo "== rows $rows, 16 threads, $n experts, round $r"
+        FLINT_CPU_ROWS=$rows timeline .device/call_timeline 16 int4,int8,bf16 8 0 200 on 2048 768 bf16 $n
+      done
+    done
+  done
+  for rows in 1 2 4; do
+    echo "== rows $rows, 1 thread, 8 experts"
+    FLINT_CPU_ROWS=$rows timeline .device/call_timeline 1 int4,int8,bf16 8 0 40 on 2048 768 bf16 8
+  done
+  for rows in 1 2 4; do
+    FLINT_CPU_ROWS=$rows cpu_fused "rows-$rows" --threads 16 --calls 40 --schemes int4,int8 --round-hidden on
+  done
+}
+
+gpu67() {  # issue 15: compute per core with every core busy, scaling by threads, tasks
+  # per thread, the figure with four rows at once; then the GPU tests
+  for t in 1 8 16; do
+    for rows in 1 4; do echo "== dot_speed rows $rows"; FLINT_CPU_ROWS=$rows timeout 60 .device/dot_speed 64 2048 400 $t | grep -v "^x at"; done
+  done
+  for t in 1 2 4 8 12 16; do
+    echo "== timeline $t threads, 8 experts"
+    timeline .device/call_timeline $t int4,int8 8 0 100 on 2048 768 bf16 8
+  done
+  for n in 2 4 8 16; do
+    echo "== tasks per thread $n, 256 experts"
+    FLINT_CPU_TASKS=$n timeline .device/call_timeline 16 int4,int8 8 0 200 on 2048 768 bf16 256
+  done
+  cpu_fused figure --threads 1,16 --calls 40 --schemes int4,int8,bf16 --round-hidden on
+  cpu_fused core --threads 16 --calls 40 --schemes int4,int8,bf16 --round-hidden on --core
+  gpu_tests
+}
+
 case $what in
   install) install ;;
   format) install; format ;;
@@ -1132,5 +1189,8 @@ case $what in
   gpu62) install; gpu62 ;;
   gpu63) install; gpu63 ;;
   gpu64) install; gpu64 ;;
+  gpu65) install; gpu65 ;;
+  gpu66) install; gpu66 ;;
+  gpu67) install; gpu67 ;;
 esac 2>&1 | tee "$OUT/gpu_box_$what.log"
 

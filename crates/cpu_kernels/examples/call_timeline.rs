@@ -6,10 +6,12 @@
 //! how many threads took part; medians over the calls, in microseconds.
 //!
 //! `cargo run --release -p cpu_kernels --example call_timeline [-- threads kind top_k
-//! gap_us calls round_hidden H I x]`, e.g. `-- 16 int4 8 0,2000 200 off` (`x`: `bf16`, the
-//! default, or `f32` hidden states): 64 experts of
+//! gap_us calls round_hidden H I x experts]`, e.g. `-- 16 int4 8 0,2000 200 off` (`x`:
+//! `bf16`, the default, or `f32` hidden states): `experts` (default 64) experts of
 //! Qwen3-30B-A3B geometry, one token routed to `top_k` random experts per call,
-//! `gap_us` of sleep between calls (a list: each runs in turn).
+//! `gap_us` of sleep between calls (a list: each runs in turn). With `experts` equal to
+//! `top_k` every call reads the same experts, which then stay in the caches: the call's
+//! speed without the memory's.
 #![allow(clippy::unwrap_used, clippy::indexing_slicing, clippy::print_stdout)]
 
 use std::cell::Cell;
@@ -73,7 +75,7 @@ fn main() {
     } else {
         0xffff_0000
     };
-    let n = 64;
+    let n: usize = arg(9, "64").parse().unwrap();
     let mut rnd = common::rng();
     let x: Vec<f32> = (0..h)
         .map(|_| f32::from_bits((((rnd() >> 40) as f32 / 8e6 - 1.0).to_bits()) & keep))
@@ -139,7 +141,7 @@ fn main() {
             }
             let m: Vec<f64> = cols.iter_mut().map(|c| median(c)).collect();
             println!(
-                "{kind:?} threads {threads} top-k {k} gap {gap} us round_hidden {round}: \
+                "{kind:?} threads {threads} experts {n} top-k {k} gap {gap} us round_hidden {round}: \
                  wall {:.0} us ({:.1} GB/s; median of GB/s {:.1}), first task {:.0}, 2nd thread {:.0}, \
                  {}th thread {:.0}, {threads}th thread {:.0}, down from {:.0}, threads taking part {:.0}",
                 m[0],

@@ -1,7 +1,11 @@
 //! Compute ceiling of the row dot products: one thread, a projection small enough to
 //! stay in L2 (so memory bandwidth is out of the picture), weights per second per
 //! instruction set and kind (best of 5 rounds). `cargo run --release -p cpu_kernels --example dot_speed`
-//! [-- rows cols reps].
+//! [-- rows cols reps threads]. With `threads` > 1, only the layer call's kernels (the
+//! best instruction set, a bf16-exact activation for bf16 and int4 rows, f32 for int8,
+//! `Dot::rows_act` over all rows) run on that many threads at once, each on its own
+//! copy: the compute ceiling per core with every core busy (clock speeds drop with
+//! more cores running AVX-512), printed as the slowest, median and fastest thread.
 #![allow(clippy::unwrap_used, clippy::indexing_slicing, clippy::print_stdout)]
 
 use std::time::Instant;
@@ -18,6 +22,7 @@ fn main() {
         args.get(1).copied().unwrap_or(2048),
         args.get(2).copied().unwrap_or(400),
     );
+    let threads = args.get(3).copied().unwrap_or(1);
     let mut seed = 0x9e37_79b9_7f4a_7c15u64;
     let mut rnd = move || {
         seed ^= seed << 13;
@@ -61,6 +66,10 @@ fn main() {
             for b in &mut bytes[n - tail..] {
                 *b = 0x3c;
             }
+        }
+        if threads > 1 {
+            on_threads(&f, kind, &bytes, (rows, cols, reps), &x, &xb, threads);
+            continue;
         }
         let p = f.view(0, &bytes).unwrap();
         for isa in Isa::ALL
@@ -113,4 +122,54 @@ fn main() {
             }
         }
     }
+}
+
+/// The rows kernel of the best instruction set on `threads` threads at once, each on its
+/// own copy of `bytes` (so in its own L2): G weights/s per thread, best of 5 rounds.
+fn on_threads(
+    f: &ExpertFormat,
+    kind: WeightKind,
+    bytes: &[u8],
+    (rows, cols, reps): (usize, usize, usize),
+    x: &[f32],
+    xb: &[f32],
+    threads: usize,
+) {
+    let isa = Isa::ALL.into_iter().rev().find(|i| i.available()).unwrap();
+    let xv = if kind == WeightKind::Int8 { x } else { xb };
+    let barrier = std::sync::Barrier::new(threads);
+    let mut rates: Vec<f64> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                let barrier = &barrier;
+                s.spawn(move || {
+                    let own = bytes.to_vec();
+                    let p = f.view(0, &own).unwrap();
+                    let dot = cpu_kernels::Dot::new(isa).unwrap();
+                    let a = dot.prepare(kind, xv);
+                    let mut out = vec![0.0f32; rows];
+                    let mut best = f64::INFINITY;
+                    for _ in 0..5 {
+                        barrier.wait();
+                        let t0 = Instant::now();
+                        for _ in 0..reps {
+                            dot.rows_act(&p, 0, &a, &mut out);
+                        }
+                        best = best.min(t0.elapsed().as_secs_f64());
+                        std::hint::black_box(&out);
+                    }
+                    (reps * rows * cols) as f64 / best / 1e9
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    rates.sort_by(f64::total_cmp);
+    println!(
+        "{kind:?} {isa:?} rows kernel, {threads} threads at once: G weights/s per thread \
+         slowest {:.2}, median {:.2}, fastest {:.2}",
+        rates[0],
+        rates[threads / 2],
+        rates[threads - 1]
+    );
 }

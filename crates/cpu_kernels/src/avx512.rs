@@ -108,7 +108,8 @@ pub(crate) unsafe fn dot_avx512(p: &crate::format::Proj<'_>, r: usize, x: &[f32]
 /// `out[i] = dot_avx512(p, start + i, x)` for every `i`, bit for bit, with the row loop
 /// inside the AVX-512 function so the dot product inlines into it (one call per matrix
 /// instead of one per row: the decode step's matrices have 64-4096 rows of 256 columns,
-/// where the call and dispatch per row cost as much as the row).
+/// where the call and dispatch per row cost as much as the row). Int8 rows are computed
+/// `rows` (4, 2, else 1) at a time, interleaved ([`crate::simd::dot_i8_rows`]).
 ///
 /// # Safety
 /// The CPU must have avx512f.
@@ -118,15 +119,51 @@ pub(crate) unsafe fn rows_avx512(
     start: usize,
     x: &[f32],
     out: &mut [f32],
+    rows: usize,
 ) {
-    let ahead = match p.kind {
-        crate::format::WeightKind::Int8 => row_prefetch_ahead(),
-        _ => 0,
-    };
-    for (i, o) in out.iter_mut().enumerate() {
-        // SAFETY: the features are enabled here (caller's guarantee).
-        *o = unsafe { crate::simd::dot_ahead::<Avx512>(p, start + i, x, ahead) };
+    if p.kind != crate::format::WeightKind::Int8 {
+        for (i, o) in out.iter_mut().enumerate() {
+            // SAFETY: the features are enabled here (caller's guarantee).
+            *o = unsafe { crate::simd::dot::<Avx512>(p, start + i, x) };
+        }
+        return;
     }
+    // SAFETY: the features are enabled here (caller's guarantee).
+    unsafe {
+        match rows {
+            4 => i8_rows::<4>(p, start, x, out),
+            2 => i8_rows::<2>(p, start, x, out),
+            _ => i8_rows::<1>(p, start, x, out),
+        }
+    }
+}
+
+/// [`rows_avx512`] of int8 rows, `R` at a time ([`crate::simd::dot_i8_rows`]), each
+/// row's line `row_prefetch_ahead` bytes ahead asked for per 64 bytes read.
+///
+/// # Safety
+/// As [`rows_avx512`]. (Its own features, not `inline(always)`: closures get the
+/// features of the function they are written in.)
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+unsafe fn i8_rows<const R: usize>(
+    p: &crate::format::Proj<'_>,
+    start: usize,
+    x: &[f32],
+    out: &mut [f32],
+) {
+    let ahead = row_prefetch_ahead();
+    // SAFETY: the caller's guarantee (the features), passed on.
+    let one = |r: usize| unsafe { crate::simd::dot_ahead::<Avx512>(p, r, x, ahead) };
+    rows_by::<R>(
+        out,
+        |i| {
+            let r = start + i;
+            // SAFETY: as `one`.
+            unsafe { crate::simd::dot_i8_rows::<Avx512, R>(p, r, x, ahead) }
+                .unwrap_or_else(|| std::array::from_fn(|k| one(r + k)))
+        },
+        |i| one(start + i),
+    );
 }
 
 /// [`crate::simd::dots`] on Avx512.
@@ -248,7 +285,7 @@ fn row_prefetch_ahead() -> usize {
 const ROW_PREFETCH_INTEL: usize = 4096;
 
 /// Whether the CPU's vendor string is Intel's.
-fn intel() -> bool {
+pub(crate) fn intel() -> bool {
     // `__cpuid` is safe from Rust 1.94 on, unsafe before (the crate builds on 1.89).
     #[allow(unused_unsafe)]
     // SAFETY: leaf 0 (the vendor) exists on every x86_64 CPU.
@@ -554,29 +591,61 @@ unsafe fn i4_bf16_dot<const NP: usize, const T: usize, const G: usize>(
     group: usize,
     xs: [*const u16; T],
 ) -> [f32; T] {
-    // SAFETY: the caller's guarantees; reads stay below cols / 2 bytes of w, below the
-    // group count of s (masked, or, for groups of 32/64/128, the step's own 4/2/1
-    // scales: c + 128 <= cols) and below cols values of each plane.
+    // SAFETY: the caller's guarantees, for one row.
+    let [out] = unsafe { i4_bf16_dots::<NP, 1, T, G>([w], [s], cols, group, xs) };
+    out
+}
+
+/// [`i4_bf16_dot`] of `R` int4 rows (`w[r]`, scales `s[r]`) with the same `T` activation
+/// rows: each (row, token) result gets exactly the operations, in the same order, that
+/// `i4_bf16_dot` gives it alone (bit-identical); the rows' steps are only interleaved,
+/// so that one row's chain of dependent dot products overlaps the others'. On the GPU
+/// box's Xeon four rows at once made a one-thread layer call 1.45x faster (int4; int8's
+/// rows, [`crate::simd::dot_i8_rows`]: 2.1x); with 16 threads it changed nothing
+/// measurable (docs/benchmarks.md, "Fourteenth session").
+///
+/// # Safety
+/// As [`i4_bf16_dot`], for every row.
+#[inline(always)]
+unsafe fn i4_bf16_dots<const NP: usize, const R: usize, const T: usize, const G: usize>(
+    w: [*const u8; R],
+    s: [*const u8; R],
+    cols: usize,
+    group: usize,
+    xs: [*const u16; T],
+) -> [[f32; T]; R] {
+    // SAFETY: the caller's guarantees; reads stay below cols / 2 bytes of each w, below
+    // the group count of each s (masked, or, for groups of 32/64/128, the step's own
+    // 4/2/1 scales: c + 128 <= cols) and below cols values of each plane.
     unsafe {
         let table = _mm512_loadu_si512(Q_BF16.as_ptr().cast());
         let sidx = scale_index(group);
         let groups = cols / group;
-        let mut a0 = [_mm512_setzero_ps(); T];
-        let mut a1 = [_mm512_setzero_ps(); T];
+        let mut a0 = [[_mm512_setzero_ps(); T]; R];
+        let mut a1 = [[_mm512_setzero_ps(); T]; R];
         let mut c = 0;
         let ahead = prefetch_ahead();
         let g = (group, groups, cols, ahead);
+        let rows = || w.into_iter().zip(s);
         while c + 2 * crate::act::I4_BF16_BLOCK <= cols {
-            i4_bf16_step::<NP, T, G>(w, s, c, g, table, sidx, xs, &mut a0);
-            i4_bf16_step::<NP, T, G>(w, s, c + 128, g, table, sidx, xs, &mut a1);
+            for ((w, s), acc) in rows().zip(a0.iter_mut()) {
+                i4_bf16_step::<NP, T, G>(w, s, c, g, table, sidx, xs, acc);
+            }
+            for ((w, s), acc) in rows().zip(a1.iter_mut()) {
+                i4_bf16_step::<NP, T, G>(w, s, c + 128, g, table, sidx, xs, acc);
+            }
             c += 2 * crate::act::I4_BF16_BLOCK;
         }
         if c < cols {
-            i4_bf16_step::<NP, T, G>(w, s, c, g, table, sidx, xs, &mut a0);
+            for ((w, s), acc) in rows().zip(a0.iter_mut()) {
+                i4_bf16_step::<NP, T, G>(w, s, c, g, table, sidx, xs, acc);
+            }
         }
-        let mut out = [0.0f32; T];
-        for ((o, x0), x1) in out.iter_mut().zip(a0).zip(a1) {
-            *o = Avx512::hsum(_mm512_add_ps(x0, x1));
+        let mut out = [[0.0f32; T]; R];
+        for ((row, r0), r1) in out.iter_mut().zip(a0).zip(a1) {
+            for ((o, x0), x1) in row.iter_mut().zip(r0).zip(r1) {
+                *o = Avx512::hsum(_mm512_add_ps(x0, x1));
+            }
         }
         out
     }
@@ -663,9 +732,10 @@ pub(crate) unsafe fn dot_i4_bf16<const T: usize>(
 
 /// [`dot_i4_bf16`] of one activation row with `out.len()` consecutive rows of an int4
 /// projection (row `i` at `w + i * row_bytes`, its scales at `s + i * scale_bytes`), each
-/// result the bits `dot_i4_bf16::<1>` gives for that row. One call for a task's rows
-/// instead of one per row: a 768-column down row is ~25 ns of reading, and the dispatch
-/// per row (bounds, checks, the call, the table) cost about as much again.
+/// result the bits `dot_i4_bf16::<1>` gives for that row, `at_once` (4, 2 or 1) rows
+/// at a time ([`crate::Dot::with_rows`]). One call for a task's rows instead of one per
+/// row: a 768-column down row is ~25 ns of reading, and the dispatch per row (bounds,
+/// checks, the call, the table) cost about as much again.
 ///
 /// # Safety
 /// The CPU must have avx512f, avx512bw, avx512vl and avx512bf16; each row as
@@ -681,33 +751,70 @@ pub(crate) unsafe fn rows_i4_bf16(
     group: usize,
     x: *const u16,
     out: &mut [f32],
+    at_once: usize,
 ) {
+    let rows = (w, row_bytes, s, scale_bytes, cols, group, x);
     // SAFETY: the features are enabled here; each row as the caller guarantees.
     unsafe {
-        let row = |i: usize| (w.add(i * row_bytes), s.add(i * scale_bytes));
-        match group {
-            32 => rows_of(out, |i| {
-                let (w, s) = row(i);
-                i4_bf16_dot::<1, 1, 32>(w, s, cols, group, [x])
-            }),
-            64 => rows_of(out, |i| {
-                let (w, s) = row(i);
-                i4_bf16_dot::<1, 1, 64>(w, s, cols, group, [x])
-            }),
-            128 => rows_of(out, |i| {
-                let (w, s) = row(i);
-                i4_bf16_dot::<1, 1, 128>(w, s, cols, group, [x])
-            }),
-            _ => rows_of(out, |i| {
-                let (w, s) = row(i);
-                i4_bf16_dot::<1, 1, 0>(w, s, cols, group, [x])
-            }),
+        match (group, at_once) {
+            (32, 4) => i4_bf16_rows::<32, 4>(rows, out),
+            (32, 2) => i4_bf16_rows::<32, 2>(rows, out),
+            (32, _) => i4_bf16_rows::<32, 1>(rows, out),
+            (64, 4) => i4_bf16_rows::<64, 4>(rows, out),
+            (64, 2) => i4_bf16_rows::<64, 2>(rows, out),
+            (64, _) => i4_bf16_rows::<64, 1>(rows, out),
+            (128, 4) => i4_bf16_rows::<128, 4>(rows, out),
+            (128, 2) => i4_bf16_rows::<128, 2>(rows, out),
+            (128, _) => i4_bf16_rows::<128, 1>(rows, out),
+            (_, 4) => i4_bf16_rows::<0, 4>(rows, out),
+            (_, 2) => i4_bf16_rows::<0, 2>(rows, out),
+            _ => i4_bf16_rows::<0, 1>(rows, out),
         }
     }
 }
 
+/// [`rows_i4_bf16`]'s arguments but `out`.
+type I4Rows = (*const u8, usize, *const u8, usize, usize, usize, *const u16);
+
+/// [`rows_i4_bf16`] for groups `G` (as [`i4_bf16_dot`]), `R` rows at a time.
+///
+/// # Safety
+/// As [`rows_i4_bf16`] (its features: see [`i8_rows`]).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")]
+unsafe fn i4_bf16_rows<const G: usize, const R: usize>(
+    (w, row_bytes, s, scale_bytes, cols, group, x): I4Rows,
+    out: &mut [f32],
+) {
+    let at = |i: usize| {
+        (
+            w.wrapping_add(i * row_bytes),
+            s.wrapping_add(i * scale_bytes),
+        )
+    };
+    // SAFETY: rows 0..out.len() are valid (the caller's guarantee); `rows_by` asks for
+    // no other.
+    unsafe {
+        rows_by::<R>(
+            out,
+            |i| {
+                let ws: [(*const u8, *const u8); R] = std::array::from_fn(|k| at(i + k));
+                let v =
+                    i4_bf16_dots::<1, R, 1, G>(ws.map(|p| p.0), ws.map(|p| p.1), cols, group, [x]);
+                v.map(|[o]| o)
+            },
+            |i| {
+                let (w, s) = at(i);
+                i4_bf16_dot::<1, 1, G>(w, s, cols, group, [x])[0]
+            },
+        );
+    }
+}
+
 /// [`dot_bf16_planes`] of one activation row (one plane) with `out.len()` consecutive
-/// bf16 rows of `cols` values from `w`, as [`rows_i4_bf16`].
+/// bf16 rows of `cols` values from `w`, as [`rows_i4_bf16`] (one row at a time: two or
+/// four interleaved were slower on the CPU box's EPYC, 23 -> 13-19 GB/s at one thread,
+/// and within the noise at 16 threads on the GPU box's Xeon; docs/benchmarks.md,
+/// "Fourteenth session").
 ///
 /// # Safety
 /// The CPU must have avx512f, avx512bw and avx512bf16; each row as `dot_bf16_planes`.
@@ -731,11 +838,30 @@ pub(crate) unsafe fn rows_bf16(
     }
 }
 
+/// `out[i] = row(i)[0]` for every row.
 #[inline(always)]
 fn rows_of(out: &mut [f32], mut row: impl FnMut(usize) -> [f32; 1]) {
     for (i, o) in out.iter_mut().enumerate() {
         let [v] = row(i);
         *o = v;
+    }
+}
+
+/// `out[i..i + R] = many(i)` for each whole block of `R` rows, then `out[i] = one(i)`
+/// for the rows after the last block.
+#[inline(always)]
+fn rows_by<const R: usize>(
+    out: &mut [f32],
+    mut many: impl FnMut(usize) -> [f32; R],
+    mut one: impl FnMut(usize) -> f32,
+) {
+    let (blocks, rest) = out.as_chunks_mut::<R>();
+    let done = blocks.len() * R;
+    for (b, block) in blocks.iter_mut().enumerate() {
+        *block = many(b * R);
+    }
+    for (i, o) in rest.iter_mut().enumerate() {
+        *o = one(done + i);
     }
 }
 

@@ -90,21 +90,47 @@ impl Isa {
     }
 }
 
+/// Rows the AVX-512 int4 and int8 rows kernels compute at once, interleaved, by default
+/// (`FLINT_CPU_ROWS`: 4, 2 or 1, read once): 4 on Intel CPUs, 1 elsewhere. On the GPU
+/// box's Xeon four rows made a one-thread layer call 2.1x (int8) and 1.45x (int4)
+/// faster; on the CPU box's EPYC int8 lost ~10% and int4 gained 5-9% at one thread
+/// (docs/benchmarks.md, "Fourteenth session").
+fn rows_at_once() -> usize {
+    static ROWS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *ROWS.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        let default = if crate::avx512::intel() { 4 } else { 1 };
+        #[cfg(not(target_arch = "x86_64"))]
+        let default = 1;
+        crate::env_setting("FLINT_CPU_ROWS", default)
+    })
+}
+
 /// A row dot product for one instruction set, callable safely: it can only be made by
 /// [`Dot::new`], which checks that the CPU has the instructions.
 #[derive(Debug, Clone, Copy)]
 pub struct Dot {
     isa: Isa,
+    /// Rows [`Self::rows_act`]'s AVX-512 kernels compute at once: 1, 2 or 4.
+    rows: usize,
 }
 
 impl Dot {
-    /// The dot product of `isa`, if this CPU can run it.
+    /// The dot product of `isa`, if this CPU can run it, computing `FLINT_CPU_ROWS` rows
+    /// at once in the rows kernels (default 4 on Intel CPUs, 1 elsewhere).
     pub fn new(isa: Isa) -> Result<Self> {
         if isa.available() {
-            Ok(Self { isa })
+            Ok(Self { isa, rows: 1 }.with_rows(rows_at_once()))
         } else {
             Err(KernelError::IsaUnavailable { isa: isa.name() })
         }
+    }
+
+    /// The same, [`Self::rows_act`] computing `rows` rows at once, interleaved (4 or 2;
+    /// anything else: one at a time). Every row's result is the same bits at any count.
+    pub fn with_rows(self, rows: usize) -> Self {
+        let rows = if matches!(rows, 2 | 4) { rows } else { 1 };
+        Self { rows, ..self }
     }
 
     /// Its instruction set.
@@ -159,7 +185,7 @@ impl Dot {
             if a.is_plain() && matches!(self.isa, Isa::Avx512 | Isa::Avx512Bf16) {
                 // SAFETY: `Dot::new` checked avx512f; a plain row is what `dot_act` reads
                 // through the same kernel (`dot_f32`), row by row.
-                return unsafe { crate::avx512::rows_avx512(p, r0, a.f32_row(), out) };
+                return unsafe { crate::avx512::rows_avx512(p, r0, a.f32_row(), out, self.rows) };
             }
         }
         for (i, o) in out.iter_mut().enumerate() {
@@ -220,6 +246,7 @@ impl Dot {
                         group,
                         x,
                         out,
+                        self.rows,
                     );
                 }
                 true

@@ -307,7 +307,7 @@ impl Kernels {
     /// its down tasks, so down starts expert by expert, without a barrier between the
     /// phases (a down task claimed early waits for its expert; all gate/up tasks were
     /// claimed before it, so the wait ends). Tasks write their rows in place (disjoint
-    /// rows). Calls of fewer than [`SMALL_CALL_MACS`] run on the calling thread alone.
+    /// rows). Calls of fewer than `SMALL_CALL_MACS` (1 Mi) run on the calling thread alone.
     pub fn expert_outputs<R: Ready>(
         &self,
         format: &ExpertFormat,

@@ -55,8 +55,8 @@ pub use scalar::{bf16_round, silu};
 
 /// The number in environment variable `name`, or `default` when it is unset or not a
 /// number. The settings that read it (`FLINT_CPU_PREFETCH`, `FLINT_CPU_ROW_PREFETCH`,
-/// `FLINT_CPU_SPIN_US`, `FLINT_CPU_TASKS`) keep the value in a `OnceLock`: read once per
-/// process.
+/// `FLINT_CPU_SPIN_US`, `FLINT_CPU_TASKS`, `FLINT_CPU_ROWS`) keep the value in a
+/// `OnceLock`: read once per process.
 pub(crate) fn env_setting(name: &str, default: usize) -> usize {
     std::env::var(name)
         .ok()

@@ -134,6 +134,74 @@ pub(crate) unsafe fn dot_ahead<S: Simd>(p: &Proj<'_>, r: usize, x: &[f32], ahead
     }
 }
 
+/// [`dot_ahead`] of the `R` int8 rows from `r` with `x`, each result bit-identical to
+/// `dot_ahead`'s for its row (the same loads, multiply-adds, sums and scale, in the same
+/// order; `x` is loaded once for all rows and the rows' chains of multiply-adds are
+/// interleaved). None where a row is not a whole int8 row of `x.len()` columns with its
+/// scale (the caller then takes `dot_ahead` row by row).
+///
+/// # Safety
+/// `S`'s instructions must be available on this CPU.
+#[inline(always)]
+pub(crate) unsafe fn dot_i8_rows<S: Simd, const R: usize>(
+    p: &Proj<'_>,
+    r: usize,
+    x: &[f32],
+    ahead: usize,
+) -> Option<[f32; R]> {
+    let cols = x.len();
+    let rows: [&[u8]; R] = std::array::from_fn(|k| p.row(r + k));
+    let scales: [&[u8]; R] = std::array::from_fn(|k| p.row_scales(r + k));
+    let whole = rows
+        .iter()
+        .zip(&scales)
+        .all(|(w, s)| w.len() >= cols && s.len() >= 4);
+    if p.kind != WeightKind::Int8 || cols != p.cols || !whole {
+        return None;
+    }
+    let xp = x.as_ptr();
+    let main = cols - cols % S::W;
+    // SAFETY: every row holds `cols` int8 weights and `x` `cols` values (checked above);
+    // the loops read elements `< main <= cols` only; `S` is available (the caller).
+    unsafe {
+        let load = |w: &[u8], c: usize| {
+            let wp = w.as_ptr();
+            if ahead != 0 && c.is_multiple_of(64) {
+                S::prefetch(wp.wrapping_add(c).wrapping_add(ahead));
+            }
+            S::load_i8(wp.add(c))
+        };
+        let (mut a0, mut a1) = ([S::zero(); R], [S::zero(); R]);
+        let mut c = 0;
+        while c + 2 * S::W <= main {
+            let (x0, x1) = (S::load_f32(xp.add(c)), S::load_f32(xp.add(c + S::W)));
+            for ((w, e), o) in rows.iter().zip(a0.iter_mut()).zip(a1.iter_mut()) {
+                *e = S::fmadd(load(w, c), x0, *e);
+                *o = S::fmadd(load(w, c + S::W), x1, *o);
+            }
+            c += 2 * S::W;
+        }
+        if c < main {
+            let x0 = S::load_f32(xp.add(c));
+            for (w, e) in rows.iter().zip(a0.iter_mut()) {
+                *e = S::fmadd(load(w, c), x0, *e);
+            }
+        }
+        let mut out = [0.0f32; R];
+        let sums = rows.into_iter().zip(scales).zip(a0).zip(a1);
+        for (o, (((w, s), e), d)) in out.iter_mut().zip(sums) {
+            let t = tail(
+                main,
+                cols,
+                |c| f32::from(i8::from_le_bytes([w.get(c).copied().unwrap_or(0)])),
+                x,
+            );
+            *o = (S::hsum(S::add(e, d)) + t) * crate::format::le_f32(s, 0);
+        }
+        Some(out)
+    }
+}
+
 /// `sum_{c < main} load(c) * x[c]` in `S`'s lanes with two accumulators (two chains of
 /// fused multiply-adds in flight), reduced to one f32.
 #[inline(always)]

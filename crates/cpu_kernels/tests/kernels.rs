@@ -815,15 +815,22 @@ fn rows_in_one_call_are_each_rows_own_dot() {
             let (bytes, _) = projection(&mut rng, kind, rows, cols);
             let proj = format.view(0, &bytes).unwrap();
             let x: Vec<f32> = (0..cols).map(|_| rng.f()).collect();
-            for isa in available() {
-                let dot = cpu_kernels::Dot::new(isa).unwrap();
+            for (isa, at_once) in available()
+                .into_iter()
+                .flat_map(|i| [(i, 1), (i, 2), (i, 4)])
+            {
+                let dot = cpu_kernels::Dot::new(isa).unwrap().with_rows(at_once);
                 let act = dot.prepare(kind, &x);
                 for (r0, r1) in [(0, rows), (rows / 2, rows), (rows - 1, rows + 2)] {
                     let mut got = vec![f32::NAN; r1 - r0];
                     dot.rows_act(&proj, r0, &act, &mut got);
                     for (i, v) in got.iter().enumerate() {
                         let one = dot.dot_act(&proj, r0 + i, &act);
-                        assert_eq!(v.to_bits(), one.to_bits(), "{isa:?} {kind:?} {rows}x{cols}");
+                        assert_eq!(
+                            v.to_bits(),
+                            one.to_bits(),
+                            "{isa:?} {kind:?} {rows}x{cols}, {at_once} rows at once"
+                        );
                     }
                 }
             }
@@ -895,21 +902,25 @@ fn prepared_kernels_match_the_reference() {
                     let four = dot.dots_act(&proj, r, [&act, &act, &act, &act]);
                     assert!(four.iter().all(|v| v.to_bits() == got.to_bits()));
                 }
-                // Any range of rows in one call: the bits of each row's own dot.
-                for (r0, r1) in [
+                // Any range of rows in one call, one, two or four rows at once: the bits
+                // of each row's own dot.
+                for (r0, r1, at_once) in [
                     (0, rows),
                     (rows / 3, rows),
                     (rows / 2, rows / 2 + 1),
                     (rows - 1, rows + 2), // past the last row: as dot_act there
-                ] {
+                ]
+                .into_iter()
+                .flat_map(|(r0, r1)| [(r0, r1, 1), (r0, r1, 2), (r0, r1, 4)])
+                {
                     let mut got = vec![f32::NAN; r1.saturating_sub(r0)];
-                    dot.rows_act(&proj, r0, &act, &mut got);
+                    dot.with_rows(at_once).rows_act(&proj, r0, &act, &mut got);
                     for (i, v) in got.iter().enumerate() {
                         let one = dot.dot_act(&proj, r0 + i, &act);
                         assert_eq!(
                             v.to_bits(),
                             one.to_bits(),
-                            "{isa:?} {kind:?} rows {r0}..{r1}"
+                            "{isa:?} {kind:?} rows {r0}..{r1}, {at_once} at once"
                         );
                     }
                 }
