@@ -1119,6 +1119,16 @@ gpu67() {  # issue 15: compute per core with every core busy, scaling by threads
   gpu_tests
 }
 
+gpu68() {  # issue 15: the figure with four rows at once (the default on Intel) and one
+  # at a time, alternating, on one box
+  for r in 1 2; do
+    for rows in 4 1; do
+      FLINT_CPU_ROWS=$rows cpu_fused "rows-$rows-round-$r" --threads 1,16 --calls 40 --schemes int4,int8 --round-hidden on
+      FLINT_CPU_ROWS=$rows cpu_fused "rows-$rows-round-$r" --threads 16 --calls 40 --schemes int4,int8 --round-hidden on --core
+    done
+  done
+}
+
 case $what in
   install) install ;;
   format) install; format ;;
@@ -1192,5 +1202,6 @@ case $what in
   gpu65) install; gpu65 ;;
   gpu66) install; gpu66 ;;
   gpu67) install; gpu67 ;;
+  gpu68) install; gpu68 ;;
 esac 2>&1 | tee "$OUT/gpu_box_$what.log"
 

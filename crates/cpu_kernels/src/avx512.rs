@@ -812,7 +812,7 @@ unsafe fn i4_bf16_rows<const G: usize, const R: usize>(
 
 /// [`dot_bf16_planes`] of one activation row (one plane) with `out.len()` consecutive
 /// bf16 rows of `cols` values from `w`, as [`rows_i4_bf16`] (one row at a time: two or
-/// four interleaved were slower on the CPU box's EPYC, 23 -> 13-19 GB/s at one thread,
+/// four interleaved were slower on the CPU box's EPYC, 20-26 -> 12-19 GB/s at one thread,
 /// and within the noise at 16 threads on the GPU box's Xeon; docs/benchmarks.md,
 /// "Fourteenth session").
 ///
