@@ -1129,6 +1129,36 @@ gpu68() {  # issue 15: the figure with four rows at once (the default on Intel) 
   done
 }
 
+gpu69() {  # issue 15: the clock and AVX-512 FMA rate per core with 1..16 cores busy
+  # (a lower clock under load, or vCPUs sharing cores), the rows kernels on 1 and 16
+  timeout 200 .device/core_probe 1,2,4,8,12,16 200000000  # (its clock then: adds, see gpu70)
+  for t in 1 16; do FLINT_CPU_ROWS=4 timeout 60 .device/dot_speed 64 2048 400 $t | grep -v "^x at"; done
+}
+
+gpu70() {  # issue 15: the clock under load and the rate of each kind of instruction
+  # the int4 kernels use, 1 and 16 cores busy
+  timeout 200 .device/core_probe 1,16 200000000
+}
+
+gpu71() {  # issue 15: the int4 step's chain of BF16 dot products (FLINT_CPU_I4_CHAIN, an
+  # experiment's setting, removed after: see docs/benchmarks.md, "Fourteenth session")
+  for r in 1 2; do
+    for chain in 4 2 1; do
+      for rows in 1 4; do
+        for t in 1 16; do
+          echo "== chain $chain rows $rows threads $t: $(FLINT_CPU_I4_CHAIN=$chain FLINT_CPU_ROWS=$rows timeout 60 .device/dot_speed 64 2048 400 $t | grep Int4 | sed 's/.*per thread //')"
+        done
+      done
+    done
+  done
+  for chain in 4 2 1 4 2 1; do
+    for n in 8 256; do
+      echo "== chain $chain, 16 threads, $n experts"
+      FLINT_CPU_I4_CHAIN=$chain timeline .device/call_timeline 16 int4 8 0 200 on 2048 768 bf16 $n
+    done
+  done
+}
+
 case $what in
   install) install ;;
   format) install; format ;;
@@ -1203,5 +1233,8 @@ case $what in
   gpu66) install; gpu66 ;;
   gpu67) install; gpu67 ;;
   gpu68) install; gpu68 ;;
+  gpu69) gpu69 ;;
+  gpu70) gpu70 ;;
+  gpu71) gpu71 ;;
 esac 2>&1 | tee "$OUT/gpu_box_$what.log"
 

@@ -1,7 +1,7 @@
 //! Compute ceiling of the row dot products: one thread, a projection small enough to
 //! stay in L2 (so memory bandwidth is out of the picture), weights per second per
 //! instruction set and kind (best of 5 rounds). `cargo run --release -p cpu_kernels --example dot_speed`
-//! [-- rows cols reps threads]. With `threads` > 1, only the layer call's kernels (the
+//! [-- rows cols reps threads]. With `threads` given, only the layer call's kernels (the
 //! best instruction set, a bf16-exact activation for bf16 and int4 rows, f32 for int8,
 //! `Dot::rows_act` over all rows) run on that many threads at once, each on its own
 //! copy: the compute ceiling per core with every core busy (clock speeds drop with
@@ -22,7 +22,7 @@ fn main() {
         args.get(1).copied().unwrap_or(2048),
         args.get(2).copied().unwrap_or(400),
     );
-    let threads = args.get(3).copied().unwrap_or(1);
+    let threads = args.get(3).copied();
     let mut seed = 0x9e37_79b9_7f4a_7c15u64;
     let mut rnd = move || {
         seed ^= seed << 13;
@@ -67,7 +67,7 @@ fn main() {
                 *b = 0x3c;
             }
         }
-        if threads > 1 {
+        if let Some(threads) = threads {
             on_threads(&f, kind, &bytes, (rows, cols, reps), &x, &xb, threads);
             continue;
         }
