@@ -1159,6 +1159,28 @@ gpu71() {  # issue 15: the int4 step's chain of BF16 dot products (FLINT_CPU_I4_
   done
 }
 
+gpu72() {  # issue 15: int4 through the lanes kernel (FMAs) against the AVX-512 BF16 one
+  for r in 1 2; do
+    for k in bf16 lanes; do
+      for t in 1 16; do
+        echo "== int4 $k, dot_speed $t threads: $(FLINT_CPU_INT4=$k timeout 60 .device/dot_speed 64 2048 400 $t | grep Int4 | sed 's/.*per thread //')"
+      done
+      for n in 8 256; do
+        echo "== int4 $k, 16 threads, $n experts"
+        FLINT_CPU_INT4=$k timeline .device/call_timeline 16 int4 8 0 200 on 2048 768 bf16 $n
+      done
+      echo "== int4 $k, 1 thread, 8 experts"
+      FLINT_CPU_INT4=$k timeline .device/call_timeline 1 int4 8 0 40 on 2048 768 bf16 8
+    done
+  done
+  for r in 1 2; do
+    for k in lanes bf16; do
+      FLINT_CPU_INT4=$k cpu_fused "int4-$k-round-$r" --threads 1,16 --calls 40 --schemes int4 --round-hidden on
+      FLINT_CPU_INT4=$k cpu_fused "int4-$k-round-$r" --threads 16 --calls 40 --schemes int4 --round-hidden on --core
+    done
+  done
+}
+
 case $what in
   install) install ;;
   format) install; format ;;
@@ -1236,5 +1258,6 @@ case $what in
   gpu69) gpu69 ;;
   gpu70) gpu70 ;;
   gpu71) gpu71 ;;
+  gpu72) install; gpu72 ;;
 esac 2>&1 | tee "$OUT/gpu_box_$what.log"
 

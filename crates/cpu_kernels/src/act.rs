@@ -14,8 +14,9 @@ use crate::format::WeightKind;
 pub(crate) const BF16_BLOCK: usize = 32;
 /// Columns per int4 step of the AVX-512 kernel (16 bytes of nibbles). (A 128-column
 /// step reading 64 bytes as 32-bit lanes, eight shift-and-permute per step, measured
-/// slower: 16.6 vs 17.3 G weights/s; with half the nibbles converted on the ALU
-/// instead, 15.4.)
+/// slower on the CPU box's EPYC: 16.6 vs 17.3 G weights/s; with half the nibbles
+/// converted on the ALU instead, 15.4. On Intel CPUs that step is the lanes kernel,
+/// `i4_lanes.rs`, which replaces the AVX-512 BF16 one there.)
 pub(crate) const I4_BLOCK: usize = 32;
 /// Columns per int4 step of the AVX-512 BF16 kernel (64 bytes of nibbles).
 pub(crate) const I4_BF16_BLOCK: usize = 128;
@@ -81,6 +82,10 @@ pub struct Act<'a> {
     /// exact bf16 planes of `x.len()` values each; empty when not prepared.
     pub(crate) i4_bf16: Aligned<u16>,
     pub(crate) i4_planes: usize,
+    /// For the int4 lanes kernel (`i4_lanes.rs`, Intel CPUs): `x` with every
+    /// [`I4_BF16_BLOCK`] of columns stored as columns 8d + k for d = 0..16, for k = 0..8;
+    /// empty when not prepared.
+    pub(crate) i4l: Aligned<f32>,
 }
 
 impl<'a> Act<'a> {
@@ -94,6 +99,7 @@ impl<'a> Act<'a> {
             i4: Aligned::default(),
             i4_bf16: Aligned::default(),
             i4_planes: 0,
+            i4l: Aligned::default(),
         }
     }
 
@@ -105,7 +111,7 @@ impl<'a> Act<'a> {
     /// Whether nothing but (maybe) an aligned copy was prepared: only the f32 kernels
     /// read this row.
     pub(crate) fn is_plain(&self) -> bool {
-        self.planes == 0 && self.i4_planes == 0 && self.i4.len() == 0
+        self.planes == 0 && self.i4_planes == 0 && self.i4.len() == 0 && self.i4l.len() == 0
     }
 
     /// The f32 row the f32 kernels read: the aligned copy if there is one.
@@ -126,9 +132,12 @@ impl<'a> Act<'a> {
     }
 
     /// What was prepared, i.e. which kernel reads this row: `bf16` (AVX-512 BF16, bf16
-    /// rows), `int4-bf16` (AVX-512 BF16, int4 rows), `int4` (AVX-512 int4 order) or `f32`.
+    /// rows), `int4-bf16` (AVX-512 BF16, int4 rows), `int4-lanes` (the int4 lanes
+    /// kernel), `int4` (AVX-512 int4 order) or `f32`.
     pub fn prepared(&self) -> &'static str {
-        if self.planes > 0 {
+        if self.i4l.len() > 0 {
+            "int4-lanes"
+        } else if self.planes > 0 {
             "bf16"
         } else if self.i4_planes > 0 {
             "int4-bf16"
@@ -208,12 +217,32 @@ impl Act<'_> {
     }
 }
 
+impl Act<'_> {
+    /// With the int4 lanes order of `x` (any f32 values), if its length is a multiple of
+    /// [`I4_BF16_BLOCK`]; else the f32 int4 order.
+    pub(crate) fn with_i4_lanes(mut self) -> Self {
+        if !self.x.len().is_multiple_of(I4_BF16_BLOCK) {
+            return self.with_i4();
+        }
+        let mut out = Vec::with_capacity(self.x.len());
+        for block in self.x.chunks_exact(I4_BF16_BLOCK) {
+            for k in 0..8 {
+                out.extend(block.iter().skip(k).step_by(8));
+            }
+        }
+        self.i4l = Aligned::from_slice(&out);
+        self
+    }
+}
+
 /// Which preparation `kind` gets on an instruction set that has the BF16 dot product
-/// (`bf16`) and the AVX-512 int4 kernel (`i4`).
-pub(crate) fn prepare(x: &[f32], kind: WeightKind, bf16: bool, i4: bool) -> Act<'_> {
+/// (`bf16`) and the AVX-512 int4 kernel (`i4`), int4 rows of groups the lanes kernel
+/// takes going to it where `lanes` (Intel CPUs with AVX-512 BF16: `Dot`).
+pub(crate) fn prepare(x: &[f32], kind: WeightKind, bf16: bool, i4: bool, lanes: bool) -> Act<'_> {
     let act = Act::plain(x);
     let act = if bf16 || i4 { act.aligned() } else { act };
     match kind {
+        WeightKind::Int4 { group } if lanes && i4_bf16_group(group) => act.with_i4_lanes(),
         WeightKind::Bf16 if bf16 => act.with_bf16(),
         WeightKind::Int4 { group } if bf16 && i4_bf16_group(group) => act.with_i4_bf16(),
         WeightKind::Int4 { group } if i4 && group.is_multiple_of(I4_BLOCK) => act.with_i4(),

@@ -252,14 +252,14 @@ const PREFETCH_DEFAULT: usize = 4096;
 /// call ~10% faster at one and two threads, four rounds alternating; the bf16 kernel
 /// lost 15% at one thread with it and stays without (docs/benchmarks.md, "Software
 /// prefetch").
-fn prefetch_ahead() -> usize {
+pub(crate) fn prefetch_ahead() -> usize {
     static AHEAD: OnceLock<usize> = OnceLock::new();
     *AHEAD.get_or_init(|| crate::env_setting("FLINT_CPU_PREFETCH", PREFETCH_DEFAULT))
 }
 
 /// Asks for the cache line at `p` (a hint: any address, never a fault).
 #[inline(always)]
-fn prefetch(p: *const u8) {
+pub(crate) fn prefetch(p: *const u8) {
     // SAFETY: a prefetch reads nothing the program sees and never faults.
     unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast()) }
 }
@@ -455,7 +455,7 @@ unsafe fn bf16_splat(s: *const u8, g: usize) -> __m512 {
 /// # Safety
 /// avx512f enabled in the caller.
 #[inline(always)]
-unsafe fn scale_index(group: usize) -> __m512i {
+pub(crate) unsafe fn scale_index(group: usize) -> __m512i {
     // Evaluated at compile time only: an index out of range fails the build.
     #[allow(clippy::indexing_slicing)]
     const fn index(group: usize) -> [u16; 32] {
@@ -680,7 +680,37 @@ unsafe fn i4_bf16_step<const NP: usize, const T: usize, const G: usize>(
             bh(_mm512_permutexvar_epi16(_mm512_srli_epi16::<8>(v), table)),
             bh(_mm512_permutexvar_epi16(_mm512_srli_epi16::<12>(v), table)),
         ];
-        let scale = match G {
+        let scale = lane_scales::<G>(s, c, group, groups, sidx);
+        for (o, x) in acc.iter_mut().zip(xs) {
+            let mut part = _mm512_setzero_ps();
+            for (k, qk) in q.iter().enumerate() {
+                for p in 0..NP {
+                    part = _mm512_dpbf16_ps(part, *qk, load_bh(x.add(p * cols + c + 32 * k)));
+                }
+            }
+            *o = _mm512_fmadd_ps(part, scale, *o);
+        }
+    }
+}
+
+/// The scales of the 128-column step at `c` of an int4 row, one per 32-bit lane (lane `i`:
+/// columns `8i..8i+8` of the step, all of one group), as f32 (bf16 in the high half).
+///
+/// # Safety
+/// avx512f and avx512bw enabled in the caller; `s` readable for `groups` bf16 scales;
+/// `c` a multiple of 128 below `groups * group`; `sidx` = `scale_index(group)`.
+#[inline(always)]
+pub(crate) unsafe fn lane_scales<const G: usize>(
+    s: *const u8,
+    c: usize,
+    group: usize,
+    groups: usize,
+    sidx: __m512i,
+) -> __m512 {
+    // SAFETY: the caller's guarantees (groups of 32/64/128 read the step's own 4/2/1
+    // scales: c + 128 <= cols).
+    unsafe {
+        match G {
             // Groups of 32 (64): the step's 4 (2) scales in one 8-byte (4-byte) read,
             // broadcast, then moved to their lanes' high halves in-lane.
             32 => _mm512_castsi512_ps(_mm512_shuffle_epi8(
@@ -693,15 +723,6 @@ unsafe fn i4_bf16_step<const NP: usize, const T: usize, const G: usize>(
             )),
             128 => bf16_splat(s, c / 128),
             _ => step_scales(s, c, group, groups, sidx),
-        };
-        for (o, x) in acc.iter_mut().zip(xs) {
-            let mut part = _mm512_setzero_ps();
-            for (k, qk) in q.iter().enumerate() {
-                for p in 0..NP {
-                    part = _mm512_dpbf16_ps(part, *qk, load_bh(x.add(p * cols + c + 32 * k)));
-                }
-            }
-            *o = _mm512_fmadd_ps(part, scale, *o);
         }
     }
 }
@@ -850,7 +871,7 @@ fn rows_of(out: &mut [f32], mut row: impl FnMut(usize) -> [f32; 1]) {
 /// `out[i..i + R] = many(i)` for each whole block of `R` rows, then `out[i] = one(i)`
 /// for the rows after the last block.
 #[inline(always)]
-fn rows_by<const R: usize>(
+pub(crate) fn rows_by<const R: usize>(
     out: &mut [f32],
     mut many: impl FnMut(usize) -> [f32; R],
     mut one: impl FnMut(usize) -> f32,

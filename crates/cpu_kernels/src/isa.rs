@@ -106,6 +106,22 @@ fn rows_at_once() -> usize {
     })
 }
 
+/// Whether int4 rows take the lanes kernel by default (`FLINT_CPU_INT4`: `lanes` or
+/// `bf16`, read once; default `lanes` on Intel CPUs, where the AVX-512 BF16 dot product
+/// runs at 0.46 per cycle against 1-1.8 for the permutes and FMAs the lanes kernel uses,
+/// docs/benchmarks.md, "Fourteenth session").
+fn int4_lanes() -> bool {
+    static LANES: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *LANES.get_or_init(|| match std::env::var("FLINT_CPU_INT4").as_deref() {
+        Ok("lanes") => true,
+        Ok("bf16") => false,
+        #[cfg(target_arch = "x86_64")]
+        _ => crate::avx512::intel(),
+        #[cfg(not(target_arch = "x86_64"))]
+        _ => false,
+    })
+}
+
 /// A row dot product for one instruction set, callable safely: it can only be made by
 /// [`Dot::new`], which checks that the CPU has the instructions.
 #[derive(Debug, Clone, Copy)]
@@ -113,17 +129,35 @@ pub struct Dot {
     isa: Isa,
     /// Rows [`Self::rows_act`]'s AVX-512 kernels compute at once: 1, 2 or 4.
     rows: usize,
+    /// Whether int4 rows go through the lanes kernel (`i4_lanes.rs`) instead of the
+    /// AVX-512 BF16 one (AVX-512 BF16 CPUs only).
+    lanes: bool,
 }
 
 impl Dot {
     /// The dot product of `isa`, if this CPU can run it, computing `FLINT_CPU_ROWS` rows
-    /// at once in the rows kernels (default 4 on Intel CPUs, 1 elsewhere).
+    /// at once in the rows kernels (default 4 on Intel CPUs, 1 elsewhere) and int4 rows
+    /// by the kernel `FLINT_CPU_INT4` names (`lanes` or `bf16`; default `lanes` on Intel
+    /// CPUs, `bf16` elsewhere).
     pub fn new(isa: Isa) -> Result<Self> {
         if isa.available() {
-            Ok(Self { isa, rows: 1 }.with_rows(rows_at_once()))
+            let dot = Self {
+                isa,
+                rows: 1,
+                lanes: false,
+            };
+            Ok(dot.with_rows(rows_at_once()).with_int4_lanes(int4_lanes()))
         } else {
             Err(KernelError::IsaUnavailable { isa: isa.name() })
         }
+    }
+
+    /// The same, int4 rows through the lanes kernel (`lanes`) or the AVX-512 BF16 one,
+    /// on AVX-512 BF16 (elsewhere this changes nothing). The two round differently;
+    /// each is tested against the reference.
+    pub fn with_int4_lanes(self, lanes: bool) -> Self {
+        let lanes = lanes && self.isa == Isa::Avx512Bf16;
+        Self { lanes, ..self }
     }
 
     /// The same, [`Self::rows_act`] computing `rows` rows at once, interleaved (4 or 2;
@@ -142,7 +176,7 @@ impl Dot {
     /// row and layer call; see [`Act`]).
     pub fn prepare<'a>(self, kind: WeightKind, x: &'a [f32]) -> Act<'a> {
         let i4 = matches!(self.isa, Isa::Avx512 | Isa::Avx512Bf16);
-        prepare(x, kind, self.isa == Isa::Avx512Bf16, i4)
+        prepare(x, kind, self.isa == Isa::Avx512Bf16, i4, self.lanes)
     }
 
     /// `sum_c W[r, c] * x[c]` for row `r < p.rows` of `p`; `x` has `p.cols` values.
@@ -203,6 +237,9 @@ impl Dot {
             return false;
         }
         let int4 = matches!(p.kind, WeightKind::Int4 { .. });
+        if int4 && a.i4l.len() > 0 {
+            return self.rows_i4_lanes(p, r0, a, out);
+        }
         if int4 && (self.isa == Isa::Avx512 || a.i4_planes == 0) {
             return self.rows_i4_f32(p, r0, a, out);
         }
@@ -255,6 +292,47 @@ impl Dot {
         }
     }
 
+    /// The int4 rows of an activation in the lanes order (`rows_special`'s): false where
+    /// the lanes kernel does not apply.
+    #[cfg(target_arch = "x86_64")]
+    fn rows_i4_lanes(self, p: &Proj<'_>, r0: usize, a: &Act<'_>, out: &mut [f32]) -> bool {
+        let WeightKind::Int4 { group } = p.kind else {
+            return false;
+        };
+        let (n, cols, rb) = (out.len(), p.cols, p.row_bytes());
+        let ok = self.isa == Isa::Avx512Bf16
+            && i4_bf16_shape(group, cols)
+            && rb == cols / 2
+            && a.i4l.as_slice().len() >= cols;
+        let sb = cols / group.max(1) * 2;
+        let (Some(w), Some(s)) = (
+            p.weights.get(r0 * rb..(r0 + n) * rb),
+            p.scales.get(r0 * sb..(r0 + n) * sb),
+        ) else {
+            return false;
+        };
+        if !ok {
+            return false;
+        }
+        let x = a.i4l.as_slice().as_ptr();
+        // SAFETY: `Dot::new` checked avx512f/bw; each of the n rows has cols / 2 bytes and
+        // cols / group bf16 scales (the slices above), the activation cols values.
+        unsafe {
+            crate::i4_lanes::rows(
+                w.as_ptr(),
+                rb,
+                s.as_ptr(),
+                sb,
+                cols,
+                group,
+                x,
+                out,
+                self.rows,
+            );
+        }
+        true
+    }
+
     /// The int4 rows of an f32 activation in the int4 order ([`Self::special`]'s last
     /// arm, on AVX-512): `rows_special` for those; false where they do not apply.
     #[cfg(target_arch = "x86_64")]
@@ -290,6 +368,7 @@ impl Dot {
                 a.planes == acts[0].planes
                     && a.i4_planes == acts[0].i4_planes
                     && a.i4.len() == acts[0].i4.len()
+                    && a.i4l.len() == acts[0].i4l.len()
             });
             if !same {
                 return acts.map(|a| self.dot_act(p, r, a));
@@ -332,6 +411,22 @@ impl Dot {
                 // SAFETY: `Dot::new` checked avx512f/bw/bf16; the row has 2 * cols bytes and
                 // every plane `stride` values (checked above).
                 Some(unsafe { crate::avx512::dot_bf16_planes::<T>(w.as_ptr(), cols, xs, stride) })
+            }
+            (Isa::Avx512Bf16, WeightKind::Int4 { group })
+                if acts.first().is_some_and(|a| a.i4l.len() > 0) =>
+            {
+                let s = p.row_scales(r);
+                let ok = i4_bf16_shape(group, cols)
+                    && w.len() >= cols / 2
+                    && s.len() >= cols / group * 2
+                    && acts.iter().all(|a| a.i4l.as_slice().len() >= cols);
+                if !ok {
+                    return None;
+                }
+                let xs = acts.map(|a| a.i4l.as_slice().as_ptr());
+                // SAFETY: `Dot::new` checked avx512f/bw; the row has cols / 2 bytes, its
+                // scales cols / group bf16, every activation cols values (checked above).
+                Some(unsafe { crate::i4_lanes::dot::<T>(w.as_ptr(), s.as_ptr(), cols, group, xs) })
             }
             (Isa::Avx512Bf16, WeightKind::Int4 { group })
                 if acts.first().is_some_and(|a| a.i4_planes > 0) =>

@@ -270,6 +270,12 @@ impl Kernels {
         self.round_hidden = on;
     }
 
+    /// int4 rows through the lanes kernel (`on`) or the AVX-512 BF16 one, where the
+    /// instruction set has both ([`Dot::with_int4_lanes`]; default: `FLINT_CPU_INT4`).
+    pub fn set_int4_lanes(&mut self, on: bool) {
+        self.dot = self.dot.with_int4_lanes(on);
+    }
+
     /// Whether hidden rows are rounded to bf16 before down.
     pub fn round_hidden(&self) -> bool {
         self.round_hidden

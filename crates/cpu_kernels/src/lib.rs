@@ -25,7 +25,10 @@
 //! (`act::split_bf16`, now kept for the tests) but measured slower than the f32
 //! kernel. The choice depends on the row only, so a streamed layer (in waves) and a
 //! resident one take the same kernel. The VNNI int8 dot product would round
-//! activations to 8 bits and is not used.
+//! activations to 8 bits and is not used. On Intel CPUs int4 rows take their own
+//! kernel instead (`i4_lanes.rs`: nibbles to f32 by a permute, then FMAs; Intel's
+//! `vdpbf16ps` runs at half the rate of its FMAs), on any f32 activation row: the
+//! choice depends on the CPU and the row, so still the same for both.
 
 mod act;
 #[cfg(target_arch = "x86_64")]
@@ -36,6 +39,8 @@ mod crew;
 mod decode;
 mod error;
 mod format;
+#[cfg(target_arch = "x86_64")]
+mod i4_lanes;
 mod isa;
 mod layer;
 mod portable;

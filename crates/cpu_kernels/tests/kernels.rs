@@ -329,9 +329,23 @@ impl Layer {
 
     /// [`Self::run_from`], hidden rows rounded to bf16 before down with `round`.
     fn run_rounded(&self, isa: Isa, threads: usize, tile_min: usize, round: bool) -> Vec<f32> {
+        self.run_with(isa, threads, tile_min, round, false)
+    }
+
+    /// [`Self::run_rounded`], int4 rows through the lanes kernel with `lanes` (else the
+    /// AVX-512 BF16 one, whatever the CPU's default).
+    fn run_with(
+        &self,
+        isa: Isa,
+        threads: usize,
+        tile_min: usize,
+        round: bool,
+        lanes: bool,
+    ) -> Vec<f32> {
         let mut k = Kernels::new(isa, threads).unwrap();
         k.set_tile_min_tokens(tile_min);
         k.set_round_hidden(round);
+        k.set_int4_lanes(lanes);
         let mut out = vec![0.0; self.x.len()];
         k.moe_layer(
             &self.format,
@@ -402,6 +416,41 @@ fn decode(kind: WeightKind, bytes: &[u8], rows: usize, cols: usize) -> Vec<f32> 
             .map(|b| cpu_kernels::f16_to_f32(u16::from_le_bytes([b[0], b[1]])))
             .collect(),
         _ => vec![0.0; n],
+    }
+}
+
+/// The int4 lanes kernel (Intel's default) in the layer call, on shapes it takes (columns
+/// a multiple of 128, groups of 32, 64, 128): within the tolerance of the reference,
+/// the same bits on 1 and 3 threads, with hidden rows rounded or not, one token and five
+/// (rows, four-token dots and the prompt path).
+#[test]
+fn layer_call_through_the_int4_lanes_kernel_matches_the_reference() {
+    let mut rng = Rng(0x1a4e_5000_0000_0007);
+    for (group, inter, hidden) in [(32, 128, 256), (64, 256, 128), (128, 128, 384)] {
+        let kind = WeightKind::Int4 { group };
+        for tokens in [1, 5] {
+            let layer = Layer::new(&mut rng, kind, inter, hidden, tokens);
+            for round in [false, true] {
+                let want = layer.reference_rounded(round);
+                let scale = want.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+                for isa in available() {
+                    let one = layer.run_with(isa, 1, cpu_kernels::TILE_MIN_TOKENS, round, true);
+                    let three = layer.run_with(isa, 3, cpu_kernels::TILE_MIN_TOKENS, round, true);
+                    assert_eq!(one, three, "{isa:?} group {group}: thread count changed it");
+                    let err = one
+                        .iter()
+                        .zip(&want)
+                        .fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+                    // A hidden value at a rounding tie may round the other way: one bf16
+                    // step of one of down's inputs (as in the test of rounded rows).
+                    let tol = if round { 2e-3 } else { 1e-4 };
+                    assert!(
+                        err <= tol * scale,
+                        "{isa:?} group {group} T={tokens} round {round}: {err} vs {scale}"
+                    );
+                }
+            }
+        }
     }
 }
 
@@ -876,8 +925,13 @@ fn prepared_kernels_match_the_reference() {
                 .iter()
                 .map(|v| f32::from_bits(v.to_bits() & keep))
                 .collect();
-            for isa in available() {
-                let dot = cpu_kernels::Dot::new(isa).unwrap();
+            // int4 rows through the AVX-512 BF16 kernel and through the lanes kernel (the
+            // default on Intel CPUs), on every instruction set (elsewhere the same).
+            for (isa, lanes) in available()
+                .into_iter()
+                .flat_map(|i| [(i, false), (i, true)])
+            {
+                let dot = cpu_kernels::Dot::new(isa).unwrap().with_int4_lanes(lanes);
                 let act = dot.prepare(kind, &x);
                 if isa == Isa::Avx512Bf16 && kind == WeightKind::Bf16 {
                     // Only rows that are exactly bf16 take the BF16 kernel.
@@ -885,8 +939,9 @@ fn prepared_kernels_match_the_reference() {
                     assert_eq!(act.bf16_planes(), want, "{cols} columns");
                 }
                 if isa == Isa::Avx512Bf16 && matches!(kind, WeightKind::Int4 { .. }) {
-                    let want = match (planes, cols % 128) {
-                        (1, 0) => "int4-bf16",
+                    let want = match (lanes, planes, cols % 128) {
+                        (true, _, 0) => "int4-lanes",
+                        (false, 1, 0) => "int4-bf16",
                         _ => "int4",
                     };
                     assert_eq!(act.prepared(), want, "{kind:?} {cols} columns");
@@ -897,7 +952,8 @@ fn prepared_kernels_match_the_reference() {
                     let scale: f32 = (0..cols).map(|c| (w[r * cols + c] * x[c]).abs()).sum();
                     assert!(
                         (got - want).abs() <= 1e-5 * scale + 1e-30,
-                        "{isa:?} {kind:?} {rows}x{cols} planes {planes} row {r}: {got} vs {want}"
+                        "{isa:?} {kind:?} {rows}x{cols} planes {planes} row {r} lanes {lanes}: \
+                         {got} vs {want}"
                     );
                     let four = dot.dots_act(&proj, r, [&act, &act, &act, &act]);
                     assert!(four.iter().all(|v| v.to_bits() == got.to_bits()));
