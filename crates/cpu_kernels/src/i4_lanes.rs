@@ -235,7 +235,8 @@ unsafe fn rows_of<const G: usize, const R: usize>(r: &Rows, out: &mut [f32]) {
         rows_by::<R>(
             out,
             |i| {
-                let ws: [(*const u8, *const u8); R] = std::array::from_fn(|k| at(i + k));
+                let ws: [(*const u8, *const u8); R] =
+                    crate::simd::array_of((std::ptr::null(), std::ptr::null()), |k| at(i + k));
                 let v = dots::<R, 1, G>(ws.map(|p| p.0), ws.map(|p| p.1), cols, group, [x]);
                 v.map(|[o]| o)
             },

@@ -134,6 +134,17 @@ pub(crate) unsafe fn dot_ahead<S: Simd>(p: &Proj<'_>, r: usize, x: &[f32], ahead
     }
 }
 
+/// `[f(0), .., f(R - 1)]`, inlined (`std::array::from_fn` stayed a call per block of
+/// rows in the rows kernels: ~10% of a one-thread int4 call on the CPU box).
+#[inline(always)]
+pub(crate) fn array_of<T: Copy, const R: usize>(init: T, mut f: impl FnMut(usize) -> T) -> [T; R] {
+    let mut a = [init; R];
+    for (k, v) in a.iter_mut().enumerate() {
+        *v = f(k);
+    }
+    a
+}
+
 /// [`dot_ahead`] of the `R` int8 rows from `r` with `x`, each result bit-identical to
 /// `dot_ahead`'s for its row (the same loads, multiply-adds, sums and scale, in the same
 /// order; `x` is loaded once for all rows and the rows' chains of multiply-adds are
@@ -150,8 +161,8 @@ pub(crate) unsafe fn dot_i8_rows<S: Simd, const R: usize>(
     ahead: usize,
 ) -> Option<[f32; R]> {
     let cols = x.len();
-    let rows: [&[u8]; R] = std::array::from_fn(|k| p.row(r + k));
-    let scales: [&[u8]; R] = std::array::from_fn(|k| p.row_scales(r + k));
+    let rows: [&[u8]; R] = array_of(&[], |k| p.row(r + k));
+    let scales: [&[u8]; R] = array_of(&[], |k| p.row_scales(r + k));
     let whole = rows
         .iter()
         .zip(&scales)
