@@ -1181,6 +1181,14 @@ gpu72() {  # issue 15: int4 through the lanes kernel (FMAs) against the AVX-512 
   done
 }
 
+gpu73() {  # the session's final wheel: GPU tests, issue 15's figure, V1 against the
+  # thirteenth session's last wheel (ac79ba7, in .device/before)
+  gpu_tests
+  cpu_fused figure --threads 1,16 --calls 40 --schemes int4,int8,bf16 --round-hidden on
+  cpu_fused core --threads 16 --calls 40 --schemes int4,int8,bf16 --round-hidden on --core
+  v1_ab 2
+}
+
 case $what in
   install) install ;;
   format) install; format ;;
@@ -1259,5 +1267,6 @@ case $what in
   gpu70) gpu70 ;;
   gpu71) gpu71 ;;
   gpu72) install; gpu72 ;;
+  gpu73) install; gpu73 ;;
 esac 2>&1 | tee "$OUT/gpu_box_$what.log"
 
