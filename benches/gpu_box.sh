@@ -1189,6 +1189,20 @@ gpu73() {  # the session's final wheel: GPU tests, issue 15's figure, V1 against
   v1_ab 2
 }
 
+gpu74() {  # issue 15: prefetch distances with four rows at once (int8: 2 KiB rows, so
+  # 4 KiB ahead lands inside the block of rows being read)
+  for r in 1 2; do
+    for d in 4096 8192 16384 0; do
+      echo "== int8 row prefetch $d, round $r"
+      FLINT_CPU_ROW_PREFETCH=$d timeline .device/call_timeline 16 int8 8 0 200 on 2048 768 bf16 256
+    done
+    for d in 4096 8192 16384; do
+      echo "== int4 prefetch $d, round $r"
+      FLINT_CPU_PREFETCH=$d timeline .device/call_timeline 16 int4 8 0 200 on 2048 768 bf16 256
+    done
+  done
+}
+
 case $what in
   install) install ;;
   format) install; format ;;
@@ -1268,5 +1282,6 @@ case $what in
   gpu71) gpu71 ;;
   gpu72) install; gpu72 ;;
   gpu73) install; gpu73 ;;
+  gpu74) gpu74 ;;
 esac 2>&1 | tee "$OUT/gpu_box_$what.log"
 
