@@ -33,37 +33,6 @@ fn adds(n: u64) -> u64 {
     12 * n
 }
 
-/// FMAs in `n` iterations of eight independent 16-lane FMAs.
-///
-/// # Safety
-/// The CPU must have avx512f.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn fmas(n: u64) -> u64 {
-    let mut left = n;
-    // SAFETY: register arithmetic on zmm0-9 (declared clobbered), avx512f available.
-    unsafe {
-        std::arch::asm!(
-            "vxorps zmm8, zmm8, zmm8",
-            "vxorps zmm9, zmm9, zmm9",
-            "2:",
-            "vfmadd231ps zmm0, zmm8, zmm9", "vfmadd231ps zmm1, zmm8, zmm9",
-            "vfmadd231ps zmm2, zmm8, zmm9", "vfmadd231ps zmm3, zmm8, zmm9",
-            "vfmadd231ps zmm4, zmm8, zmm9", "vfmadd231ps zmm5, zmm8, zmm9",
-            "vfmadd231ps zmm6, zmm8, zmm9", "vfmadd231ps zmm7, zmm8, zmm9",
-            "sub {n}, 1",
-            "jnz 2b",
-            n = inout(reg) left,
-            out("zmm0") _, out("zmm1") _, out("zmm2") _, out("zmm3") _,
-            out("zmm4") _, out("zmm5") _, out("zmm6") _, out("zmm7") _,
-            out("zmm8") _, out("zmm9") _,
-            options(nomem, nostack),
-        );
-    }
-    std::hint::black_box(left);
-    8 * n
-}
-
 /// Instructions in `n` iterations of eight independent `$op zmm_i, $args`.
 macro_rules! eight {
     ($name:ident, $feature:literal, $op:literal, $args:literal) => {
@@ -100,6 +69,7 @@ macro_rules! eight {
     };
 }
 
+eight!(fmas, "avx512f", "vfmadd231ps", "zmm8, zmm9");
 eight!(dpbf16s, "avx512bf16", "vdpbf16ps", "zmm8, zmm9");
 eight!(permps, "avx512f", "vpermps", "zmm8, zmm9");
 eight!(permw, "avx512bw", "vpermw", "zmm8, zmm9");

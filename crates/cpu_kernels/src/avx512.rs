@@ -762,56 +762,65 @@ pub(crate) unsafe fn dot_i4_bf16<const T: usize>(
 /// The CPU must have avx512f, avx512bw, avx512vl and avx512bf16; each row as
 /// `dot_i4_bf16` requires.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")]
-#[allow(clippy::too_many_arguments)] // reason: the rows' layout and the activation
-pub(crate) unsafe fn rows_i4_bf16(
-    w: *const u8,
-    row_bytes: usize,
-    s: *const u8,
-    scale_bytes: usize,
-    cols: usize,
-    group: usize,
-    x: *const u16,
-    out: &mut [f32],
-    at_once: usize,
-) {
-    let rows = (w, row_bytes, s, scale_bytes, cols, group, x);
+pub(crate) unsafe fn rows_i4_bf16(rows: I4Rows<u16>, out: &mut [f32], at_once: usize) {
     // SAFETY: the features are enabled here; each row as the caller guarantees.
-    unsafe {
-        match (group, at_once) {
-            (32, 4) => i4_bf16_rows::<32, 4>(rows, out),
-            (32, 2) => i4_bf16_rows::<32, 2>(rows, out),
-            (32, _) => i4_bf16_rows::<32, 1>(rows, out),
-            (64, 4) => i4_bf16_rows::<64, 4>(rows, out),
-            (64, 2) => i4_bf16_rows::<64, 2>(rows, out),
-            (64, _) => i4_bf16_rows::<64, 1>(rows, out),
-            (128, 4) => i4_bf16_rows::<128, 4>(rows, out),
-            (128, 2) => i4_bf16_rows::<128, 2>(rows, out),
-            (128, _) => i4_bf16_rows::<128, 1>(rows, out),
-            (_, 4) => i4_bf16_rows::<0, 4>(rows, out),
-            (_, 2) => i4_bf16_rows::<0, 2>(rows, out),
-            _ => i4_bf16_rows::<0, 1>(rows, out),
-        }
+    unsafe { by_group_and_rows!(i4_bf16_rows, rows, out, at_once) }
+}
+
+/// An int4 rows kernel's rows and activation: row `i` at `w + i * row_bytes`, its bf16
+/// scales (one per `group` of `cols`) at `s + i * scale_bytes`, the activation `x`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct I4Rows<X> {
+    pub(crate) w: *const u8,
+    pub(crate) row_bytes: usize,
+    pub(crate) s: *const u8,
+    pub(crate) scale_bytes: usize,
+    pub(crate) cols: usize,
+    pub(crate) group: usize,
+    pub(crate) x: *const X,
+}
+
+impl<X> I4Rows<X> {
+    /// Row `i`'s weights and scales.
+    #[inline(always)]
+    pub(crate) fn at(&self, i: usize) -> (*const u8, *const u8) {
+        (
+            self.w.wrapping_add(i * self.row_bytes),
+            self.s.wrapping_add(i * self.scale_bytes),
+        )
     }
 }
 
-/// [`rows_i4_bf16`]'s arguments but `out`.
-type I4Rows = (*const u8, usize, *const u8, usize, usize, usize, *const u16);
+/// `$f::<G, R>($rows, $out)` for the rows' group (`G`: 32, 64, 128, else 0) and `R` =
+/// `$at_once` (4, 2, else 1): an int4 rows kernel's monomorphs.
+macro_rules! by_group_and_rows {
+    ($f:ident, $rows:expr, $out:expr, $at_once:expr) => {
+        match ($rows.group, $at_once) {
+            (32, 4) => $f::<32, 4>($rows, $out),
+            (32, 2) => $f::<32, 2>($rows, $out),
+            (32, _) => $f::<32, 1>($rows, $out),
+            (64, 4) => $f::<64, 4>($rows, $out),
+            (64, 2) => $f::<64, 2>($rows, $out),
+            (64, _) => $f::<64, 1>($rows, $out),
+            (128, 4) => $f::<128, 4>($rows, $out),
+            (128, 2) => $f::<128, 2>($rows, $out),
+            (128, _) => $f::<128, 1>($rows, $out),
+            (_, 4) => $f::<0, 4>($rows, $out),
+            (_, 2) => $f::<0, 2>($rows, $out),
+            _ => $f::<0, 1>($rows, $out),
+        }
+    };
+}
+pub(crate) use by_group_and_rows;
 
 /// [`rows_i4_bf16`] for groups `G` (as [`i4_bf16_dot`]), `R` rows at a time.
 ///
 /// # Safety
 /// As [`rows_i4_bf16`] (its features: see [`i8_rows`]).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")]
-unsafe fn i4_bf16_rows<const G: usize, const R: usize>(
-    (w, row_bytes, s, scale_bytes, cols, group, x): I4Rows,
-    out: &mut [f32],
-) {
-    let at = |i: usize| {
-        (
-            w.wrapping_add(i * row_bytes),
-            s.wrapping_add(i * scale_bytes),
-        )
-    };
+unsafe fn i4_bf16_rows<const G: usize, const R: usize>(rows: I4Rows<u16>, out: &mut [f32]) {
+    let (cols, group, x) = (rows.cols, rows.group, rows.x);
+    let at = |i: usize| rows.at(i);
     let one = |i: usize| {
         let (w, s) = at(i);
         // SAFETY: row i is valid (the caller's guarantee).

@@ -22,7 +22,9 @@
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
-use crate::avx512::{lane_scales, prefetch, prefetch_ahead, rows_by, scale_index, Avx512};
+use crate::avx512::{
+    by_group_and_rows, lane_scales, prefetch, prefetch_ahead, rows_by, scale_index, Avx512, I4Rows,
+};
 use crate::simd::Simd;
 
 /// Columns per step.
@@ -157,62 +159,15 @@ pub(crate) unsafe fn dot<const T: usize>(
     out
 }
 
-/// [`dot`] of one activation row with `out.len()` consecutive rows (row `i` at `w + i *
-/// row_bytes`, its scales at `s + i * scale_bytes`), `at_once` (4, 2, else 1) rows at a
-/// time; each row's result the bits `dot::<1>` gives it.
+/// [`dot`] of one activation row with each of `out.len()` consecutive rows, `at_once`
+/// (4, 2, else 1) rows at a time; each row's result the bits `dot::<1>` gives it.
 ///
 /// # Safety
 /// The CPU must have avx512f and avx512bw; each row as [`dot`] requires.
 #[target_feature(enable = "avx512f,avx512bw,avx2,fma,f16c")]
-#[allow(clippy::too_many_arguments)] // reason: the rows' layout and the activation
-pub(crate) unsafe fn rows(
-    w: *const u8,
-    row_bytes: usize,
-    s: *const u8,
-    scale_bytes: usize,
-    cols: usize,
-    group: usize,
-    x: *const f32,
-    out: &mut [f32],
-    at_once: usize,
-) {
-    let r = Rows {
-        w,
-        row_bytes,
-        s,
-        scale_bytes,
-        cols,
-        group,
-        x,
-    };
+pub(crate) unsafe fn rows(rows: I4Rows<f32>, out: &mut [f32], at_once: usize) {
     // SAFETY: the features are enabled here; each row as the caller guarantees.
-    unsafe {
-        match (group, at_once) {
-            (32, 4) => rows_of::<32, 4>(&r, out),
-            (32, 2) => rows_of::<32, 2>(&r, out),
-            (32, _) => rows_of::<32, 1>(&r, out),
-            (64, 4) => rows_of::<64, 4>(&r, out),
-            (64, 2) => rows_of::<64, 2>(&r, out),
-            (64, _) => rows_of::<64, 1>(&r, out),
-            (128, 4) => rows_of::<128, 4>(&r, out),
-            (128, 2) => rows_of::<128, 2>(&r, out),
-            (128, _) => rows_of::<128, 1>(&r, out),
-            (_, 4) => rows_of::<0, 4>(&r, out),
-            (_, 2) => rows_of::<0, 2>(&r, out),
-            _ => rows_of::<0, 1>(&r, out),
-        }
-    }
-}
-
-/// [`rows`]'s arguments but `out`.
-struct Rows {
-    w: *const u8,
-    row_bytes: usize,
-    s: *const u8,
-    scale_bytes: usize,
-    cols: usize,
-    group: usize,
-    x: *const f32,
+    unsafe { by_group_and_rows!(rows_of, rows, out, at_once) }
 }
 
 /// [`rows`] for groups `G`, `R` rows at a time.
@@ -221,24 +176,18 @@ struct Rows {
 /// As [`rows`]. (Its own features, not `inline(always)`: closures get the features of
 /// the function they are written in.)
 #[target_feature(enable = "avx512f,avx512bw,avx2,fma,f16c")]
-unsafe fn rows_of<const G: usize, const R: usize>(r: &Rows, out: &mut [f32]) {
-    let at = |i: usize| {
-        (
-            r.w.wrapping_add(i * r.row_bytes),
-            r.s.wrapping_add(i * r.scale_bytes),
-        )
-    };
-    let (cols, group, x) = (r.cols, r.group, r.x);
+unsafe fn rows_of<const G: usize, const R: usize>(rows: I4Rows<f32>, out: &mut [f32]) {
+    let (cols, group, x) = (rows.cols, rows.group, rows.x);
+    let at = |i: usize| rows.at(i);
     // SAFETY: rows 0..out.len() are valid (the caller's guarantee); `rows_by` asks for
     // no other.
     unsafe {
         rows_by::<R>(
             out,
             |i| {
-                let ws: [(*const u8, *const u8); R] =
-                    crate::simd::array_of((std::ptr::null(), std::ptr::null()), |k| at(i + k));
-                let v = dots::<R, 1, G>(ws.map(|p| p.0), ws.map(|p| p.1), cols, group, [x]);
-                v.map(|[o]| o)
+                let ws: [*const u8; R] = crate::simd::array_of(std::ptr::null(), |k| at(i + k).0);
+                let ss: [*const u8; R] = crate::simd::array_of(std::ptr::null(), |k| at(i + k).1);
+                dots::<R, 1, G>(ws, ss, cols, group, [x]).map(|[o]| o)
             },
             |i| {
                 let (w, s) = at(i);

@@ -261,31 +261,13 @@ impl Dot {
                 unsafe { crate::avx512::rows_bf16(w.as_ptr(), cols, x, stride, out) };
                 true
             }
-            WeightKind::Int4 { group } if group > 0 && a.i4_planes == 1 => {
-                let sb = cols / group * 2;
-                let ok = i4_bf16_shape(group, cols)
-                    && rb == cols / 2
-                    && a.i4_bf16.as_slice().len() >= cols;
-                let Some(s) = p.scales.get(r0 * sb..(r0 + n) * sb).filter(|_| ok) else {
+            WeightKind::Int4 { .. } if a.i4_planes == 1 => {
+                let Some(rows) = i4_rows(p, r0, n, a.i4_bf16.as_slice()) else {
                     return false;
                 };
-                let x = a.i4_bf16.as_slice().as_ptr();
-                // SAFETY: `Dot::new` checked avx512f/bw/vl/bf16; each of the n rows has
-                // cols / 2 bytes and cols / group bf16 scales (the slices above), the
-                // plane cols values (checked above).
-                unsafe {
-                    crate::avx512::rows_i4_bf16(
-                        w.as_ptr(),
-                        rb,
-                        s.as_ptr(),
-                        sb,
-                        cols,
-                        group,
-                        x,
-                        out,
-                        self.rows,
-                    );
-                }
+                // SAFETY: `Dot::new` checked avx512f/bw/vl/bf16; `i4_rows` checked the n
+                // rows (cols / 2 bytes and cols / group bf16 scales each) and the plane.
+                unsafe { crate::avx512::rows_i4_bf16(rows, out, self.rows) };
                 true
             }
             _ => false,
@@ -296,40 +278,14 @@ impl Dot {
     /// the lanes kernel does not apply.
     #[cfg(target_arch = "x86_64")]
     fn rows_i4_lanes(self, p: &Proj<'_>, r0: usize, a: &Act<'_>, out: &mut [f32]) -> bool {
-        let WeightKind::Int4 { group } = p.kind else {
-            return false;
-        };
-        let (n, cols, rb) = (out.len(), p.cols, p.row_bytes());
-        let ok = self.isa == Isa::Avx512Bf16
-            && i4_bf16_shape(group, cols)
-            && rb == cols / 2
-            && a.i4l.as_slice().len() >= cols;
-        let sb = cols / group.max(1) * 2;
-        let (Some(w), Some(s)) = (
-            p.weights.get(r0 * rb..(r0 + n) * rb),
-            p.scales.get(r0 * sb..(r0 + n) * sb),
-        ) else {
-            return false;
-        };
-        if !ok {
+        if self.isa != Isa::Avx512Bf16 {
             return false;
         }
-        let x = a.i4l.as_slice().as_ptr();
-        // SAFETY: `Dot::new` checked avx512f/bw; each of the n rows has cols / 2 bytes and
-        // cols / group bf16 scales (the slices above), the activation cols values.
-        unsafe {
-            crate::i4_lanes::rows(
-                w.as_ptr(),
-                rb,
-                s.as_ptr(),
-                sb,
-                cols,
-                group,
-                x,
-                out,
-                self.rows,
-            );
-        }
+        let Some(rows) = i4_rows(p, r0, out.len(), a.i4l.as_slice()) else {
+            return false;
+        };
+        // SAFETY: `Dot::new` checked avx512f/bw; `i4_rows` checked the rows and `x`.
+        unsafe { crate::i4_lanes::rows(rows, out, self.rows) };
         true
     }
 
@@ -415,12 +371,8 @@ impl Dot {
             (Isa::Avx512Bf16, WeightKind::Int4 { group })
                 if acts.first().is_some_and(|a| a.i4l.len() > 0) =>
             {
-                let s = p.row_scales(r);
-                let ok = i4_bf16_shape(group, cols)
-                    && w.len() >= cols / 2
-                    && s.len() >= cols / group * 2
-                    && acts.iter().all(|a| a.i4l.as_slice().len() >= cols);
-                if !ok {
+                let s = i4_row_scales(p, r, group)?;
+                if !acts.iter().all(|a| a.i4l.as_slice().len() >= cols) {
                     return None;
                 }
                 let xs = acts.map(|a| a.i4l.as_slice().as_ptr());
@@ -431,14 +383,11 @@ impl Dot {
             (Isa::Avx512Bf16, WeightKind::Int4 { group })
                 if acts.first().is_some_and(|a| a.i4_planes > 0) =>
             {
-                let s = p.row_scales(r);
+                let s = i4_row_scales(p, r, group)?;
                 let np = acts.first()?.i4_planes;
-                let ok = i4_bf16_shape(group, cols)
-                    && w.len() >= cols / 2
-                    && s.len() >= cols / group * 2
-                    && acts
-                        .iter()
-                        .all(|a| a.i4_planes == np && a.i4_bf16.as_slice().len() >= np * cols);
+                let ok = acts
+                    .iter()
+                    .all(|a| a.i4_planes == np && a.i4_bf16.as_slice().len() >= np * cols);
                 if !ok || np != 1 {
                     return None;
                 }
@@ -511,6 +460,44 @@ fn i4_bf16_shape(group: usize, cols: usize) -> bool {
     crate::act::i4_bf16_group(group)
         && cols.is_multiple_of(crate::act::I4_BF16_BLOCK)
         && cols.is_multiple_of(group)
+}
+
+/// Row `r`'s scales of int4 projection `p` (groups of `group`), if the row fits the
+/// kernels of 128-column steps ([`i4_bf16_shape`], a whole row and its scales).
+#[cfg(target_arch = "x86_64")]
+fn i4_row_scales<'a>(p: &Proj<'a>, r: usize, group: usize) -> Option<&'a [u8]> {
+    let (cols, s) = (p.cols, p.row_scales(r));
+    let ok = group > 0
+        && i4_bf16_shape(group, cols)
+        && p.row(r).len() >= cols / 2
+        && s.len() >= cols / group * 2;
+    ok.then_some(s)
+}
+
+/// Rows `r0..r0 + n` of int4 projection `p` for the kernels of 128-column steps (the
+/// BF16 and lanes kernels) with activation `x` in their order, if the shapes fit
+/// ([`i4_bf16_shape`], whole rows and scales, `x` of `cols` values).
+#[cfg(target_arch = "x86_64")]
+fn i4_rows<X>(p: &Proj<'_>, r0: usize, n: usize, x: &[X]) -> Option<crate::avx512::I4Rows<X>> {
+    let WeightKind::Int4 { group } = p.kind else {
+        return None;
+    };
+    let (cols, rb) = (p.cols, p.row_bytes());
+    if group == 0 || !i4_bf16_shape(group, cols) || rb != cols / 2 || x.len() < cols {
+        return None;
+    }
+    let sb = cols / group * 2;
+    let w = p.weights.get(r0 * rb..(r0 + n) * rb)?;
+    let s = p.scales.get(r0 * sb..(r0 + n) * sb)?;
+    Some(crate::avx512::I4Rows {
+        w: w.as_ptr(),
+        row_bytes: rb,
+        s: s.as_ptr(),
+        scale_bytes: sb,
+        cols,
+        group,
+        x: x.as_ptr(),
+    })
 }
 
 /// Whether they take the AVX-512 int4 kernel of the f32 int4 order (`avx512::dot_i4`).
