@@ -1203,6 +1203,14 @@ gpu74() {  # issue 15: prefetch distances with four rows at once (int8: 2 KiB ro
   done
 }
 
+gpu75() {  # the session's last commit: the CPU kernels' Rust tests on the Xeon (where the
+  # lanes kernel and four rows at once are the defaults; built on the CPU box, carried in
+  # .device/rtests), then the GPU tests
+  echo "== Rust unit tests"; timeout 120 .device/rtests/unit 2>&1 | grep -E "test result|FAILED|panicked" | head
+  echo "== Rust kernel tests"; timeout 200 .device/rtests/kernels 2>&1 | grep -E "test result|FAILED|panicked" | head
+  gpu_tests
+}
+
 case $what in
   install) install ;;
   format) install; format ;;
@@ -1283,5 +1291,6 @@ case $what in
   gpu72) install; gpu72 ;;
   gpu73) install; gpu73 ;;
   gpu74) gpu74 ;;
+  gpu75) install; gpu75 ;;
 esac 2>&1 | tee "$OUT/gpu_box_$what.log"
 
