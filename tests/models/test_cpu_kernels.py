@@ -126,6 +126,27 @@ def test_plain_read_sums_the_buffers_words(threads: int) -> None:
     assert core.plain_read(0, 0) == 0
 
 
+@pytest.mark.parametrize("isa", _isas())
+def test_the_name_says_which_kernel_variants_run(isa: str) -> None:
+    """The run header (``FusedKernel.name``) names the instruction set and, where it has a
+    choice for the experts' scheme, the int4 kernel and the rows computed at once
+    (defaults by CPU vendor); raw experts have none."""
+    shapes = ((128, 256), (128, 256), (256, 128))
+    rows = ("one row at a time", "2 rows at once", "4 rows at once")
+    for scheme, dtype, group in (("int4", "u8", 32), ("int8", "i8", 0), ("raw", "bf16", 0)):
+        k = FusedKernel(scheme, dtype, group, shapes, 2, threads=1, isa=isa)
+        variants = k.core.variants
+        parts = variants.split(", ") if variants else []
+        if isa == "avx512bf16" and scheme == "int4":
+            assert parts[0] in ("int4 lanes", "int4 bf16"), variants
+        if isa in ("avx512", "avx512bf16") and scheme != "raw":
+            assert parts[-1] in rows, variants
+        else:
+            assert variants == "", (scheme, variants)
+        what = ", ".join(v for v in (isa, variants) if v)
+        assert k.name == f"flint fused CPU kernels ({what}, 1 threads)"
+
+
 def test_weighted_sum_is_bit_identical_to_the_torch_one() -> None:
     gen = torch.Generator().manual_seed(3)
     kernel = FusedKernel("raw", "f32", 0, ((4, 24), (4, 24), (24, 4)), 8)

@@ -172,6 +172,31 @@ impl Dot {
         self.isa
     }
 
+    /// The variants it takes for rows of `kind` where the instruction set has a choice,
+    /// for run headers: `int4 lanes` or `int4 bf16` (int4 on AVX-512 BF16), then `one row
+    /// at a time` or `N rows at once` (int4 and int8 on AVX-512); empty elsewhere.
+    pub fn variants(self, kind: WeightKind) -> String {
+        let mut parts = Vec::new();
+        let int4 = matches!(kind, WeightKind::Int4 { .. });
+        if self.isa == Isa::Avx512Bf16 && int4 {
+            parts.push(
+                if self.lanes {
+                    "int4 lanes"
+                } else {
+                    "int4 bf16"
+                }
+                .to_string(),
+            );
+        }
+        if matches!(self.isa, Isa::Avx512 | Isa::Avx512Bf16) && (int4 || kind == WeightKind::Int8) {
+            parts.push(match self.rows {
+                1 => "one row at a time".to_string(),
+                n => format!("{n} rows at once"),
+            });
+        }
+        parts.join(", ")
+    }
+
     /// `x` prepared for this instruction set's kernels of `kind` (once per activation
     /// row and layer call; see [`Act`]).
     pub fn prepare<'a>(self, kind: WeightKind, x: &'a [f32]) -> Act<'a> {

@@ -293,6 +293,11 @@ impl Kernels {
         self.dot.isa()
     }
 
+    /// The row kernels' variants for rows of `kind` ([`Dot::variants`]).
+    pub fn variants(&self, kind: crate::WeightKind) -> String {
+        self.dot.variants(kind)
+    }
+
     /// Threads of the pool (the calling thread included when it is 1).
     pub fn threads(&self) -> usize {
         self.threads

@@ -193,6 +193,13 @@ impl PyCpuKernels {
         self.inner.isa().name()
     }
 
+    /// The row kernels' variants for this layout's experts where the instruction set
+    /// has a choice (e.g. `int4 lanes, 4 rows at once`), else empty.
+    #[getter]
+    fn variants(&self) -> String {
+        self.inner.variants(self.format.kind)
+    }
+
     /// Threads of the pool.
     #[getter]
     fn threads(&self) -> usize {

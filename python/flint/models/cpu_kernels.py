@@ -84,7 +84,8 @@ class FusedKernel:
         )
         self.hidden, self.n_experts = g[1], n_experts
         self.proj_bytes = self.core.proj_bytes
-        self.name = f"flint fused CPU kernels ({self.core.isa}, {self.core.threads} threads)"
+        what = ", ".join(v for v in (self.core.isa, self.core.variants) if v)
+        self.name = f"flint fused CPU kernels ({what}, {self.core.threads} threads)"
 
     @classmethod
     def for_layout(
