@@ -41,7 +41,7 @@ const TABLE: [f32; 16] = [
 /// the same order whatever `R` and `T` are: one row and one token is the reference.
 ///
 /// # Safety
-/// avx512f and avx512bw enabled in the caller; `cols` a multiple of [`STEP`] and of
+/// avx512f, avx512bw and avx512vl enabled in the caller; `cols` a multiple of [`STEP`] and of
 /// `group`, `group` 32, 64 or a multiple of 128 (`G` = `group` for 32, 64, 128, else
 /// 0); `w[r]` readable for `cols / 2` bytes, `s[r]` for `2 * cols / group`, `xs[t]` for
 /// `cols` f32.
@@ -138,8 +138,9 @@ unsafe fn step<const T: usize, const G: usize>(
 /// [`dots`] of one row with `T` activation rows.
 ///
 /// # Safety
-/// The CPU must have avx512f and avx512bw; the rest as [`dots`].
-#[target_feature(enable = "avx512f,avx512bw,avx2,fma,f16c")]
+/// The CPU must have avx512f, avx512bw and avx512vl (groups of 256 and more read their
+/// scales with a masked 128-bit load); the rest as [`dots`].
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 pub(crate) unsafe fn dot<const T: usize>(
     w: *const u8,
     s: *const u8,
@@ -163,8 +164,8 @@ pub(crate) unsafe fn dot<const T: usize>(
 /// (4, 2, else 1) rows at a time; each row's result the bits `dot::<1>` gives it.
 ///
 /// # Safety
-/// The CPU must have avx512f and avx512bw; each row as [`dot`] requires.
-#[target_feature(enable = "avx512f,avx512bw,avx2,fma,f16c")]
+/// The CPU must have avx512f, avx512bw and avx512vl; each row as [`dot`] requires.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 pub(crate) unsafe fn rows(rows: I4Rows<f32>, out: &mut [f32], at_once: usize) {
     // SAFETY: the features are enabled here; each row as the caller guarantees.
     unsafe { by_group_and_rows!(rows_of, rows, out, at_once) }
@@ -175,24 +176,30 @@ pub(crate) unsafe fn rows(rows: I4Rows<f32>, out: &mut [f32], at_once: usize) {
 /// # Safety
 /// As [`rows`]. (Its own features, not `inline(always)`: closures get the features of
 /// the function they are written in.)
-#[target_feature(enable = "avx512f,avx512bw,avx2,fma,f16c")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 unsafe fn rows_of<const G: usize, const R: usize>(rows: I4Rows<f32>, out: &mut [f32]) {
     let (cols, group, x) = (rows.cols, rows.group, rows.x);
     let at = |i: usize| rows.at(i);
-    // SAFETY: rows 0..out.len() are valid (the caller's guarantee); `rows_by` asks for
-    // no other.
-    unsafe {
-        rows_by::<R>(
-            out,
-            |i| {
-                let ws: [*const u8; R] = crate::simd::array_of(std::ptr::null(), |k| at(i + k).0);
-                let ss: [*const u8; R] = crate::simd::array_of(std::ptr::null(), |k| at(i + k).1);
-                dots::<R, 1, G>(ws, ss, cols, group, [x]).map(|[o]| o)
-            },
-            |i| {
-                let (w, s) = at(i);
-                dots::<1, 1, G>([w], [s], cols, group, [x])[0][0]
-            },
-        );
+    let one = |i: usize| {
+        let (w, s) = at(i);
+        // SAFETY: row i is valid (the caller's guarantee).
+        unsafe { dots::<1, 1, G>([w], [s], cols, group, [x])[0][0] }
+    };
+    if R == 1 {
+        // The plain row loop, as `avx512::i4_bf16_rows` (measured faster than `rows_by`).
+        for (i, o) in out.iter_mut().enumerate() {
+            *o = one(i);
+        }
+        return;
     }
+    rows_by::<R>(
+        out,
+        |i| {
+            let ws: [*const u8; R] = crate::simd::array_of(std::ptr::null(), |k| at(i + k).0);
+            let ss: [*const u8; R] = crate::simd::array_of(std::ptr::null(), |k| at(i + k).1);
+            // SAFETY: rows i..i + R are valid (`rows_by` asks for whole blocks only).
+            unsafe { dots::<R, 1, G>(ws, ss, cols, group, [x]) }.map(|[o]| o)
+        },
+        one,
+    );
 }

@@ -90,8 +90,9 @@ impl Isa {
     }
 }
 
-/// Rows the AVX-512 int4 and int8 rows kernels compute at once, interleaved, by default
-/// (`FLINT_CPU_ROWS`: 4, 2 or 1, read once): 4 on Intel CPUs, 1 elsewhere. On the GPU
+/// Rows the AVX-512 int8 rows kernel and the int4 BF16 and lanes kernels compute at
+/// once, interleaved, by default (`FLINT_CPU_ROWS`: 4, 2 or 1, read once; anything
+/// else: 1): 4 on Intel CPUs, 1 elsewhere. On the GPU
 /// box's Xeon four rows made a one-thread layer call 2.1x (int8) and 1.45x (int4)
 /// faster; on the CPU box's EPYC int8 lost ~10% and int4 gained 5-9% at one thread
 /// (docs/benchmarks.md, "Fourteenth session").
@@ -173,8 +174,10 @@ impl Dot {
     }
 
     /// The variants it takes for rows of `kind` where the instruction set has a choice,
-    /// for run headers: `int4 lanes` or `int4 bf16` (int4 on AVX-512 BF16), then `one row
-    /// at a time` or `N rows at once` (int4 and int8 on AVX-512); empty elsewhere.
+    /// for run headers: `int4 lanes` or `int4 bf16` (int4 on AVX-512 BF16; `bf16` is the
+    /// AVX-512 BF16 kernel for exactly-bf16 activations, the f32 int4 kernel for others),
+    /// then `one row at a time` or `N rows at once` (int8 on AVX-512, int4 on AVX-512
+    /// BF16); empty elsewhere.
     pub fn variants(self, kind: WeightKind) -> String {
         let mut parts = Vec::new();
         let int4 = matches!(kind, WeightKind::Int4 { .. });
@@ -188,7 +191,9 @@ impl Dot {
                 .to_string(),
             );
         }
-        if matches!(self.isa, Isa::Avx512 | Isa::Avx512Bf16) && (int4 || kind == WeightKind::Int8) {
+        // int4 rows on plain AVX-512 take the f32 int4 kernel, one row at a time.
+        let rows = kind == WeightKind::Int8 || (int4 && self.isa == Isa::Avx512Bf16);
+        if matches!(self.isa, Isa::Avx512 | Isa::Avx512Bf16) && rows {
             parts.push(match self.rows {
                 1 => "one row at a time".to_string(),
                 n => format!("{n} rows at once"),
@@ -309,7 +314,8 @@ impl Dot {
         let Some(rows) = i4_rows(p, r0, out.len(), a.i4l.as_slice()) else {
             return false;
         };
-        // SAFETY: `Dot::new` checked avx512f/bw; `i4_rows` checked the rows and `x`.
+        // SAFETY: `Dot::new` checked avx512f/bw/vl (AVX-512 BF16); `i4_rows` checked the
+        // rows and `x`.
         unsafe { crate::i4_lanes::rows(rows, out, self.rows) };
         true
     }
@@ -401,8 +407,8 @@ impl Dot {
                     return None;
                 }
                 let xs = acts.map(|a| a.i4l.as_slice().as_ptr());
-                // SAFETY: `Dot::new` checked avx512f/bw; the row has cols / 2 bytes, its
-                // scales cols / group bf16, every activation cols values (checked above).
+                // SAFETY: `Dot::new` checked avx512f/bw/vl (AVX-512 BF16); the row has cols / 2
+                // bytes, its scales cols / group bf16, every activation cols values (above).
                 Some(unsafe { crate::i4_lanes::dot::<T>(w.as_ptr(), s.as_ptr(), cols, group, xs) })
             }
             (Isa::Avx512Bf16, WeightKind::Int4 { group })
