@@ -1211,6 +1211,13 @@ gpu75() {  # the session's last commit: the CPU kernels' Rust tests on the Xeon 
   gpu_tests
 }
 
+gpu76() {  # the review's mends (2ce86b6): the CPU kernels' Rust tests on the Xeon again,
+  # and the int4 call through the lanes kernel at 16 threads
+  echo "== Rust unit tests"; timeout 60 .device/rtests/unit 2>&1 | grep -E "test result|FAILED|panicked" | head
+  echo "== Rust kernel tests"; timeout 100 .device/rtests/kernels 2>&1 | grep -E "test result|FAILED|panicked" | head
+  timeline .device/call_timeline 16 int4 8 0 200 on 2048 768 bf16 256
+}
+
 case $what in
   install) install ;;
   format) install; format ;;
@@ -1292,5 +1299,6 @@ case $what in
   gpu73) install; gpu73 ;;
   gpu74) gpu74 ;;
   gpu75) install; gpu75 ;;
+  gpu76) gpu76 ;;
 esac 2>&1 | tee "$OUT/gpu_box_$what.log"
 
