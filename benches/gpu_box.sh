@@ -1218,6 +1218,12 @@ gpu76() {  # the review's mends (2ce86b6): the CPU kernels' Rust tests on the Xe
   timeline .device/call_timeline 16 int4 8 0 200 on 2048 768 bf16 256
 }
 
+gpu77() {  # prepared for the next session (issue 15): the AMX BF16 tile products' rate on
+  # the Xeon beside the AVX-512 instructions' (core_probe's tile probes have not run on an
+  # AMX CPU yet: the CPU box has none)
+  timeout 200 .device/core_probe 1,16 100000000
+}
+
 case $what in
   install) install ;;
   format) install; format ;;
@@ -1300,5 +1306,6 @@ case $what in
   gpu74) gpu74 ;;
   gpu75) install; gpu75 ;;
   gpu76) gpu76 ;;
+  gpu77) gpu77 ;;
 esac 2>&1 | tee "$OUT/gpu_box_$what.log"
 

@@ -2,7 +2,10 @@
 //! integer multiplies, three cycles each), AVX-512 FMA throughput (eight independent chains), and
 //! the clock while the FMAs run, on 1..n threads at once. Tells a lower clock under
 //! load (the chain slows) from two threads sharing one physical core (the chain keeps
-//! its speed, the FMAs halve), which a virtual machine's `lscpu` does not show.
+//! its speed, the FMAs halve), which a virtual machine's `lscpu` does not show. Then the
+//! rate of each instruction the int4 kernels use, and, on CPUs with AMX, of BF16 tile
+//! products (alone, and each after loading its A tile): the ceiling an AMX int4 kernel
+//! would have (a tile product is 512 multiply-adds of one token).
 //!
 //! `cargo run --release -p cpu_kernels --example core_probe [-- threads,... iterations]`,
 //! e.g. `-- 1,8,16 200000000`; per thread count the median (and slowest, fastest) over
@@ -107,6 +110,125 @@ unsafe fn adds_beside_fmas(n: u64) -> u64 {
     12 * n
 }
 
+/// Whether the CPU has AMX tiles with BF16 (CPUID leaf 7: EDX bits 24 and 22) and Linux
+/// let this process use them (`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`).
+#[cfg(target_arch = "x86_64")]
+fn amx_bf16() -> bool {
+    // `__cpuid_count` is safe from Rust 1.94 on, unsafe before (the crate builds on 1.89).
+    #[allow(unused_unsafe)]
+    // SAFETY: leaf 7 exists on every CPU with AVX-512.
+    let edx = unsafe { std::arch::x86_64::__cpuid_count(7, 0) }.edx;
+    if edx & (1 << 24) == 0 || edx & (1 << 22) == 0 {
+        return false;
+    }
+    let ret: i64;
+    // SAFETY: arch_prctl (158) with ARCH_REQ_XCOMP_PERM (0x1023) for tile data (18):
+    // asks the kernel for permission, touches no memory of ours.
+    unsafe {
+        std::arch::asm!(
+            "syscall",
+            inlateout("rax") 158i64 => ret,
+            in("rdi") 0x1023i64,
+            in("rsi") 18i64,
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack),
+        );
+    }
+    ret == 0
+}
+
+/// The tile configuration: palette 1, tiles 0-5 of 16 rows of 64 bytes (C: 16 x 16 f32;
+/// A: 16 x 32 bf16; B: 16 pairs x 16 columns).
+#[cfg(target_arch = "x86_64")]
+#[repr(C, align(64))]
+struct TileConfig([u8; 64]);
+
+#[cfg(target_arch = "x86_64")]
+fn tile_config() -> TileConfig {
+    let mut c = [0u8; 64];
+    c[0] = 1; // palette
+    for t in 0..6 {
+        c[16 + 2 * t] = 64; // bytes per row
+        c[48 + t] = 16; // rows
+    }
+    TileConfig(c)
+}
+
+/// AMX BF16 tile products in `n` iterations of four into independent accumulators
+/// (each 16 x 16 x 32 multiply-adds: 512 of them one token's worth, a decode step's
+/// weights as A and the token as one column of B).
+#[cfg(target_arch = "x86_64")]
+fn amx_products(n: u64) -> u64 {
+    amx_loop(n, false)
+}
+
+/// As [`amx_products`], each product's A tile loaded first from a 1 KiB buffer (in L1):
+/// what a kernel converting weights into a tile buffer then multiplying would do.
+#[cfg(target_arch = "x86_64")]
+fn amx_loads_products(n: u64) -> u64 {
+    amx_loop(n, true)
+}
+
+#[cfg(target_arch = "x86_64")]
+fn amx_loop(n: u64, load: bool) -> u64 {
+    let cfg = tile_config();
+    let a = [0u8; 1024 + 64];
+    let ap = a.as_ptr().wrapping_add(64 - a.as_ptr() as usize % 64);
+    let mut left = n;
+    // SAFETY: only called after `amx_bf16()` (tiles present and permitted); the tile
+    // loads read 16 rows of 64 bytes at stride 64 from `ap` (1 KiB inside `a`); the
+    // tiles are released at the end.
+    unsafe {
+        if load {
+            std::arch::asm!(
+                "ldtilecfg [{cfg}]",
+                "tilezero tmm0", "tilezero tmm1", "tilezero tmm2", "tilezero tmm3",
+                "tileloadd tmm5, [{a} + {s}*1]",
+                "2:",
+                "tileloadd tmm4, [{a} + {s}*1]",
+                "tdpbf16ps tmm0, tmm4, tmm5",
+                "tileloadd tmm4, [{a} + {s}*1]",
+                "tdpbf16ps tmm1, tmm4, tmm5",
+                "tileloadd tmm4, [{a} + {s}*1]",
+                "tdpbf16ps tmm2, tmm4, tmm5",
+                "tileloadd tmm4, [{a} + {s}*1]",
+                "tdpbf16ps tmm3, tmm4, tmm5",
+                "sub {n}, 1",
+                "jnz 2b",
+                "tilerelease",
+                cfg = in(reg) cfg.0.as_ptr(),
+                a = in(reg) ap,
+                s = in(reg) 64usize,
+                n = inout(reg) left,
+                options(nostack),
+            );
+        } else {
+            std::arch::asm!(
+                "ldtilecfg [{cfg}]",
+                "tilezero tmm0", "tilezero tmm1", "tilezero tmm2", "tilezero tmm3",
+                "tileloadd tmm4, [{a} + {s}*1]",
+                "tileloadd tmm5, [{a} + {s}*1]",
+                "2:",
+                "tdpbf16ps tmm0, tmm4, tmm5",
+                "tdpbf16ps tmm1, tmm4, tmm5",
+                "tdpbf16ps tmm2, tmm4, tmm5",
+                "tdpbf16ps tmm3, tmm4, tmm5",
+                "sub {n}, 1",
+                "jnz 2b",
+                "tilerelease",
+                cfg = in(reg) cfg.0.as_ptr(),
+                a = in(reg) ap,
+                s = in(reg) 64usize,
+                n = inout(reg) left,
+                options(nostack),
+            );
+        }
+    }
+    std::hint::black_box(left);
+    4 * n
+}
+
 /// A probe: its label and its work (`n` iterations -> units done).
 type Probe = (&'static str, fn(u64) -> u64);
 
@@ -167,6 +289,15 @@ fn main() {
     if std::arch::is_x86_feature_detected!("avx512bf16") {
         // SAFETY: avx512bf16 detected.
         probes.push(("vdpbf16ps (G per s)", |n| unsafe { dpbf16s(n) }));
+    }
+    if amx_bf16() {
+        probes.push(("AMX tdpbf16ps (G per s)", amx_products));
+        probes.push((
+            "AMX tileloadd + tdpbf16ps (G pairs per s)",
+            amx_loads_products,
+        ));
+    } else {
+        println!("no AMX BF16 tiles on this CPU (or not permitted): no tile probes");
     }
     for &t in &counts {
         for (name, work) in &probes {
