@@ -92,10 +92,11 @@ impl Isa {
 
 /// Rows the AVX-512 int8 rows kernel and the int4 BF16 and lanes kernels compute at
 /// once, interleaved, by default (`FLINT_CPU_ROWS`: 4, 2 or 1, read once; anything
-/// else: 1): 4 on Intel CPUs, 1 elsewhere. On the GPU
-/// box's Xeon four rows made a one-thread layer call 2.1x (int8) and 1.45x (int4)
-/// faster; on the CPU box's EPYC int8 lost ~10% and int4 gained 5-9% at one thread
-/// (docs/benchmarks.md, "Fourteenth session").
+/// else: 1): 4 on Intel CPUs, 1 elsewhere. On the GPU box's Xeon four rows made a
+/// one-thread layer call with its experts cached 2.1x (int8) and 1.45x (int4) faster,
+/// and lost nothing from DRAM; on the CPU box's EPYC int8 lost ~10% at one thread, and
+/// int4 from DRAM 25-33% (1,899 against 1,424 us at one thread, 1,008 against 787 at
+/// two) though it gained 5-9% cached (docs/benchmarks.md, "Fourteenth session").
 fn rows_at_once() -> usize {
     static ROWS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *ROWS.get_or_init(|| {
