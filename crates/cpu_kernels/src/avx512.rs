@@ -4,6 +4,7 @@
 use std::arch::x86_64::*;
 use std::sync::OnceLock;
 
+use crate::i4_steps::{Groups, I4Step};
 use crate::simd::Simd;
 
 /// 16 lanes in a `__m512`; only used where AVX-512F was detected.
@@ -563,10 +564,10 @@ pub(crate) unsafe fn dot_i4<const T: usize>(
     }
 }
 
-/// The int4 row `w` (`cols / 2` bytes, `cols` a multiple of 128, bf16 scales `s`, one per
-/// `group` of 32, 64 or a multiple of 128) dotted with `T` activation rows given as `NP`
-/// exact bf16 planes in the int4 BF16 order ([`crate::act::Act`]), by the AVX-512 BF16
-/// dot product: q in -8..7 is exact in bf16, so every product is exact. Each 64 bytes
+/// The AVX-512 BF16 int4 kernel's step ([`crate::i4_steps`]): an int4 row (`cols / 2`
+/// bytes, `cols` a multiple of 128, bf16 scales, one per `group` of 32, 64 or a multiple
+/// of 128) dotted with activation rows given as one exact bf16 plane in the int4 BF16
+/// order ([`crate::act::Act`]), by the AVX-512 BF16 dot product: q in -8..7 is exact in bf16, so every product is exact. Each 64 bytes
 /// (128 columns) are read once as 32 16-bit words; word j holds columns 4j..4j+3, and
 /// a permute of 32 words through the table of q as bf16 (indexed by the low 5 bits,
 /// the table repeats every 16) turns the word, and the word shifted by 4, 8, 12, into
@@ -578,97 +579,53 @@ pub(crate) unsafe fn dot_i4<const T: usize>(
 /// places them with an in-lane byte shuffle: 43.6 vs 34.8 G weights/s, one token,
 /// group 32 (`examples/dot_speed.rs`); the FMA instead of a multiply and an add is
 /// 2% of that (four tokens: 81 vs 76).
-///
-/// # Safety
-/// avx512f, avx512bw, avx512vl and avx512bf16 must be enabled in the caller; `w`
-/// readable for `cols / 2` bytes, `s` for `2 * cols / group` bytes, each plane of each
-/// `xs[t]` (plane `p` at `xs[t] + p * cols`) for `cols` values.
-#[inline(always)]
-unsafe fn i4_bf16_dot<const NP: usize, const T: usize, const G: usize>(
-    w: *const u8,
-    s: *const u8,
-    cols: usize,
-    group: usize,
-    xs: [*const u16; T],
-) -> [f32; T] {
-    // SAFETY: the caller's guarantees, for one row.
-    let [out] = unsafe { i4_bf16_dots::<NP, 1, T, G>([w], [s], cols, group, xs) };
-    out
-}
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Bf16Steps;
 
-/// [`i4_bf16_dot`] of `R` int4 rows (`w[r]`, scales `s[r]`) with the same `T` activation
-/// rows: each (row, token) result gets exactly the operations, in the same order, that
-/// `i4_bf16_dot` gives it alone (bit-identical); the rows' steps are only interleaved,
-/// so that one row's chain of dependent dot products overlaps the others'. On the GPU
-/// box's Xeon four rows at once made a one-thread layer call 1.45x faster (int4; int8's
-/// rows, [`crate::simd::dot_i8_rows`]: 2.1x); with 16 threads it changed nothing
-/// measurable (docs/benchmarks.md, "Fourteenth session").
-///
-/// # Safety
-/// As [`i4_bf16_dot`], for every row.
-#[inline(always)]
-unsafe fn i4_bf16_dots<const NP: usize, const R: usize, const T: usize, const G: usize>(
-    w: [*const u8; R],
-    s: [*const u8; R],
-    cols: usize,
-    group: usize,
-    xs: [*const u16; T],
-) -> [[f32; T]; R] {
-    // SAFETY: the caller's guarantees; reads stay below cols / 2 bytes of each w, below
-    // the group count of each s (masked, or, for groups of 32/64/128, the step's own
-    // 4/2/1 scales: c + 128 <= cols) and below cols values of each plane.
-    unsafe {
-        let table = _mm512_loadu_si512(Q_BF16.as_ptr().cast());
-        let sidx = scale_index(group);
-        let groups = cols / group;
-        let mut a0 = [[_mm512_setzero_ps(); T]; R];
-        let mut a1 = [[_mm512_setzero_ps(); T]; R];
-        let mut c = 0;
-        let ahead = prefetch_ahead();
-        let g = (group, groups, cols, ahead);
-        let rows = || w.into_iter().zip(s);
-        while c + 2 * crate::act::I4_BF16_BLOCK <= cols {
-            for ((w, s), acc) in rows().zip(a0.iter_mut()) {
-                i4_bf16_step::<NP, T, G>(w, s, c, g, table, sidx, xs, acc);
-            }
-            for ((w, s), acc) in rows().zip(a1.iter_mut()) {
-                i4_bf16_step::<NP, T, G>(w, s, c + 128, g, table, sidx, xs, acc);
-            }
-            c += 2 * crate::act::I4_BF16_BLOCK;
-        }
-        if c < cols {
-            for ((w, s), acc) in rows().zip(a0.iter_mut()) {
-                i4_bf16_step::<NP, T, G>(w, s, c, g, table, sidx, xs, acc);
-            }
-        }
-        let mut out = [[0.0f32; T]; R];
-        for ((row, r0), r1) in out.iter_mut().zip(a0).zip(a1) {
-            for ((o, x0), x1) in row.iter_mut().zip(r0).zip(r1) {
-                *o = Avx512::hsum(_mm512_add_ps(x0, x1));
-            }
-        }
-        out
+impl I4Step for Bf16Steps {
+    type X = u16;
+    type Table = __m512i;
+
+    #[inline(always)]
+    unsafe fn table() -> __m512i {
+        // SAFETY: 64 readable bytes; avx512f enabled in the caller.
+        unsafe { _mm512_loadu_si512(Q_BF16.as_ptr().cast()) }
+    }
+
+    #[inline(always)]
+    unsafe fn step<const T: usize, const G: usize>(
+        w: *const u8,
+        s: *const u8,
+        c: usize,
+        g: Groups,
+        table: __m512i,
+        sidx: __m512i,
+        xs: [*const u16; T],
+        acc: &mut [__m512; T],
+    ) {
+        // SAFETY: as `i4_steps::dots`.
+        unsafe { i4_bf16_step::<1, T, G>(w, s, c, g, table, sidx, xs, acc) }
     }
 }
 
-/// One 128-column step of [`i4_bf16_dot`]: per token, the lanes' sums of q * x times
-/// their groups' scales.
+/// [`Bf16Steps`]'s step for activations of `NP` planes (plane `p` at `xs[t] + p * cols`;
+/// the kernels use one).
 ///
 /// # Safety
-/// As [`i4_bf16_dot`], `c` a multiple of 128 below `cols`.
+/// As `i4_steps::dots`, `c` a multiple of 128 below `cols`.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn i4_bf16_step<const NP: usize, const T: usize, const G: usize>(
     w: *const u8,
     s: *const u8,
     c: usize,
-    (group, groups, cols, ahead): (usize, usize, usize, usize),
+    (group, groups, cols, ahead): Groups,
     table: __m512i,
     sidx: __m512i,
     xs: [*const u16; T],
     acc: &mut [__m512; T],
 ) {
-    // SAFETY: as i4_bf16_dot.
+    // SAFETY: as the caller's.
     unsafe {
         if ahead != 0 {
             prefetch(w.wrapping_add(c / 2 + ahead));
@@ -727,128 +684,8 @@ pub(crate) unsafe fn lane_scales<const G: usize>(
     }
 }
 
-/// [`i4_bf16_dot`] for `T` rows of one plane each (rows exactly bf16).
-///
-/// # Safety
-/// The CPU must have avx512f, avx512bw, avx512vl and avx512bf16; the rest as
-/// `i4_bf16_dot`.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")]
-pub(crate) unsafe fn dot_i4_bf16<const T: usize>(
-    w: *const u8,
-    s: *const u8,
-    cols: usize,
-    group: usize,
-    xs: [*const u16; T],
-) -> [f32; T] {
-    // SAFETY: the features are enabled here; pointers as the caller guarantees.
-    unsafe {
-        match group {
-            32 => i4_bf16_dot::<1, T, 32>(w, s, cols, group, xs),
-            64 => i4_bf16_dot::<1, T, 64>(w, s, cols, group, xs),
-            128 => i4_bf16_dot::<1, T, 128>(w, s, cols, group, xs),
-            _ => i4_bf16_dot::<1, T, 0>(w, s, cols, group, xs),
-        }
-    }
-}
-
-/// [`dot_i4_bf16`] of one activation row with `out.len()` consecutive rows of an int4
-/// projection (row `i` at `w + i * row_bytes`, its scales at `s + i * scale_bytes`), each
-/// result the bits `dot_i4_bf16::<1>` gives for that row, `at_once` (4, 2 or 1) rows
-/// at a time ([`crate::Dot::with_rows`]). One call for a task's rows instead of one per
-/// row: a 768-column down row is ~25 ns of reading, and the dispatch per row (bounds,
-/// checks, the call, the table) cost about as much again.
-///
-/// # Safety
-/// The CPU must have avx512f, avx512bw, avx512vl and avx512bf16; each row as
-/// `dot_i4_bf16` requires.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")]
-pub(crate) unsafe fn rows_i4_bf16(rows: I4Rows<u16>, out: &mut [f32], at_once: usize) {
-    // SAFETY: the features are enabled here; each row as the caller guarantees.
-    unsafe { by_group_and_rows!(i4_bf16_rows, rows, out, at_once) }
-}
-
-/// An int4 rows kernel's rows and activation: row `i` at `w + i * row_bytes`, its bf16
-/// scales (one per `group` of `cols`) at `s + i * scale_bytes`, the activation `x`.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct I4Rows<X> {
-    pub(crate) w: *const u8,
-    pub(crate) row_bytes: usize,
-    pub(crate) s: *const u8,
-    pub(crate) scale_bytes: usize,
-    pub(crate) cols: usize,
-    pub(crate) group: usize,
-    pub(crate) x: *const X,
-}
-
-impl<X> I4Rows<X> {
-    /// Row `i`'s weights and scales.
-    #[inline(always)]
-    pub(crate) fn at(&self, i: usize) -> (*const u8, *const u8) {
-        (
-            self.w.wrapping_add(i * self.row_bytes),
-            self.s.wrapping_add(i * self.scale_bytes),
-        )
-    }
-}
-
-/// `$f::<G, R>($rows, $out)` for the rows' group (`G`: 32, 64, 128, else 0) and `R` =
-/// `$at_once` (4, 2, else 1): an int4 rows kernel's monomorphs.
-macro_rules! by_group_and_rows {
-    ($f:ident, $rows:expr, $out:expr, $at_once:expr) => {
-        match ($rows.group, $at_once) {
-            (32, 4) => $f::<32, 4>($rows, $out),
-            (32, 2) => $f::<32, 2>($rows, $out),
-            (32, _) => $f::<32, 1>($rows, $out),
-            (64, 4) => $f::<64, 4>($rows, $out),
-            (64, 2) => $f::<64, 2>($rows, $out),
-            (64, _) => $f::<64, 1>($rows, $out),
-            (128, 4) => $f::<128, 4>($rows, $out),
-            (128, 2) => $f::<128, 2>($rows, $out),
-            (128, _) => $f::<128, 1>($rows, $out),
-            (_, 4) => $f::<0, 4>($rows, $out),
-            (_, 2) => $f::<0, 2>($rows, $out),
-            _ => $f::<0, 1>($rows, $out),
-        }
-    };
-}
-pub(crate) use by_group_and_rows;
-
-/// [`rows_i4_bf16`] for groups `G` (as [`i4_bf16_dot`]), `R` rows at a time.
-///
-/// # Safety
-/// As [`rows_i4_bf16`] (its features: see [`i8_rows`]).
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")]
-unsafe fn i4_bf16_rows<const G: usize, const R: usize>(rows: I4Rows<u16>, out: &mut [f32]) {
-    let (cols, group, x) = (rows.cols, rows.group, rows.x);
-    let at = |i: usize| rows.at(i);
-    let one = |i: usize| {
-        let (w, s) = at(i);
-        // SAFETY: row i is valid (the caller's guarantee).
-        unsafe { i4_bf16_dot::<1, 1, G>(w, s, cols, group, [x])[0] }
-    };
-    if R == 1 {
-        // The plain row loop: through `rows_by` one row at a time measured ~6% slower on
-        // the CPU box's EPYC (six rounds of a one-thread call).
-        for (i, o) in out.iter_mut().enumerate() {
-            *o = one(i);
-        }
-        return;
-    }
-    rows_by::<R>(
-        out,
-        |i| {
-            let ws: [*const u8; R] = crate::simd::array_of(std::ptr::null(), |k| at(i + k).0);
-            let ss: [*const u8; R] = crate::simd::array_of(std::ptr::null(), |k| at(i + k).1);
-            // SAFETY: rows i..i + R are valid (`rows_by` asks for whole blocks only).
-            let v = unsafe { i4_bf16_dots::<1, R, 1, G>(ws, ss, cols, group, [x]) };
-            v.map(|[o]| o)
-        },
-        one,
-    );
-}
-
 /// [`dot_bf16_planes`] of one activation row (one plane) with `out.len()` consecutive
-/// bf16 rows of `cols` values from `w`, as [`rows_i4_bf16`] (one row at a time: two or
+/// bf16 rows of `cols` values from `w`, as `i4_steps::rows` (one row at a time: two or
 /// four interleaved were slower on the CPU box's EPYC, 20-26 -> 12-19 GB/s at one thread,
 /// and within the noise at 16 threads on the GPU box's Xeon; docs/benchmarks.md,
 /// "Fourteenth session").
@@ -903,7 +740,7 @@ pub(crate) fn rows_by<const R: usize>(
 }
 
 /// [`dot_i4`] of one activation row (in the int4 order, f32) with `out.len()`
-/// consecutive int4 rows laid out as in [`rows_i4_bf16`], each result the bits
+/// consecutive int4 rows laid out as in `i4_steps::I4Rows`, each result the bits
 /// `dot_i4::<1>` gives for that row.
 ///
 /// # Safety

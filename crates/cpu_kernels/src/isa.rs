@@ -298,7 +298,7 @@ impl Dot {
                 };
                 // SAFETY: `Dot::new` checked avx512f/bw/vl/bf16; `i4_rows` checked the n
                 // rows (cols / 2 bytes and cols / group bf16 scales each) and the plane.
-                unsafe { crate::avx512::rows_i4_bf16(rows, out, self.rows) };
+                unsafe { crate::i4_steps::rows::<crate::avx512::Bf16Steps>(rows, out, self.rows) };
                 true
             }
             _ => false,
@@ -317,7 +317,7 @@ impl Dot {
         };
         // SAFETY: `Dot::new` checked avx512f/bw/vl (AVX-512 BF16); `i4_rows` checked the
         // rows and `x`.
-        unsafe { crate::i4_lanes::rows(rows, out, self.rows) };
+        unsafe { crate::i4_steps::rows::<crate::i4_lanes::Lanes>(rows, out, self.rows) };
         true
     }
 
@@ -410,7 +410,15 @@ impl Dot {
                 let xs = acts.map(|a| a.i4l.as_slice().as_ptr());
                 // SAFETY: `Dot::new` checked avx512f/bw/vl (AVX-512 BF16); the row has cols / 2
                 // bytes, its scales cols / group bf16, every activation cols values (above).
-                Some(unsafe { crate::i4_lanes::dot::<T>(w.as_ptr(), s.as_ptr(), cols, group, xs) })
+                Some(unsafe {
+                    crate::i4_steps::dot::<crate::i4_lanes::Lanes, T>(
+                        w.as_ptr(),
+                        s.as_ptr(),
+                        cols,
+                        group,
+                        xs,
+                    )
+                })
             }
             (Isa::Avx512Bf16, WeightKind::Int4 { group })
                 if acts.first().is_some_and(|a| a.i4_planes > 0) =>
@@ -427,7 +435,13 @@ impl Dot {
                 // SAFETY: `Dot::new` checked avx512f/bw/vl/bf16; the row has cols / 2 bytes,
                 // its scales cols / group bf16, every plane cols values (checked above).
                 Some(unsafe {
-                    crate::avx512::dot_i4_bf16::<T>(w.as_ptr(), s.as_ptr(), cols, group, xs)
+                    crate::i4_steps::dot::<crate::avx512::Bf16Steps, T>(
+                        w.as_ptr(),
+                        s.as_ptr(),
+                        cols,
+                        group,
+                        xs,
+                    )
                 })
             }
             (Isa::Avx512 | Isa::Avx512Bf16, WeightKind::Int4 { group }) => {
@@ -510,7 +524,7 @@ fn i4_row_scales<'a>(p: &Proj<'a>, r: usize, group: usize) -> Option<&'a [u8]> {
 /// BF16 and lanes kernels) with activation `x` in their order, if the shapes fit
 /// ([`i4_bf16_shape`], whole rows and scales, `x` of `cols` values).
 #[cfg(target_arch = "x86_64")]
-fn i4_rows<X>(p: &Proj<'_>, r0: usize, n: usize, x: &[X]) -> Option<crate::avx512::I4Rows<X>> {
+fn i4_rows<X>(p: &Proj<'_>, r0: usize, n: usize, x: &[X]) -> Option<crate::i4_steps::I4Rows<X>> {
     let WeightKind::Int4 { group } = p.kind else {
         return None;
     };
@@ -521,7 +535,7 @@ fn i4_rows<X>(p: &Proj<'_>, r0: usize, n: usize, x: &[X]) -> Option<crate::avx51
     let sb = cols / group * 2;
     let w = p.weights.get(r0 * rb..(r0 + n) * rb)?;
     let s = p.scales.get(r0 * sb..(r0 + n) * sb)?;
-    Some(crate::avx512::I4Rows {
+    Some(crate::i4_steps::I4Rows {
         w: w.as_ptr(),
         row_bytes: rb,
         s: s.as_ptr(),

@@ -41,6 +41,8 @@ mod error;
 mod format;
 #[cfg(target_arch = "x86_64")]
 mod i4_lanes;
+#[cfg(target_arch = "x86_64")]
+mod i4_steps;
 mod isa;
 mod layer;
 mod portable;
