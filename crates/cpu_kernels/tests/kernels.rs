@@ -318,6 +318,12 @@ impl Layer {
         }
     }
 
+    /// Every expert's outputs by `k`'s `expert_outputs`, waiting on `ready`.
+    fn outputs(&self, k: &Kernels, ready: &impl Ready, y: &mut [f32]) -> cpu_kernels::Result<()> {
+        let experts = self.experts(|_| true);
+        k.expert_outputs(&self.format, &self.routing(), &experts, ready, y)
+    }
+
     fn run(&self, isa: Isa, threads: usize) -> Vec<f32> {
         self.run_from(isa, threads, cpu_kernels::TILE_MIN_TOKENS)
     }
@@ -715,14 +721,7 @@ fn waiting_on_landings_in_random_order_gives_the_same_result() {
                     ready.cv.notify_all();
                 }
             });
-            k.expert_outputs(
-                &layer.format,
-                &layer.routing(),
-                &layer.experts(|_| true),
-                &ready,
-                &mut y,
-            )
-            .unwrap();
+            layer.outputs(&k, &ready, &mut y).unwrap();
         });
         let mut out = vec![0.0; layer.x.len()];
         weighted_sum(&y, &layer.weights, layer.top_k, 96, &mut out).unwrap();
@@ -757,13 +756,7 @@ fn a_failed_read_is_the_calls_error() {
         let k = Kernels::new(Isa::best(), threads).unwrap();
         for (expert, proj) in [(0, 1), (3, 1), (5, 2)] {
             let mut y = vec![f32::NAN; layer.ids.len() * 96];
-            let got = k.expert_outputs(
-                &layer.format,
-                &layer.routing(),
-                &layer.experts(|_| true),
-                &Failing { expert, proj },
-                &mut y,
-            );
+            let got = layer.outputs(&k, &Failing { expert, proj }, &mut y);
             match got {
                 Err(KernelError::NotReady { expert: e, message }) => {
                     assert_eq!(e, expert);
@@ -781,14 +774,7 @@ fn a_failed_read_is_the_calls_error() {
         }
         // The same kernels still work after a failed call.
         let mut y = vec![0.0; layer.ids.len() * 96];
-        k.expert_outputs(
-            &layer.format,
-            &layer.routing(),
-            &layer.experts(|_| true),
-            &AllReady,
-            &mut y,
-        )
-        .unwrap();
+        layer.outputs(&k, &AllReady, &mut y).unwrap();
         let mut out = vec![0.0; layer.x.len()];
         weighted_sum(&y, &layer.weights, layer.top_k, 96, &mut out).unwrap();
         assert_eq!(out, layer.run(Isa::best(), 1));
