@@ -499,8 +499,8 @@ impl Dot {
     }
 }
 
-/// Whether int4 rows of `cols` columns in groups of `group` take the AVX-512 BF16 int4
-/// kernel (`avx512::i4_bf16_dot`), one row or many.
+/// Whether int4 rows of `cols` columns in groups of `group` take the kernels of
+/// 128-column steps (`i4_steps.rs`: the AVX-512 BF16 and lanes kernels), one row or many.
 #[cfg(target_arch = "x86_64")]
 fn i4_bf16_shape(group: usize, cols: usize) -> bool {
     crate::act::i4_bf16_group(group)
