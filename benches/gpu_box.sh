@@ -1224,6 +1224,21 @@ gpu77() {  # prepared for the next session (issue 15): the AMX BF16 tile product
   timeout 200 .device/core_probe 1,16 100000000
 }
 
+# Issue 10: the graph step's dense products through one Triton matrix-vector kernel
+# (fused.linear, with the residual add and the next norm's add fused): the step's
+# kernels by time with it and with torch's F.linear, the kernel's block shapes against
+# torch, the graph tests; and the AMX probe prepared for issue 15 (gpu77).
+gpu78() {
+  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
+  timeout 40 .device/core_probe 1,16 100000000
+  flint synth --geometry qwen3-30b-a3b --quant int4 --layers 12 -o "$DATA/q12.ftw" | tail -1
+  for d in "" --torch-dense; do
+    timeout 130 python3 benches/graph_decode.py "$DATA/q12.ftw" --tokens 64 --reps 2 --modes on --profile $d 2>&1 | tail -45
+  done
+  timeout 150 python3 benches/linear_tune.py 2>&1 | grep -E "torch|best|error"
+  timeout 150 python3 -m pytest tests/models/test_graphs.py -q -p no:cacheprovider --tb=short -rf -m gpu 2>&1 | tail -8
+}
+
 case $what in
   install) install ;;
   format) install; format ;;
@@ -1307,5 +1322,6 @@ case $what in
   gpu75) install; gpu75 ;;
   gpu76) gpu76 ;;
   gpu77) gpu77 ;;
+  gpu78) install; gpu78 ;;
 esac 2>&1 | tee "$OUT/gpu_box_$what.log"
 

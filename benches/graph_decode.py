@@ -2,7 +2,7 @@
 general eager path, with the HBM roofline of flint's own bytes (issue 10, R0).
 
 Usage: python benches/graph_decode.py MODEL [--tokens 128] [--prompt 64] [--reps 3]
-       [--modes on,eager,off]
+       [--modes on,eager,off] [--profile] [--torch-dense]
 
 Each mode loads the model once (resident, cuda:0) and decodes ``--tokens`` greedy
 tokens after a ``--prompt``-token prompt, ``--reps`` times after a warm-up run (which
@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 import flint
+from flint.graphs import decode
 from flint.graphs.decode import expert_pools
 from flint.graphs.moe_kernel import ExpertPool, moe_experts
 from flint.models.transformer import MoEModel
@@ -116,10 +117,17 @@ def main() -> None:
     parser.add_argument(
         "--profile", action="store_true", help="print the first mode's kernels per token"
     )
+    parser.add_argument(
+        "--torch-dense",
+        action="store_true",
+        help="the graph step's dense products through F.linear (the A/B of fused.linear)",
+    )
     args = parser.parse_args()
+    decode.FUSED_DENSE = not args.torch_dense
     device = torch.device("cuda", 0)
     gen = torch.Generator().manual_seed(0)
     result: dict[str, Any] = {"model": args.model, "tokens": args.tokens}
+    result["dense"] = "torch" if args.torch_dense else "fused"
     result["copy_gb_s"] = round(copy_rate(device) / 1e9, 1)
     ids: list[int] = []
     for mode in args.modes.split(","):

@@ -199,6 +199,42 @@ def test_fused_norm_rope_and_router_follow_torch() -> None:
         assert (weights.float() - want_w.float()).abs().max() <= 1e-2
 
 
+@pytest.mark.interpreter
+@pytest.mark.parametrize("rows,cols", [(37, 100), (64, 256), (130, 1030)])
+def test_fused_linear_follows_torch(rows: int, cols: int) -> None:
+    """The one-token matrix-vector kernel on odd shapes: bf16 with bias and residual
+    against ``residual + F.linear`` (within a bf16 rounding of the product), int8 with
+    row scales against the dequantized product, an fp32 output holding the product
+    rounded to bf16 (the LM head's logits), and the residual sum and norm fused."""
+    from flint.graphs import fused
+    from flint.models.norm import rms_norm
+
+    torch.manual_seed(rows)
+    x = torch.randn(1, cols).bfloat16()
+    w, b = torch.randn(rows, cols).bfloat16(), torch.randn(rows).bfloat16()
+    res = torch.randn(1, rows).bfloat16()
+    want = F.linear(x.float(), w.float(), b.float())
+    got = fused.linear(x, w, b, res) - res
+    assert (got.float() - want).abs().max() <= 0.02 * want.abs().max()
+    assert torch.equal(fused.linear(x, w, b, res), fused.linear(x, w, b) + res)
+    q = torch.randint(-127, 128, (rows, cols), dtype=torch.int8)
+    scale = torch.rand(rows) / 100
+    want = F.linear(x.float(), q.float() * scale[:, None])
+    got = fused.linear(x, q, scale=scale)
+    assert got.dtype == torch.bfloat16
+    assert (got.float() - want).abs().max() <= 0.01 * want.abs().max()
+    logits = torch.empty(1, rows)
+    fused.linear(x, w, out=logits)
+    assert torch.equal(logits, fused.linear(x, w).float())
+    delta = torch.randn(1, rows).bfloat16()
+    total, normed = fused.add_rms_norm(res, delta, b, 1e-6)
+    assert torch.equal(total, res + delta)
+    assert torch.equal(normed, fused.rms_norm(res + delta, b, 1e-6))
+    assert (normed.float() - rms_norm(res + delta, b, 1e-6).float()).abs().max() <= 0.05
+    with pytest.raises(AssertionError):
+        fused.linear(x, q)  # int8 weights without their scales
+
+
 def _covered(tiny_ftw: dict[str, Path]) -> list[str]:
     """The tiny families the graph step covers."""
     out = []

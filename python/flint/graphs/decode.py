@@ -52,6 +52,9 @@ from flint.models.transformer import DecoderLayer, MoEModel
 # K = top-k, I = expert intermediate
 
 SPAN_STEP = 256  # cache positions per graph: spans are multiples of this
+# The dense matrix-vector products (q/k/v, o with the residual add, router, LM head)
+# through ``fused.linear`` instead of ``F.linear``: False for an A/B in benches.
+FUSED_DENSE = True
 
 
 def expert_pools(backend: object) -> dict[int, ExpertPool] | None:
@@ -136,6 +139,7 @@ class GraphDecoder:
         self.fused_router = (
             cfg.group_router is None and not cfg.router_topk_first and not cfg.router_bias
         )
+        self.fused_dense = FUSED_DENSE
         self.cos_table, self.sin_table = model.cos.contiguous(), model.sin.contiguous()
         # layer -> q, k and v stacked in one weight [(Nq + 2 Nkv) D, H] (and bias): one
         # matrix-vector product instead of three
@@ -219,9 +223,10 @@ class GraphDecoder:
         model = self.model
         cos, sin, mask = self._inputs(span)
         x = model.embed.index_select(0, self.token)  # [1, H]
+        delta: torch.Tensor | None = None  # the last MLP's output, not yet added to x
         for layer in model.layers:
-            x = self._layer(layer, x, cos, sin, mask, span)
-        self._head(x)
+            x, delta = self._layer(layer, x, delta, cos, sin, mask, span)
+        self._head(x, delta)
 
     def _inputs(self, span: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """RoPE rows cos, sin [1, D] at ``position`` and the span's mask [1, S]."""
@@ -230,35 +235,75 @@ class GraphDecoder:
         mask = (self.positions[:span] <= self.position)[None, :]  # [1, S]
         return cos, sin, mask
 
-    def _head(self, x: torch.Tensor) -> None:
-        """The final norm and LM head of x [1, H] into ``logits``."""
+    def _head(self, x: torch.Tensor, delta: torch.Tensor | None = None) -> None:
+        """The final norm and LM head of x (+ delta) [1, H] into ``logits``."""
         model = self.model
-        normed = self._norm(model.final_norm, x, model.norm, model.config.rms_norm_eps)
-        self.logits.copy_(F.linear(normed, model.lm_head))
+        eps = model.config.rms_norm_eps
+        _, normed = self._add_norm(model.final_norm, x, delta, model.norm, eps)
+        if self._fits(normed, model.lm_head):
+            fused.linear(normed, model.lm_head, out=self.logits)
+        else:
+            self.logits.copy_(F.linear(normed, model.lm_head))
 
     def _norm(self, norm: Norm, x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
         if self.fused_norm:
             return fused.rms_norm(x, w, eps, self.norm_fp32)
         return norm(x, w, eps)
 
+    def _add_norm(
+        self, norm: Norm, x: torch.Tensor, delta: torch.Tensor | None, w: torch.Tensor, eps: float
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The residual x + delta (x when no delta) and its norm, in one kernel where
+        the norm is fused."""
+        if delta is None:
+            return x, self._norm(norm, x, w, eps)
+        if self.fused_norm:
+            return fused.add_rms_norm(x, delta, w, eps, self.norm_fp32)
+        total = x + delta
+        return total, norm(total, w, eps)
+
+    def _fits(self, x: torch.Tensor, w: torch.Tensor) -> bool:
+        """Whether ``fused.linear`` takes this product (one token, weights in its dtype)."""
+        return self.fused_dense and x.shape[0] == 1 and w.dtype == x.dtype and w.stride(1) == 1
+
+    def _linear(
+        self,
+        x: torch.Tensor,  # [1, K]
+        w: torch.Tensor,  # [N, K]
+        b: torch.Tensor | None = None,
+        residual: torch.Tensor | None = None,  # [1, N]
+        out: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """``residual + F.linear(x, w, b)`` (into ``out`` when given)."""
+        if self._fits(x, w):
+            return fused.linear(x, w, b, residual, out=out)
+        y = F.linear(x, w, b)
+        if residual is not None:
+            return residual + y if out is None else torch.add(residual, y, out=out)
+        return y if out is None else out.copy_(y)
+
     def _layer(
         self,
         layer: DecoderLayer,
         x: torch.Tensor,
+        delta: torch.Tensor | None,
         cos: torch.Tensor,
         sin: torch.Tensor,
         mask: torch.Tensor,
         span: int,
-    ) -> torch.Tensor:
-        h, normed = self._dense(layer, x, cos, sin, mask, span)
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The layer on its input x + delta: (the residual after attention, the MLP's
+        output), whose sum is the layer's output (added by the next norm's kernel)."""
+        x, xs = self._add_norm(layer.norm, x, delta, layer.input_norm, layer.eps)
+        h, normed = self._dense(layer, x, cos, sin, mask, span, normed_x=xs)
         mlp = layer.mlp
         if not isinstance(mlp, MoEBlock):
-            return h + mlp(normed)
+            return h, mlp(normed)
         ids, weights = self._route(mlp, normed)
         out = moe_experts(normed, ids, weights, self.pools[layer.index], self.scratch, self.moe_out)
         if mlp.shared is not None:
             out = out + mlp._shared(normed)
-        return h + out
+        return h, out
 
     def _dense(
         self,
@@ -269,12 +314,15 @@ class GraphDecoder:
         mask: torch.Tensor,
         span: int,
         h: torch.Tensor | None = None,
+        normed_x: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The layer up to its MLP: the residual after attention h [1, H] (written into
-        ``h`` when given) and its post-attention norm [1, H]."""
-        xs = self._norm(layer.norm, x, layer.input_norm, layer.eps)
-        attn = self._attention(layer.attn, xs, cos, sin, mask, span)
-        h = x + attn if h is None else torch.add(x, attn, out=h)
+        ``h`` when given) and its post-attention norm [1, H]. ``normed_x``: x's input
+        norm, when the caller has it."""
+        xs = normed_x
+        if xs is None:
+            xs = self._norm(layer.norm, x, layer.input_norm, layer.eps)
+        h = self._attention(layer.attn, xs, cos, sin, mask, span, x, h)
         return h, self._norm(layer.norm, h, layer.post_norm, layer.eps)
 
     def _route(self, mlp: MoEBlock, normed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -282,7 +330,7 @@ class GraphDecoder:
         if self.fused_router:
             cfg = self.model.config
             dtype = torch.float32 if cfg.router_weights_fp32 else normed.dtype
-            logits = F.linear(normed, mlp.router)  # [1, E]
+            logits = self._linear(normed, mlp.router)  # [1, E]
             return fused.route(logits, cfg.top_k, cfg.norm_topk_prob, dtype)
         return mlp.route(normed)
 
@@ -294,11 +342,15 @@ class GraphDecoder:
         sin: torch.Tensor,
         mask: torch.Tensor,  # [1, S]
         span: int,
+        residual: torch.Tensor,  # [1, H], the layer's input
+        h: torch.Tensor | None,  # where the result goes, if given
     ) -> torch.Tensor:
-        """The layer's attention for the token at ``position``: its key and value
-        written into the cache row, the query against the span's filled positions."""
+        """The residual after the layer's attention for the token at ``position``: its
+        key and value written into the cache row, the query against the span's filled
+        positions, the output projection added to ``residual``."""
         if isinstance(attn, LatentAttention):
-            return self._latent_attention(attn, x, cos, sin, mask, span)
+            y = self._latent_attention(attn, x, cos, sin, mask, span)
+            return residual + y if h is None else torch.add(residual, y, out=h)
         assert isinstance(attn, Attention)
         cfg, cache = attn.cfg, self.model.cache
         if self.fused_attention:
@@ -316,7 +368,7 @@ class GraphDecoder:
                 attn_mask=mask,
                 enable_gqa=cfg.num_heads != cfg.num_kv_heads,
             )[0]  # [Nq, 1, D]
-        return F.linear(out.transpose(0, 1).reshape(1, -1), attn.o_w, attn.o_b)
+        return self._linear(out.transpose(0, 1).reshape(1, -1), attn.o_w, attn.o_b, residual, h)
 
     def _project_fused(self, attn: Attention, x: torch.Tensor) -> torch.Tensor:
         """q [Nq, 1, D] (each head normed and rotated in one kernel per projection); the
@@ -325,7 +377,7 @@ class GraphDecoder:
         heads, kv_heads, dim, eps = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.rms_norm_eps
         cos, sin = self.cos_table, self.sin_table
         q = torch.empty(heads, 1, dim, dtype=x.dtype, device=x.device)  # [Nq, 1, D]
-        y = F.linear(x, *self.qkv[attn.layer])[0]  # [(Nq + 2 Nkv) D]
+        y = self._linear(x, *self.qkv[attn.layer])[0]  # [(Nq + 2 Nkv) D]
         q_end, k_end = heads * dim, (heads + kv_heads) * dim
         fused.head_rope(y[:q_end], attn.q_norm, cos, sin, pos, q, dim, 0, heads, dim, eps)
         keys, values = cache.keys[attn.layer], cache.values[attn.layer]  # [Nkv, ctx, D]

@@ -9,10 +9,17 @@ from __future__ import annotations
 
 import torch
 
-from flint.graphs.moe_kernel import on_device
-from flint.graphs.triton_kernels import head_rope_kernel, rms_norm_kernel, route_kernel, triton
+from flint.graphs.moe_kernel import _DTYPES, on_device
+from flint.graphs.triton_kernels import (
+    head_rope_kernel,
+    linear_kernel,
+    rms_norm_kernel,
+    route_kernel,
+    triton,
+)
 
-# T = tokens, H = hidden, N = heads, D = head dim, E = experts, K = top-k
+# T = tokens, H = hidden, N = heads, D = head dim, E = experts, K = top-k (and the
+# input features of ``linear``, whose output features are N)
 
 
 def _block(n: int) -> int:
@@ -28,7 +35,64 @@ def rms_norm(
     out = torch.empty_like(x)
     n = x.shape[1]
     with on_device(x.device):
-        rms_norm_kernel[(x.shape[0],)](x, weight, out, n, eps, BLOCK=_block(n), W32=weight_in_fp32)
+        rms_norm_kernel[(x.shape[0],)](
+            x, x, x, weight, out, n, eps, BLOCK=_block(n), W32=weight_in_fp32, ADD=False
+        )
+    return out
+
+
+def add_rms_norm(
+    x: torch.Tensor,
+    delta: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    weight_in_fp32: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The residual sum s = x + delta [T, H] (torch's add) and ``rms_norm(s, ...)``, in
+    one kernel: (s, normed)."""
+    x, delta = x.contiguous(), delta.contiguous()
+    total, out = torch.empty_like(x), torch.empty_like(x)
+    n = x.shape[1]
+    with on_device(x.device):
+        rms_norm_kernel[(x.shape[0],)](
+            x, delta, total, weight, out, n, eps, BLOCK=_block(n), W32=weight_in_fp32, ADD=True
+        )
+    return total, out
+
+
+# rows per program, columns per step, warps of the one-token matrix-vector kernel
+# (benches/linear_tune.py on the H200)
+LINEAR_BLOCK = {"bf16": (8, 512, 4), "int8": (8, 1024, 4)}
+
+
+def linear(
+    x: torch.Tensor,  # [1, K] in the model dtype
+    weight: torch.Tensor,  # [N, K]: the model dtype, or int8 with ``scale``
+    bias: torch.Tensor | None = None,  # [N]
+    residual: torch.Tensor | None = None,  # [1, N], added after the product's rounding
+    scale: torch.Tensor | None = None,  # [N] fp32 row scales of int8 weights
+    out: torch.Tensor | None = None,  # [1, N] (any float dtype: the result is rounded
+    # to x's dtype first)
+) -> torch.Tensor:
+    """One token's ``residual + F.linear(x, weight * scale, bias)`` with each op rounded
+    as torch rounds it, in one kernel that reads the weights once (at batch 1 a
+    matrix-vector product is bound by them)."""
+    rows, cols = weight.shape
+    assert x.shape == (1, cols) and weight.stride(1) == 1, (x.shape, weight.shape)
+    int8 = weight.dtype == torch.int8
+    assert int8 == (scale is not None), "int8 weights take row scales (and only they)"
+    if out is None:
+        out = torch.empty(1, rows, dtype=x.dtype, device=x.device)
+    bn, bk, warps = LINEAR_BLOCK["int8" if int8 else "bf16"]
+    x = x.contiguous()
+    with on_device(x.device):
+        linear_kernel[(triton.cdiv(rows, bn),)](
+            x, weight, weight.stride(0), x if scale is None else scale,
+            x if bias is None else bias, x if residual is None else residual.contiguous(),
+            out, rows, cols, ROUND=_DTYPES[x.dtype], SCHEME=int(int8),
+            HAS_BIAS=bias is not None, HAS_RES=residual is not None,
+            BN=bn, BK=min(bk, _block(cols)), num_warps=warps,
+        )  # fmt: skip
     return out
 
 

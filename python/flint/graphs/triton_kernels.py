@@ -17,6 +17,7 @@ __all__ = [
     "down_kernel",
     "gate_up_kernel",
     "head_rope_kernel",
+    "linear_kernel",
     "ranked_sum_kernel",
     "rms_norm_kernel",
     "route_kernel",
@@ -212,14 +213,63 @@ if triton is not None:
         tl.store(out_ptr + token * hid + cols, _round(total, out_type).to(out_type), mask=ok)
 
     @triton.jit
-    def rms_norm_kernel(x_ptr, w_ptr, out_ptr, n, eps, BLOCK: tl.constexpr, W32: tl.constexpr):
+    def linear_kernel(
+        x_ptr,
+        w_ptr,
+        w_row,
+        s_ptr,
+        b_ptr,
+        r_ptr,
+        out_ptr,
+        n_rows,
+        n_cols,
+        ROUND: tl.constexpr,
+        SCHEME: tl.constexpr,
+        HAS_BIAS: tl.constexpr,
+        HAS_RES: tl.constexpr,
+        BN: tl.constexpr,
+        BK: tl.constexpr,
+    ):
+        """out[rows] = x . w[rows] (+ bias, in fp32) rounded to ``ROUND`` (F.linear's
+        output), then (+ residual) rounded again (torch's add): one token, rows ``BN``
+        at a time; bf16 weights (``SCHEME`` 0) or int8 with fp32 row scales (1)."""
+        rows = tl.program_id(0) * BN + tl.arange(0, BN)
+        row_ok = rows < n_rows
+        acc = _rows_dot(w_ptr, s_ptr, w_row, 1, x_ptr, rows, row_ok, n_cols, SCHEME, 2, BN, BK)
+        if HAS_BIAS:
+            acc = acc + tl.load(b_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
+        acc = _round(acc, ROUND)
+        if HAS_RES:
+            acc = _round(acc + tl.load(r_ptr + rows, mask=row_ok, other=0.0).to(tl.float32), ROUND)
+        out_type = out_ptr.dtype.element_ty
+        tl.store(out_ptr + rows, acc.to(out_type), mask=row_ok)
+
+    @triton.jit
+    def rms_norm_kernel(
+        x_ptr,
+        d_ptr,
+        sum_ptr,
+        w_ptr,
+        out_ptr,
+        n,
+        eps,
+        BLOCK: tl.constexpr,
+        W32: tl.constexpr,
+        ADD: tl.constexpr,
+    ):
         """One row as ``flint.models.norm.rms_norm``: ``w * (x / rms(x)).to(dtype)``, or
-        with ``W32`` (GPT-OSS) the weight multiplied in fp32 before the one cast."""
+        with ``W32`` (GPT-OSS) the weight multiplied in fp32 before the one cast. With
+        ``ADD``, x is first the residual sum ``x + d`` rounded to the dtype (torch's
+        add), also written to ``sum_ptr``."""
         row = tl.program_id(0)
         cols = tl.arange(0, BLOCK)
         ok = cols < n
         x = tl.load(x_ptr + row * n + cols, mask=ok, other=0.0).to(tl.float32)
         out_type = out_ptr.dtype.element_ty
+        if ADD:
+            d = tl.load(d_ptr + row * n + cols, mask=ok, other=0.0).to(tl.float32)
+            x = _round(x + d, out_type)
+            tl.store(sum_ptr + row * n + cols, x.to(out_type), mask=ok)
         normed = x * tl.rsqrt(tl.sum(x * x, axis=0) / n + eps)
         if not W32:
             normed = _round(normed, out_type)
@@ -333,4 +383,4 @@ if triton is not None:
 else:  # pragma: no cover - depends on the environment
     gate_up_kernel = down_kernel = ranked_sum_kernel = None
     dequant_kernel = None
-    rms_norm_kernel = head_rope_kernel = route_kernel = None
+    rms_norm_kernel = head_rope_kernel = route_kernel = linear_kernel = None
