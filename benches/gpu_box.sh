@@ -1239,6 +1239,21 @@ gpu78() {
   timeout 150 python3 -m pytest tests/models/test_graphs.py -q -p no:cacheprovider --tb=short -rf -m gpu 2>&1 | tail -8
 }
 
+# Issue 10: the step's attention in one Triton kernel (fused.decode_attention), q/k/v
+# norm and RoPE in one launch, the matrix-vector kernel's block shapes by shape: the
+# graph tests, the step's kernels by time (12 layers), R0 on 48 layers against the step
+# with torch's dense products and attention.
+gpu79() {
+  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
+  timeout 150 python3 -m pytest tests/models/test_graphs.py tests/models/test_streamed_step.py -q -p no:cacheprovider --tb=short -rf -m gpu 2>&1 | tail -8
+  flint synth --geometry qwen3-30b-a3b --quant int4 --layers 12 -o "$DATA/q12.ftw" | tail -1
+  timeout 100 python3 benches/graph_decode.py "$DATA/q12.ftw" --tokens 64 --reps 2 --modes on --profile 2>&1 | grep -v "^ *[0-9]*,$\|^ *\]\|^ *\[" | head -60
+  flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
+  for d in "" "--torch-dense --torch-attention"; do
+    timeout 120 python3 benches/graph_decode.py "$DATA/q30.ftw" --tokens 128 --reps 2 --modes on $d 2>&1 | tail -22
+  done
+}
+
 case $what in
   install) install ;;
   format) install; format ;;
@@ -1323,5 +1338,6 @@ case $what in
   gpu76) gpu76 ;;
   gpu77) gpu77 ;;
   gpu78) install; gpu78 ;;
+  gpu79) install; gpu79 ;;
 esac 2>&1 | tee "$OUT/gpu_box_$what.log"
 

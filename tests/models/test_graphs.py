@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.nn.functional as F
-from tiny import greedy_decode
+from tiny import assert_follows, greedy_decode
 
 import flint
 from flint.format.quant import decode_projection, encode_projection
@@ -235,6 +235,50 @@ def test_fused_linear_follows_torch(rows: int, cols: int) -> None:
         fused.linear(x, q)  # int8 weights without their scales
 
 
+@pytest.mark.interpreter
+@pytest.mark.parametrize(
+    "heads,kv_heads,dim,position,span",
+    [(8, 2, 32, 5, 256), (8, 2, 32, 300, 512), (4, 4, 24, 511, 512), (6, 2, 16, 700, 768)],
+)
+def test_fused_attention_follows_sdpa(
+    heads: int, kv_heads: int, dim: int, position: int, span: int
+) -> None:
+    """One query against cache positions 0..position: ``decode_attention`` (one chunk
+    of positions, or several merged) against SDPA over the span with the step's mask,
+    GQA and head dims that are not powers of two included, fp32 and bf16; then
+    ``qkv_rope`` writes what three ``head_rope`` launches write, bit for bit."""
+    from flint.graphs import fused
+
+    torch.manual_seed(position)
+    ctx = 1000
+    for dtype, tol in ((torch.float32, 1e-5), (torch.bfloat16, 2e-2)):
+        q = torch.randn(heads, 1, dim).to(dtype)
+        keys, values = (torch.randn(kv_heads, ctx, dim).to(dtype) for _ in range(2))
+        out = torch.full((1, heads * dim), float("nan"), dtype=dtype)
+        parts = fused.attention_parts(heads, dim, ctx, torch.device("cpu"))
+        fused.decode_attention(q, keys, values, torch.tensor([position]), span, out, parts)
+        mask = (torch.arange(span) <= position)[None, :]
+        want = F.scaled_dot_product_attention(
+            q[None], keys[None, :, :span], values[None, :, :span], attn_mask=mask,
+            enable_gqa=heads != kv_heads,
+        )[0].transpose(0, 1).reshape(1, -1)  # fmt: skip
+        assert (out.float() - want.float()).abs().max() <= tol * want.float().abs().max()
+    rot, eps, at = dim // 2 * 2, 1e-6, torch.tensor([7])
+    y = torch.randn((heads + 2 * kv_heads) * dim).bfloat16()
+    q_norm, k_norm = torch.randn(dim).bfloat16(), torch.randn(dim).bfloat16()
+    cos, sin = torch.randn(10, rot).bfloat16(), torch.randn(10, rot).bfloat16()
+    got = [torch.zeros(heads, 1, dim).bfloat16(), *torch.zeros(2, kv_heads, 10, dim).bfloat16()]
+    fused.qkv_rope(y, q_norm, k_norm, cos, sin, at, *got, eps)
+    want = [torch.zeros_like(t) for t in got]
+    q_end, k_end = heads * dim, (heads + kv_heads) * dim
+    cache = want[1].stride(0), want[1].stride(1)
+    fused.head_rope(y[:q_end], q_norm, cos, sin, at, want[0], dim, 0, heads, dim, eps)
+    fused.head_rope(y[q_end:k_end], k_norm, cos, sin, at, want[1], *cache, kv_heads, dim, eps)
+    fused.head_rope(y[k_end:], None, cos, sin, at, want[2], *cache, kv_heads, dim, eps, False)
+    for g, w in zip(got, want, strict=True):
+        assert torch.equal(g, w)
+
+
 def _covered(tiny_ftw: dict[str, Path]) -> list[str]:
     """The tiny families the graph step covers."""
     out = []
@@ -255,16 +299,22 @@ def test_the_step_covers_the_standard_attention_families(tiny_ftw: dict[str, Pat
 
 
 @pytest.mark.interpreter
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("family", COVERED)
-def test_the_step_follows_the_eager_layer_loop(family: str, tiny_ftw: dict[str, Path]) -> None:
-    """The fixed-address step (uncaptured, on the CPU) against the model's own decode:
-    the same greedy tokens, logits within bf16 rounding, across a span boundary
-    (positions SPAN_STEP - 3 onwards); its KV cache writes serve the eager path too.
-    torch's kernels, as on CUDA: the step's pools are the resident torch backend's."""
+def test_the_step_follows_the_eager_layer_loop(
+    family: str, dtype: str, tiny_ftw: dict[str, Path]
+) -> None:
+    """The fixed-address step (uncaptured, on the CPU) against the model's own decode,
+    across a span boundary (positions SPAN_STEP - 3 onwards); its KV cache writes serve
+    the eager path too. torch's expert kernels, as on CUDA: the step's pools are the
+    resident torch backend's. In fp32 the step's own kernels (matrix-vector products,
+    attention, norms) differ from torch's only in summation order: the same tokens,
+    logits within 1e-4 of their scale. In bf16 each rounds where torch rounds
+    (``assert_follows``)."""
     with flint.LLM(
         tiny_ftw[family],
         device="cpu",
-        dtype="bfloat16",
+        dtype=dtype,
         context_length=SPAN_STEP + 16,
         expert_kernels="torch",
     ) as llm:
@@ -275,9 +325,13 @@ def test_the_step_follows_the_eager_layer_loop(family: str, tiny_ftw: dict[str, 
         want_tokens, want = _decode(model, prompt, 8)
         model.decoder = GraphDecoder(model, pools, capture=False)
         got_tokens, got = _decode(model, prompt, 8)
-        assert got_tokens == want_tokens
         scale = want.abs().max().item()
-        assert (got - want).abs().max().item() <= 0.03 * scale
+        rows = (got - want).abs().amax(dim=1)  # [8]
+        if dtype == "float32":
+            assert got_tokens == want_tokens
+            assert rows.max().item() <= 1e-4 * scale
+        else:  # a flipped tie comes after the span boundary (rows from 3 on)
+            assert_follows(got_tokens, got, want_tokens, want, min_same=5)
         # the eager path continues from the step's cache writes
         model.decoder = None
         tail = model.forward(torch.tensor([got_tokens[-1]]))[-1]

@@ -55,6 +55,9 @@ SPAN_STEP = 256  # cache positions per graph: spans are multiples of this
 # The dense matrix-vector products (q/k/v, o with the residual add, router, LM head)
 # through ``fused.linear`` instead of ``F.linear``: False for an A/B in benches.
 FUSED_DENSE = True
+# Plain attention's query against the cache through ``fused.decode_attention`` instead
+# of ``F.scaled_dot_product_attention``: False for an A/B in benches.
+FUSED_SDPA = True
 
 
 def expert_pools(backend: object) -> dict[int, ExpertPool] | None:
@@ -140,6 +143,15 @@ class GraphDecoder:
             cfg.group_router is None and not cfg.router_topk_first and not cfg.router_bias
         )
         self.fused_dense = FUSED_DENSE
+        self.fused_sdpa = FUSED_SDPA and self.fused_attention
+        heads = cfg.num_heads
+        if self.fused_sdpa:
+            self.attn_parts = fused.attention_parts(
+                heads, cfg.head_dim, model.context_length, device
+            )
+            self.attn_out = torch.empty(
+                1, heads * cfg.head_dim, dtype=model.place.dtype, device=device
+            )
         self.cos_table, self.sin_table = model.cos.contiguous(), model.sin.contiguous()
         # layer -> q, k and v stacked in one weight [(Nq + 2 Nkv) D, H] (and bias): one
         # matrix-vector product instead of three
@@ -358,6 +370,11 @@ class GraphDecoder:
         else:
             q = self._project(attn, x, cos, sin)
         keys, values = cache.keys[attn.layer], cache.values[attn.layer]  # [Nkv, ctx, D]
+        if self.fused_sdpa and not isinstance(attn, SinkAttention):
+            out = fused.decode_attention(
+                q, keys, values, self.position, span, self.attn_out, self.attn_parts
+            )
+            return self._linear(out, attn.o_w, attn.o_b, residual, h)
         if isinstance(attn, SinkAttention):
             out = self._attend_with_sinks(attn, q, keys[:, :span], values[:, :span], span)
         else:
@@ -378,9 +395,12 @@ class GraphDecoder:
         cos, sin = self.cos_table, self.sin_table
         q = torch.empty(heads, 1, dim, dtype=x.dtype, device=x.device)  # [Nq, 1, D]
         y = self._linear(x, *self.qkv[attn.layer])[0]  # [(Nq + 2 Nkv) D]
+        keys, values = cache.keys[attn.layer], cache.values[attn.layer]  # [Nkv, ctx, D]
+        if (attn.q_norm is None) == (attn.k_norm is None):
+            fused.qkv_rope(y, attn.q_norm, attn.k_norm, cos, sin, pos, q, keys, values, eps)
+            return q
         q_end, k_end = heads * dim, (heads + kv_heads) * dim
         fused.head_rope(y[:q_end], attn.q_norm, cos, sin, pos, q, dim, 0, heads, dim, eps)
-        keys, values = cache.keys[attn.layer], cache.values[attn.layer]  # [Nkv, ctx, D]
         k_head, k_pos = keys.stride(0), keys.stride(1)
         y_k = y[q_end:k_end]
         fused.head_rope(y_k, attn.k_norm, cos, sin, pos, keys, k_head, k_pos, kv_heads, dim, eps)

@@ -11,8 +11,11 @@ import torch
 
 from flint.graphs.moe_kernel import _DTYPES, on_device
 from flint.graphs.triton_kernels import (
+    attention_combine_kernel,
+    decode_attention_kernel,
     head_rope_kernel,
     linear_kernel,
+    qkv_rope_kernel,
     rms_norm_kernel,
     route_kernel,
     triton,
@@ -60,9 +63,21 @@ def add_rms_norm(
     return total, out
 
 
-# rows per program, columns per step, warps of the one-token matrix-vector kernel
-# (benches/linear_tune.py on the H200)
-LINEAR_BLOCK = {"bf16": (8, 512, 4), "int8": (8, 1024, 4)}
+# (rows per program, columns per step, warps) of the one-token matrix-vector kernel by
+# weight scheme, when set (benches/linear_tune.py sets them); else ``linear_block``
+LINEAR_BLOCK: dict[str, tuple[int, int, int]] = {}
+
+
+def linear_block(rows: int, cols: int, int8: bool) -> tuple[int, int, int]:
+    """The block shape by matrix shape: the best of benches/linear_tune.py on the H200
+    (docs/benchmarks.md, issue 10) for the 30B-A3B geometry's q/k/v (5120 x 2048), o
+    (2048 x 4096), router (128 x 2048) and LM head (151936 x 2048), e.g. q/k/v 7.18 us
+    against F.linear's 7.92, o 7.18 against 8.78, router 3.03 against 5.24."""
+    if rows > 16384:  # an LM head
+        return (16, 512, 8) if int8 else (8, 1024, 8)
+    if cols >= 4096 or rows <= 1024:
+        return (4, 1024, 4 if int8 and rows > 1024 else 8)
+    return (8, 512, 8) if int8 else (4, 512, 4)
 
 
 def linear(
@@ -83,7 +98,7 @@ def linear(
     assert int8 == (scale is not None), "int8 weights take row scales (and only they)"
     if out is None:
         out = torch.empty(1, rows, dtype=x.dtype, device=x.device)
-    bn, bk, warps = LINEAR_BLOCK["int8" if int8 else "bf16"]
+    bn, bk, warps = LINEAR_BLOCK.get("int8" if int8 else "bf16") or linear_block(rows, cols, int8)
     x = x.contiguous()
     with on_device(x.device):
         linear_kernel[(triton.cdiv(rows, bn),)](
@@ -118,6 +133,82 @@ def head_rope(
             y, y if norm is None else norm, cos, sin, position, out, out_head, out_pos, dim,
             eps, NORM=norm is not None, ROT=rot, BLOCK=_block(dim),
         )  # fmt: skip
+
+
+def qkv_rope(
+    y: torch.Tensor,  # [(Nq + 2 Nkv) * D], one token's stacked projection
+    q_norm: torch.Tensor | None,  # [D] per-head RMSNorm weights (both or neither)
+    k_norm: torch.Tensor | None,
+    cos: torch.Tensor,  # [S, R] tables
+    sin: torch.Tensor,
+    position: torch.Tensor,  # [1] int64
+    q: torch.Tensor,  # [Nq, 1, D] out
+    keys: torch.Tensor,  # [Nkv, ctx, D], the layer's cache
+    values: torch.Tensor,
+    eps: float,
+) -> None:
+    """``head_rope`` for the query, key and value heads in one launch: the query into
+    ``q``, the key and value into the cache row at ``position``."""
+    heads, _, dim = q.shape
+    kv_heads = keys.shape[0]
+    assert (q_norm is None) == (k_norm is None)
+    with on_device(y.device):
+        qkv_rope_kernel[(heads + 2 * kv_heads,)](
+            y, y if q_norm is None else q_norm, y if k_norm is None else k_norm, cos, sin,
+            position, q, keys, values, keys.stride(0), keys.stride(1), values.stride(0),
+            values.stride(1), heads, kv_heads, dim, eps, NORM=q_norm is not None,
+            ROT=cos.shape[-1], BLOCK=_block(dim),
+        )  # fmt: skip
+
+
+ATTENTION_CHUNK = 256  # cache positions per program of decode_attention (a split)
+ATTENTION_BLOCK = 64  # positions per step within one
+Parts = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+def attention_parts(heads: int, dim: int, context: int, device: torch.device) -> Parts:
+    """Scratch for ``decode_attention``'s splits at any span up to ``context``: the
+    running max and sum [splits, Nq] and the unnormalised outputs [splits, Nq, D]."""
+    splits = max(1, -(-context // ATTENTION_CHUNK))
+    f32 = torch.float32
+    return (
+        torch.empty(splits, heads, dtype=f32, device=device),
+        torch.empty(splits, heads, dtype=f32, device=device),
+        torch.empty(splits, heads, dim, dtype=f32, device=device),
+    )
+
+
+def decode_attention(
+    q: torch.Tensor,  # [Nq, 1, D]
+    keys: torch.Tensor,  # [Nkv, ctx, D]
+    values: torch.Tensor,
+    position: torch.Tensor,  # [1] int64: the token's, whose key is already cached
+    span: int,  # positions the step covers (a multiple of ATTENTION_CHUNK or the context)
+    out: torch.Tensor,  # [1, Nq * D]
+    parts: Parts,  # attention_parts(...)
+) -> torch.Tensor:
+    """One query token against cache positions 0..position (GQA, scale 1/sqrt(D)):
+    ``F.scaled_dot_product_attention``'s result in its own summation order. One program
+    per key/value head and chunk of positions; a second launch merges the chunks when
+    the span has more than one."""
+    heads, _, dim = q.shape
+    kv_heads = keys.shape[0]
+    group = heads // kv_heads
+    splits = -(-span // ATTENTION_CHUNK)
+    m, total, acc = parts
+    assert splits <= m.shape[0] and keys.stride(2) == 1 and values.stride(2) == 1
+    with on_device(q.device):
+        decode_attention_kernel[(kv_heads, splits)](
+            q, keys, values, position, out, m, total, acc, keys.stride(0), keys.stride(1),
+            values.stride(0), values.stride(1), heads, dim, dim**-0.5, GROUP=group,
+            GP=max(16, _block(group)), DP=max(16, _block(dim)), BS=ATTENTION_BLOCK,
+            CHUNK=ATTENTION_CHUNK, SPLIT=splits > 1, F32=q.device.type == "cpu",
+        )  # fmt: skip
+        if splits > 1:
+            attention_combine_kernel[(heads,)](
+                m, total, acc, out, heads, dim, splits, DP=_block(dim)
+            )
+    return out
 
 
 def route(

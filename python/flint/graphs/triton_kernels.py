@@ -13,11 +13,14 @@ except ImportError:  # pragma: no cover - depends on the environment
 __all__ = [
     "_activate",
     "_round",
+    "attention_combine_kernel",
+    "decode_attention_kernel",
     "dequant_kernel",
     "down_kernel",
     "gate_up_kernel",
     "head_rope_kernel",
     "linear_kernel",
+    "qkv_rope_kernel",
     "ranked_sum_kernel",
     "rms_norm_kernel",
     "route_kernel",
@@ -277,6 +280,47 @@ if triton is not None:
         tl.store(out_ptr + row * n + cols, _round(w * normed, out_type).to(out_type), mask=ok)
 
     @triton.jit
+    def _head_rope(
+        y_ptr,
+        w_ptr,
+        cos_ptr,
+        sin_ptr,
+        pos,
+        out_ptr,
+        dim,
+        eps,
+        NORM: tl.constexpr,
+        ROT: tl.constexpr,
+        BLOCK: tl.constexpr,
+    ):
+        """One head at ``y_ptr``: per-head RMSNorm (``NORM``), then RoPE on the first
+        ``ROT`` dims at ``pos`` (the rest pass through), written at ``out_ptr``:
+        ``rms_norm`` and ``apply_rope``'s ops and roundings."""
+        d = tl.arange(0, BLOCK)
+        ok = d < dim
+        out_type = out_ptr.dtype.element_ty
+        x = tl.load(y_ptr + d, mask=ok, other=0.0).to(tl.float32)
+        inv = 1.0
+        if NORM:
+            inv = tl.rsqrt(tl.sum(x * x, axis=0) / dim + eps)
+            w = tl.load(w_ptr + d, mask=ok, other=0.0).to(tl.float32)
+            x = _round(w * _round(x * inv, out_type), out_type)
+        if ROT > 0:
+            half = ROT // 2
+            rot = d < ROT
+            partner = tl.where(d < half, d + half, d - half)
+            px = tl.load(y_ptr + partner, mask=rot, other=0.0).to(tl.float32)
+            if NORM:
+                wp = tl.load(w_ptr + partner, mask=rot, other=0.0).to(tl.float32)
+                px = _round(wp * _round(px * inv, out_type), out_type)
+            cos = tl.load(cos_ptr + pos * ROT + d, mask=rot, other=1.0).to(tl.float32)
+            sin = tl.load(sin_ptr + pos * ROT + d, mask=rot, other=0.0).to(tl.float32)
+            rotated = tl.where(d < half, -px, px)
+            y = _round(_round(x * cos, out_type) + _round(rotated * sin, out_type), out_type)
+            x = tl.where(rot, y, x)
+        tl.store(out_ptr + d, x.to(out_type), mask=ok)
+
+    @triton.jit
     def head_rope_kernel(
         y_ptr,
         w_ptr,
@@ -292,35 +336,159 @@ if triton is not None:
         ROT: tl.constexpr,
         BLOCK: tl.constexpr,
     ):
-        """One head of a projection [N, D]: per-head RMSNorm (``NORM``), then RoPE on the
-        first ``ROT`` dims at the position in ``pos_ptr`` (the rest pass through), written
-        to ``out_ptr + head * out_head + position * out_pos`` (a KV cache row, or a
-        buffer with ``out_pos`` 0): ``rms_norm`` and ``apply_rope``'s ops and roundings."""
+        """One head of a projection [N, D] (``_head_rope``), written to ``out_ptr + head
+        * out_head + position * out_pos`` (a KV cache row, or a buffer with ``out_pos``
+        0)."""
         head = tl.program_id(0)
-        d = tl.arange(0, BLOCK)
-        ok = d < dim
-        out_type = out_ptr.dtype.element_ty
-        x = tl.load(y_ptr + head * dim + d, mask=ok, other=0.0).to(tl.float32)
-        inv = 1.0
-        if NORM:
-            inv = tl.rsqrt(tl.sum(x * x, axis=0) / dim + eps)
-            w = tl.load(w_ptr + d, mask=ok, other=0.0).to(tl.float32)
-            x = _round(w * _round(x * inv, out_type), out_type)
         pos = tl.load(pos_ptr)
-        if ROT > 0:
-            half = ROT // 2
-            rot = d < ROT
-            partner = tl.where(d < half, d + half, d - half)
-            px = tl.load(y_ptr + head * dim + partner, mask=rot, other=0.0).to(tl.float32)
-            if NORM:
-                wp = tl.load(w_ptr + partner, mask=rot, other=0.0).to(tl.float32)
-                px = _round(wp * _round(px * inv, out_type), out_type)
-            cos = tl.load(cos_ptr + pos * ROT + d, mask=rot, other=1.0).to(tl.float32)
-            sin = tl.load(sin_ptr + pos * ROT + d, mask=rot, other=0.0).to(tl.float32)
-            rotated = tl.where(d < half, -px, px)
-            y = _round(_round(x * cos, out_type) + _round(rotated * sin, out_type), out_type)
-            x = tl.where(rot, y, x)
-        tl.store(out_ptr + head * out_head + pos * out_pos + d, x.to(out_type), mask=ok)
+        out = out_ptr + head * out_head + pos * out_pos
+        y = y_ptr + head * dim
+        _head_rope(y, w_ptr, cos_ptr, sin_ptr, pos, out, dim, eps, NORM, ROT, BLOCK)
+
+    @triton.jit
+    def qkv_rope_kernel(
+        y_ptr,
+        qn_ptr,
+        kn_ptr,
+        cos_ptr,
+        sin_ptr,
+        pos_ptr,
+        q_ptr,
+        k_ptr,
+        v_ptr,
+        k_head,
+        k_pos,
+        v_head,
+        v_pos,
+        heads,
+        kv_heads,
+        dim,
+        eps,
+        NORM: tl.constexpr,
+        ROT: tl.constexpr,
+        BLOCK: tl.constexpr,
+    ):
+        """One launch for a token's stacked q, k, v projection [(Nq + 2 Nkv) D]: program
+        h < Nq normalises and rotates query head h into ``q_ptr`` [Nq, D]; the next Nkv
+        the key heads into the cache row; the last Nkv copy the value heads into theirs."""
+        h = tl.program_id(0)
+        pos = tl.load(pos_ptr)
+        y = y_ptr + h * dim
+        if h < heads:
+            out = q_ptr + h * dim
+            _head_rope(y, qn_ptr, cos_ptr, sin_ptr, pos, out, dim, eps, NORM, ROT, BLOCK)
+        elif h < heads + kv_heads:
+            out = k_ptr + (h - heads) * k_head + pos * k_pos
+            _head_rope(y, kn_ptr, cos_ptr, sin_ptr, pos, out, dim, eps, NORM, ROT, BLOCK)
+        else:
+            out = v_ptr + (h - heads - kv_heads) * v_head + pos * v_pos
+            _head_rope(y, kn_ptr, cos_ptr, sin_ptr, pos, out, dim, eps, False, 0, BLOCK)
+
+    @triton.jit
+    def decode_attention_kernel(
+        q_ptr,
+        k_ptr,
+        v_ptr,
+        pos_ptr,
+        o_ptr,
+        m_ptr,
+        l_ptr,
+        acc_ptr,
+        k_head,
+        k_pos,
+        v_head,
+        v_pos,
+        heads,
+        dim,
+        scale,
+        GROUP: tl.constexpr,
+        GP: tl.constexpr,
+        DP: tl.constexpr,
+        BS: tl.constexpr,
+        CHUNK: tl.constexpr,
+        SPLIT: tl.constexpr,
+        F32: tl.constexpr,
+    ):
+        """One query token's attention for the ``GROUP`` query heads of key/value head
+        ``program_id(0)`` over cache positions [split * CHUNK, + CHUNK) up to the token's
+        position: scores in fp32, an online softmax, probabilities cast to the cache's
+        dtype for the product with the values (as flash attention does). ``SPLIT``
+        False: the one chunk's result, normalised, into ``o_ptr`` [Nq * D]; True: the
+        running max, sum and unnormalised output into ``m``, ``l`` [splits, Nq] and
+        ``acc`` [splits, Nq, D] for ``attention_combine_kernel``. ``F32``: the products
+        on fp32 copies (Triton's CPU interpreter multiplies bf16 tiles wrongly)."""
+        kv = tl.program_id(0)
+        split = tl.program_id(1)
+        g = tl.arange(0, GP)
+        d = tl.arange(0, DP)
+        g_ok = g < GROUP
+        d_ok = d < dim
+        head = kv * GROUP + g
+        q_at = q_ptr + head[:, None] * dim + d[None, :]
+        q = tl.load(q_at, mask=g_ok[:, None] & d_ok[None, :], other=0.0)
+        if F32:
+            q = q.to(tl.float32)
+        pos = tl.load(pos_ptr).to(tl.int32)
+        m = tl.full([GP], float("-inf"), dtype=tl.float32)
+        total = tl.zeros([GP], dtype=tl.float32)
+        acc = tl.zeros([GP, DP], dtype=tl.float32)
+        start = split * CHUNK
+        end = tl.minimum(start + CHUNK, pos + 1)
+        for s0 in range(start, end, BS):
+            s = s0 + tl.arange(0, BS)
+            ok = s < end
+            kv_mask = ok[:, None] & d_ok[None, :]
+            k_at = k_ptr + kv * k_head + s[:, None] * k_pos + d[None, :]
+            k = tl.load(k_at, mask=kv_mask, other=0.0)
+            if F32:
+                k = k.to(tl.float32)
+            scores = tl.dot(q, tl.trans(k)) * scale  # [GP, BS]
+            scores = tl.where(ok[None, :], scores, float("-inf"))
+            m_new = tl.maximum(m, tl.max(scores, axis=1))
+            alpha = tl.exp(m - m_new)
+            p = tl.exp(scores - m_new[:, None])
+            total = total * alpha + tl.sum(p, axis=1)
+            v_at = v_ptr + kv * v_head + s[:, None] * v_pos + d[None, :]
+            v = tl.load(v_at, mask=kv_mask, other=0.0)
+            if F32:
+                pv = tl.dot(_round(p, v_ptr.dtype.element_ty), v.to(tl.float32))
+            else:
+                pv = tl.dot(p.to(v.dtype), v)
+            acc = acc * alpha[:, None] + pv
+            m = m_new
+        out_mask = g_ok[:, None] & d_ok[None, :]
+        if SPLIT:
+            at = split * heads + head
+            tl.store(m_ptr + at, m, mask=g_ok)
+            tl.store(l_ptr + at, total, mask=g_ok)
+            tl.store(acc_ptr + at[:, None] * dim + d[None, :], acc, mask=out_mask)
+        else:
+            out_type = o_ptr.dtype.element_ty
+            out = acc / total[:, None]
+            tl.store(o_ptr + head[:, None] * dim + d[None, :], out.to(out_type), mask=out_mask)
+
+    @triton.jit
+    def attention_combine_kernel(
+        m_ptr, l_ptr, acc_ptr, o_ptr, heads, dim, splits, DP: tl.constexpr
+    ):
+        """Query head ``program_id(0)``: the splits' partial softmax results merged in
+        split order, normalised, cast into ``o_ptr`` [Nq * D]. Split 0 always holds
+        position 0, so the merged max is finite; splits past the position hold l = 0."""
+        head = tl.program_id(0)
+        d = tl.arange(0, DP)
+        d_ok = d < dim
+        big = tl.load(m_ptr + head)
+        for i in range(1, splits):
+            big = tl.maximum(big, tl.load(m_ptr + i * heads + head))
+        total = 0.0
+        acc = tl.zeros([DP], dtype=tl.float32)
+        for i in range(0, splits):
+            w = tl.exp(tl.load(m_ptr + i * heads + head) - big)
+            total += w * tl.load(l_ptr + i * heads + head)
+            part = tl.load(acc_ptr + (i * heads + head) * dim + d, mask=d_ok, other=0.0)
+            acc += w * part
+        out_type = o_ptr.dtype.element_ty
+        tl.store(o_ptr + head * dim + d, (acc / total).to(out_type), mask=d_ok)
 
     @triton.jit
     def route_kernel(
@@ -384,3 +552,4 @@ else:  # pragma: no cover - depends on the environment
     gate_up_kernel = down_kernel = ranked_sum_kernel = None
     dequant_kernel = None
     rms_norm_kernel = head_rope_kernel = route_kernel = linear_kernel = None
+    qkv_rope_kernel = decode_attention_kernel = attention_combine_kernel = None
