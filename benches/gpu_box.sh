@@ -1247,7 +1247,7 @@ gpu79() {
   [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
   timeout 150 python3 -m pytest tests/models/test_graphs.py tests/models/test_streamed_step.py -q -p no:cacheprovider --tb=short -rf -m gpu 2>&1 | tail -8
   flint synth --geometry qwen3-30b-a3b --quant int4 --layers 12 -o "$DATA/q12.ftw" | tail -1
-  timeout 100 python3 benches/graph_decode.py "$DATA/q12.ftw" --tokens 64 --reps 2 --modes on --profile 2>&1 | grep -v "^ *[0-9]*,$\|^ *\]\|^ *\[" | head -60
+  timeout 100 python3 benches/graph_decode.py "$DATA/q12.ftw" --tokens 64 --reps 2 --modes on --profile 2>&1 | tail -60
   flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
   for d in "" "--torch-dense --torch-attention"; do
     timeout 120 python3 benches/graph_decode.py "$DATA/q30.ftw" --tokens 128 --reps 2 --modes on $d 2>&1 | tail -22
