@@ -1254,6 +1254,16 @@ gpu79() {
   done
 }
 
+# Issue 10: gate and up read in one loop (both tiles' loads issued per step): the GPU
+# tests (whole output), the expert kernels' block shapes, the step's kernels by time.
+gpu80() {
+  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
+  timeout 150 python3 -m pytest tests/models/test_graphs.py tests/models/test_streamed_step.py -q -p no:cacheprovider --tb=short -rf -m gpu 2>&1 | tail -40
+  timeout 200 python3 benches/moe_kernel_tune.py --scheme int4 2>&1 | tail -50
+  flint synth --geometry qwen3-30b-a3b --quant int4 --layers 12 -o "$DATA/q12.ftw" | tail -1
+  timeout 100 python3 benches/graph_decode.py "$DATA/q12.ftw" --tokens 64 --reps 2 --modes on --profile 2>&1 | tail -48
+}
+
 case $what in
   install) install ;;
   format) install; format ;;
@@ -1339,5 +1349,6 @@ case $what in
   gpu77) gpu77 ;;
   gpu78) install; gpu78 ;;
   gpu79) install; gpu79 ;;
+  gpu80) install; gpu80 ;;
 esac 2>&1 | tee "$OUT/gpu_box_$what.log"
 

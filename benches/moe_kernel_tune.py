@@ -80,9 +80,9 @@ def main() -> None:
     base_gu, base_d = mk.GATE_UP_BLOCK, mk.DOWN_BLOCK
     rows = []
     tried = [(base_gu, base_d)]
-    for bn, bk, warps in itertools.product((8, 16, 32, 64), (256, 512, 1024), (2, 4, 8)):
+    for bn, bk, warps in itertools.product((4, 8, 16), (512, 1024, 2048), (4, 8)):
         tried.append(((bn, bk, warps), base_d))
-    for bn, bk, warps in itertools.product((8, 16, 32), (128, 256, 512), (2, 4, 8)):
+    for bn, bk, warps in itertools.product((4, 8, 16, 32), (256, 512, 1024), (4, 8)):
         tried.append((base_gu, (bn, bk, warps)))
     for gu, d in tried:
         mk.GATE_UP_BLOCK, mk.DOWN_BLOCK = gu, d

@@ -485,7 +485,8 @@ def test_graph_modes_are_checked(tiny_ftw: dict[str, Path]) -> None:
 def test_captured_and_eager_steps_are_bit_identical(family: str, tiny_ftw: dict[str, Path]) -> None:
     """64 greedy tokens through CUDA graphs and through the same step launched op by op:
     the same bits; several spans captured (the context crosses SPAN_STEP); the general
-    eager path gives the same tokens."""
+    eager path (torch's kernels) gives the same tokens up to a flipped tie
+    (``assert_follows``)."""
     prompt = [(7 * i + 3) % 300 + 2 for i in range(SPAN_STEP - 20)]
     runs = {}
     for mode in ("on", "eager", "off"):
@@ -501,7 +502,7 @@ def test_captured_and_eager_steps_are_bit_identical(family: str, tiny_ftw: dict[
                 assert decoder is None
     assert runs["on"][0] == runs["eager"][0]
     assert torch.equal(runs["on"][1], runs["eager"][1])
-    assert runs["off"][0] == runs["on"][0]
+    assert_follows(runs["on"][0], runs["on"][1], runs["off"][0], runs["off"][1])
 
 
 @pytest.mark.gpu

@@ -218,7 +218,8 @@ def test_captured_and_eager_streamed_steps_are_bit_identical(
     """64 greedy tokens of a streamed model (two RAM slots and one VRAM slot per layer:
     experts on the GPU and on the CPU) through CUDA graphs and through the same step
     launched op by op: the same bits, across a span boundary (two spans' segments
-    captured); the general path gives the same tokens."""
+    captured); the general path gives the same tokens up to a flipped tie
+    (``assert_follows``)."""
     prompt = [(7 * i + 3) % 300 + 2 for i in range(SPAN_STEP - 20)]
     runs = {}
     for mode in ("on", "eager", "off"):
@@ -244,7 +245,7 @@ def test_captured_and_eager_streamed_steps_are_bit_identical(
                 assert decoder is None
     assert runs["on"][0] == runs["eager"][0]
     assert torch.equal(runs["on"][1], runs["eager"][1])
-    assert runs["off"][0] == runs["on"][0]
+    assert_follows(runs["on"][0], runs["on"][1], runs["off"][0], runs["off"][1])
 
 
 def _v1_like(source: Path, copy: Path, graphs: str, split: str) -> flint.LLM:

@@ -59,6 +59,37 @@ if triton is not None:
         return h
 
     @triton.jit
+    def _i4_tile(w_ptr, s_ptr, w_row, s_row, rows, row_ok, k0, n_cols, GROUP, BK):
+        """The int4 bytes [BN, BK/2] of columns k0.. and their group scales
+        [BN, BK/GROUP] (fp32), both loads issued before either is used."""
+        j = k0 // 2 + tl.arange(0, BK // 2)
+        mask = row_ok[:, None] & (j[None, :] < n_cols // 2)
+        byte = tl.load(w_ptr + rows[:, None] * w_row + j[None, :], mask=mask, other=0)
+        g = k0 // GROUP + tl.arange(0, BK // GROUP)
+        g_mask = row_ok[:, None] & (g[None, :] < n_cols // GROUP)
+        s = tl.load(s_ptr + rows[:, None] * s_row + g[None, :], mask=g_mask, other=0.0)
+        return byte, s
+
+    @triton.jit
+    def _i4_dot(byte, s, xe, xo, BN: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr):
+        """[BN] fp32: a tile from ``_i4_tile`` dotted with the even and odd entries of
+        its columns, low and high nibbles, each group's sum scaled once."""
+        lo = (byte & 15).to(tl.float32) - 8.0
+        hi = (byte >> 4).to(tl.float32) - 8.0
+        part = lo * xe[None, :] + hi * xo[None, :]  # [BN, BK/2]
+        part = tl.sum(tl.reshape(part, (BN, BK // GROUP, GROUP // 2)), axis=2)
+        return tl.sum(part * s.to(tl.float32), axis=1)
+
+    @triton.jit
+    def _x_pairs(v_ptr, k0, n_cols, BK: tl.constexpr):
+        """The even and odd entries [BK/2] (fp32) of the vector's columns k0.."""
+        j = k0 // 2 + tl.arange(0, BK // 2)
+        j_ok = j < n_cols // 2
+        xe = tl.load(v_ptr + 2 * j, mask=j_ok, other=0.0).to(tl.float32)
+        xo = tl.load(v_ptr + 2 * j + 1, mask=j_ok, other=0.0).to(tl.float32)
+        return xe, xo
+
+    @triton.jit
     def _rows_dot(
         w_ptr,
         s_ptr,
@@ -80,20 +111,9 @@ if triton is not None:
         acc = tl.zeros([BN], dtype=tl.float32)
         if SCHEME == 2:
             for k0 in range(0, n_cols, BK):
-                j = k0 // 2 + tl.arange(0, BK // 2)
-                j_ok = j < n_cols // 2
-                mask = row_ok[:, None] & j_ok[None, :]
-                byte = tl.load(w_ptr + rows[:, None] * w_row + j[None, :], mask=mask, other=0)
-                lo = (byte & 15).to(tl.float32) - 8.0
-                hi = (byte >> 4).to(tl.float32) - 8.0
-                xe = tl.load(v_ptr + 2 * j, mask=j_ok, other=0.0).to(tl.float32)
-                xo = tl.load(v_ptr + 2 * j + 1, mask=j_ok, other=0.0).to(tl.float32)
-                part = lo * xe[None, :] + hi * xo[None, :]  # [BN, BK/2]
-                part = tl.sum(tl.reshape(part, (BN, BK // GROUP, GROUP // 2)), axis=2)
-                g = k0 // GROUP + tl.arange(0, BK // GROUP)
-                g_mask = row_ok[:, None] & (g[None, :] < n_cols // GROUP)
-                s = tl.load(s_ptr + rows[:, None] * s_row + g[None, :], mask=g_mask, other=0.0)
-                acc += tl.sum(part * s.to(tl.float32), axis=1)
+                byte, s = _i4_tile(w_ptr, s_ptr, w_row, s_row, rows, row_ok, k0, n_cols, GROUP, BK)
+                xe, xo = _x_pairs(v_ptr, k0, n_cols, BK)
+                acc += _i4_dot(byte, s, xe, xo, BN, BK, GROUP)
         else:
             for k0 in range(0, n_cols, BK):
                 cols = k0 + tl.arange(0, BK)
@@ -105,6 +125,53 @@ if triton is not None:
             if SCHEME == 1:
                 acc = acc * tl.load(s_ptr + rows * s_row, mask=row_ok, other=0.0)
         return acc
+
+    @triton.jit
+    def _rows_dot2(
+        a_ptr,
+        as_ptr,
+        a_row,
+        as_row,
+        b_ptr,
+        bs_ptr,
+        b_row,
+        bs_row,
+        v_ptr,
+        rows,
+        row_ok,
+        n_cols,
+        SCHEME: tl.constexpr,
+        GROUP: tl.constexpr,
+        BN: tl.constexpr,
+        BK: tl.constexpr,
+    ):
+        """``_rows_dot`` of two projections (gate and up) in one loop: each step issues
+        both tiles' loads before computing either (one memory round trip per step for
+        the two, not two), and reads the vector once for both. Each dot's operations
+        and order are ``_rows_dot``'s."""
+        acc_a = tl.zeros([BN], dtype=tl.float32)
+        acc_b = tl.zeros([BN], dtype=tl.float32)
+        if SCHEME == 2:
+            for k0 in range(0, n_cols, BK):
+                a, sa = _i4_tile(a_ptr, as_ptr, a_row, as_row, rows, row_ok, k0, n_cols, GROUP, BK)
+                b, sb = _i4_tile(b_ptr, bs_ptr, b_row, bs_row, rows, row_ok, k0, n_cols, GROUP, BK)
+                xe, xo = _x_pairs(v_ptr, k0, n_cols, BK)
+                acc_a += _i4_dot(a, sa, xe, xo, BN, BK, GROUP)
+                acc_b += _i4_dot(b, sb, xe, xo, BN, BK, GROUP)
+        else:
+            for k0 in range(0, n_cols, BK):
+                cols = k0 + tl.arange(0, BK)
+                col_ok = cols < n_cols
+                mask = row_ok[:, None] & col_ok[None, :]
+                a = tl.load(a_ptr + rows[:, None] * a_row + cols[None, :], mask=mask, other=0)
+                b = tl.load(b_ptr + rows[:, None] * b_row + cols[None, :], mask=mask, other=0)
+                v = tl.load(v_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
+                acc_a += tl.sum(a.to(tl.float32) * v[None, :], axis=1)
+                acc_b += tl.sum(b.to(tl.float32) * v[None, :], axis=1)
+            if SCHEME == 1:
+                acc_a = acc_a * tl.load(as_ptr + rows * as_row, mask=row_ok, other=0.0)
+                acc_b = acc_b * tl.load(bs_ptr + rows * bs_row, mask=row_ok, other=0.0)
+        return acc_a, acc_b
 
     @triton.jit
     def gate_up_kernel(
@@ -145,11 +212,8 @@ if triton is not None:
         rows = tl.program_id(1) * BN + tl.arange(0, BN)
         row_ok = rows < inter
         x = x_ptr + token * hid
-        gate = _rows_dot(
-            g_ptr + expert * g_we, gs_ptr + expert * gs_e, g_wr, gs_r, x, rows, row_ok, hid,
-            SCHEME, GROUP, BN, BK,
-        )  # fmt: skip
-        up = _rows_dot(
+        gate, up = _rows_dot2(
+            g_ptr + expert * g_we, gs_ptr + expert * gs_e, g_wr, gs_r,
             u_ptr + expert * u_we, us_ptr + expert * us_e, u_wr, us_r, x, rows, row_ok, hid,
             SCHEME, GROUP, BN, BK,
         )  # fmt: skip
