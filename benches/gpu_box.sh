@@ -1264,6 +1264,22 @@ gpu80() {
   timeout 100 python3 benches/graph_decode.py "$DATA/q12.ftw" --tokens 64 --reps 2 --modes on --profile 2>&1 | tail -48
 }
 
+# Issue 10, R0 on 48 layers: the step as graphs of 8 layers (the default), of 16, as one
+# graph, and with torch's dense products and attention in one graph (the step before
+# this session's kernels); flint bench's R0 rows; then every GPU test.
+gpu81() {
+  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
+  flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
+  for a in "--group-layers 8" "--group-layers 16" "--group-layers 0" \
+      "--group-layers 0 --torch-dense --torch-attention"; do
+    echo "== graph_decode $a"
+    timeout 100 python3 benches/graph_decode.py "$DATA/q30.ftw" --tokens 128 --reps 2 --modes on $a 2>&1 \
+      | grep -E "tg_tok|_sd|roofline|group|dense|attention|moe_kernel|Error"
+  done
+  timeout 150 flint bench "$DATA/q30.ftw" -p 512 -n 128 -r 2 --mode resident 2>&1 | tail -6
+  gpu_tests
+}
+
 case $what in
   install) install ;;
   format) install; format ;;
@@ -1350,5 +1366,6 @@ case $what in
   gpu78) install; gpu78 ;;
   gpu79) install; gpu79 ;;
   gpu80) install; gpu80 ;;
+  gpu81) install; gpu81 ;;
 esac 2>&1 | tee "$OUT/gpu_box_$what.log"
 

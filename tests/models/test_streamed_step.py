@@ -33,9 +33,10 @@ def _streamed(
     vram_slots: int = 0,
     deterministic: bool = False,
     context_length: int = 64,
+    dtype: str = "bfloat16",
     **kw: Any,
 ) -> flint.LLM:
-    """A streamed tiny model in bf16, two RAM slots per layer (demand reads and
+    """A streamed tiny model in ``dtype``, two RAM slots per layer (demand reads and
     evictions every step; on CUDA ``vram_slots`` VRAM slots per layer, the other
     experts on the CPU), usage table off (every run starts alike)."""
     source = FtwSource(path)
@@ -47,7 +48,7 @@ def _streamed(
         source,
         config,
         torch.device(device),
-        torch.bfloat16,
+        getattr(torch, dtype),
         2 * slab_gib,
         lookahead=2,
         usage=False,
@@ -59,7 +60,7 @@ def _streamed(
     return flint.LLM(
         source,
         device=device,
-        dtype="bfloat16",
+        dtype=dtype,
         context_length=context_length,
         expert_backend=backend,
         **kw,
@@ -105,7 +106,7 @@ def _decode(
 
 
 def _run(path: Path, step: bool, lookahead_from: str, steps: int) -> tuple[Any, ...]:
-    with _streamed(path, lookahead_from) as llm:
+    with _streamed(path, lookahead_from, dtype="float32") as llm:
         model = llm.model
         if step:
             model.decoder = StreamedDecoder(model, capture=False)
@@ -133,14 +134,16 @@ FAMILIES = [
 def test_the_streamed_step_follows_the_general_path(
     family: str, lookahead_from: str, tiny_ftw: dict[str, Path]
 ) -> None:
-    """The step (uncaptured, on the CPU) against the same streamed model's layer loop:
-    the same greedy tokens and logits within bf16 rounding (``assert_follows``, as the
-    resident step's test), every hook called as often per layer, the backend called once per
+    """The step (uncaptured, on the CPU) against the same streamed model's layer loop,
+    in fp32 (the step's own kernels differ from torch's in summation order only, as the
+    resident step's test says): the same greedy tokens, logits within 1e-4 of their
+    scale, every hook called as often per layer, the backend called once per
     MoE layer and token (the same forward count and demand traffic)."""
     steps = 16
     want_tokens, want, want_calls, want_stats = _run(tiny_ftw[family], False, lookahead_from, steps)
     got_tokens, got, got_calls, got_stats = _run(tiny_ftw[family], True, lookahead_from, steps)
-    assert_follows(got_tokens, got, want_tokens, want)
+    assert got_tokens == want_tokens
+    assert (got - want).abs().max().item() <= 1e-4 * want.abs().max().item()
     assert got_calls == want_calls and want_calls, (got_calls, want_calls)
     if lookahead_from == "input":
         assert any(key[0] == "observe_shared" for key in got_calls)

@@ -342,7 +342,8 @@ def assert_follows(
     the reference's, each rounding where torch rounds: on a random tiny model a changed
     summation order can flip an exact tie, or a router's near-tie (another expert, so a
     row far off). The same tokens up to a tie within 3% of the logits' scale (not before
-    ``min_same``), compared up to it: most rows within 3%, none past 25%."""
+    ``min_same``), compared up to it: three rows in four within 3% (a flipped expert
+    may put a row anywhere)."""
     scale = want.abs().max().item()
     tol = 0.03 * scale
     steps = len(want_tokens)
@@ -353,4 +354,4 @@ def assert_follows(
         top2 = want[same - 1].topk(2).values
         assert (top2[0] - top2[1]).item() <= tol, (got_tokens, want_tokens)
     rows = (got[:same] - want[:same]).abs().amax(dim=1)
-    assert rows.median().item() <= tol and rows.max().item() <= 0.25 * scale, rows
+    assert (rows <= tol).float().mean().item() >= 0.75, rows
