@@ -1264,9 +1264,11 @@ gpu80() {
   timeout 100 python3 benches/graph_decode.py "$DATA/q12.ftw" --tokens 64 --reps 2 --modes on --profile 2>&1 | tail -48
 }
 
-# Issue 10, R0 on 48 layers: the step as graphs of 8 layers (the default), of 16, as one
-# graph, and with torch's dense products and attention in one graph (the step before
-# this session's kernels); flint bench's R0 rows; then every GPU test.
+# Issue 10, R0 on 48 layers: the step as graphs of 8 layers, of 16, as one graph, and
+# with torch's dense products and attention in one graph (the step before this
+# session's kernels); flint bench's R0 rows; then every GPU test. Ran on a74b2af's
+# wheel; the groups of layers gained nothing and were taken out after (docs/benchmarks.md),
+# with graph_decode's --group-layers.
 gpu81() {
   [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
   flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1

@@ -302,7 +302,7 @@ def test_the_step_covers_the_standard_attention_families(tiny_ftw: dict[str, Pat
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("family", COVERED)
 def test_the_step_follows_the_eager_layer_loop(
-    family: str, dtype: str, tiny_ftw: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+    family: str, dtype: str, tiny_ftw: dict[str, Path]
 ) -> None:
     """The fixed-address step (uncaptured, on the CPU) against the model's own decode,
     across a span boundary (positions SPAN_STEP - 3 onwards); its KV cache writes serve
@@ -310,11 +310,7 @@ def test_the_step_follows_the_eager_layer_loop(
     resident torch backend's. In fp32 the step's own kernels (matrix-vector products,
     attention, norms) differ from torch's only in summation order: the same tokens,
     logits within 1e-4 of their scale. In bf16 each rounds where torch rounds
-    (``assert_follows``). fp32 runs the step in groups of one layer (the residual
-    stream carried between them, as between graphs), bf16 in one group."""
-    from flint.graphs import decode
-
-    monkeypatch.setattr(decode, "GROUP_LAYERS", 1 if dtype == "float32" else 0)
+    (``assert_follows``)."""
     with flint.LLM(
         tiny_ftw[family],
         device="cpu",
@@ -328,7 +324,6 @@ def test_the_step_follows_the_eager_layer_loop(
         prompt = [(7 * i + 3) % 300 + 2 for i in range(SPAN_STEP - 3)]
         want_tokens, want = _decode(model, prompt, 8)
         model.decoder = GraphDecoder(model, pools, capture=False)
-        assert len(model.decoder.groups) == (len(model.layers) if dtype == "float32" else 1)
         got_tokens, got = _decode(model, prompt, 8)
         scale = want.abs().max().item()
         rows = (got - want).abs().amax(dim=1)  # [8]
@@ -487,18 +482,11 @@ def test_graph_modes_are_checked(tiny_ftw: dict[str, Path]) -> None:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("family", COVERED)
-def test_captured_and_eager_steps_are_bit_identical(
-    family: str, tiny_ftw: dict[str, Path], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_captured_and_eager_steps_are_bit_identical(family: str, tiny_ftw: dict[str, Path]) -> None:
     """64 greedy tokens through CUDA graphs and through the same step launched op by op:
-    the same bits; several spans captured (the context crosses SPAN_STEP), each as a
-    graph per layer (every other family) or one graph; the general
+    the same bits; several spans captured (the context crosses SPAN_STEP); the general
     eager path (torch's kernels) gives the same tokens up to a flipped tie
     (``assert_follows``)."""
-    from flint.graphs import decode
-
-    per_layer = COVERED.index(family) % 2 == 0
-    monkeypatch.setattr(decode, "GROUP_LAYERS", 1 if per_layer else 0)
     prompt = [(7 * i + 3) % 300 + 2 for i in range(SPAN_STEP - 20)]
     runs = {}
     for mode in ("on", "eager", "off"):
@@ -509,8 +497,6 @@ def test_captured_and_eager_steps_are_bit_identical(
             decoder = llm.model.decoder
             if mode == "on":
                 assert isinstance(decoder, GraphDecoder) and len(decoder.graphs) == 2
-                groups = len(llm.model.layers) if per_layer else 1
-                assert all(len(g) == groups for g in decoder.graphs.values())
                 assert decoder.replays == 65  # one at load (warm_up)
             elif mode == "off":
                 assert decoder is None

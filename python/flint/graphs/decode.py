@@ -58,11 +58,6 @@ FUSED_DENSE = True
 # Plain attention's query against the cache through ``fused.decode_attention`` instead
 # of ``F.scaled_dot_product_attention``: False for an A/B in benches.
 FUSED_SDPA = True
-# Layers per captured graph: a step is replayed as a few graphs in turn, so the GPU
-# starts on the first while the host still launches the next (a launch's host time
-# grows with the graph's kernels: ~0.66 us each on the H200 box, ~0.5 ms for all of a
-# 48-layer step's). 0: the whole step in one graph.
-GROUP_LAYERS = 8
 
 
 def expert_pools(backend: object) -> dict[int, ExpertPool] | None:
@@ -165,15 +160,7 @@ class GraphDecoder:
             for layer in model.layers:
                 if isinstance(layer.attn, Attention):  # SinkAttention is one too
                     self.qkv[layer.index] = stack_qkv(layer.attn)
-        # the step in groups of layers (the last also runs the head), a graph each; the
-        # residual stream crosses a group's end through fixed buffers
-        per = GROUP_LAYERS or len(model.layers)
-        self.groups = [model.layers[i : i + per] for i in range(0, max(1, len(model.layers)), per)]
-        self.carry = (
-            torch.zeros(1, cfg.hidden_size, dtype=model.place.dtype, device=device),
-            torch.zeros(1, cfg.hidden_size, dtype=model.place.dtype, device=device),
-        )
-        self.graphs: dict[int, list[Any]] = {}  # span -> a torch.cuda.CUDAGraph per group
+        self.graphs: dict[int, Any] = {}  # span -> torch.cuda.CUDAGraph
         self.memory: Any = None  # the graphs' shared memory pool
         self.replays = 0
 
@@ -205,11 +192,10 @@ class GraphDecoder:
             if not self.capture:
                 self._step(span)
                 return self.logits.clone()
-            graphs = self.graphs.get(span)
-            if graphs is None:
-                graphs = self._record(span)
-            for graph in graphs:
-                graph.replay()
+            graph = self.graphs.get(span)
+            if graph is None:
+                graph = self._record(span)
+            graph.replay()
             self.replays += 1
             return self.logits.clone()
 
@@ -218,14 +204,11 @@ class GraphDecoder:
         self.graphs.clear()
         self.memory = None
 
-    def _record(self, span: int) -> list[Any]:
-        """Captures the step for ``span``, a graph per group of layers."""
-        graphs = [
-            self._capture(lambda k=k: self._group(span, k))  # type: ignore[misc]
-            for k in range(len(self.groups))
-        ]
-        self.graphs[span] = graphs
-        return graphs
+    def _record(self, span: int) -> Any:
+        """Captures the step for ``span``."""
+        graph = self._capture(lambda: self._step(span))
+        self.graphs[span] = graph
+        return graph
 
     def _capture(self, step: Callable[[], None]) -> Any:
         """A CUDA graph of ``step`` (after one eager run on a side stream, which
@@ -249,28 +232,13 @@ class GraphDecoder:
 
     @torch.inference_mode()
     def _step(self, span: int) -> None:
-        for k in range(len(self.groups)):
-            self._group(span, k)
-
-    @torch.inference_mode()
-    def _group(self, span: int, k: int) -> None:
-        """Group ``k``'s layers: from the embedding (the first) or the carried residual
-        stream, into the carry (or, the last, through the head into ``logits``)."""
         model = self.model
         cos, sin, mask = self._inputs(span)
-        delta: torch.Tensor | None  # the last MLP's output, not yet added to x
-        if k == 0:
-            x, delta = model.embed.index_select(0, self.token), None  # [1, H]
-        else:
-            x, delta = self.carry
-        for layer in self.groups[k]:
+        x = model.embed.index_select(0, self.token)  # [1, H]
+        delta: torch.Tensor | None = None  # the last MLP's output, not yet added to x
+        for layer in model.layers:
             x, delta = self._layer(layer, x, delta, cos, sin, mask, span)
-        if k == len(self.groups) - 1:
-            self._head(x, delta)
-            return
-        assert delta is not None
-        self.carry[0].copy_(x)
-        self.carry[1].copy_(delta)
+        self._head(x, delta)
 
     def _inputs(self, span: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """RoPE rows cos, sin [1, D] at ``position`` and the span's mask [1, S]."""
