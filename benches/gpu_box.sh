@@ -1282,6 +1282,21 @@ gpu81() {
   gpu_tests
 }
 
+# Issue 10: greedy decode one step ahead (the next step queued before the host reads
+# the token): the graph tests, R0 on 48 layers with and without it (the first with the
+# kernels' profile), flint bench's R0 rows.
+gpu82() {
+  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
+  timeout 150 python3 -m pytest tests/models/test_graphs.py tests/models/test_streamed_step.py -q -p no:cacheprovider --tb=short -rf -m gpu 2>&1 | tail -15
+  flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
+  for a in "--profile" "--no-ahead"; do
+    echo "== graph_decode $a"
+    timeout 100 python3 benches/graph_decode.py "$DATA/q30.ftw" --tokens 128 --reps 2 --modes on $a 2>&1 \
+      | grep -vE "^ +[0-9]+,?$|first_tokens|^ +\],?$"
+  done
+  timeout 150 flint bench "$DATA/q30.ftw" -p 512 -n 128 -r 3 --mode resident 2>&1 | tail -6
+}
+
 case $what in
   install) install ;;
   format) install; format ;;
@@ -1369,5 +1384,6 @@ case $what in
   gpu79) install; gpu79 ;;
   gpu80) install; gpu80 ;;
   gpu81) install; gpu81 ;;
+  gpu82) install; gpu82 ;;
 esac 2>&1 | tee "$OUT/gpu_box_$what.log"
 

@@ -3,7 +3,7 @@ general eager path, with the HBM roofline of flint's own bytes (issue 10, R0).
 
 Usage: python benches/graph_decode.py MODEL [--tokens 128] [--prompt 64] [--reps 3]
        [--modes on,eager,off] [--profile] [--torch-dense]
-       [--torch-attention]
+       [--torch-attention] [--no-ahead]
 
 Each mode loads the model once (resident, cuda:0) and decodes ``--tokens`` greedy
 tokens after a ``--prompt``-token prompt, ``--reps`` times after a warm-up run (which
@@ -128,7 +128,14 @@ def main() -> None:
         action="store_true",
         help="the graph step's attention through SDPA (the A/B of fused.decode_attention)",
     )
+    parser.add_argument(
+        "--no-ahead",
+        action="store_true",
+        help="greedy decode reads each token before the next step (the A/B of the "
+        "one-step-ahead loop, flint.generation._greedy_ahead)",
+    )
     args = parser.parse_args()
+    decode.GraphDecoder.device_greedy = not args.no_ahead
     decode.FUSED_DENSE = not args.torch_dense
     decode.FUSED_SDPA = not args.torch_attention
     device = torch.device("cuda", 0)
@@ -136,6 +143,7 @@ def main() -> None:
     result: dict[str, Any] = {"model": args.model, "tokens": args.tokens}
     result["dense"] = "torch" if args.torch_dense else "fused"
     result["attention"] = "torch" if args.torch_attention else "fused"
+    result["ahead"] = not args.no_ahead
     result["copy_gb_s"] = round(copy_rate(device) / 1e9, 1)
     ids: list[int] = []
     for mode in args.modes.split(","):

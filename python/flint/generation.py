@@ -7,6 +7,7 @@ does no I/O and no logging.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -203,6 +204,9 @@ def generate_stream(
     sampler = Sampler(params, model.config.vocab_size, device, prompt)
     logits = prefill(model, torch.tensor(ids[keep:], dtype=torch.int64, device=device))
     vocab = model.config.vocab_size
+    if logprobs is None and _device_greedy(model, params):
+        yield from _greedy_ahead(model, request, logits, cancel)
+        return
     while True:
         if cancel is not None and cancel.is_set():
             return
@@ -214,6 +218,63 @@ def generate_stream(
             if chunk.finish_reason is not None:
                 return
         logits = model.forward(torch.tensor([token], dtype=torch.int64, device=device))[-1]
+
+
+def _device_greedy(model: MoEModel, params: SamplingParams) -> bool:
+    """Whether ``_greedy_ahead`` gives this request's tokens: greedy without penalties
+    (the argmax of the logits as they are) through a decoder that runs a whole step on
+    the device."""
+    plain = (
+        params.repetition_penalty == 1.0
+        and params.frequency_penalty == 0.0
+        and params.presence_penalty == 0.0
+    )
+    return params.greedy and plain and getattr(model.decoder, "device_greedy", False)
+
+
+def _greedy_ahead(
+    model: MoEModel,
+    request: _Request,
+    logits: torch.Tensor,  # [V'] the prompt's last row
+    cancel: threading.Event | None,
+) -> Iterator[StreamChunk]:
+    """Greedy decode one step ahead of the host: each step's argmax is the next step's
+    input on the device, so the step for token i is queued before the host has read
+    token i, and the GPU computes it while the host reads, decodes and checks that
+    token (the host's work between tokens, and its synchronisation, leave the GPU's
+    critical path). The same steps on the same inputs as the loop above, so the same
+    tokens; the KV cache and its length end as that loop leaves them (a step queued
+    for a token that ends the reply writes a cache row past the length, unused)."""
+    from flint.graphs.decode import GraphDecoder  # loaded already: the model has one
+
+    decoder = model.decoder
+    assert isinstance(decoder, GraphDecoder)
+    cuda = decoder.device.type == "cuda"
+    vocab = model.config.vocab_size
+    host = [torch.empty(1, dtype=torch.int64, pin_memory=cuda) for _ in range(2)]
+    decoder.greedy_first(logits, vocab)
+    for i in itertools.count():
+        if cancel is not None and cancel.is_set():
+            return
+        position = model.cache.length
+        read = host[i % 2]  # token i, read while step i runs
+        read.copy_(decoder.token, non_blocking=cuda)
+        ready = torch.cuda.Event() if cuda else None  # type: ignore[no-untyped-call]
+        if ready is not None:
+            ready.record()
+        last = len(request.generated) + 1 >= request.params.max_tokens
+        if position < model.context_length and not last:
+            decoder.launch_greedy(position, vocab)
+        if ready is not None:
+            ready.synchronize()
+        token = int(read[0])
+        chunk = request.step(token)
+        if chunk is not None:
+            yield chunk
+            if chunk.finish_reason is not None:
+                return
+        model.cache.tokens[position] = token
+        model.cache.length = position + 1
 
 
 def collect(prompt: Sequence[int], chunks: Iterator[StreamChunk]) -> Completion:

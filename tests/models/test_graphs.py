@@ -416,6 +416,59 @@ def test_int4_groups_the_kernels_cannot_tile_are_refused() -> None:
         assert why is not None and str(group) in why
 
 
+@pytest.mark.interpreter
+def test_greedy_ahead_gives_the_plain_loops_tokens(
+    tiny_ftw: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Greedy decode one step ahead on the device (``_greedy_ahead``) against the loop
+    that reads each token before the next step: the same tokens, text and finish, and
+    the KV cache left at the same length with the same tokens, whether the reply ends
+    by its token budget, by the context filling up, or at an end-of-sequence token;
+    with a penalty the plain loop runs."""
+    from flint import generation
+    from flint.graphs.decode import GraphDecoder
+
+    calls: list[int] = []
+    ahead = generation._greedy_ahead
+
+    def counted(*args: object, **kw: object) -> object:
+        calls.append(1)
+        return ahead(*args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(generation, "_greedy_ahead", counted)
+    prompt = [(7 * i + 3) % 300 + 2 for i in range(9)]
+    cases = [
+        ({"max_tokens": 5, "ignore_eos": True}, 64),
+        ({"max_tokens": 40, "ignore_eos": True}, 16),  # the context fills at 16
+        ({"max_tokens": 4, "ignore_eos": True, "repetition_penalty": 1.3}, 64),
+    ]
+    with flint.LLM(
+        tiny_ftw["qwen3_moe"], device="cpu", dtype="bfloat16", context_length=64,
+        expert_kernels="torch",
+    ) as llm:  # fmt: skip
+        model = llm.model
+        pools = expert_pools(model.experts)
+        assert pools is not None
+        model.decoder = GraphDecoder(model, pools, capture=False)
+        # an end-of-sequence token: the third token the plain loop gives
+        want = llm.generate(prompt, max_tokens=3, temperature=0.0, ignore_eos=True)
+        monkeypatch.setattr(llm.tokenizer, "eos_token_ids", frozenset({want.token_ids[-1]}))
+        cases.append(({"max_tokens": 8}, 64))
+        for kw, context in cases:
+            model.cache.context_length = context
+            runs = []
+            for device_greedy in (False, True):
+                monkeypatch.setattr(GraphDecoder, "device_greedy", device_greedy)
+                calls.clear()
+                out = llm.generate(prompt, temperature=0.0, **kw)
+                assert len(calls) == (device_greedy and "repetition_penalty" not in kw)
+                length = model.cache.length
+                runs.append((out.token_ids, out.text, out.finish_reason, length,
+                             model.cache.tokens[:length].tolist()))  # fmt: skip
+            assert runs[0] == runs[1], kw
+        assert len(runs[0][0]) == 3 and runs[0][2] == "stop"  # the last case: at the eos
+
+
 def test_closing_frees_a_model_with_a_decoder(tiny_ftw: dict[str, Path]) -> None:
     """The decoder refers back to its model: close() breaks that, so the weights and
     KV cache go at close, not at some later garbage collection."""
@@ -519,6 +572,26 @@ def test_captured_quantized_steps_follow_torch_kernels(
     assert runs["on"][0] == runs["off"][0]
     scale = runs["off"][1].abs().max().item()
     assert (runs["on"][1] - runs["off"][1]).abs().max().item() <= 0.05 * scale
+
+
+@pytest.mark.gpu
+def test_greedy_ahead_through_graphs_gives_the_plain_loops_tokens(
+    tiny_ftw: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On CUDA with captured graphs: greedy decode one step ahead against the loop that
+    reads each token first, 64 tokens across a span boundary: the same tokens and cache."""
+    from flint.graphs.decode import GraphDecoder
+
+    prompt = [(7 * i + 3) % 300 + 2 for i in range(SPAN_STEP - 20)]
+    with flint.LLM(tiny_ftw["qwen3_moe"], device="cuda:0", context_length=SPAN_STEP + 64) as llm:
+        assert isinstance(llm.model.decoder, GraphDecoder) and llm.model.decoder.capture
+        runs = []
+        for device_greedy in (False, True):
+            monkeypatch.setattr(GraphDecoder, "device_greedy", device_greedy)
+            out = llm.generate(prompt, max_tokens=64, temperature=0.0, ignore_eos=True)
+            length = llm.model.cache.length
+            runs.append((out.token_ids, length, llm.model.cache.tokens[:length].tolist()))
+        assert runs[0] == runs[1]
 
 
 @pytest.mark.gpu

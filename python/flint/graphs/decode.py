@@ -121,6 +121,10 @@ def stack_qkv(attn: Attention) -> tuple[torch.Tensor, torch.Tensor | None]:
 class GraphDecoder:
     """Decodes one token at a time for ``model`` (resident, one GPU)."""
 
+    # greedy decode may run ahead on the device (``launch_greedy``): no host work inside
+    # a step (the streamed step's hops between its segments are host work)
+    device_greedy = True
+
     def __init__(self, model: MoEModel, pools: dict[int, ExpertPool], capture: bool = True):
         self.model, self.pools, self.capture = model, pools, capture
         cfg, device = model.config, model.place.device
@@ -187,17 +191,36 @@ class GraphDecoder:
         values into the model's cache (the caller advances ``cache.length``)."""
         with on_device(self.device):  # Triton and graph replay use the current device
             self.token.copy_(token, non_blocking=True)
-            self.position.fill_(position)
-            span = self.span(position)
-            if not self.capture:
-                self._step(span)
-                return self.logits.clone()
-            graph = self.graphs.get(span)
-            if graph is None:
-                graph = self._record(span)
-            graph.replay()
-            self.replays += 1
+            self._replay(position)
             return self.logits.clone()
+
+    def greedy_first(self, logits: torch.Tensor, vocab: int) -> None:
+        """Puts the argmax of ``logits`` [V'] (the prompt's last row; its first ``vocab``
+        entries, the first of ties as ``torch.argmax``) into the step's input."""
+        with on_device(self.device):
+            self.token.copy_(torch.argmax(logits[:vocab]).view(1))
+
+    def launch_greedy(self, position: int, vocab: int) -> None:
+        """Enqueues the step of the token in the input buffer at ``position``, then the
+        argmax of its logits into that buffer (the next step's input), and returns
+        without waiting for either: the host reads a token while the GPU computes the
+        next (``flint.generation``). The same kernels on the same inputs as a call."""
+        with on_device(self.device):
+            self._replay(position)
+            torch.argmax(self.logits[0, :vocab], dim=0, keepdim=True, out=self.token)
+
+    def _replay(self, position: int) -> None:
+        """The step at ``position`` on the token in the input buffer."""
+        self.position.fill_(position)
+        span = self.span(position)
+        if not self.capture:
+            self._step(span)
+            return
+        graph = self.graphs.get(span)
+        if graph is None:
+            graph = self._record(span)
+        graph.replay()
+        self.replays += 1
 
     def close(self) -> None:
         """Drops the graphs and their memory pool (the model drops its decoder)."""

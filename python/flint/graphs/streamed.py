@@ -69,6 +69,8 @@ def segments(model: MoEModel) -> list[Segment]:
 class StreamedDecoder(GraphDecoder):
     """Decodes one token at a time for a streamed ``model`` (one GPU): see the module."""
 
+    device_greedy = False  # the host reads each MoE layer's ids between segments
+
     def __init__(self, model: MoEModel, capture: bool = True) -> None:
         super().__init__(model, {}, capture)
         cfg, device, dtype = model.config, self.device, model.place.dtype
