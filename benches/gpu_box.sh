@@ -1297,6 +1297,17 @@ gpu82() {
   timeout 150 flint bench "$DATA/q30.ftw" -p 512 -n 128 -r 3 --mode resident 2>&1 | tail -6
 }
 
+# Issue 10, the session's last GPU run: every GPU test on the final wheel (the routed
+# experts' per-rank outputs summed inside the next norm's kernel), R0 on 48 layers,
+# flint bench's R0 rows.
+gpu83() {
+  gpu_tests
+  flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
+  timeout 80 python3 benches/graph_decode.py "$DATA/q30.ftw" --tokens 128 --reps 2 --modes on 2>&1 \
+    | grep -vE "^ +[0-9]+,?$|first_tokens|^ +\],?$"
+  timeout 120 flint bench "$DATA/q30.ftw" -p 512 -n 128 -r 3 --mode resident 2>&1 | tail -5
+}
+
 case $what in
   install) install ;;
   format) install; format ;;
@@ -1385,5 +1396,6 @@ case $what in
   gpu80) install; gpu80 ;;
   gpu81) install; gpu81 ;;
   gpu82) install; gpu82 ;;
+  gpu83) install; gpu83 ;;
 esac 2>&1 | tee "$OUT/gpu_box_$what.log"
 
