@@ -1297,9 +1297,9 @@ gpu82() {
   timeout 150 flint bench "$DATA/q30.ftw" -p 512 -n 128 -r 3 --mode resident 2>&1 | tail -6
 }
 
-# Issue 10, the session's last GPU run: every GPU test on the final wheel (the routed
-# experts' per-rank outputs summed inside the next norm's kernel), R0 on 48 layers,
-# flint bench's R0 rows.
+# Issue 10, the session's last GPU run: every GPU test on 49018ba's wheel (the routed
+# experts' per-rank outputs summed inside the next norm's kernel: R0 341.7 tok/s, no
+# gain, reverted after), R0 on 48 layers, flint bench's R0 rows (cut by the limit).
 gpu83() {
   gpu_tests
   flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1

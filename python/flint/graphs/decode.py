@@ -33,7 +33,6 @@ from flint.graphs import fused
 from flint.graphs.moe_kernel import (
     ExpertPool,
     available,
-    moe_expert_ranks,
     moe_experts,
     on_device,
     slab_unsupported,
@@ -53,10 +52,6 @@ from flint.models.transformer import DecoderLayer, MoEModel
 # K = top-k, I = expert intermediate
 
 SPAN_STEP = 256  # cache positions per graph: spans are multiples of this
-# An MLP's output not yet added to the residual stream: a tensor [1, H], or the routed
-# experts' per-rank outputs [K, H] (fp32) with their routing weights [1, K], which the
-# next norm's kernel sums (``fused.add_rms_norm``)
-Delta = torch.Tensor | tuple[torch.Tensor, torch.Tensor]
 # The dense matrix-vector products (q/k/v, o with the residual add, router, LM head)
 # through ``fused.linear`` instead of ``F.linear``: False for an A/B in benches.
 FUSED_DENSE = True
@@ -263,7 +258,7 @@ class GraphDecoder:
         model = self.model
         cos, sin, mask = self._inputs(span)
         x = model.embed.index_select(0, self.token)  # [1, H]
-        delta: Delta | None = None  # the last MLP's output, not yet added to x
+        delta: torch.Tensor | None = None  # the last MLP's output, not yet added to x
         for layer in model.layers:
             x, delta = self._layer(layer, x, delta, cos, sin, mask, span)
         self._head(x, delta)
@@ -275,7 +270,7 @@ class GraphDecoder:
         mask = (self.positions[:span] <= self.position)[None, :]  # [1, S]
         return cos, sin, mask
 
-    def _head(self, x: torch.Tensor, delta: Delta | None = None) -> None:
+    def _head(self, x: torch.Tensor, delta: torch.Tensor | None = None) -> None:
         """The final norm and LM head of x (+ delta) [1, H] into ``logits``."""
         model = self.model
         eps = model.config.rms_norm_eps
@@ -291,15 +286,12 @@ class GraphDecoder:
         return norm(x, w, eps)
 
     def _add_norm(
-        self, norm: Norm, x: torch.Tensor, delta: Delta | None, w: torch.Tensor, eps: float
+        self, norm: Norm, x: torch.Tensor, delta: torch.Tensor | None, w: torch.Tensor, eps: float
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The residual x + delta (x when no delta) and its norm, in one kernel where
-        the norm is fused (per-rank expert outputs are only left to a fused norm)."""
+        the norm is fused."""
         if delta is None:
             return x, self._norm(norm, x, w, eps)
-        if isinstance(delta, tuple):
-            ranks, weights = delta
-            return fused.add_rms_norm(x, ranks, w, eps, self.norm_fp32, ranks=weights)
         if self.fused_norm:
             return fused.add_rms_norm(x, delta, w, eps, self.norm_fp32)
         total = x + delta
@@ -329,12 +321,12 @@ class GraphDecoder:
         self,
         layer: DecoderLayer,
         x: torch.Tensor,
-        delta: Delta | None,
+        delta: torch.Tensor | None,
         cos: torch.Tensor,
         sin: torch.Tensor,
         mask: torch.Tensor,
         span: int,
-    ) -> tuple[torch.Tensor, Delta]:
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """The layer on its input x + delta: (the residual after attention, the MLP's
         output), whose sum is the layer's output (added by the next norm's kernel)."""
         x, xs = self._add_norm(layer.norm, x, delta, layer.input_norm, layer.eps)
@@ -343,10 +335,7 @@ class GraphDecoder:
         if not isinstance(mlp, MoEBlock):
             return h, mlp(normed)
         ids, weights = self._route(mlp, normed)
-        pool = self.pools[layer.index]
-        if mlp.shared is None and self.fused_norm:  # the next norm sums the ranks
-            return h, (moe_expert_ranks(normed, ids, pool, self.scratch), weights)
-        out = moe_experts(normed, ids, weights, pool, self.scratch, self.moe_out)
+        out = moe_experts(normed, ids, weights, self.pools[layer.index], self.scratch, self.moe_out)
         if mlp.shared is not None:
             out = out + mlp._shared(normed)
         return h, out

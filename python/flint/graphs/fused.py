@@ -39,9 +39,8 @@ def rms_norm(
     n = x.shape[1]
     with on_device(x.device):
         rms_norm_kernel[(x.shape[0],)](
-            x, x, x, weight, out, n, eps, x, BLOCK=_block(n), W32=weight_in_fp32, ADD=False,
-            TOPK=0,
-        )  # fmt: skip
+            x, x, x, weight, out, n, eps, BLOCK=_block(n), W32=weight_in_fp32, ADD=False
+        )
     return out
 
 
@@ -51,22 +50,16 @@ def add_rms_norm(
     weight: torch.Tensor,
     eps: float,
     weight_in_fp32: bool = False,
-    ranks: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The residual sum s = x + delta [T, H] (torch's add) and ``rms_norm(s, ...)``, in
-    one kernel: (s, normed). With ``ranks`` (routing weights [T, K]), delta is the
-    experts' per-rank outputs [T*K, H] (``moe_expert_ranks``), summed first as
-    ``moe_experts`` sums them: one launch instead of two."""
+    one kernel: (s, normed)."""
     x, delta = x.contiguous(), delta.contiguous()
     total, out = torch.empty_like(x), torch.empty_like(x)
     n = x.shape[1]
-    top_k = 0 if ranks is None else ranks.shape[1]
-    rw = x if ranks is None else ranks.contiguous()
     with on_device(x.device):
         rms_norm_kernel[(x.shape[0],)](
-            x, delta, total, weight, out, n, eps, rw, BLOCK=_block(n), W32=weight_in_fp32,
-            ADD=True, TOPK=top_k,
-        )  # fmt: skip
+            x, delta, total, weight, out, n, eps, BLOCK=_block(n), W32=weight_in_fp32, ADD=True
+        )
     return total, out
 
 

@@ -190,33 +190,18 @@ def moe_experts(
     """sum over k of weights[t, k] * expert_{ids[t, k]}(x[t]) -> [T, H] in x's dtype.
     ``scratch``: the activations and per-rank outputs (given: fixed addresses)."""
     assert triton is not None, "check available() first"
-    if out is None:
-        out = torch.empty(ids.shape[0], pool.hidden, dtype=x.dtype, device=x.device)
     with on_device(x.device):
-        return _ranked_sum(_launch(x, ids, pool, scratch), weights.contiguous(), out)
-
-
-def moe_expert_ranks(
-    x: torch.Tensor,  # [T, H] in the model dtype
-    ids: torch.Tensor,  # [T, K] int64, router-rank order
-    pool: ExpertPool,
-    scratch: tuple[torch.Tensor, torch.Tensor] | None = None,
-) -> torch.Tensor:
-    """Each rank's expert output [T*K, H] (fp32 holding model-dtype values), not yet
-    summed: ``moe_experts`` without its last launch, for a consumer that sums them in
-    rank order itself (``fused.add_rms_norm``'s ranked form)."""
-    assert triton is not None, "check available() first"
-    with on_device(x.device):
-        return _launch(x, ids, pool, scratch)
+        return _launch(x, ids, weights, pool, scratch, out)
 
 
 def _launch(
     x: torch.Tensor,
     ids: torch.Tensor,
+    weights: torch.Tensor,
     pool: ExpertPool,
     scratch: tuple[torch.Tensor, torch.Tensor] | None,
+    out: torch.Tensor | None,
 ) -> torch.Tensor:
-    """gate/up and down: the per-rank outputs [T*K, H] fp32."""
     tokens, top_k = ids.shape
     h_dim, i_dim = pool.hidden, pool.inter
     if scratch is None:
@@ -225,7 +210,9 @@ def _launch(
             torch.empty(tokens * top_k, h_dim, dtype=torch.float32, device=x.device),
         )
     hidden, per_rank = scratch
-    x, ids = x.contiguous(), ids.contiguous()
+    if out is None:
+        out = torch.empty(tokens, h_dim, dtype=x.dtype, device=x.device)
+    x, ids, weights = x.contiguous(), ids.contiguous(), weights.contiguous()
     pairs, code, group = tokens * top_k, pool.scheme, pool.group
     gate_b, up_b, down_b = pool.biases or (x, x, x)  # x: never read without biases
     has_bias = pool.biases is not None
@@ -241,7 +228,7 @@ def _launch(
         OUT=_DTYPES[x.dtype], SCHEME=code, GROUP=group, BN=bn, BK=_cols(bk, group),
         HAS_BIAS=has_bias, num_warps=warps,
     )  # fmt: skip
-    return per_rank
+    return _ranked_sum(per_rank, weights, out)
 
 
 def _ranked_sum(

@@ -320,33 +320,21 @@ if triton is not None:
         out_ptr,
         n,
         eps,
-        rw_ptr,
         BLOCK: tl.constexpr,
         W32: tl.constexpr,
         ADD: tl.constexpr,
-        TOPK: tl.constexpr,
     ):
         """One row as ``flint.models.norm.rms_norm``: ``w * (x / rms(x)).to(dtype)``, or
         with ``W32`` (GPT-OSS) the weight multiplied in fp32 before the one cast. With
         ``ADD``, x is first the residual sum ``x + d`` rounded to the dtype (torch's
-        add), also written to ``sum_ptr``; with ``TOPK`` > 0, d is first the row's
-        ``TOPK`` expert outputs (fp32 rows of ``d_ptr``) weighted by ``rw_ptr`` and
-        summed in rank order, cast once (``ranked_sum_kernel``'s ops)."""
+        add), also written to ``sum_ptr``."""
         row = tl.program_id(0)
         cols = tl.arange(0, BLOCK)
         ok = cols < n
         x = tl.load(x_ptr + row * n + cols, mask=ok, other=0.0).to(tl.float32)
         out_type = out_ptr.dtype.element_ty
         if ADD:
-            if TOPK > 0:
-                d = tl.zeros([BLOCK], dtype=tl.float32)
-                for rank in tl.static_range(TOPK):
-                    pair = row * TOPK + rank
-                    y = tl.load(d_ptr + pair * n + cols, mask=ok, other=0.0)
-                    d = d + y * tl.load(rw_ptr + pair).to(tl.float32)
-                d = _round(d, out_type)
-            else:
-                d = tl.load(d_ptr + row * n + cols, mask=ok, other=0.0).to(tl.float32)
+            d = tl.load(d_ptr + row * n + cols, mask=ok, other=0.0).to(tl.float32)
             x = _round(x + d, out_type)
             tl.store(sum_ptr + row * n + cols, x.to(out_type), mask=ok)
         normed = x * tl.rsqrt(tl.sum(x * x, axis=0) / n + eps)
