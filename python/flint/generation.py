@@ -7,7 +7,6 @@ does no I/O and no logging.
 
 from __future__ import annotations
 
-import itertools
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -251,14 +250,13 @@ def _greedy_ahead(
     assert isinstance(decoder, GraphDecoder)
     cuda = decoder.device.type == "cuda"
     vocab = model.config.vocab_size
-    host = [torch.empty(1, dtype=torch.int64, pin_memory=cuda) for _ in range(2)]
+    read = torch.empty(1, dtype=torch.int64, pin_memory=cuda)  # each token, in turn
     decoder.greedy_first(logits, vocab)
-    for i in itertools.count():
+    while True:
         if cancel is not None and cancel.is_set():
             return
         position = model.cache.length
-        read = host[i % 2]  # token i, read while step i runs
-        read.copy_(decoder.token, non_blocking=cuda)
+        read.copy_(decoder.token, non_blocking=cuda)  # this token, before its step
         ready = torch.cuda.Event() if cuda else None  # type: ignore[no-untyped-call]
         if ready is not None:
             ready.record()
