@@ -147,7 +147,10 @@ class GraphDecoder:
             cfg.group_router is None and not cfg.router_topk_first and not cfg.router_bias
         )
         self.fused_dense = FUSED_DENSE
-        self.fused_sdpa = FUSED_SDPA and self.fused_attention
+        # on CUDA its products run on tensor cores: TF32 for an fp32 model, which keeps
+        # SDPA's fp32 products instead
+        tf32 = device.type == "cuda" and model.place.dtype == torch.float32
+        self.fused_sdpa = FUSED_SDPA and self.fused_attention and not tf32
         heads = cfg.num_heads
         if self.fused_sdpa:
             self.attn_parts = fused.attention_parts(
