@@ -258,8 +258,8 @@ def _greedy_ahead(
         position = model.cache.length
         read.copy_(decoder.token, non_blocking=cuda)  # this token, before its step
         ready = torch.cuda.Event() if cuda else None  # type: ignore[no-untyped-call]
-        if ready is not None:
-            ready.record()
+        if ready is not None:  # on the decoder's GPU, which need not be the current one
+            ready.record(torch.cuda.current_stream(decoder.device))
         last = len(request.generated) + 1 >= request.params.max_tokens
         if position < model.context_length and not last:
             decoder.launch_greedy(position, vocab)

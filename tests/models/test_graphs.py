@@ -233,6 +233,8 @@ def test_fused_linear_follows_torch(rows: int, cols: int) -> None:
     assert (normed.float() - rms_norm(res + delta, b, 1e-6).float()).abs().max() <= 0.05
     with pytest.raises(AssertionError):
         fused.linear(x, q)  # int8 weights without their scales
+    with pytest.raises(AssertionError):
+        fused.linear(x, w, out=torch.empty(1, rows - 1))  # an output too short
 
 
 @pytest.mark.interpreter
@@ -600,12 +602,16 @@ def test_greedy_ahead_through_graphs_gives_the_plain_loops_tokens(
 )
 def test_a_model_on_the_second_gpu_decodes_through_graphs(tiny_ftw: dict[str, Path]) -> None:
     """Triton launches and graph replays go to the current device: a model on cuda:1
-    (while cuda:0 is current) gives the tokens and logits it gives on cuda:0."""
+    (while cuda:0 is current) gives the tokens and logits it gives on cuda:0, and
+    greedy decode one step ahead waits on cuda:1's stream (the same reply)."""
     prompt = [(7 * i + 3) % 300 + 2 for i in range(40)]
-    runs = []
+    runs, replies = [], []
     for device in ("cuda:0", "cuda:1"):
         with flint.LLM(tiny_ftw["qwen3_moe"], device=device, context_length=128) as llm:
             assert isinstance(llm.model.decoder, GraphDecoder)
             runs.append(_decode(llm.model, prompt, 16))
+            out = llm.generate(prompt, max_tokens=32, temperature=0.0, ignore_eos=True)
+            replies.append(out.token_ids)
     assert runs[0][0] == runs[1][0]
     assert torch.equal(runs[0][1], runs[1][1])
+    assert replies[0] == replies[1]

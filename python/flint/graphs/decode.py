@@ -278,8 +278,9 @@ class GraphDecoder:
         model = self.model
         eps = model.config.rms_norm_eps
         _, normed = self._add_norm(model.final_norm, x, delta, model.norm, eps)
-        if self._fits(normed, model.lm_head):
-            fused.linear(normed, model.lm_head, out=self.logits)
+        head = model.lm_head
+        if self._fits(normed, head) and head.shape[0] == self.logits.shape[1]:
+            fused.linear(normed, head, out=self.logits)
         else:
             self.logits.copy_(F.linear(normed, model.lm_head))
 

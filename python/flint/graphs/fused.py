@@ -98,6 +98,7 @@ def linear(
     assert int8 == (scale is not None), "int8 weights take row scales (and only they)"
     if out is None:
         out = torch.empty(1, rows, dtype=x.dtype, device=x.device)
+    assert out.shape == (1, rows) and out.is_contiguous(), (out.shape, rows)
     bn, bk, warps = LINEAR_BLOCK.get("int8" if int8 else "bf16") or linear_block(rows, cols, int8)
     x = x.contiguous()
     with on_device(x.device):
