@@ -438,11 +438,11 @@ def test_greedy_ahead_gives_the_plain_loops_tokens(
         return ahead(*args, **kw)  # type: ignore[arg-type]
 
     monkeypatch.setattr(generation, "_greedy_ahead", counted)
-    prompt = [(7 * i + 3) % 300 + 2 for i in range(9)]
+    prompt = [(7 * i + 3) % 300 + 2 for i in range(6)]
     cases = [
-        ({"max_tokens": 5, "ignore_eos": True}, 64),
-        ({"max_tokens": 40, "ignore_eos": True}, 16),  # the context fills at 16
-        ({"max_tokens": 4, "ignore_eos": True, "repetition_penalty": 1.3}, 64),
+        ({"max_tokens": 3, "ignore_eos": True}, 64),
+        ({"max_tokens": 40, "ignore_eos": True}, 11),  # the context fills at 11
+        ({"max_tokens": 2, "ignore_eos": True, "repetition_penalty": 1.3}, 64),
     ]
     with flint.LLM(
         tiny_ftw["qwen3_moe"], device="cpu", dtype="bfloat16", context_length=64,
@@ -455,7 +455,7 @@ def test_greedy_ahead_gives_the_plain_loops_tokens(
         # an end-of-sequence token: the third token the plain loop gives
         want = llm.generate(prompt, max_tokens=3, temperature=0.0, ignore_eos=True)
         monkeypatch.setattr(llm.tokenizer, "eos_token_ids", frozenset({want.token_ids[-1]}))
-        cases.append(({"max_tokens": 8}, 64))
+        cases.append(({"max_tokens": 6}, 64))
         for kw, context in cases:
             model.cache.context_length = context
             runs = []
