@@ -425,10 +425,13 @@ def test_greedy_ahead_gives_the_plain_loops_tokens(
     """Greedy decode one step ahead on the device (``_greedy_ahead``) against the loop
     that reads each token before the next step: the same tokens, text and finish, and
     the KV cache left at the same length with the same tokens, whether the reply ends
-    by its token budget, by the context filling up, or at an end-of-sequence token;
-    with a penalty the plain loop runs."""
+    by its token budget, by the context filling up, at an end-of-sequence token or by
+    a cancel; with a penalty the plain loop runs."""
+    import threading
+
     from flint import generation
     from flint.graphs.decode import GraphDecoder
+    from flint.sampling import SamplingParams
 
     calls: list[int] = []
     ahead = generation._greedy_ahead
@@ -469,6 +472,21 @@ def test_greedy_ahead_gives_the_plain_loops_tokens(
                              model.cache.tokens[:length].tolist()))  # fmt: skip
             assert runs[0] == runs[1], kw
         assert len(runs[0][0]) == 3 and runs[0][2] == "stop"  # the last case: at the eos
+        # cancelled after the first chunk: the same tokens streamed, the same cache
+        model.cache.context_length = 64
+        params = SamplingParams(max_tokens=5, temperature=0.0, ignore_eos=True)
+        runs = []
+        for device_greedy in (False, True):
+            monkeypatch.setattr(GraphDecoder, "device_greedy", device_greedy)
+            cancel, ids = threading.Event(), []
+            stream = generation.generate_stream(model, llm.tokenizer, prompt, params, cancel=cancel)
+            for i, chunk in enumerate(stream):
+                ids += chunk.token_ids
+                if i == 0:
+                    cancel.set()
+            length = model.cache.length
+            runs.append((ids, length, model.cache.tokens[:length].tolist()))
+        assert runs[0] == runs[1] and len(runs[0][0]) < 5
 
 
 def test_closing_frees_a_model_with_a_decoder(tiny_ftw: dict[str, Path]) -> None:
