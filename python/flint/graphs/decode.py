@@ -415,25 +415,18 @@ class GraphDecoder:
         return self._linear(out.transpose(0, 1).reshape(1, -1), attn.o_w, attn.o_b, residual, h)
 
     def _project_fused(self, attn: Attention, x: torch.Tensor) -> torch.Tensor:
-        """q [Nq, 1, D] (each head normed and rotated in one kernel per projection); the
-        key and value go straight into the cache row."""
-        cfg, cache, pos = attn.cfg, self.model.cache, self.position
-        heads, kv_heads, dim, eps = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.rms_norm_eps
-        cos, sin = self.cos_table, self.sin_table
+        """q [Nq, 1, D], each head normed (q/k norms: both or neither, ``Attention``)
+        and rotated in one launch for q, k and v; the key and value go straight into
+        the cache row."""
+        cfg, cache = attn.cfg, self.model.cache
+        heads, dim = cfg.num_heads, cfg.head_dim
         q = torch.empty(heads, 1, dim, dtype=x.dtype, device=x.device)  # [Nq, 1, D]
         y = self._linear(x, *self.qkv[attn.layer])[0]  # [(Nq + 2 Nkv) D]
         keys, values = cache.keys[attn.layer], cache.values[attn.layer]  # [Nkv, ctx, D]
-        if (attn.q_norm is None) == (attn.k_norm is None):
-            fused.qkv_rope(y, attn.q_norm, attn.k_norm, cos, sin, pos, q, keys, values, eps)
-            return q
-        q_end, k_end = heads * dim, (heads + kv_heads) * dim
-        fused.head_rope(y[:q_end], attn.q_norm, cos, sin, pos, q, dim, 0, heads, dim, eps)
-        k_head, k_pos = keys.stride(0), keys.stride(1)
-        y_k = y[q_end:k_end]
-        fused.head_rope(y_k, attn.k_norm, cos, sin, pos, keys, k_head, k_pos, kv_heads, dim, eps)
-        v_head, v_pos = values.stride(0), values.stride(1)
-        y_v = y[k_end:]
-        fused.head_rope(y_v, None, cos, sin, pos, values, v_head, v_pos, kv_heads, dim, eps, False)
+        fused.qkv_rope(
+            y, attn.q_norm, attn.k_norm, self.cos_table, self.sin_table, self.position, q,
+            keys, values, cfg.rms_norm_eps,
+        )  # fmt: skip
         return q
 
     def _project(
