@@ -90,6 +90,19 @@ if triton is not None:
         return xe, xo
 
     @triton.jit
+    def _w_tile(w_ptr, w_row, rows, row_ok, k0, n_cols, BK: tl.constexpr):
+        """The float or int8 weights [BN, BK] of columns k0.. (0 past the edges)."""
+        cols = k0 + tl.arange(0, BK)
+        mask = row_ok[:, None] & (cols[None, :] < n_cols)
+        return tl.load(w_ptr + rows[:, None] * w_row + cols[None, :], mask=mask, other=0)
+
+    @triton.jit
+    def _x_cols(v_ptr, k0, n_cols, BK: tl.constexpr):
+        """The vector's columns k0.. [BK] (fp32, 0 past the edge)."""
+        cols = k0 + tl.arange(0, BK)
+        return tl.load(v_ptr + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
+
+    @triton.jit
     def _rows_dot(
         w_ptr,
         s_ptr,
@@ -116,11 +129,8 @@ if triton is not None:
                 acc += _i4_dot(byte, s, xe, xo, BN, BK, GROUP)
         else:
             for k0 in range(0, n_cols, BK):
-                cols = k0 + tl.arange(0, BK)
-                col_ok = cols < n_cols
-                mask = row_ok[:, None] & col_ok[None, :]
-                w = tl.load(w_ptr + rows[:, None] * w_row + cols[None, :], mask=mask, other=0)
-                v = tl.load(v_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
+                w = _w_tile(w_ptr, w_row, rows, row_ok, k0, n_cols, BK)
+                v = _x_cols(v_ptr, k0, n_cols, BK)
                 acc += tl.sum(w.to(tl.float32) * v[None, :], axis=1)
             if SCHEME == 1:
                 acc = acc * tl.load(s_ptr + rows * s_row, mask=row_ok, other=0.0)
@@ -160,12 +170,9 @@ if triton is not None:
                 acc_b += _i4_dot(b, sb, xe, xo, BN, BK, GROUP)
         else:
             for k0 in range(0, n_cols, BK):
-                cols = k0 + tl.arange(0, BK)
-                col_ok = cols < n_cols
-                mask = row_ok[:, None] & col_ok[None, :]
-                a = tl.load(a_ptr + rows[:, None] * a_row + cols[None, :], mask=mask, other=0)
-                b = tl.load(b_ptr + rows[:, None] * b_row + cols[None, :], mask=mask, other=0)
-                v = tl.load(v_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
+                a = _w_tile(a_ptr, a_row, rows, row_ok, k0, n_cols, BK)
+                b = _w_tile(b_ptr, b_row, rows, row_ok, k0, n_cols, BK)
+                v = _x_cols(v_ptr, k0, n_cols, BK)
                 acc_a += tl.sum(a.to(tl.float32) * v[None, :], axis=1)
                 acc_b += tl.sum(b.to(tl.float32) * v[None, :], axis=1)
             if SCHEME == 1:
