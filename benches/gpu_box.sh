@@ -1308,8 +1308,23 @@ gpu83() {
   timeout 120 flint bench "$DATA/q30.ftw" -p 512 -n 128 -r 3 --mode resident 2>&1 | tail -5
 }
 
+# Issue 10, programmatic dependent launch (PDL): the new test (PDL on and off give the
+# same bits), R0 with PDL, without, and with again under the profiler; then every GPU test.
+gpu84() {
+  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
+  timeout 120 python3 -m pytest tests/models/test_graphs.py -q -p no:cacheprovider --tb=short -rf -m gpu -k dependent 2>&1 | tail -8
+  flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
+  for a in "" "--no-pdl" "--profile"; do
+    echo "== graph_decode $a"
+    timeout 100 python3 benches/graph_decode.py "$DATA/q30.ftw" --tokens 128 --reps 2 --modes on $a 2>&1 \
+      | grep -vE "^ +[0-9]+,?$|first_tokens|^ +\],?$"
+  done
+  gpu_tests
+}
+
 case $what in
   install) install ;;
+  gpu84) install; gpu84 ;;
   format) install; format ;;
   io) io ;;
   tests) tests ;;

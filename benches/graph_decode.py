@@ -3,7 +3,7 @@ general eager path, with the HBM roofline of flint's own bytes (issue 10, R0).
 
 Usage: python benches/graph_decode.py MODEL [--tokens 128] [--prompt 64] [--reps 3]
        [--modes on,eager,off] [--profile] [--torch-dense]
-       [--torch-attention] [--no-ahead]
+       [--torch-attention] [--no-ahead] [--no-pdl]
 
 Each mode loads the model once (resident, cuda:0) and decodes ``--tokens`` greedy
 tokens after a ``--prompt``-token prompt, ``--reps`` times after a warm-up run (which
@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 import flint
-from flint.graphs import decode
+from flint.graphs import decode, moe_kernel
 from flint.graphs.decode import expert_pools
 from flint.graphs.moe_kernel import ExpertPool, moe_experts
 from flint.models.transformer import MoEModel
@@ -134,7 +134,14 @@ def main() -> None:
         help="greedy decode reads each token before the next step (the A/B of the "
         "one-step-ahead loop, flint.generation._greedy_ahead)",
     )
+    parser.add_argument(
+        "--no-pdl",
+        action="store_true",
+        help="the step's kernels launched one after the other (the A/B of programmatic "
+        "dependent launch, flint.graphs.moe_kernel.PDL)",
+    )
     args = parser.parse_args()
+    moe_kernel.PDL = not args.no_pdl
     decode.GraphDecoder.device_greedy = not args.no_ahead
     decode.FUSED_DENSE = not args.torch_dense
     decode.FUSED_SDPA = not args.torch_attention
@@ -144,6 +151,7 @@ def main() -> None:
     result["dense"] = "torch" if args.torch_dense else "fused"
     result["attention"] = "torch" if args.torch_attention else "fused"
     result["ahead"] = not args.no_ahead
+    result["pdl"] = not args.no_pdl
     result["copy_gb_s"] = round(copy_rate(device) / 1e9, 1)
     ids: list[int] = []
     for mode in args.modes.split(","):

@@ -14,6 +14,7 @@ from tiny import assert_follows, greedy_decode
 
 import flint
 from flint.format.quant import decode_projection, encode_projection
+from flint.graphs import moe_kernel
 from flint.graphs.decode import SPAN_STEP, GraphDecoder, expert_pools
 from flint.graphs.moe_kernel import moe_experts, slab_pool, stacked_pool
 from flint.graphs.setup import family_unsupported
@@ -576,6 +577,25 @@ def test_captured_and_eager_steps_are_bit_identical(family: str, tiny_ftw: dict[
     assert runs["on"][0] == runs["eager"][0]
     assert torch.equal(runs["on"][1], runs["eager"][1])
     assert_follows(runs["on"][0], runs["on"][1], runs["off"][0], runs["off"][1])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("family", COVERED)
+def test_dependent_launch_gives_the_serial_launchs_bits(
+    family: str, tiny_ftw: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The step's kernels with programmatic dependent launch (each starting while the
+    one before finishes, on Hopper and later) and launched one after the other: the
+    same bits over 40 tokens (a kernel reading its input before the one before has
+    written it would show here)."""
+    prompt = [(11 * i + 5) % 300 + 2 for i in range(24)]
+    runs = {}
+    for on in (True, False):
+        monkeypatch.setattr(moe_kernel, "PDL", on)
+        with flint.LLM(tiny_ftw[family], device="cuda:0", context_length=128, graphs="on") as llm:
+            runs[on] = _decode(llm.model, prompt, 40)
+    assert runs[True][0] == runs[False][0]
+    assert torch.equal(runs[True][1], runs[False][1])
 
 
 @pytest.mark.gpu

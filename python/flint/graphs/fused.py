@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from flint.graphs.moe_kernel import _DTYPES, on_device
+from flint.graphs.moe_kernel import _DTYPES, on_device, pdl
 from flint.graphs.triton_kernels import (
     attention_combine_kernel,
     decode_attention_kernel,
@@ -39,8 +39,9 @@ def rms_norm(
     n = x.shape[1]
     with on_device(x.device):
         rms_norm_kernel[(x.shape[0],)](
-            x, x, x, weight, out, n, eps, BLOCK=_block(n), W32=weight_in_fp32, ADD=False
-        )
+            x, x, x, weight, out, n, eps, BLOCK=_block(n), W32=weight_in_fp32, ADD=False,
+            **pdl(x.device),
+        )  # fmt: skip
     return out
 
 
@@ -58,8 +59,9 @@ def add_rms_norm(
     n = x.shape[1]
     with on_device(x.device):
         rms_norm_kernel[(x.shape[0],)](
-            x, delta, total, weight, out, n, eps, BLOCK=_block(n), W32=weight_in_fp32, ADD=True
-        )
+            x, delta, total, weight, out, n, eps, BLOCK=_block(n), W32=weight_in_fp32, ADD=True,
+            **pdl(x.device),
+        )  # fmt: skip
     return total, out
 
 
@@ -107,7 +109,7 @@ def linear(
             x if bias is None else bias, x if residual is None else residual.contiguous(),
             out, rows, cols, ROUND=_DTYPES[x.dtype], SCHEME=int(int8),
             HAS_BIAS=bias is not None, HAS_RES=residual is not None,
-            BN=bn, BK=min(bk, _block(cols)), num_warps=warps,
+            BN=bn, BK=min(bk, _block(cols)), num_warps=warps, **pdl(x.device),
         )  # fmt: skip
     return out
 
@@ -132,7 +134,7 @@ def head_rope(
     with on_device(y.device):
         head_rope_kernel[(heads,)](
             y, y if norm is None else norm, cos, sin, position, out, out_head, out_pos, dim,
-            eps, NORM=norm is not None, ROT=rot, BLOCK=_block(dim),
+            eps, NORM=norm is not None, ROT=rot, BLOCK=_block(dim), **pdl(y.device),
         )  # fmt: skip
 
 
@@ -158,7 +160,7 @@ def qkv_rope(
             y, y if q_norm is None else q_norm, y if k_norm is None else k_norm, cos, sin,
             position, q, keys, values, keys.stride(0), keys.stride(1), values.stride(0),
             values.stride(1), heads, kv_heads, dim, eps, NORM=q_norm is not None,
-            ROT=cos.shape[-1], BLOCK=_block(dim),
+            ROT=cos.shape[-1], BLOCK=_block(dim), **pdl(y.device),
         )  # fmt: skip
 
 
@@ -204,10 +206,11 @@ def decode_attention(
             values.stride(0), values.stride(1), heads, dim, dim**-0.5, GROUP=group,
             GP=max(16, _block(group)), DP=max(16, _block(dim)), BS=ATTENTION_BLOCK,
             CHUNK=ATTENTION_CHUNK, SPLIT=splits > 1, F32=q.device.type == "cpu",
+            **pdl(q.device),
         )  # fmt: skip
         if splits > 1:
             attention_combine_kernel[(heads,)](
-                m, total, acc, out, heads, dim, splits, DP=_block(dim)
+                m, total, acc, out, heads, dim, splits, DP=_block(dim), **pdl(q.device)
             )
     return out
 
@@ -223,6 +226,6 @@ def route(
     with on_device(logits.device):
         route_kernel[(tokens,)](
             logits.contiguous(), ids, weights, experts, TOPK=top_k, NORM=normalize,
-            BLOCK=_block(experts),
+            BLOCK=_block(experts), **pdl(logits.device),
         )  # fmt: skip
     return ids, weights

@@ -20,6 +20,7 @@ torch path within rounding, and with themselves bit for bit (graph or eager laun
 from __future__ import annotations
 
 import contextlib
+import functools
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -51,6 +52,29 @@ _DTYPES: dict[torch.dtype, Any] = (
         torch.float32: triton.language.float32,
     }
 )
+
+
+# Programmatic dependent launch of these kernels and ``flint.graphs.fused``'s on Hopper
+# and later (``_await_inputs`` in triton_kernels.py): each kernel's programs start, and
+# read their constant weights, while the kernel before it finishes. False: an A/B in
+# benches (the kernels then launch one after the other, as before).
+PDL = True
+
+
+@functools.cache
+def _pdl_capable(index: int) -> bool:
+    major, _ = torch.cuda.get_device_capability(index)
+    extra = getattr(getattr(triton.language, "extra", None), "cuda", None)
+    return major >= 9 and hasattr(extra, "gdc_wait")
+
+
+def pdl(device: torch.device) -> dict[str, bool]:
+    """The launch arguments for programmatic dependent launch on ``device`` (none where
+    it does not apply: the CPU's interpreter, GPUs before Hopper, ``PDL`` off)."""
+    if not PDL or device.type != "cuda" or triton is None:
+        return {}
+    index = torch.cuda.current_device() if device.index is None else device.index
+    return {"GDC": True, "launch_pdl": True} if _pdl_capable(index) else {}
 
 
 def available() -> str | None:
@@ -221,12 +245,13 @@ def _launch(
         x, ids, hidden, *_args(pool.gate), *_args(pool.up), gate_b, up_b, h_dim, i_dim,
         pool.alpha, pool.limit, TOPK=top_k, SCHEME=code, GROUP=group, BN=bn,
         BK=_cols(bk, group), HAS_BIAS=has_bias, ACT=pool.act, num_warps=warps,
+        **pdl(x.device),
     )  # fmt: skip
     bn, bk, warps = DOWN_BLOCK
     down_kernel[(pairs, triton.cdiv(h_dim, bn))](
         hidden, ids, per_rank, *_args(pool.down), down_b, h_dim, i_dim,
         OUT=_DTYPES[x.dtype], SCHEME=code, GROUP=group, BN=bn, BK=_cols(bk, group),
-        HAS_BIAS=has_bias, num_warps=warps,
+        HAS_BIAS=has_bias, num_warps=warps, **pdl(x.device),
     )  # fmt: skip
     return _ranked_sum(per_rank, weights, out)
 
@@ -239,7 +264,7 @@ def _ranked_sum(
     tokens, top_k = weights.shape
     h_dim = out.shape[1]
     ranked_sum_kernel[(tokens, triton.cdiv(h_dim, SUM_BLOCK))](
-        per_rank, weights, out, h_dim, TOPK=top_k, BS=SUM_BLOCK
+        per_rank, weights, out, h_dim, TOPK=top_k, BS=SUM_BLOCK, **pdl(out.device)
     )
     return out
 

@@ -42,6 +42,18 @@ if triton is not None:
             return x.to(OUT).to(tl.float32)
 
     @triton.jit
+    def _await_inputs(GDC: tl.constexpr):
+        """Programmatic dependent launch (``GDC``; Hopper and later, launched with
+        ``launch_pdl``): the kernel's programs may start while the kernel before it in
+        the stream still runs; here they wait until it has finished and its writes are
+        visible, then let the next kernel's programs start. Every read of data an
+        earlier kernel writes, and every store, comes after this; only constant weights
+        may be read before it. Each kernel waiting keeps the order transitive."""
+        if GDC:
+            tl.extra.cuda.gdc_wait()
+            tl.extra.cuda.gdc_launch_dependents()
+
+    @triton.jit
     def _activate(gate, up, alpha, limit, out_type: tl.constexpr, ACT: tl.constexpr):
         """The expert activation on gate and up (fp32 holding model-dtype values):
         ``ACT`` 0 is SwiGLU, ``silu(gate) * up``; 1 is GPT-OSS's, gate clamped above at
@@ -210,9 +222,11 @@ if triton is not None:
         BK: tl.constexpr,
         HAS_BIAS: tl.constexpr,
         ACT: tl.constexpr,
+        GDC: tl.constexpr = False,
     ):
         """h[pair, rows] = act(gate(x) (+ bias), up(x) (+ bias)) for one (token, rank)
         pair (``_activate``)."""
+        _await_inputs(GDC)
         pair = tl.program_id(0)
         token = pair // TOPK
         expert = tl.load(ids_ptr + pair).to(tl.int64)
@@ -256,8 +270,10 @@ if triton is not None:
         BN: tl.constexpr,
         BK: tl.constexpr,
         HAS_BIAS: tl.constexpr,
+        GDC: tl.constexpr = False,
     ):
         """y[pair, rows] (fp32, rounded to the model dtype) = down(h[pair]) (+ bias)."""
+        _await_inputs(GDC)
         pair = tl.program_id(0)
         expert = tl.load(ids_ptr + pair).to(tl.int64)
         rows = tl.program_id(1) * BN + tl.arange(0, BN)
@@ -273,8 +289,11 @@ if triton is not None:
         tl.store(y_ptr + pair * hid + rows, y, mask=row_ok)
 
     @triton.jit
-    def ranked_sum_kernel(y_ptr, rw_ptr, out_ptr, hid, TOPK: tl.constexpr, BS: tl.constexpr):
+    def ranked_sum_kernel(
+        y_ptr, rw_ptr, out_ptr, hid, TOPK: tl.constexpr, BS: tl.constexpr, GDC: tl.constexpr = False
+    ):
         """out[token] = sum over ranks, in rank order, of weight * y (fp32), cast once."""
+        _await_inputs(GDC)
         token = tl.program_id(0)
         cols = tl.program_id(1) * BS + tl.arange(0, BS)
         ok = cols < hid
@@ -303,13 +322,23 @@ if triton is not None:
         HAS_RES: tl.constexpr,
         BN: tl.constexpr,
         BK: tl.constexpr,
+        GDC: tl.constexpr = False,
     ):
         """out[rows] = x . w[rows] (+ bias, in fp32) rounded to ``ROUND`` (F.linear's
         output), then (+ residual) rounded again (torch's add): one token, rows ``BN``
-        at a time; bf16 weights (``SCHEME`` 0) or int8 with fp32 row scales (1)."""
+        at a time; bf16 weights (``SCHEME`` 0) or int8 with fp32 row scales (1). The
+        first step's weights are constant, so they are read before ``_await_inputs``:
+        they arrive while the kernel before finishes. The sum is ``_rows_dot``'s."""
         rows = tl.program_id(0) * BN + tl.arange(0, BN)
         row_ok = rows < n_rows
-        acc = _rows_dot(w_ptr, s_ptr, w_row, 1, x_ptr, rows, row_ok, n_cols, SCHEME, 2, BN, BK)
+        w = _w_tile(w_ptr, w_row, rows, row_ok, 0, n_cols, BK)
+        _await_inputs(GDC)
+        acc = tl.sum(w.to(tl.float32) * _x_cols(x_ptr, 0, n_cols, BK)[None, :], axis=1)
+        for k0 in range(BK, n_cols, BK):
+            w = _w_tile(w_ptr, w_row, rows, row_ok, k0, n_cols, BK)
+            acc += tl.sum(w.to(tl.float32) * _x_cols(x_ptr, k0, n_cols, BK)[None, :], axis=1)
+        if SCHEME == 1:
+            acc = acc * tl.load(s_ptr + rows, mask=row_ok, other=0.0)
         if HAS_BIAS:
             acc = acc + tl.load(b_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
         acc = _round(acc, ROUND)
@@ -330,11 +359,13 @@ if triton is not None:
         BLOCK: tl.constexpr,
         W32: tl.constexpr,
         ADD: tl.constexpr,
+        GDC: tl.constexpr = False,
     ):
         """One row as ``flint.models.norm.rms_norm``: ``w * (x / rms(x)).to(dtype)``, or
         with ``W32`` (GPT-OSS) the weight multiplied in fp32 before the one cast. With
         ``ADD``, x is first the residual sum ``x + d`` rounded to the dtype (torch's
         add), also written to ``sum_ptr``."""
+        _await_inputs(GDC)
         row = tl.program_id(0)
         cols = tl.arange(0, BLOCK)
         ok = cols < n
@@ -406,10 +437,12 @@ if triton is not None:
         NORM: tl.constexpr,
         ROT: tl.constexpr,
         BLOCK: tl.constexpr,
+        GDC: tl.constexpr = False,
     ):
         """One head of a projection [N, D] (``_head_rope``), written to ``out_ptr + head
         * out_head + position * out_pos`` (a KV cache row, or a buffer with ``out_pos``
         0)."""
+        _await_inputs(GDC)
         head = tl.program_id(0)
         pos = tl.load(pos_ptr)
         out = out_ptr + head * out_head + pos * out_pos
@@ -438,10 +471,12 @@ if triton is not None:
         NORM: tl.constexpr,
         ROT: tl.constexpr,
         BLOCK: tl.constexpr,
+        GDC: tl.constexpr = False,
     ):
         """One launch for a token's stacked q, k, v projection [(Nq + 2 Nkv) D]: program
         h < Nq normalises and rotates query head h into ``q_ptr`` [Nq, D]; the next Nkv
         the key heads into the cache row; the last Nkv copy the value heads into theirs."""
+        _await_inputs(GDC)
         h = tl.program_id(0)
         pos = tl.load(pos_ptr)
         y = y_ptr + h * dim
@@ -479,6 +514,7 @@ if triton is not None:
         CHUNK: tl.constexpr,
         SPLIT: tl.constexpr,
         F32: tl.constexpr,
+        GDC: tl.constexpr = False,
     ):
         """One query token's attention for the ``GROUP`` query heads of key/value head
         ``program_id(0)`` over cache positions [split * CHUNK, + CHUNK) up to the token's
@@ -488,6 +524,7 @@ if triton is not None:
         running max, sum and unnormalised output into ``m``, ``l`` [splits, Nq] and
         ``acc`` [splits, Nq, D] for ``attention_combine_kernel``. ``F32``: the products
         on fp32 copies (Triton's CPU interpreter multiplies bf16 tiles wrongly)."""
+        _await_inputs(GDC)
         kv = tl.program_id(0)
         split = tl.program_id(1)
         g = tl.arange(0, GP)
@@ -540,11 +577,20 @@ if triton is not None:
 
     @triton.jit
     def attention_combine_kernel(
-        m_ptr, l_ptr, acc_ptr, o_ptr, heads, dim, splits, DP: tl.constexpr
+        m_ptr,
+        l_ptr,
+        acc_ptr,
+        o_ptr,
+        heads,
+        dim,
+        splits,
+        DP: tl.constexpr,
+        GDC: tl.constexpr = False,
     ):
         """Query head ``program_id(0)``: the splits' partial softmax results merged in
         split order, normalised, cast into ``o_ptr`` [Nq * D]. Split 0 always holds
         position 0, so the merged max is finite; splits past the position hold l = 0."""
+        _await_inputs(GDC)
         head = tl.program_id(0)
         d = tl.arange(0, DP)
         d_ok = d < dim
@@ -563,11 +609,19 @@ if triton is not None:
 
     @triton.jit
     def route_kernel(
-        logits_ptr, ids_ptr, w_ptr, n, TOPK: tl.constexpr, NORM: tl.constexpr, BLOCK: tl.constexpr
+        logits_ptr,
+        ids_ptr,
+        w_ptr,
+        n,
+        TOPK: tl.constexpr,
+        NORM: tl.constexpr,
+        BLOCK: tl.constexpr,
+        GDC: tl.constexpr = False,
     ):
         """One token's softmax router (``flint.models.moe.route``): fp32 softmax over the
         n experts, the top-k in descending order (ties: the lower id), renormalised when
         ``NORM``, weights written in ``w_ptr``'s dtype."""
+        _await_inputs(GDC)
         token = tl.program_id(0)
         e = tl.arange(0, BLOCK)
         ok = e < n
