@@ -1322,8 +1322,22 @@ gpu84() {
   gpu_tests
 }
 
+# Issue 10, int8/int4 weights to fp32 through float bits: R0 twice, the expert kernels'
+# block shapes again (cut at 150 s), the dense products' int8 and bf16 rows.
+gpu85() {
+  flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
+  for a in "" ""; do
+    echo "== graph_decode $a"
+    timeout 100 python3 benches/graph_decode.py "$DATA/q30.ftw" --tokens 128 --reps 2 --modes on $a 2>&1 \
+      | grep -E "tg_tok|_sd|roofline|moe_kernel|Error"
+  done
+  (cd benches && timeout 150 python3 moe_kernel_tune.py --scheme int4 2>&1 | tail -45)
+  (cd benches && timeout 90 python3 linear_tune.py --shapes qkv,o --quick 2>&1 | grep -E "best|torch")
+}
+
 case $what in
   install) install ;;
+  gpu85) install; gpu85 ;;
   gpu84) install; gpu84 ;;
   format) install; format ;;
   io) io ;;
