@@ -368,7 +368,7 @@ class LLM:
         if cuda_graphs or graphs == "on":
             from flint.graphs.setup import attach_decoder
 
-            self.no_graphs = attach_decoder(model, graphs)
+            self.no_graphs = attach_decoder(model, graphs, source=source)
         elif graphs == "off":
             self.no_graphs = "graphs off"
         elif self.device.type != "cuda":

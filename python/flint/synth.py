@@ -12,8 +12,8 @@ from typing import Any
 import torch
 
 from flint._version import __version__
-from flint.format.constants import DEFAULT_INT4_GROUP
-from flint.format.quant import int4_bytes, int8_bytes
+from flint.format.constants import DEFAULT_INT4_GROUP, DENSE_QUANTS
+from flint.format.quant import dense_quantized, int4_bytes, int8_bytes
 from flint.format.writer import FtwFileWriter
 
 # Bumped whenever the weights synth writes change, so caches of synthetic models (the
@@ -230,6 +230,13 @@ def _random_bytes(n: int, gen: torch.Generator) -> torch.Tensor:
     return torch.empty((n + 7) // 8, dtype=torch.int64).random_(generator=gen).view(torch.uint8)[:n]
 
 
+def _random_int8(shape: tuple[int, ...], gen: torch.Generator) -> tuple[torch.Tensor, ...]:
+    """A random int8 matrix in [-127, 127] (the converter's range) and its f32 row
+    scales, of about the bf16 matrices' magnitude (|q| averages ~64)."""
+    q = _random_bytes(_numel(shape), gen).view(torch.int8).view(shape).clamp_(-127, 127)
+    return q, torch.full((shape[0],), 2.0**-12, dtype=torch.float32)
+
+
 def synth_projection(
     rows: int, cols: int, quant: str, group: int, gen: torch.Generator
 ) -> torch.Tensor:
@@ -254,12 +261,17 @@ def synth(
     n_layers: int | None = None,
     progress: Callable[[int], None] | None = None,
     on_start: Callable[[int], None] | None = None,
+    dense_quant: str = "none",
 ) -> int:
-    """Writes a random model of ``geometry``; returns the file size."""
+    """Writes a random model of ``geometry``; returns the file size. ``dense_quant``
+    "int8": the matrices ``flint convert --dense-quant int8`` quantizes are stored as
+    int8 with row scales, as it stores them."""
     if geometry not in GEOMETRIES:
         raise ValueError(f"unknown geometry {geometry!r}; known: {', '.join(GEOMETRIES)}")
     if quant not in ("none", "bf16", "int8", "int4"):
         raise ValueError(f"--quant must be none, bf16, int8 or int4, not {quant!r}")
+    if dense_quant not in DENSE_QUANTS:
+        raise ValueError(f"--dense-quant must be one of {', '.join(DENSE_QUANTS)}")
     cfg = dict(GEOMETRIES[geometry])
     if n_layers is not None:
         if not 1 <= n_layers <= cfg["num_hidden_layers"]:
@@ -276,8 +288,16 @@ def synth(
     if on_start:
         per_expert = sum(r * c for r, c in shapes) * 2
         on_start(sum(_numel(s) * 2 for s in dense.values()) + per_expert * n_exp * len(layers))
+    dense_int8: list[str] = []
     with FtwFileWriter(out) as w:
         for name, shape in dense.items():
+            if len(shape) == 2 and dense_quantized(name, dense_quant):
+                q, scale = _random_int8(shape, gen)
+                w.add_tensor(name, q)
+                w.add_tensor(name + "_scale", scale)
+                dense_int8.append(name)
+                tick(q.numel() * 2)
+                continue
             t = (
                 torch.ones(shape, dtype=torch.bfloat16)
                 if len(shape) == 1
@@ -308,7 +328,7 @@ def synth(
                     "source_dtype": "bf16",
                     "moe_layers": layers,
                 },
-                "dense": {"scheme": "none", "tensors": []},
+                "dense": {"scheme": dense_quant, "tensors": dense_int8},
             },
             "source": {"synthetic": geometry, "seed": seed},
             "converter": f"flint {__version__}",

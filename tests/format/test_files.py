@@ -57,6 +57,30 @@ def test_synth_tiny_matches_its_geometry(tiny: Path) -> None:
     assert torch.isfinite(gate).all() and gate.abs().max() < 0.1
 
 
+def test_synth_stores_dense_int8_as_convert_does(tmp_path: Path) -> None:
+    from flint.models.ftw_source import FtwSource
+
+    out = tmp_path / "tiny-int8.ftw"
+    r = runner.invoke(app, ["synth", "-o", str(out), "--dense-quant", "int8"])
+    assert r.exit_code == 0, r.output
+    assert "dense int8" in r.output
+    source = FtwSource(out)
+    try:
+        name = "model.layers.1.self_attn.o_proj.weight"
+        stored = source.int8_matrix(name)
+        assert stored is not None
+        q, scale = stored
+        assert q.dtype == torch.int8 and q.shape == dense_shapes(GEOMETRIES["tiny"])[name]
+        assert q.min() >= -127 and scale.shape == (q.shape[0],)
+        assert torch.equal(source.tensor(name), q.float() * scale[:, None])
+        assert source.int8_matrix("lm_head.weight") is None  # not a --dense-quant part
+        assert source.int8_matrix("model.layers.1.mlp.gate.weight") is None  # the router
+    finally:
+        source.close()
+    r = runner.invoke(app, ["synth", "-o", str(out), "--dense-quant", "int4"])
+    assert r.exit_code != 0 and "--dense-quant must be one of none, int8" in r.output
+
+
 @pytest.mark.parametrize("geometry", ["qwen3-30b-a3b", "mixtral-8x7b", "deepseek-v2-lite"])
 def test_big_geometries_have_the_real_sizes(geometry: str) -> None:
     cfg = GEOMETRIES[geometry]

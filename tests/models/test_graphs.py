@@ -18,6 +18,7 @@ from flint.graphs import moe_kernel
 from flint.graphs.decode import SPAN_STEP, GraphDecoder, expert_pools
 from flint.graphs.moe_kernel import moe_experts, slab_pool, stacked_pool
 from flint.graphs.setup import family_unsupported
+from flint.models.ftw_source import FtwSource
 from flint.models.moe import dispatch, weighted_sum
 from flint.models.transformer import MoEModel
 
@@ -339,6 +340,62 @@ def test_the_step_follows_the_eager_layer_loop(
         model.decoder = None
         tail = model.forward(torch.tensor([got_tokens[-1]]))[-1]
         assert torch.isfinite(tail).all()
+
+
+@pytest.fixture(scope="module")
+def int8_dense_ftw(tiny_models: dict, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """qwen3_moe (q/k norms) and qwen2_moe (q/k/v biases, a shared expert) converted with
+    --dense-quant int8."""
+    from flint.convert import ConvertOptions, convert
+
+    out = tmp_path_factory.mktemp("int8_dense")
+    files = {}
+    for family in ("qwen3_moe", "qwen2_moe"):
+        files[family] = out / f"{family}.ftw"
+        convert(str(tiny_models[family][0]), files[family], ConvertOptions(dense_quant="int8"))
+    return files
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("family", ["qwen3_moe", "qwen2_moe"])
+def test_the_step_reads_int8_attention_as_stored(
+    family: str, dtype: str, int8_dense_ftw: dict[str, Path]
+) -> None:
+    """A --dense-quant int8 file: the step's q/k/v and o products read the stored int8
+    matrices and row scales (every layer's), the rest of the model the dequantized
+    ones. Against the model's own decode: in fp32 the same tokens and logits within
+    1e-4 of their scale (the scale applied after the dot instead of before); in bf16
+    ``assert_follows``."""
+    path = int8_dense_ftw[family]
+    with flint.LLM(
+        path, device="cpu", dtype=dtype, context_length=64, expert_kernels="torch"
+    ) as llm:
+        model = llm.model
+        pools = expert_pools(model.experts)
+        assert pools is not None
+        prompt = [(5 * i + 1) % 300 + 2 for i in range(20)]
+        want_tokens, want = _decode(model, prompt, 8)
+        source = FtwSource(path)
+        try:
+            model.decoder = decoder = GraphDecoder(model, pools, capture=False, source=source)
+        finally:
+            source.close()
+        assert sorted(decoder.int8) == [layer.index for layer in model.layers]
+        (qkv, qkv_scale), (o, o_scale) = decoder.int8[0]
+        assert qkv.dtype == o.dtype == torch.int8
+        assert qkv_scale.dtype == o_scale.dtype == torch.float32
+        attn = model.layers[0].attn
+        assert qkv.shape == (attn.q_w.shape[0] + 2 * attn.k_w.shape[0], attn.q_w.shape[1])
+        assert o.shape == attn.o_w.shape
+        got_tokens, got = _decode(model, prompt, 8)
+        o_scale.zero_()  # the step reads these: layer 0's attention output drops out
+        assert not torch.equal(_decode(model, prompt, 1)[1][0], got[0])
+    if dtype == "float32":
+        assert got_tokens == want_tokens
+        assert (got - want).abs().max().item() <= 1e-4 * want.abs().max().item()
+    else:
+        assert_follows(got_tokens, got, want_tokens, want)
 
 
 @pytest.mark.interpreter

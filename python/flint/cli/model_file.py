@@ -119,6 +119,13 @@ def register(app: typer.Typer, console: Any) -> None:
         layers: Annotated[
             int | None, typer.Option(help="Keep only the first N layers (smaller files).")
         ] = None,
+        dense_quant: Annotated[
+            str,
+            typer.Option(
+                help="Dense attention and MLP matrices: none (bf16) or int8 (row scales), "
+                "as `flint convert --dense-quant` stores them."
+            ),
+        ] = "none",
     ) -> None:
         """Write a random-weight model with the exact geometry of a real MoE model.
 
@@ -129,11 +136,12 @@ def register(app: typer.Typer, console: Any) -> None:
         try:
             with byte_progress(f"synth {geometry}", console) as bar:
                 size = run(
-                    geometry, quant, output, seed, layers, progress=bar.advance, on_start=bar.start
+                    geometry, quant, output, seed, layers, bar.advance, bar.start, dense_quant
                 )
         except ValueError as e:
             raise _fail(console, str(e)) from None
-        console.print(f"wrote {output}: {geometry}, experts {quant}, {size / 2**30:.2f} GiB")
+        dense = ", dense int8" if dense_quant == "int8" else ""
+        console.print(f"wrote {output}: {geometry}, experts {quant}{dense}, {size / 2**30:.2f} GiB")
 
 
 def _open_or_fail(model: Path, console: Any) -> FtwFile:

@@ -25,24 +25,10 @@ from flint.format.constants import (
     DTYPE_NAMES,
     EXPERT_QUANTS,
 )
-from flint.format.quant import encode_projection, quantize_int8
+from flint.format.quant import dense_quantized, encode_projection, quantize_int8
 from flint.format.writer import FtwFileWriter
 
 Progress = Callable[[int], None]  # called with bytes of source consumed
-
-# Dense matrices that --dense-quant int8 quantizes: attention (Qwen3-Next's DeltaNet
-# projections included; its conv, decay and norm weights are not matrices), shared
-# experts, dense MLPs.
-_DENSE_QUANT_PARTS = (
-    "self_attn.",
-    "linear_attn.in_proj_qkvz.",
-    "linear_attn.in_proj_ba.",
-    "linear_attn.out_proj.",
-    "shared_expert.",
-    "mlp.gate_proj",
-    "mlp.up_proj",
-    "mlp.down_proj",
-)
 
 
 @dataclass(slots=True, frozen=True)
@@ -68,12 +54,7 @@ def _sha256(path: Path) -> str:
 
 
 def _dense_quantized(name: str, t: torch.Tensor, dense_quant: str) -> bool:
-    return (
-        dense_quant == "int8"
-        and t.ndim == 2
-        and name.endswith(".weight")
-        and any(p in name for p in _DENSE_QUANT_PARTS)
-    )
+    return t.ndim == 2 and dense_quantized(name, dense_quant)
 
 
 def _write_dense(

@@ -29,6 +29,31 @@ def int4_bytes(rows: int, cols: int, group: int) -> int:
     return n + _pad(n) + rows * (cols // group) * 2
 
 
+# Dense matrices that --dense-quant int8 quantizes: attention (Qwen3-Next's DeltaNet
+# projections included; its conv, decay and norm weights are not matrices), shared
+# experts, dense MLPs. Not the router, the embedding or the LM head.
+_DENSE_QUANT_PARTS = (
+    "self_attn.",
+    "linear_attn.in_proj_qkvz.",
+    "linear_attn.in_proj_ba.",
+    "linear_attn.out_proj.",
+    "shared_expert.",
+    "mlp.gate_proj",
+    "mlp.up_proj",
+    "mlp.down_proj",
+)
+
+
+def dense_quantized(name: str, dense_quant: str) -> bool:
+    """Whether ``dense_quant`` stores the dense matrix ``name`` as int8 (with row
+    scales in ``name + "_scale"``); the caller checks it is a matrix."""
+    return (
+        dense_quant == "int8"
+        and name.endswith(".weight")
+        and any(p in name for p in _DENSE_QUANT_PARTS)
+    )
+
+
 def quantize_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-row symmetric int8. Returns (q [rows, cols] int8, scales [rows] f32)."""
     w = w.float()

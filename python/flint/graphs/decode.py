@@ -118,6 +118,35 @@ def stack_qkv(attn: Attention) -> tuple[torch.Tensor, torch.Tensor | None]:
     return weight, bias
 
 
+Int8 = tuple[torch.Tensor, torch.Tensor]  # an int8 matrix [N, K] and its f32 row scales [N]
+
+
+def int8_attention(model: MoEModel, source: object) -> dict[int, tuple[Int8, Int8]]:
+    """layer -> (q, k and v stacked, o) as the file stores them, where it stores them
+    as int8 (``--dense-quant int8``), on the model's device: ``fused.linear`` reads
+    these bytes, half of the dequantized matrices' (which the model keeps for its
+    other paths). Empty for a source without int8 matrices."""
+    read = getattr(source, "int8_matrix", None)
+    if read is None:
+        return {}
+    out = {}
+    device = model.place.device
+    for layer in model.layers:
+        if not isinstance(layer.attn, Attention):
+            continue
+        p = f"model.layers.{layer.index}.self_attn."
+        parts = [read(p + n + "_proj.weight") for n in ("q", "k", "v", "o")]
+        if any(part is None for part in parts):
+            continue
+        q, k, v, o = parts
+        qkv = (torch.cat([q[0], k[0], v[0]]), torch.cat([q[1], k[1], v[1]]))
+        out[layer.index] = (
+            (qkv[0].to(device), qkv[1].to(device)),
+            (o[0].to(device), o[1].to(device)),
+        )
+    return out
+
+
 class GraphDecoder:
     """Decodes one token at a time for ``model`` (resident, one GPU)."""
 
@@ -125,7 +154,15 @@ class GraphDecoder:
     # a step (the streamed step's hops between its segments are host work)
     device_greedy = True
 
-    def __init__(self, model: MoEModel, pools: dict[int, ExpertPool], capture: bool = True):
+    def __init__(
+        self,
+        model: MoEModel,
+        pools: dict[int, ExpertPool],
+        capture: bool = True,
+        source: object = None,
+    ):
+        """``source``: the model's weight source; where it stores the attention's
+        matrices as int8, the step reads those (``int8_attention``)."""
         self.model, self.pools, self.capture = model, pools, capture
         cfg, device = model.config, model.place.device
         self.device = device
@@ -167,6 +204,9 @@ class GraphDecoder:
             for layer in model.layers:
                 if isinstance(layer.attn, Attention):  # SinkAttention is one too
                     self.qkv[layer.index] = stack_qkv(layer.attn)
+        self.int8: dict[int, tuple[Int8, Int8]] = {}
+        if self.fused_attention and self.fused_dense and source is not None:
+            self.int8 = int8_attention(model, source)
         self.graphs: dict[int, Any] = {}  # span -> torch.cuda.CUDAGraph
         self.memory: Any = None  # the graphs' shared memory pool
         self.replays = 0
@@ -312,8 +352,12 @@ class GraphDecoder:
         b: torch.Tensor | None = None,
         residual: torch.Tensor | None = None,  # [1, N]
         out: torch.Tensor | None = None,
+        int8: Int8 | None = None,  # w as the file stores it in int8, if it does
     ) -> torch.Tensor:
-        """``residual + F.linear(x, w, b)`` (into ``out`` when given)."""
+        """``residual + F.linear(x, w, b)`` (into ``out`` when given); from the int8
+        matrix and its row scales when given."""
+        if int8 is not None:
+            return fused.linear(x, int8[0], b, residual, int8[1], out)
         if self._fits(x, w):
             return fused.linear(x, w, b, residual, out=out)
         y = F.linear(x, w, b)
@@ -397,11 +441,13 @@ class GraphDecoder:
         else:
             q = self._project(attn, x, cos, sin)
         keys, values = cache.keys[attn.layer], cache.values[attn.layer]  # [Nkv, ctx, D]
+        stored = self.int8.get(attn.layer)
+        o8 = None if stored is None else stored[1]
         if self.fused_sdpa and not isinstance(attn, SinkAttention):
             out = fused.decode_attention(
                 q, keys, values, self.position, span, self.attn_out, self.attn_parts
             )
-            return self._linear(out, attn.o_w, attn.o_b, residual, h)
+            return self._linear(out, attn.o_w, attn.o_b, residual, h, o8)
         if isinstance(attn, SinkAttention):
             out = self._attend_with_sinks(attn, q, keys[:, :span], values[:, :span], span)
         else:
@@ -412,7 +458,8 @@ class GraphDecoder:
                 attn_mask=mask,
                 enable_gqa=cfg.num_heads != cfg.num_kv_heads,
             )[0]  # [Nq, 1, D]
-        return self._linear(out.transpose(0, 1).reshape(1, -1), attn.o_w, attn.o_b, residual, h)
+        out = out.transpose(0, 1).reshape(1, -1)
+        return self._linear(out, attn.o_w, attn.o_b, residual, h, o8)
 
     def _project_fused(self, attn: Attention, x: torch.Tensor) -> torch.Tensor:
         """q [Nq, 1, D], each head normed (q/k norms: both or neither, ``Attention``)
@@ -421,7 +468,9 @@ class GraphDecoder:
         cfg, cache = attn.cfg, self.model.cache
         heads, dim = cfg.num_heads, cfg.head_dim
         q = torch.empty(heads, 1, dim, dtype=x.dtype, device=x.device)  # [Nq, 1, D]
-        y = self._linear(x, *self.qkv[attn.layer])[0]  # [(Nq + 2 Nkv) D]
+        stored = self.int8.get(attn.layer)
+        qkv8 = None if stored is None else stored[0]
+        y = self._linear(x, *self.qkv[attn.layer], int8=qkv8)[0]  # [(Nq + 2 Nkv) D]
         keys, values = cache.keys[attn.layer], cache.values[attn.layer]  # [Nkv, ctx, D]
         fused.qkv_rope(
             y, attn.q_norm, attn.k_norm, self.cos_table, self.sin_table, self.position, q,

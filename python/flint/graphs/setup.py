@@ -58,11 +58,17 @@ def streamed_unsupported(model: MoEModel, mode: str) -> str | None:
     return why
 
 
-def attach_decoder(model: MoEModel, mode: str, notice: Notice = stderr_notice) -> str | None:
+def attach_decoder(
+    model: MoEModel,
+    mode: str,
+    notice: Notice = stderr_notice,
+    source: WeightSource | None = None,
+) -> str | None:
     """Gives ``model`` a graph decode step as ``mode`` says; returns why not when it
     has none (mode "on" raises instead): ``GraphDecoder`` for resident experts,
     ``StreamedDecoder`` for streamed ones. In "auto", a step that fails to compile or
-    capture leaves the model eager, with one line to ``notice``."""
+    capture leaves the model eager, with one line to ``notice``. ``source``: the
+    model's weights, whose int8-stored attention matrices the step reads as stored."""
     check_graph_mode(mode)
     if mode == "off":
         return "graphs off"
@@ -76,11 +82,11 @@ def attach_decoder(model: MoEModel, mode: str, notice: Notice = stderr_notice) -
         return why
     decoder: GraphDecoder
     if streamed:
-        decoder = StreamedDecoder(model, capture=mode != "eager")
+        decoder = StreamedDecoder(model, mode != "eager", source)
     else:
         pools = expert_pools(model.experts)
         assert pools is not None
-        decoder = GraphDecoder(model, pools, capture=mode != "eager")
+        decoder = GraphDecoder(model, pools, mode != "eager", source)
     if decoder.capture:
         try:
             decoder.warm_up()

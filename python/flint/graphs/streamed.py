@@ -71,8 +71,8 @@ class StreamedDecoder(GraphDecoder):
 
     device_greedy = False  # the host reads each MoE layer's ids between segments
 
-    def __init__(self, model: MoEModel, capture: bool = True) -> None:
-        super().__init__(model, {}, capture)
+    def __init__(self, model: MoEModel, capture: bool = True, source: object = None) -> None:
+        super().__init__(model, {}, capture, source)
         cfg, device, dtype = model.config, self.device, model.place.dtype
         self.segments = segments(model)
 

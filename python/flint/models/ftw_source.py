@@ -48,13 +48,21 @@ class FtwSource:
 
     def tensor(self, name: str) -> torch.Tensor:
         """Dense tensor ``name``; int8-stored matrices come back as f32 ``q * scale``."""
-        t = self._file.tensor(name)
+        stored = self.int8_matrix(name)
+        if stored is None:
+            return self._file.tensor(name)
+        q, scale = stored
+        return q.float() * scale[:, None]
+
+    def int8_matrix(self, name: str) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The int8-stored matrix ``name`` as stored: (q [rows, cols] int8, row scales
+        [rows] f32); None when the file stores ``name`` otherwise."""
         if name not in self._int8_dense:
-            return t
-        scale = self._file.tensor(name + "_scale")  # [rows] f32
-        if t.dtype != torch.int8 or t.ndim != 2 or scale.shape != (t.shape[0],):
+            return None
+        q, scale = self._file.tensor(name), self._file.tensor(name + "_scale")
+        if q.dtype != torch.int8 or q.ndim != 2 or scale.shape != (q.shape[0],):
             raise ValueError(f"{self.path}: int8 tensor {name!r} or its scale is malformed")
-        return t.float() * scale[:, None]
+        return q, scale
 
     def expert(self, layer: int, expert: int) -> ExpertWeights:
         """One expert's gate, up and down (f32 for int8/int4 files, the stored dtype
