@@ -42,28 +42,6 @@ if triton is not None:
             return x.to(OUT).to(tl.float32)
 
     @triton.jit
-    def _weights_f32(w):
-        """A weight tile as fp32. int8 exactly through float bits, not the conversion
-        instruction: 2^23 + 128 + q has q + 128 in the low mantissa bits, so or-ing it
-        into 2^23's bits and subtracting 2^23 + 128 gives q with no rounding. Integer
-        to float conversion runs at a fraction of the rate of integer and float adds on
-        NVIDIA GPUs; the quantized kernels convert every weight they read."""
-        if w.dtype == tl.int8:
-            bits = (w.to(tl.int32) + 128) | 0x4B000000
-            return bits.to(tl.float32, bitcast=True) - 8388736.0
-        else:
-            return w.to(tl.float32)
-
-    @triton.jit
-    def _nibbles(byte):
-        """The low and high nibbles of int4 bytes (q + 8 each) as fp32 q, exactly, by
-        ``_weights_f32``'s float bits (2^23 + 8 subtracted)."""
-        b = byte.to(tl.int32)
-        lo = ((b & 15) | 0x4B000000).to(tl.float32, bitcast=True) - 8388616.0
-        hi = (((b >> 4) & 15) | 0x4B000000).to(tl.float32, bitcast=True) - 8388616.0
-        return lo, hi
-
-    @triton.jit
     def _await_inputs(GDC: tl.constexpr):
         """Programmatic dependent launch (``GDC``; Hopper and later, launched with
         ``launch_pdl``): the kernel's programs may start while the kernel before it in
@@ -108,7 +86,8 @@ if triton is not None:
     def _i4_dot(byte, s, xe, xo, BN: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr):
         """[BN] fp32: a tile from ``_i4_tile`` dotted with the even and odd entries of
         its columns, low and high nibbles, each group's sum scaled once."""
-        lo, hi = _nibbles(byte)
+        lo = (byte & 15).to(tl.float32) - 8.0
+        hi = (byte >> 4).to(tl.float32) - 8.0
         part = lo * xe[None, :] + hi * xo[None, :]  # [BN, BK/2]
         part = tl.sum(tl.reshape(part, (BN, BK // GROUP, GROUP // 2)), axis=2)
         return tl.sum(part * s.to(tl.float32), axis=1)
@@ -164,7 +143,7 @@ if triton is not None:
             for k0 in range(0, n_cols, BK):
                 w = _w_tile(w_ptr, w_row, rows, row_ok, k0, n_cols, BK)
                 v = _x_cols(v_ptr, k0, n_cols, BK)
-                acc += tl.sum(_weights_f32(w) * v[None, :], axis=1)
+                acc += tl.sum(w.to(tl.float32) * v[None, :], axis=1)
             if SCHEME == 1:
                 acc = acc * tl.load(s_ptr + rows * s_row, mask=row_ok, other=0.0)
         return acc
@@ -206,8 +185,8 @@ if triton is not None:
                 a = _w_tile(a_ptr, a_row, rows, row_ok, k0, n_cols, BK)
                 b = _w_tile(b_ptr, b_row, rows, row_ok, k0, n_cols, BK)
                 v = _x_cols(v_ptr, k0, n_cols, BK)
-                acc_a += tl.sum(_weights_f32(a) * v[None, :], axis=1)
-                acc_b += tl.sum(_weights_f32(b) * v[None, :], axis=1)
+                acc_a += tl.sum(a.to(tl.float32) * v[None, :], axis=1)
+                acc_b += tl.sum(b.to(tl.float32) * v[None, :], axis=1)
             if SCHEME == 1:
                 acc_a = acc_a * tl.load(as_ptr + rows * as_row, mask=row_ok, other=0.0)
                 acc_b = acc_b * tl.load(bs_ptr + rows * bs_row, mask=row_ok, other=0.0)
@@ -354,10 +333,10 @@ if triton is not None:
         row_ok = rows < n_rows
         w = _w_tile(w_ptr, w_row, rows, row_ok, 0, n_cols, BK)
         _await_inputs(GDC)
-        acc = tl.sum(_weights_f32(w) * _x_cols(x_ptr, 0, n_cols, BK)[None, :], axis=1)
+        acc = tl.sum(w.to(tl.float32) * _x_cols(x_ptr, 0, n_cols, BK)[None, :], axis=1)
         for k0 in range(BK, n_cols, BK):
             w = _w_tile(w_ptr, w_row, rows, row_ok, k0, n_cols, BK)
-            acc += tl.sum(_weights_f32(w) * _x_cols(x_ptr, k0, n_cols, BK)[None, :], axis=1)
+            acc += tl.sum(w.to(tl.float32) * _x_cols(x_ptr, k0, n_cols, BK)[None, :], axis=1)
         if SCHEME == 1:
             acc = acc * tl.load(s_ptr + rows, mask=row_ok, other=0.0)
         if HAS_BIAS:
