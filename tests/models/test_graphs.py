@@ -250,7 +250,8 @@ def test_fused_attention_follows_sdpa(
     """One query against cache positions 0..position: ``decode_attention`` (one chunk
     of positions, or several merged) against SDPA over the span with the step's mask,
     GQA and head dims that are not powers of two included, fp32 and bf16; then
-    ``qkv_rope`` writes what three ``head_rope`` launches write, bit for bit."""
+    ``qkv_rope`` writes what three ``head_rope`` launches write, bit for bit, and
+    ``qkv_attention`` gives what ``qkv_rope`` and ``decode_attention`` give."""
     from flint.graphs import fused
 
     torch.manual_seed(position)
@@ -281,6 +282,27 @@ def test_fused_attention_follows_sdpa(
     fused.head_rope(y[k_end:], None, cos, sin, at, want[2], *cache, kv_heads, dim, eps, False)
     for g, w in zip(got, want, strict=True):
         assert torch.equal(g, w)
+    # qkv_attention: qkv_rope and decode_attention in one launch, the same bits
+    cos, sin = torch.randn(ctx, rot).bfloat16(), torch.randn(ctx, rot).bfloat16()
+    keys, values = (torch.randn(kv_heads, ctx, dim).bfloat16() for _ in range(2))
+    pos = torch.tensor([position])
+    runs = []
+    for together in (False, True):
+        cache = [keys.clone(), values.clone()]
+        out = torch.full((1, heads * dim), float("nan")).bfloat16()
+        parts = fused.attention_parts(heads, dim, ctx, torch.device("cpu"))
+        if together:
+            fused.qkv_attention(
+                y, q_norm, k_norm, cos, sin, eps, heads, *cache, pos, span, out, parts
+            )
+        else:
+            q = torch.empty(heads, 1, dim).bfloat16()
+            fused.qkv_rope(y, q_norm, k_norm, cos, sin, pos, q, *cache, eps)
+            fused.decode_attention(q, *cache, pos, span, out, parts)
+        runs.append((out, *cache))
+    for apart, together in zip(*runs, strict=True):
+        assert torch.equal(apart, together)
+    assert not torch.equal(runs[0][1], keys)  # the row at the position was written
 
 
 def _covered(tiny_ftw: dict[str, Path]) -> list[str]:

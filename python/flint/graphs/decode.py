@@ -436,18 +436,21 @@ class GraphDecoder:
             return residual + y if h is None else torch.add(residual, y, out=h)
         assert isinstance(attn, Attention)
         cfg, cache = attn.cfg, self.model.cache
-        if self.fused_attention:
-            q = self._project_fused(attn, x)
-        else:
-            q = self._project(attn, x, cos, sin)
         keys, values = cache.keys[attn.layer], cache.values[attn.layer]  # [Nkv, ctx, D]
         stored = self.int8.get(attn.layer)
         o8 = None if stored is None else stored[1]
         if self.fused_sdpa and not isinstance(attn, SinkAttention):
-            out = fused.decode_attention(
-                q, keys, values, self.position, span, self.attn_out, self.attn_parts
-            )
+            # the q/k norms and RoPE inside the attention launch
+            out = fused.qkv_attention(
+                self._qkv(attn, x), attn.q_norm, attn.k_norm, self.cos_table, self.sin_table,
+                cfg.rms_norm_eps, cfg.num_heads, keys, values, self.position, span,
+                self.attn_out, self.attn_parts,
+            )  # fmt: skip
             return self._linear(out, attn.o_w, attn.o_b, residual, h, o8)
+        if self.fused_attention:
+            q = self._project_fused(attn, x)
+        else:
+            q = self._project(attn, x, cos, sin)
         if isinstance(attn, SinkAttention):
             out = self._attend_with_sinks(attn, q, keys[:, :span], values[:, :span], span)
         else:
@@ -461,6 +464,12 @@ class GraphDecoder:
         out = out.transpose(0, 1).reshape(1, -1)
         return self._linear(out, attn.o_w, attn.o_b, residual, h, o8)
 
+    def _qkv(self, attn: Attention, x: torch.Tensor) -> torch.Tensor:
+        """The token's q, k and v projections [(Nq + 2 Nkv) D], stacked: one product."""
+        stored = self.int8.get(attn.layer)
+        qkv8 = None if stored is None else stored[0]
+        return self._linear(x, *self.qkv[attn.layer], int8=qkv8)[0]
+
     def _project_fused(self, attn: Attention, x: torch.Tensor) -> torch.Tensor:
         """q [Nq, 1, D], each head normed (q/k norms: both or neither, ``Attention``)
         and rotated in one launch for q, k and v; the key and value go straight into
@@ -468,9 +477,7 @@ class GraphDecoder:
         cfg, cache = attn.cfg, self.model.cache
         heads, dim = cfg.num_heads, cfg.head_dim
         q = torch.empty(heads, 1, dim, dtype=x.dtype, device=x.device)  # [Nq, 1, D]
-        stored = self.int8.get(attn.layer)
-        qkv8 = None if stored is None else stored[0]
-        y = self._linear(x, *self.qkv[attn.layer], int8=qkv8)[0]  # [(Nq + 2 Nkv) D]
+        y = self._qkv(attn, x)
         keys, values = cache.keys[attn.layer], cache.values[attn.layer]  # [Nkv, ctx, D]
         fused.qkv_rope(
             y, attn.q_norm, attn.k_norm, self.cos_table, self.sin_table, self.position, q,

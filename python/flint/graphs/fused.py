@@ -194,8 +194,50 @@ def decode_attention(
     ``F.scaled_dot_product_attention``'s result in its own summation order. One program
     per key/value head and chunk of positions; a second launch merges the chunks when
     the span has more than one."""
-    heads, _, dim = q.shape
-    kv_heads = keys.shape[0]
+    return _attention(q, keys, values, position, span, out, parts, q.shape[0], {})
+
+
+def qkv_attention(
+    y: torch.Tensor,  # [(Nq + 2 Nkv) * D], one token's stacked projection
+    q_norm: torch.Tensor | None,  # [D] per-head RMSNorm weights (both or neither)
+    k_norm: torch.Tensor | None,
+    cos: torch.Tensor,  # [S, R] tables
+    sin: torch.Tensor,
+    eps: float,
+    heads: int,  # Nq
+    keys: torch.Tensor,  # [Nkv, ctx, D], the layer's cache
+    values: torch.Tensor,
+    position: torch.Tensor,  # [1] int64
+    span: int,
+    out: torch.Tensor,  # [1, Nq * D]
+    parts: Parts,
+) -> torch.Tensor:
+    """``qkv_rope`` then ``decode_attention`` in one launch (two past one chunk): the
+    query heads normed and rotated where they are used, the token's key and value
+    written into the cache row by the program whose chunk holds the position, before
+    it reads the chunk. The same values as the two launches (the query rounded to the
+    cache's dtype as ``qkv_rope`` stores it)."""
+    assert (q_norm is None) == (k_norm is None)
+    proj = {
+        "y_ptr": y, "qn_ptr": y if q_norm is None else q_norm,
+        "kn_ptr": y if k_norm is None else k_norm, "cos_ptr": cos, "sin_ptr": sin, "eps": eps,
+        "NORM": q_norm is not None, "ROT": cos.shape[-1], "PROJ": True,
+    }  # fmt: skip
+    return _attention(y, keys, values, position, span, out, parts, heads, proj)
+
+
+def _attention(
+    q: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    position: torch.Tensor,
+    span: int,
+    out: torch.Tensor,
+    parts: Parts,
+    heads: int,
+    proj: dict[str, object],
+) -> torch.Tensor:
+    kv_heads, _, dim = keys.shape
     group = heads // kv_heads
     splits = -(-span // ATTENTION_CHUNK)
     m, total, acc = parts
@@ -206,7 +248,7 @@ def decode_attention(
             values.stride(0), values.stride(1), heads, dim, dim**-0.5, GROUP=group,
             GP=max(16, _block(group)), DP=max(16, _block(dim)), BS=ATTENTION_BLOCK,
             CHUNK=ATTENTION_CHUNK, SPLIT=splits > 1, F32=q.device.type == "cpu",
-            **pdl(q.device),
+            **pdl(q.device), **proj,
         )  # fmt: skip
         if splits > 1:
             attention_combine_kernel[(heads,)](

@@ -382,6 +382,52 @@ if triton is not None:
         tl.store(out_ptr + row * n + cols, _round(w * normed, out_type).to(out_type), mask=ok)
 
     @triton.jit
+    def _heads_rope(
+        y_ptr,
+        heads,
+        ok,
+        w_ptr,
+        cos_ptr,
+        sin_ptr,
+        pos,
+        dim,
+        eps,
+        out_type: tl.constexpr,
+        NORM: tl.constexpr,
+        ROT: tl.constexpr,
+        DP: tl.constexpr,
+    ):
+        """Heads ``heads`` [G] (where ``ok``) of a projection at ``y_ptr`` ([N, dim]):
+        per-head RMSNorm (``NORM``), then RoPE on the first ``ROT`` dims at ``pos`` (the
+        rest pass through): [G, DP] fp32 holding ``out_type`` values, with ``rms_norm``
+        and ``apply_rope``'s ops and roundings."""
+        d = tl.arange(0, DP)
+        d_ok = d < dim
+        row = y_ptr + heads[:, None] * dim
+        x = tl.load(row + d[None, :], mask=ok[:, None] & d_ok[None, :], other=0.0)
+        x = x.to(tl.float32)
+        inv = tl.full([heads.shape[0]], 1.0, dtype=tl.float32)
+        if NORM:
+            inv = tl.rsqrt(tl.sum(x * x, axis=1) / dim + eps)
+            w = tl.load(w_ptr + d, mask=d_ok, other=0.0).to(tl.float32)
+            x = _round(w[None, :] * _round(x * inv[:, None], out_type), out_type)
+        if ROT > 0:
+            half = ROT // 2
+            rot = d < ROT
+            partner = tl.where(d < half, d + half, d - half)
+            px = tl.load(row + partner[None, :], mask=ok[:, None] & rot[None, :], other=0.0)
+            px = px.to(tl.float32)
+            if NORM:
+                wp = tl.load(w_ptr + partner, mask=rot, other=0.0).to(tl.float32)
+                px = _round(wp[None, :] * _round(px * inv[:, None], out_type), out_type)
+            cos = tl.load(cos_ptr + pos * ROT + d, mask=rot, other=1.0).to(tl.float32)
+            sin = tl.load(sin_ptr + pos * ROT + d, mask=rot, other=0.0).to(tl.float32)
+            rotated = tl.where((d < half)[None, :], -px, px)
+            y = _round(x * cos[None, :], out_type) + _round(rotated * sin[None, :], out_type)
+            x = tl.where(rot[None, :], _round(y, out_type), x)
+        return x
+
+    @triton.jit
     def _head_rope(
         y_ptr,
         w_ptr,
@@ -395,32 +441,15 @@ if triton is not None:
         ROT: tl.constexpr,
         BLOCK: tl.constexpr,
     ):
-        """One head at ``y_ptr``: per-head RMSNorm (``NORM``), then RoPE on the first
-        ``ROT`` dims at ``pos`` (the rest pass through), written at ``out_ptr``:
-        ``rms_norm`` and ``apply_rope``'s ops and roundings."""
-        d = tl.arange(0, BLOCK)
-        ok = d < dim
+        """One head at ``y_ptr`` through ``_heads_rope``, written at ``out_ptr``."""
+        one = tl.arange(0, 1)
         out_type = out_ptr.dtype.element_ty
-        x = tl.load(y_ptr + d, mask=ok, other=0.0).to(tl.float32)
-        inv = 1.0
-        if NORM:
-            inv = tl.rsqrt(tl.sum(x * x, axis=0) / dim + eps)
-            w = tl.load(w_ptr + d, mask=ok, other=0.0).to(tl.float32)
-            x = _round(w * _round(x * inv, out_type), out_type)
-        if ROT > 0:
-            half = ROT // 2
-            rot = d < ROT
-            partner = tl.where(d < half, d + half, d - half)
-            px = tl.load(y_ptr + partner, mask=rot, other=0.0).to(tl.float32)
-            if NORM:
-                wp = tl.load(w_ptr + partner, mask=rot, other=0.0).to(tl.float32)
-                px = _round(wp * _round(px * inv, out_type), out_type)
-            cos = tl.load(cos_ptr + pos * ROT + d, mask=rot, other=1.0).to(tl.float32)
-            sin = tl.load(sin_ptr + pos * ROT + d, mask=rot, other=0.0).to(tl.float32)
-            rotated = tl.where(d < half, -px, px)
-            y = _round(_round(x * cos, out_type) + _round(rotated * sin, out_type), out_type)
-            x = tl.where(rot, y, x)
-        tl.store(out_ptr + d, x.to(out_type), mask=ok)
+        x = _heads_rope(
+            y_ptr, one, one < 1, w_ptr, cos_ptr, sin_ptr, pos, dim, eps, out_type, NORM, ROT,
+            BLOCK,
+        )  # fmt: skip
+        d = tl.arange(0, BLOCK)
+        tl.store(out_ptr + one[:, None] * 0 + d[None, :], x.to(out_type), mask=(d < dim)[None, :])
 
     @triton.jit
     def head_rope_kernel(
@@ -515,6 +544,15 @@ if triton is not None:
         SPLIT: tl.constexpr,
         F32: tl.constexpr,
         GDC: tl.constexpr = False,
+        y_ptr=None,
+        qn_ptr=None,
+        kn_ptr=None,
+        cos_ptr=None,
+        sin_ptr=None,
+        eps=0.0,
+        NORM: tl.constexpr = False,
+        ROT: tl.constexpr = 0,
+        PROJ: tl.constexpr = False,
     ):
         """One query token's attention for the ``GROUP`` query heads of key/value head
         ``program_id(0)`` over cache positions [split * CHUNK, + CHUNK) up to the token's
@@ -523,7 +561,12 @@ if triton is not None:
         False: the one chunk's result, normalised, into ``o_ptr`` [Nq * D]; True: the
         running max, sum and unnormalised output into ``m``, ``l`` [splits, Nq] and
         ``acc`` [splits, Nq, D] for ``attention_combine_kernel``. ``F32``: the products
-        on fp32 copies (Triton's CPU interpreter multiplies bf16 tiles wrongly)."""
+        on fp32 copies (Triton's CPU interpreter multiplies bf16 tiles wrongly).
+
+        ``PROJ``: q, k and v come from the token's stacked projection at ``y_ptr``
+        [(Nq + 2 Nkv) D] instead (``qkv_rope_kernel``'s work, folded in): the query
+        heads normed and rotated here (``_heads_rope``), and the program whose chunk
+        holds the position writes the token's key and value into the cache row first."""
         _await_inputs(GDC)
         kv = tl.program_id(0)
         split = tl.program_id(1)
@@ -532,11 +575,31 @@ if triton is not None:
         g_ok = g < GROUP
         d_ok = d < dim
         head = kv * GROUP + g
-        q_at = q_ptr + head[:, None] * dim + d[None, :]
-        q = tl.load(q_at, mask=g_ok[:, None] & d_ok[None, :], other=0.0)
+        pos = tl.load(pos_ptr).to(tl.int32)
+        cache_type = k_ptr.dtype.element_ty
+        if PROJ:
+            q = _heads_rope(
+                y_ptr, head, g_ok, qn_ptr, cos_ptr, sin_ptr, pos, dim, eps, cache_type, NORM,
+                ROT, DP,
+            ).to(cache_type)  # fmt: skip
+            if split == pos // CHUNK:
+                one = tl.arange(0, 1)
+                key = _heads_rope(
+                    y_ptr, heads + kv + one, one < 1, kn_ptr, cos_ptr, sin_ptr, pos, dim, eps,
+                    cache_type, NORM, ROT, DP,
+                )  # fmt: skip
+                row = one[:, None] * 0 + d[None, :]
+                v_row = (heads + heads // GROUP + kv) * dim
+                value = tl.load(y_ptr + v_row + row, mask=d_ok[None, :])
+                key_at = k_ptr + kv * k_head + pos * k_pos + row
+                tl.store(key_at, key.to(cache_type), mask=d_ok[None, :])
+                tl.store(v_ptr + kv * v_head + pos * v_pos + row, value, mask=d_ok[None, :])
+                tl.debug_barrier()  # the loop below reads the row back
+        else:
+            q_at = q_ptr + head[:, None] * dim + d[None, :]
+            q = tl.load(q_at, mask=g_ok[:, None] & d_ok[None, :], other=0.0)
         if F32:
             q = q.to(tl.float32)
-        pos = tl.load(pos_ptr).to(tl.int32)
         m = tl.full([GP], float("-inf"), dtype=tl.float32)
         total = tl.zeros([GP], dtype=tl.float32)
         acc = tl.zeros([GP, DP], dtype=tl.float32)
