@@ -1335,8 +1335,28 @@ gpu85() {
   (cd benches && timeout 90 python3 linear_tune.py --shapes qkv,o --quick 2>&1 | grep -E "best|torch")
 }
 
+# Issue 10: the q/k RoPE folded into attention (one launch fewer a layer) and int8
+# attention matrices (--dense-quant int8) read as stored: the graph tests, R0 on the
+# bf16-dense file twice, then on an int8-dense one.
+gpu86() {
+  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
+  timeout 150 python3 -m pytest tests/models/test_graphs.py -q -p no:cacheprovider --tb=short -rf -m gpu 2>&1 | tail -8
+  flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
+  for a in "" ""; do
+    echo "== graph_decode q30 $a"
+    timeout 100 python3 benches/graph_decode.py "$DATA/q30.ftw" --tokens 128 --reps 2 --modes on $a 2>&1 \
+      | grep -E "tg_tok|_sd|roofline|bytes_per|Error"
+  done
+  rm -f "$DATA/q30.ftw"
+  flint synth --geometry qwen3-30b-a3b --quant int4 --dense-quant int8 -o "$DATA/q30d8.ftw" | tail -1
+  echo "== graph_decode q30d8"
+  timeout 100 python3 benches/graph_decode.py "$DATA/q30d8.ftw" --tokens 128 --reps 2 --modes on 2>&1 \
+    | grep -E "tg_tok|_sd|roofline|bytes_per|Error"
+}
+
 case $what in
   install) install ;;
+  gpu86) install; gpu86 ;;
   gpu85) install; gpu85 ;;
   gpu84) install; gpu84 ;;
   format) install; format ;;
