@@ -56,9 +56,16 @@ def pool_bytes(pool: ExpertPool) -> int:
     return total
 
 
-def token_bytes(model: MoEModel, pools: dict[int, ExpertPool]) -> int:
+def token_bytes(model: MoEModel, pools: dict[int, ExpertPool], int8: dict | None = None) -> int:
+    """``int8``: the step's int8 attention matrices (``GraphDecoder.int8``), read in
+    place of the model's dequantized q/k/v/o."""
     seen: set[int] = {model.embed.data_ptr()}  # one row of it is read
-    dense = tensor_bytes(model.layers, seen) + tensor_bytes(model.lm_head, seen)
+    stored = 0
+    for index, matrices in (int8 or {}).items():
+        attn = model.layers[index].attn
+        seen.update(t.data_ptr() for t in (attn.q_w, attn.k_w, attn.v_w, attn.o_w))
+        stored += tensor_bytes(matrices, set())
+    dense = stored + tensor_bytes(model.layers, seen) + tensor_bytes(model.lm_head, seen)
     experts = sum(model.config.top_k * pool_bytes(p) for p in pools.values())
     return dense + experts
 
@@ -175,7 +182,7 @@ def main() -> None:
             }
             pools = expert_pools(model.experts)
             if pools is not None:
-                nbytes = token_bytes(model, pools)
+                nbytes = token_bytes(model, pools, getattr(model.decoder, "int8", None))
                 roof = result["copy_gb_s"] * 1e9 / nbytes
                 row["bytes_per_token_mib"] = round(nbytes / 2**20, 1)
                 row["roofline_tok_s"] = round(roof, 1)
