@@ -29,11 +29,12 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from flint.graphs import fused
+from flint.graphs import fused, moe_kernel
 from flint.graphs.moe_kernel import (
     ExpertPool,
     available,
     moe_experts,
+    moe_scratch,
     on_device,
     slab_unsupported,
     stacked_pool,
@@ -171,10 +172,8 @@ class GraphDecoder:
         self.positions = torch.arange(model.context_length, device=device)  # [S]
         self.logits = torch.zeros(1, cfg.vocab_size, dtype=torch.float32, device=device)
         top_k, inter = cfg.top_k, cfg.moe_intermediate_size
-        self.scratch = (
-            torch.empty(top_k, inter, dtype=model.place.dtype, device=device),
-            torch.empty(top_k, cfg.hidden_size, dtype=torch.float32, device=device),
-        )
+        self.scratch = moe_scratch(1, top_k, inter, cfg.hidden_size, model.place.dtype, device)
+        self.route_count = torch.zeros(1, dtype=torch.int32, device=device)
         self.moe_out = torch.empty(1, cfg.hidden_size, dtype=model.place.dtype, device=device)
         # the small ops fused into one kernel each where the family's ops are the plain ones
         self.fused_norm = not cfg.norm_offset  # Qwen3-Next's 1 + w keeps torch's ops
@@ -413,6 +412,10 @@ class GraphDecoder:
         if self.fused_router:
             cfg = self.model.config
             dtype = torch.float32 if cfg.router_weights_fp32 else normed.dtype
+            if moe_kernel.FOLDED and self._fits(normed, mlp.router):
+                return fused.router(
+                    normed, mlp.router, cfg.top_k, cfg.norm_topk_prob, dtype, self.route_count
+                )
             logits = self._linear(normed, mlp.router)  # [1, E]
             return fused.route(logits, cfg.top_k, cfg.norm_topk_prob, dtype)
         return mlp.route(normed)

@@ -94,6 +94,40 @@ def linear(
     """One token's ``residual + F.linear(x, weight * scale, bias)`` with each op rounded
     as torch rounds it, in one kernel that reads the weights once (at batch 1 a
     matrix-vector product is bound by them)."""
+    return _linear(x, weight, bias, residual, scale, out, {})
+
+
+def router(
+    x: torch.Tensor,  # [1, H] in the model dtype
+    weight: torch.Tensor,  # [E, H], the router's
+    top_k: int,
+    normalize: bool,
+    dtype: torch.dtype,  # of the routing weights
+    count: torch.Tensor,  # [1] int32, 0: the launch's arrival counter (back to 0 after)
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``route(linear(x, weight), ...)`` in one launch: the product's last program to
+    finish picks the experts from all the logits."""
+    experts = weight.shape[0]
+    logits = torch.empty(1, experts, dtype=x.dtype, device=x.device)
+    ids = torch.empty(1, top_k, dtype=torch.int64, device=x.device)
+    weights = torch.empty(1, top_k, dtype=dtype, device=x.device)
+    route = {
+        "ids_ptr": ids, "rw_ptr": weights, "count_ptr": count, "TOPK": top_k,
+        "NORM": normalize, "EB": _block(experts), "ROUTE": True,
+    }  # fmt: skip
+    _linear(x, weight, None, None, None, logits, route)
+    return ids, weights
+
+
+def _linear(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    residual: torch.Tensor | None,
+    scale: torch.Tensor | None,
+    out: torch.Tensor | None,
+    extra: dict[str, object],
+) -> torch.Tensor:
     rows, cols = weight.shape
     assert x.shape == (1, cols) and weight.stride(1) == 1, (x.shape, weight.shape)
     int8 = weight.dtype == torch.int8
@@ -109,7 +143,7 @@ def linear(
             x if bias is None else bias, x if residual is None else residual.contiguous(),
             out, rows, cols, ROUND=_DTYPES[x.dtype], SCHEME=int(int8),
             HAS_BIAS=bias is not None, HAS_RES=residual is not None,
-            BN=bn, BK=min(bk, _block(cols)), num_warps=warps, **pdl(x.device),
+            BN=bn, BK=min(bk, _block(cols)), num_warps=warps, **pdl(x.device), **extra,
         )  # fmt: skip
     return out
 

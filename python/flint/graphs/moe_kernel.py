@@ -77,6 +77,29 @@ def pdl(device: torch.device) -> dict[str, bool]:
     return {"GDC": True, "launch_pdl": True} if _pdl_capable(index) else {}
 
 
+# Work that needs a whole launch's results done by that launch's last program to
+# finish (``_last_arrival`` in triton_kernels.py) instead of a launch of its own: the
+# experts' ranked sum in ``down_kernel``, the router's top-k in ``fused.router``'s
+# product. False: an A/B in benches (the separate launches, as before).
+FOLDED = True
+
+# The activations [T*K, I], per-rank outputs [T*K, H] fp32 and zeroed int32 counters
+# [T*H] of one ``moe_experts`` call
+Scratch = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+def moe_scratch(
+    tokens: int, top_k: int, inter: int, hidden: int, dtype: torch.dtype, device: torch.device
+) -> Scratch:
+    """Scratch for ``moe_experts`` on ``tokens`` tokens (the counters come back to 0
+    after every call, so one allocation serves every call)."""
+    return (
+        torch.empty(tokens * top_k, inter, dtype=dtype, device=device),
+        torch.empty(tokens * top_k, hidden, dtype=torch.float32, device=device),
+        torch.zeros(tokens * hidden, dtype=torch.int32, device=device),
+    )
+
+
 def available() -> str | None:
     """None when the kernels can run, else why not."""
     return None if triton is not None else "Triton is not installed"
@@ -208,11 +231,12 @@ def moe_experts(
     ids: torch.Tensor,  # [T, K] int64, router-rank order
     weights: torch.Tensor,  # [T, K] routing weights
     pool: ExpertPool,
-    scratch: tuple[torch.Tensor, torch.Tensor] | None = None,  # [T*K, I], [T*K, H] f32
+    scratch: Scratch | None = None,  # moe_scratch(...)
     out: torch.Tensor | None = None,  # [T, H] result (fixed address for graphs)
 ) -> torch.Tensor:
     """sum over k of weights[t, k] * expert_{ids[t, k]}(x[t]) -> [T, H] in x's dtype.
-    ``scratch``: the activations and per-rank outputs (given: fixed addresses)."""
+    ``scratch``: the activations, per-rank outputs and counters (given: fixed
+    addresses)."""
     assert triton is not None, "check available() first"
     with on_device(x.device):
         return _launch(x, ids, weights, pool, scratch, out)
@@ -223,17 +247,14 @@ def _launch(
     ids: torch.Tensor,
     weights: torch.Tensor,
     pool: ExpertPool,
-    scratch: tuple[torch.Tensor, torch.Tensor] | None,
+    scratch: Scratch | None,
     out: torch.Tensor | None,
 ) -> torch.Tensor:
     tokens, top_k = ids.shape
     h_dim, i_dim = pool.hidden, pool.inter
     if scratch is None:
-        scratch = (
-            torch.empty(tokens * top_k, i_dim, dtype=x.dtype, device=x.device),
-            torch.empty(tokens * top_k, h_dim, dtype=torch.float32, device=x.device),
-        )
-    hidden, per_rank = scratch
+        scratch = moe_scratch(tokens, top_k, i_dim, h_dim, x.dtype, x.device)
+    hidden, per_rank, counters = scratch
     if out is None:
         out = torch.empty(tokens, h_dim, dtype=x.dtype, device=x.device)
     x, ids, weights = x.contiguous(), ids.contiguous(), weights.contiguous()
@@ -248,12 +269,16 @@ def _launch(
         **pdl(x.device),
     )  # fmt: skip
     bn, bk, warps = DOWN_BLOCK
+    fold = {}
+    if FOLDED:  # the ranked sum in down's last program per block of rows
+        assert counters.numel() >= tokens * triton.cdiv(h_dim, bn)
+        fold = {"rw_ptr": weights, "out_ptr": out, "count_ptr": counters, "TOPK": top_k}
     down_kernel[(pairs, triton.cdiv(h_dim, bn))](
         hidden, ids, per_rank, *_args(pool.down), down_b, h_dim, i_dim,
         OUT=_DTYPES[x.dtype], SCHEME=code, GROUP=group, BN=bn, BK=_cols(bk, group),
-        HAS_BIAS=has_bias, num_warps=warps, **pdl(x.device),
+        HAS_BIAS=has_bias, num_warps=warps, SUM=FOLDED, **fold, **pdl(x.device),
     )  # fmt: skip
-    return _ranked_sum(per_rank, weights, out)
+    return out if FOLDED else _ranked_sum(per_rank, weights, out)
 
 
 def _ranked_sum(

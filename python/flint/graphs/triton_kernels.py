@@ -54,6 +54,21 @@ if triton is not None:
             tl.extra.cuda.gdc_launch_dependents()
 
     @triton.jit
+    def _last_arrival(count_ptr, arrivals):
+        """Whether this program is the last of ``arrivals`` to finish its part of a
+        shared result (True for exactly one), after its stores: the counter at
+        ``count_ptr`` is raised with acquire-release order (the barrier before it orders
+        every thread's stores), and the last resets it to 0 for the next launch. The
+        last program then reads the others' stores (through L2: ``.cg``) and finishes
+        the result, so the work needs no launch of its own."""
+        tl.debug_barrier()
+        arrived = tl.atomic_add(count_ptr, 1, sem="acq_rel")
+        last = arrived == arrivals - 1
+        if last:
+            tl.atomic_xchg(count_ptr, 0)
+        return last
+
+    @triton.jit
     def _activate(gate, up, alpha, limit, out_type: tl.constexpr, ACT: tl.constexpr):
         """The expert activation on gate and up (fp32 holding model-dtype values):
         ``ACT`` 0 is SwiGLU, ``silu(gate) * up``; 1 is GPT-OSS's, gate clamped above at
@@ -271,8 +286,17 @@ if triton is not None:
         BK: tl.constexpr,
         HAS_BIAS: tl.constexpr,
         GDC: tl.constexpr = False,
+        rw_ptr=None,
+        out_ptr=None,
+        count_ptr=None,
+        TOPK: tl.constexpr = 1,
+        SUM: tl.constexpr = False,
     ):
-        """y[pair, rows] (fp32, rounded to the model dtype) = down(h[pair]) (+ bias)."""
+        """y[pair, rows] (fp32, rounded to the model dtype) = down(h[pair]) (+ bias).
+        ``SUM``: the last of a token's ``TOPK`` programs on these rows to finish
+        (``_last_arrival``, one counter per token and block of rows at ``count_ptr``)
+        writes ``ranked_sum_kernel``'s result for them into ``out_ptr`` [T, hid], with
+        the routing weights at ``rw_ptr`` [T, TOPK]: no launch for the sum."""
         _await_inputs(GDC)
         pair = tl.program_id(0)
         expert = tl.load(ids_ptr + pair).to(tl.int64)
@@ -287,23 +311,38 @@ if triton is not None:
             bias = tl.load(db_ptr + expert * hid + rows, mask=row_ok, other=0.0)
             y = _round(y + bias.to(tl.float32), OUT)
         tl.store(y_ptr + pair * hid + rows, y, mask=row_ok)
+        if SUM:
+            token = pair // TOPK
+            block = tl.program_id(1)
+            if _last_arrival(count_ptr + token * tl.num_programs(1) + block, TOPK):
+                _ranked_rows(y_ptr, rw_ptr, out_ptr, token, rows, row_ok, hid, TOPK, True)
+
+    @triton.jit
+    def _ranked_rows(
+        y_ptr, rw_ptr, out_ptr, token, cols, ok, hid, TOPK: tl.constexpr, CG: tl.constexpr
+    ):
+        """out[token, cols] = sum over ranks, in rank order, of weight * y (fp32), cast
+        once; ``CG``: y read through L2 (other programs of this launch wrote it)."""
+        total = tl.zeros(cols.shape, dtype=tl.float32)
+        for rank in tl.static_range(TOPK):
+            pair = token * TOPK + rank
+            if CG:
+                y = tl.load(y_ptr + pair * hid + cols, mask=ok, other=0.0, cache_modifier=".cg")
+            else:
+                y = tl.load(y_ptr + pair * hid + cols, mask=ok, other=0.0)
+            total = total + y * tl.load(rw_ptr + pair).to(tl.float32)
+        out_type = out_ptr.dtype.element_ty
+        tl.store(out_ptr + token * hid + cols, _round(total, out_type).to(out_type), mask=ok)
 
     @triton.jit
     def ranked_sum_kernel(
         y_ptr, rw_ptr, out_ptr, hid, TOPK: tl.constexpr, BS: tl.constexpr, GDC: tl.constexpr = False
     ):
-        """out[token] = sum over ranks, in rank order, of weight * y (fp32), cast once."""
+        """``_ranked_rows`` for token ``program_id(0)``, columns block ``program_id(1)``."""
         _await_inputs(GDC)
         token = tl.program_id(0)
         cols = tl.program_id(1) * BS + tl.arange(0, BS)
-        ok = cols < hid
-        total = tl.zeros([BS], dtype=tl.float32)
-        for rank in tl.static_range(TOPK):
-            pair = token * TOPK + rank
-            y = tl.load(y_ptr + pair * hid + cols, mask=ok, other=0.0)
-            total = total + y * tl.load(rw_ptr + pair).to(tl.float32)
-        out_type = out_ptr.dtype.element_ty
-        tl.store(out_ptr + token * hid + cols, _round(total, out_type).to(out_type), mask=ok)
+        _ranked_rows(y_ptr, rw_ptr, out_ptr, token, cols, cols < hid, hid, TOPK, False)
 
     @triton.jit
     def linear_kernel(
@@ -323,12 +362,22 @@ if triton is not None:
         BN: tl.constexpr,
         BK: tl.constexpr,
         GDC: tl.constexpr = False,
+        ids_ptr=None,
+        rw_ptr=None,
+        count_ptr=None,
+        TOPK: tl.constexpr = 1,
+        NORM: tl.constexpr = False,
+        EB: tl.constexpr = 1,
+        ROUTE: tl.constexpr = False,
     ):
         """out[rows] = x . w[rows] (+ bias, in fp32) rounded to ``ROUND`` (F.linear's
         output), then (+ residual) rounded again (torch's add): one token, rows ``BN``
         at a time; bf16 weights (``SCHEME`` 0) or int8 with fp32 row scales (1). The
         first step's weights are constant, so they are read before ``_await_inputs``:
-        they arrive while the kernel before finishes. The sum is ``_rows_dot``'s."""
+        they arrive while the kernel before finishes. The sum is ``_rows_dot``'s.
+        ``ROUTE``: the product is a softmax router's logits [n_rows], and the last
+        program to finish (``_last_arrival``) writes ``route_kernel``'s top-``TOPK`` ids
+        and weights (``EB``: the experts' power-of-two block): no launch for it."""
         rows = tl.program_id(0) * BN + tl.arange(0, BN)
         row_ok = rows < n_rows
         w = _w_tile(w_ptr, w_row, rows, row_ok, 0, n_cols, BK)
@@ -346,6 +395,9 @@ if triton is not None:
             acc = _round(acc + tl.load(r_ptr + rows, mask=row_ok, other=0.0).to(tl.float32), ROUND)
         out_type = out_ptr.dtype.element_ty
         tl.store(out_ptr + rows, acc.to(out_type), mask=row_ok)
+        if ROUTE:  # noqa: SIM102 - compile-time: the router's last program picks experts
+            if _last_arrival(count_ptr, tl.num_programs(0)):
+                _route(out_ptr, ids_ptr, rw_ptr, n_rows, TOPK, NORM, EB)
 
     @triton.jit
     def rms_norm_kernel(
@@ -671,24 +723,16 @@ if triton is not None:
         tl.store(o_ptr + head * dim + d, (acc / total).to(out_type), mask=d_ok)
 
     @triton.jit
-    def route_kernel(
-        logits_ptr,
-        ids_ptr,
-        w_ptr,
-        n,
-        TOPK: tl.constexpr,
-        NORM: tl.constexpr,
-        BLOCK: tl.constexpr,
-        GDC: tl.constexpr = False,
+    def _route(
+        logits_ptr, ids_ptr, w_ptr, n, TOPK: tl.constexpr, NORM: tl.constexpr, BLOCK: tl.constexpr
     ):
-        """One token's softmax router (``flint.models.moe.route``): fp32 softmax over the
-        n experts, the top-k in descending order (ties: the lower id), renormalised when
-        ``NORM``, weights written in ``w_ptr``'s dtype."""
-        _await_inputs(GDC)
-        token = tl.program_id(0)
+        """One token's softmax router (``flint.models.moe.route``) on its logits at
+        ``logits_ptr`` (read through L2): fp32 softmax over the n experts, the top-k in
+        descending order (ties: the lower id), renormalised when ``NORM``, weights
+        written in ``w_ptr``'s dtype."""
         e = tl.arange(0, BLOCK)
         ok = e < n
-        logits = tl.load(logits_ptr + token * n + e, mask=ok, other=float("-inf"))
+        logits = tl.load(logits_ptr + e, mask=ok, other=float("-inf"), cache_modifier=".cg")
         logits = logits.to(tl.float32)
         p = tl.exp(logits - tl.max(logits, axis=0))
         p = p / tl.sum(p, axis=0)
@@ -705,10 +749,29 @@ if triton is not None:
         for k in tl.static_range(TOPK):
             best = tl.max(p, axis=0)
             pick = tl.min(tl.where(p == best, e, BLOCK), axis=0)
-            tl.store(ids_ptr + token * TOPK + k, pick.to(tl.int64))
+            tl.store(ids_ptr + k, pick.to(tl.int64))
             weight = best / total if NORM else best
-            tl.store(w_ptr + token * TOPK + k, _round(weight, w_type).to(w_type))
+            tl.store(w_ptr + k, _round(weight, w_type).to(w_type))
             p = tl.where(e == pick, -1.0, p)
+
+    @triton.jit
+    def route_kernel(
+        logits_ptr,
+        ids_ptr,
+        w_ptr,
+        n,
+        TOPK: tl.constexpr,
+        NORM: tl.constexpr,
+        BLOCK: tl.constexpr,
+        GDC: tl.constexpr = False,
+    ):
+        """Token ``program_id(0)``'s router (``_route``) on logits [T, n]."""
+        _await_inputs(GDC)
+        token = tl.program_id(0)
+        _route(
+            logits_ptr + token * n, ids_ptr + token * TOPK, w_ptr + token * TOPK, n, TOPK, NORM,
+            BLOCK,
+        )  # fmt: skip
 
     @triton.jit
     def dequant_kernel(
