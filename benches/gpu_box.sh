@@ -1354,8 +1354,25 @@ gpu86() {
     | grep -E "tg_tok|_sd|roofline|bytes_per|Error"
 }
 
+# Issue 10: every GPU test on the folds' wheel; the step's GPU time A/B in one process
+# (benches/step_ab.py: base, no PDL, no folds, neither) on the bf16-dense and the
+# int8-dense 30B-A3B files; R0 on each.
+gpu87() {
+  gpu_tests
+  flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
+  timeout 120 python3 benches/step_ab.py "$DATA/q30.ftw" 2>&1 | tail -6
+  timeout 100 python3 benches/graph_decode.py "$DATA/q30.ftw" --tokens 128 --reps 2 --modes on 2>&1 \
+    | grep -E "tg_tok|_sd|roofline|bytes_per|Error"
+  rm -f "$DATA/q30.ftw"
+  flint synth --geometry qwen3-30b-a3b --quant int4 --dense-quant int8 -o "$DATA/q30d8.ftw" | tail -1
+  timeout 100 python3 benches/step_ab.py "$DATA/q30d8.ftw" --configs base,serial 2>&1 | tail -4
+  timeout 100 python3 benches/graph_decode.py "$DATA/q30d8.ftw" --tokens 128 --reps 2 --modes on 2>&1 \
+    | grep -E "tg_tok|_sd|roofline|bytes_per|Error"
+}
+
 case $what in
   install) install ;;
+  gpu87) install; gpu87 ;;
   gpu86) install; gpu86 ;;
   gpu85) install; gpu85 ;;
   gpu84) install; gpu84 ;;

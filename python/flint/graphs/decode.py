@@ -442,8 +442,8 @@ class GraphDecoder:
         keys, values = cache.keys[attn.layer], cache.values[attn.layer]  # [Nkv, ctx, D]
         stored = self.int8.get(attn.layer)
         o8 = None if stored is None else stored[1]
-        if self.fused_sdpa and not isinstance(attn, SinkAttention):
-            # the q/k norms and RoPE inside the attention launch
+        sdpa = self.fused_sdpa and not isinstance(attn, SinkAttention)
+        if sdpa and moe_kernel.FOLDED:  # the q/k norms and RoPE inside the attention launch
             out = fused.qkv_attention(
                 self._qkv(attn, x), attn.q_norm, attn.k_norm, self.cos_table, self.sin_table,
                 cfg.rms_norm_eps, cfg.num_heads, keys, values, self.position, span,
@@ -454,6 +454,11 @@ class GraphDecoder:
             q = self._project_fused(attn, x)
         else:
             q = self._project(attn, x, cos, sin)
+        if sdpa:
+            out = fused.decode_attention(
+                q, keys, values, self.position, span, self.attn_out, self.attn_parts
+            )
+            return self._linear(out, attn.o_w, attn.o_b, residual, h, o8)
         if isinstance(attn, SinkAttention):
             out = self._attend_with_sinks(attn, q, keys[:, :span], values[:, :span], span)
         else:

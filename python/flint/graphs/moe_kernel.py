@@ -77,10 +77,11 @@ def pdl(device: torch.device) -> dict[str, bool]:
     return {"GDC": True, "launch_pdl": True} if _pdl_capable(index) else {}
 
 
-# Work that needs a whole launch's results done by that launch's last program to
-# finish (``_last_arrival`` in triton_kernels.py) instead of a launch of its own: the
-# experts' ranked sum in ``down_kernel``, the router's top-k in ``fused.router``'s
-# product. False: an A/B in benches (the separate launches, as before).
+# Small steps folded into the launch next to them instead of launches of their own:
+# the experts' ranked sum and the router's top-k done by the last program to finish
+# the launch before (``_last_arrival`` in triton_kernels.py: ``down_kernel``,
+# ``fused.router``), and the graph step's q/k norms and RoPE inside its attention
+# launch (``fused.qkv_attention``). False: an A/B in benches (the separate launches).
 FOLDED = True
 
 # The activations [T*K, I], per-rank outputs [T*K, H] fp32 and zeroed int32 counters

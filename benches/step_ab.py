@@ -1,0 +1,103 @@
+"""A/B of the resident graph step's GPU time per token (issue 10): one model loaded
+once, one ``GraphDecoder`` per configuration captured under its switches, their graphs
+replayed back to back and timed with CUDA events, in alternating rounds.
+
+Usage: python benches/step_ab.py MODEL [--configs base,no-pdl,no-fold,serial]
+       [--rounds 5] [--replays 100] [--position 128]
+
+Separate processes give the same step results several percent apart (docs/benchmarks.md,
+sixteenth session); here every configuration reads the same weights in the same
+process, and rounds alternate, so a difference is the step's. Only the step is timed
+(no argmax, no host loop): tok/s is 1e6 / microseconds per step. Configurations:
+``base`` (the defaults), ``no-pdl`` (moe_kernel.PDL off), ``no-fold``
+(moe_kernel.FOLDED off), ``serial`` (both off).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from typing import Any
+
+import torch
+
+import flint
+from flint.graphs import moe_kernel
+from flint.graphs.decode import GraphDecoder, expert_pools
+from flint.models.ftw_source import FtwSource
+
+CONFIGS: dict[str, dict[str, bool]] = {
+    "base": {},
+    "no-pdl": {"PDL": False},
+    "no-fold": {"FOLDED": False},
+    "serial": {"PDL": False, "FOLDED": False},
+}
+
+
+def captured(
+    model: Any, pools: dict[int, Any], source: FtwSource, switches: dict[str, bool], position: int
+) -> tuple[GraphDecoder, Any]:
+    """A decoder and its graph for ``position``, captured with ``switches`` set on
+    moe_kernel (the decoder owns the buffers the graph reads: keep it)."""
+    saved = {name: getattr(moe_kernel, name) for name in switches}
+    for name, value in switches.items():
+        setattr(moe_kernel, name, value)
+    try:
+        decoder = GraphDecoder(model, pools, capture=True, source=source)
+        decoder.token.fill_(5)
+        decoder.position.fill_(position)
+        return decoder, decoder._record(decoder.span(position))
+    finally:
+        for name, value in saved.items():
+            setattr(moe_kernel, name, value)
+
+
+def timed(graph: Any, replays: int) -> float:
+    """Microseconds per replay of ``graph``, ``replays`` back to back."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    graph.replay()
+    torch.cuda.synchronize()
+    start.record()
+    for _ in range(replays):
+        graph.replay()
+    end.record()
+    end.synchronize()
+    return float(start.elapsed_time(end)) * 1e3 / replays
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model")
+    parser.add_argument("--configs", default="base,no-pdl,no-fold,serial")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--replays", type=int, default=100)
+    parser.add_argument("--position", type=int, default=128)
+    args = parser.parse_args()
+    names = args.configs.split(",")
+    unknown = set(names) - set(CONFIGS)
+    if unknown:
+        raise SystemExit(f"unknown configurations {sorted(unknown)}; known: {list(CONFIGS)}")
+    with flint.LLM(args.model, device="cuda:0", graphs="on", context_length=4096) as llm:
+        model = llm.model
+        pools = expert_pools(model.experts)
+        if pools is None:
+            raise SystemExit("the model's experts are not resident in slot pools")
+        source = FtwSource(args.model)
+        try:
+            graphs = {n: captured(model, pools, source, CONFIGS[n], args.position) for n in names}
+        finally:
+            source.close()
+        times: dict[str, list[float]] = {n: [] for n in names}
+        for _ in range(args.rounds):
+            for name in names:
+                times[name].append(timed(graphs[name][1], args.replays))
+    for name in names:
+        us = statistics.median(times[name])
+        row = {"config": name, "us_per_step": round(us, 1), "tok_s": round(1e6 / us, 1)}
+        row["rounds_us"] = [round(t, 1) for t in times[name]]
+        print(json.dumps(row))
+
+
+if __name__ == "__main__":
+    main()
