@@ -3,7 +3,7 @@ general eager path, with the HBM roofline of flint's own bytes (issue 10, R0).
 
 Usage: python benches/graph_decode.py MODEL [--tokens 128] [--prompt 64] [--reps 3]
        [--modes on,eager,off] [--profile] [--torch-dense]
-       [--torch-attention] [--no-ahead] [--no-pdl] [--no-fold]
+       [--torch-attention] [--no-ahead] [--no-pdl]
 
 Each mode loads the model once (resident, cuda:0) and decodes ``--tokens`` greedy
 tokens after a ``--prompt``-token prompt, ``--reps`` times after a warm-up run (which
@@ -147,15 +147,8 @@ def main() -> None:
         help="the step's kernels launched one after the other (the A/B of programmatic "
         "dependent launch, flint.graphs.moe_kernel.PDL)",
     )
-    parser.add_argument(
-        "--no-fold",
-        action="store_true",
-        help="the router's top-k and the experts' ranked sum in launches of their own (the "
-        "A/B of flint.graphs.moe_kernel.FOLDED)",
-    )
     args = parser.parse_args()
     moe_kernel.PDL = not args.no_pdl
-    moe_kernel.FOLDED = not args.no_fold
     decode.GraphDecoder.device_greedy = not args.no_ahead
     decode.FUSED_DENSE = not args.torch_dense
     decode.FUSED_SDPA = not args.torch_attention
@@ -166,7 +159,6 @@ def main() -> None:
     result["attention"] = "torch" if args.torch_attention else "fused"
     result["ahead"] = not args.no_ahead
     result["pdl"] = not args.no_pdl
-    result["folded"] = not args.no_fold
     result["copy_gb_s"] = round(copy_rate(device) / 1e9, 1)
     ids: list[int] = []
     for mode in args.modes.split(","):

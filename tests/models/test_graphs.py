@@ -91,18 +91,10 @@ def test_slot_kernels_follow_the_per_expert_path(scheme: str, tokens: int) -> No
     scratch = (
         torch.full((tokens * k, inter), float("nan"), dtype=torch.bfloat16),
         torch.full((tokens * k, hidden), float("nan")),
-        torch.zeros(tokens * hidden, dtype=torch.int32),
     )
     out = torch.full((tokens, hidden), float("nan"), dtype=torch.bfloat16)
     again = moe_experts(x, ids, w, pool, scratch, out)
     assert again.data_ptr() == out.data_ptr() and torch.equal(again, got)
-    assert not scratch[2].any()  # the counters are back to 0 for the next call
-    # the ranked sum as its own launch: the same bits
-    moe_kernel.FOLDED = False
-    try:
-        assert torch.equal(moe_experts(x, ids, w, pool), got)
-    finally:
-        moe_kernel.FOLDED = True
 
 
 @pytest.mark.interpreter
@@ -207,13 +199,6 @@ def test_fused_norm_rope_and_router_follow_torch() -> None:
         assert torch.equal(ids, want_ids)
         assert weights.dtype == want_w.dtype
         assert (weights.float() - want_w.float()).abs().max() <= 1e-2
-        # the router's product and its top-k in one launch: route(linear(...))'s bits
-        x, router = torch.randn(1, 200).bfloat16(), torch.randn(40, 200).bfloat16()
-        count = torch.zeros(1, dtype=torch.int32)
-        ids, weights = fused.router(x, router, 6, normalize, dtype, count)
-        want_ids, want_w = fused.route(fused.linear(x, router), 6, normalize, dtype)
-        assert torch.equal(ids, want_ids) and torch.equal(weights, want_w)
-        assert count.item() == 0
 
 
 @pytest.mark.interpreter
@@ -265,8 +250,7 @@ def test_fused_attention_follows_sdpa(
     """One query against cache positions 0..position: ``decode_attention`` (one chunk
     of positions, or several merged) against SDPA over the span with the step's mask,
     GQA and head dims that are not powers of two included, fp32 and bf16; then
-    ``qkv_rope`` writes what three ``head_rope`` launches write, bit for bit, and
-    ``qkv_attention`` gives what ``qkv_rope`` and ``decode_attention`` give."""
+    ``qkv_rope`` writes what three ``head_rope`` launches write, bit for bit."""
     from flint.graphs import fused
 
     torch.manual_seed(position)
@@ -297,27 +281,6 @@ def test_fused_attention_follows_sdpa(
     fused.head_rope(y[k_end:], None, cos, sin, at, want[2], *cache, kv_heads, dim, eps, False)
     for g, w in zip(got, want, strict=True):
         assert torch.equal(g, w)
-    # qkv_attention: qkv_rope and decode_attention in one launch, the same bits
-    cos, sin = torch.randn(ctx, rot).bfloat16(), torch.randn(ctx, rot).bfloat16()
-    keys, values = (torch.randn(kv_heads, ctx, dim).bfloat16() for _ in range(2))
-    pos = torch.tensor([position])
-    runs = []
-    for together in (False, True):
-        cache = [keys.clone(), values.clone()]
-        out = torch.full((1, heads * dim), float("nan")).bfloat16()
-        parts = fused.attention_parts(heads, dim, ctx, torch.device("cpu"))
-        if together:
-            fused.qkv_attention(
-                y, q_norm, k_norm, cos, sin, eps, heads, *cache, pos, span, out, parts
-            )
-        else:
-            q = torch.empty(heads, 1, dim).bfloat16()
-            fused.qkv_rope(y, q_norm, k_norm, cos, sin, pos, q, *cache, eps)
-            fused.decode_attention(q, *cache, pos, span, out, parts)
-        runs.append((out, *cache))
-    for apart, together in zip(*runs, strict=True):
-        assert torch.equal(apart, together)
-    assert not torch.equal(runs[0][1], keys)  # the row at the position was written
 
 
 def _covered(tiny_ftw: dict[str, Path]) -> list[str]:
@@ -675,24 +638,21 @@ def test_captured_and_eager_steps_are_bit_identical(family: str, tiny_ftw: dict[
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("family", COVERED)
-def test_dependent_launch_and_folds_give_the_serial_launchs_bits(
+def test_dependent_launch_gives_the_serial_launchs_bits(
     family: str, tiny_ftw: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The step's kernels with programmatic dependent launch (each starting while the
-    one before finishes, on Hopper and later), without it, and with the router's top-k
-    and the ranked sum in launches of their own instead of the last program of the
-    launch before: the same bits over 40 tokens (a kernel reading its input before it
-    is written would show here)."""
+    one before finishes, on Hopper and later) and launched one after the other: the
+    same bits over 40 tokens (a kernel reading its input before the one before has
+    written it would show here)."""
     prompt = [(11 * i + 5) % 300 + 2 for i in range(24)]
-    runs = []
-    for pdl, folded in ((True, True), (False, True), (True, False)):
-        monkeypatch.setattr(moe_kernel, "PDL", pdl)
-        monkeypatch.setattr(moe_kernel, "FOLDED", folded)
+    runs = {}
+    for on in (True, False):
+        monkeypatch.setattr(moe_kernel, "PDL", on)
         with flint.LLM(tiny_ftw[family], device="cuda:0", context_length=128, graphs="on") as llm:
-            runs.append(_decode(llm.model, prompt, 40))
-    for tokens, logits in runs[1:]:
-        assert tokens == runs[0][0]
-        assert torch.equal(logits, runs[0][1])
+            runs[on] = _decode(llm.model, prompt, 40)
+    assert runs[True][0] == runs[False][0]
+    assert torch.equal(runs[True][1], runs[False][1])
 
 
 @pytest.mark.gpu

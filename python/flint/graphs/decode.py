@@ -29,12 +29,11 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from flint.graphs import fused, moe_kernel
+from flint.graphs import fused
 from flint.graphs.moe_kernel import (
     ExpertPool,
     available,
     moe_experts,
-    moe_scratch,
     on_device,
     slab_unsupported,
     stacked_pool,
@@ -172,8 +171,10 @@ class GraphDecoder:
         self.positions = torch.arange(model.context_length, device=device)  # [S]
         self.logits = torch.zeros(1, cfg.vocab_size, dtype=torch.float32, device=device)
         top_k, inter = cfg.top_k, cfg.moe_intermediate_size
-        self.scratch = moe_scratch(1, top_k, inter, cfg.hidden_size, model.place.dtype, device)
-        self.route_count = torch.zeros(1, dtype=torch.int32, device=device)
+        self.scratch = (
+            torch.empty(top_k, inter, dtype=model.place.dtype, device=device),
+            torch.empty(top_k, cfg.hidden_size, dtype=torch.float32, device=device),
+        )
         self.moe_out = torch.empty(1, cfg.hidden_size, dtype=model.place.dtype, device=device)
         # the small ops fused into one kernel each where the family's ops are the plain ones
         self.fused_norm = not cfg.norm_offset  # Qwen3-Next's 1 + w keeps torch's ops
@@ -412,10 +413,6 @@ class GraphDecoder:
         if self.fused_router:
             cfg = self.model.config
             dtype = torch.float32 if cfg.router_weights_fp32 else normed.dtype
-            if moe_kernel.FOLDED and self._fits(normed, mlp.router):
-                return fused.router(
-                    normed, mlp.router, cfg.top_k, cfg.norm_topk_prob, dtype, self.route_count
-                )
             logits = self._linear(normed, mlp.router)  # [1, E]
             return fused.route(logits, cfg.top_k, cfg.norm_topk_prob, dtype)
         return mlp.route(normed)
@@ -439,22 +436,14 @@ class GraphDecoder:
             return residual + y if h is None else torch.add(residual, y, out=h)
         assert isinstance(attn, Attention)
         cfg, cache = attn.cfg, self.model.cache
-        keys, values = cache.keys[attn.layer], cache.values[attn.layer]  # [Nkv, ctx, D]
-        stored = self.int8.get(attn.layer)
-        o8 = None if stored is None else stored[1]
-        sdpa = self.fused_sdpa and not isinstance(attn, SinkAttention)
-        if sdpa and moe_kernel.FOLDED:  # the q/k norms and RoPE inside the attention launch
-            out = fused.qkv_attention(
-                self._qkv(attn, x), attn.q_norm, attn.k_norm, self.cos_table, self.sin_table,
-                cfg.rms_norm_eps, cfg.num_heads, keys, values, self.position, span,
-                self.attn_out, self.attn_parts,
-            )  # fmt: skip
-            return self._linear(out, attn.o_w, attn.o_b, residual, h, o8)
         if self.fused_attention:
             q = self._project_fused(attn, x)
         else:
             q = self._project(attn, x, cos, sin)
-        if sdpa:
+        keys, values = cache.keys[attn.layer], cache.values[attn.layer]  # [Nkv, ctx, D]
+        stored = self.int8.get(attn.layer)
+        o8 = None if stored is None else stored[1]
+        if self.fused_sdpa and not isinstance(attn, SinkAttention):
             out = fused.decode_attention(
                 q, keys, values, self.position, span, self.attn_out, self.attn_parts
             )
@@ -472,12 +461,6 @@ class GraphDecoder:
         out = out.transpose(0, 1).reshape(1, -1)
         return self._linear(out, attn.o_w, attn.o_b, residual, h, o8)
 
-    def _qkv(self, attn: Attention, x: torch.Tensor) -> torch.Tensor:
-        """The token's q, k and v projections [(Nq + 2 Nkv) D], stacked: one product."""
-        stored = self.int8.get(attn.layer)
-        qkv8 = None if stored is None else stored[0]
-        return self._linear(x, *self.qkv[attn.layer], int8=qkv8)[0]
-
     def _project_fused(self, attn: Attention, x: torch.Tensor) -> torch.Tensor:
         """q [Nq, 1, D], each head normed (q/k norms: both or neither, ``Attention``)
         and rotated in one launch for q, k and v; the key and value go straight into
@@ -485,7 +468,9 @@ class GraphDecoder:
         cfg, cache = attn.cfg, self.model.cache
         heads, dim = cfg.num_heads, cfg.head_dim
         q = torch.empty(heads, 1, dim, dtype=x.dtype, device=x.device)  # [Nq, 1, D]
-        y = self._qkv(attn, x)
+        stored = self.int8.get(attn.layer)
+        qkv8 = None if stored is None else stored[0]
+        y = self._linear(x, *self.qkv[attn.layer], int8=qkv8)[0]  # [(Nq + 2 Nkv) D]
         keys, values = cache.keys[attn.layer], cache.values[attn.layer]  # [Nkv, ctx, D]
         fused.qkv_rope(
             y, attn.q_norm, attn.k_norm, self.cos_table, self.sin_table, self.position, q,

@@ -94,40 +94,6 @@ def linear(
     """One token's ``residual + F.linear(x, weight * scale, bias)`` with each op rounded
     as torch rounds it, in one kernel that reads the weights once (at batch 1 a
     matrix-vector product is bound by them)."""
-    return _linear(x, weight, bias, residual, scale, out, {})
-
-
-def router(
-    x: torch.Tensor,  # [1, H] in the model dtype
-    weight: torch.Tensor,  # [E, H], the router's
-    top_k: int,
-    normalize: bool,
-    dtype: torch.dtype,  # of the routing weights
-    count: torch.Tensor,  # [1] int32, 0: the launch's arrival counter (back to 0 after)
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``route(linear(x, weight), ...)`` in one launch: the product's last program to
-    finish picks the experts from all the logits."""
-    experts = weight.shape[0]
-    logits = torch.empty(1, experts, dtype=x.dtype, device=x.device)
-    ids = torch.empty(1, top_k, dtype=torch.int64, device=x.device)
-    weights = torch.empty(1, top_k, dtype=dtype, device=x.device)
-    route = {
-        "ids_ptr": ids, "rw_ptr": weights, "count_ptr": count, "TOPK": top_k,
-        "NORM": normalize, "EB": _block(experts), "ROUTE": True,
-    }  # fmt: skip
-    _linear(x, weight, None, None, None, logits, route)
-    return ids, weights
-
-
-def _linear(
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None,
-    residual: torch.Tensor | None,
-    scale: torch.Tensor | None,
-    out: torch.Tensor | None,
-    extra: dict[str, object],
-) -> torch.Tensor:
     rows, cols = weight.shape
     assert x.shape == (1, cols) and weight.stride(1) == 1, (x.shape, weight.shape)
     int8 = weight.dtype == torch.int8
@@ -143,7 +109,7 @@ def _linear(
             x if bias is None else bias, x if residual is None else residual.contiguous(),
             out, rows, cols, ROUND=_DTYPES[x.dtype], SCHEME=int(int8),
             HAS_BIAS=bias is not None, HAS_RES=residual is not None,
-            BN=bn, BK=min(bk, _block(cols)), num_warps=warps, **pdl(x.device), **extra,
+            BN=bn, BK=min(bk, _block(cols)), num_warps=warps, **pdl(x.device),
         )  # fmt: skip
     return out
 
@@ -228,50 +194,8 @@ def decode_attention(
     ``F.scaled_dot_product_attention``'s result in its own summation order. One program
     per key/value head and chunk of positions; a second launch merges the chunks when
     the span has more than one."""
-    return _attention(q, keys, values, position, span, out, parts, q.shape[0], {})
-
-
-def qkv_attention(
-    y: torch.Tensor,  # [(Nq + 2 Nkv) * D], one token's stacked projection
-    q_norm: torch.Tensor | None,  # [D] per-head RMSNorm weights (both or neither)
-    k_norm: torch.Tensor | None,
-    cos: torch.Tensor,  # [S, R] tables
-    sin: torch.Tensor,
-    eps: float,
-    heads: int,  # Nq
-    keys: torch.Tensor,  # [Nkv, ctx, D], the layer's cache
-    values: torch.Tensor,
-    position: torch.Tensor,  # [1] int64
-    span: int,
-    out: torch.Tensor,  # [1, Nq * D]
-    parts: Parts,
-) -> torch.Tensor:
-    """``qkv_rope`` then ``decode_attention`` in one launch (two past one chunk): the
-    query heads normed and rotated where they are used, the token's key and value
-    written into the cache row by the program whose chunk holds the position, before
-    it reads the chunk. The same values as the two launches (the query rounded to the
-    cache's dtype as ``qkv_rope`` stores it)."""
-    assert (q_norm is None) == (k_norm is None)
-    proj = {
-        "y_ptr": y, "qn_ptr": y if q_norm is None else q_norm,
-        "kn_ptr": y if k_norm is None else k_norm, "cos_ptr": cos, "sin_ptr": sin, "eps": eps,
-        "NORM": q_norm is not None, "ROT": cos.shape[-1], "PROJ": True,
-    }  # fmt: skip
-    return _attention(y, keys, values, position, span, out, parts, heads, proj)
-
-
-def _attention(
-    q: torch.Tensor,
-    keys: torch.Tensor,
-    values: torch.Tensor,
-    position: torch.Tensor,
-    span: int,
-    out: torch.Tensor,
-    parts: Parts,
-    heads: int,
-    proj: dict[str, object],
-) -> torch.Tensor:
-    kv_heads, _, dim = keys.shape
+    heads, _, dim = q.shape
+    kv_heads = keys.shape[0]
     group = heads // kv_heads
     splits = -(-span // ATTENTION_CHUNK)
     m, total, acc = parts
@@ -282,7 +206,7 @@ def _attention(
             values.stride(0), values.stride(1), heads, dim, dim**-0.5, GROUP=group,
             GP=max(16, _block(group)), DP=max(16, _block(dim)), BS=ATTENTION_BLOCK,
             CHUNK=ATTENTION_CHUNK, SPLIT=splits > 1, F32=q.device.type == "cpu",
-            **pdl(q.device), **proj,
+            **pdl(q.device),
         )  # fmt: skip
         if splits > 1:
             attention_combine_kernel[(heads,)](

@@ -77,30 +77,6 @@ def pdl(device: torch.device) -> dict[str, bool]:
     return {"GDC": True, "launch_pdl": True} if _pdl_capable(index) else {}
 
 
-# Small steps folded into the launch next to them instead of launches of their own:
-# the experts' ranked sum and the router's top-k done by the last program to finish
-# the launch before (``_last_arrival`` in triton_kernels.py: ``down_kernel``,
-# ``fused.router``), and the graph step's q/k norms and RoPE inside its attention
-# launch (``fused.qkv_attention``). False: an A/B in benches (the separate launches).
-FOLDED = True
-
-# The activations [T*K, I], per-rank outputs [T*K, H] fp32 and zeroed int32 counters
-# [T*H] of one ``moe_experts`` call
-Scratch = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
-
-
-def moe_scratch(
-    tokens: int, top_k: int, inter: int, hidden: int, dtype: torch.dtype, device: torch.device
-) -> Scratch:
-    """Scratch for ``moe_experts`` on ``tokens`` tokens (the counters come back to 0
-    after every call, so one allocation serves every call)."""
-    return (
-        torch.empty(tokens * top_k, inter, dtype=dtype, device=device),
-        torch.empty(tokens * top_k, hidden, dtype=torch.float32, device=device),
-        torch.zeros(tokens * hidden, dtype=torch.int32, device=device),
-    )
-
-
 def available() -> str | None:
     """None when the kernels can run, else why not."""
     return None if triton is not None else "Triton is not installed"
@@ -232,12 +208,11 @@ def moe_experts(
     ids: torch.Tensor,  # [T, K] int64, router-rank order
     weights: torch.Tensor,  # [T, K] routing weights
     pool: ExpertPool,
-    scratch: Scratch | None = None,  # moe_scratch(...)
+    scratch: tuple[torch.Tensor, torch.Tensor] | None = None,  # [T*K, I], [T*K, H] f32
     out: torch.Tensor | None = None,  # [T, H] result (fixed address for graphs)
 ) -> torch.Tensor:
     """sum over k of weights[t, k] * expert_{ids[t, k]}(x[t]) -> [T, H] in x's dtype.
-    ``scratch``: the activations, per-rank outputs and counters (given: fixed
-    addresses)."""
+    ``scratch``: the activations and per-rank outputs (given: fixed addresses)."""
     assert triton is not None, "check available() first"
     with on_device(x.device):
         return _launch(x, ids, weights, pool, scratch, out)
@@ -248,14 +223,17 @@ def _launch(
     ids: torch.Tensor,
     weights: torch.Tensor,
     pool: ExpertPool,
-    scratch: Scratch | None,
+    scratch: tuple[torch.Tensor, torch.Tensor] | None,
     out: torch.Tensor | None,
 ) -> torch.Tensor:
     tokens, top_k = ids.shape
     h_dim, i_dim = pool.hidden, pool.inter
     if scratch is None:
-        scratch = moe_scratch(tokens, top_k, i_dim, h_dim, x.dtype, x.device)
-    hidden, per_rank, counters = scratch
+        scratch = (
+            torch.empty(tokens * top_k, i_dim, dtype=x.dtype, device=x.device),
+            torch.empty(tokens * top_k, h_dim, dtype=torch.float32, device=x.device),
+        )
+    hidden, per_rank = scratch
     if out is None:
         out = torch.empty(tokens, h_dim, dtype=x.dtype, device=x.device)
     x, ids, weights = x.contiguous(), ids.contiguous(), weights.contiguous()
@@ -270,16 +248,12 @@ def _launch(
         **pdl(x.device),
     )  # fmt: skip
     bn, bk, warps = DOWN_BLOCK
-    fold = {}
-    if FOLDED:  # the ranked sum in down's last program per block of rows
-        assert counters.numel() >= tokens * triton.cdiv(h_dim, bn)
-        fold = {"rw_ptr": weights, "out_ptr": out, "count_ptr": counters, "TOPK": top_k}
     down_kernel[(pairs, triton.cdiv(h_dim, bn))](
         hidden, ids, per_rank, *_args(pool.down), down_b, h_dim, i_dim,
         OUT=_DTYPES[x.dtype], SCHEME=code, GROUP=group, BN=bn, BK=_cols(bk, group),
-        HAS_BIAS=has_bias, num_warps=warps, SUM=FOLDED, **fold, **pdl(x.device),
+        HAS_BIAS=has_bias, num_warps=warps, **pdl(x.device),
     )  # fmt: skip
-    return out if FOLDED else _ranked_sum(per_rank, weights, out)
+    return _ranked_sum(per_rank, weights, out)
 
 
 def _ranked_sum(

@@ -54,21 +54,6 @@ if triton is not None:
             tl.extra.cuda.gdc_launch_dependents()
 
     @triton.jit
-    def _last_arrival(count_ptr, arrivals):
-        """Whether this program is the last of ``arrivals`` to finish its part of a
-        shared result (True for exactly one), after its stores: the counter at
-        ``count_ptr`` is raised with acquire-release order (the barrier before it orders
-        every thread's stores), and the last resets it to 0 for the next launch. The
-        last program then reads the others' stores (through L2: ``.cg``) and finishes
-        the result, so the work needs no launch of its own."""
-        tl.debug_barrier()
-        arrived = tl.atomic_add(count_ptr, 1, sem="acq_rel")
-        last = arrived == arrivals - 1
-        if last:
-            tl.atomic_xchg(count_ptr, 0)
-        return last
-
-    @triton.jit
     def _activate(gate, up, alpha, limit, out_type: tl.constexpr, ACT: tl.constexpr):
         """The expert activation on gate and up (fp32 holding model-dtype values):
         ``ACT`` 0 is SwiGLU, ``silu(gate) * up``; 1 is GPT-OSS's, gate clamped above at
@@ -286,17 +271,8 @@ if triton is not None:
         BK: tl.constexpr,
         HAS_BIAS: tl.constexpr,
         GDC: tl.constexpr = False,
-        rw_ptr=None,
-        out_ptr=None,
-        count_ptr=None,
-        TOPK: tl.constexpr = 1,
-        SUM: tl.constexpr = False,
     ):
-        """y[pair, rows] (fp32, rounded to the model dtype) = down(h[pair]) (+ bias).
-        ``SUM``: the last of a token's ``TOPK`` programs on these rows to finish
-        (``_last_arrival``, one counter per token and block of rows at ``count_ptr``)
-        writes ``ranked_sum_kernel``'s result for them into ``out_ptr`` [T, hid], with
-        the routing weights at ``rw_ptr`` [T, TOPK]: no launch for the sum."""
+        """y[pair, rows] (fp32, rounded to the model dtype) = down(h[pair]) (+ bias)."""
         _await_inputs(GDC)
         pair = tl.program_id(0)
         expert = tl.load(ids_ptr + pair).to(tl.int64)
@@ -311,38 +287,23 @@ if triton is not None:
             bias = tl.load(db_ptr + expert * hid + rows, mask=row_ok, other=0.0)
             y = _round(y + bias.to(tl.float32), OUT)
         tl.store(y_ptr + pair * hid + rows, y, mask=row_ok)
-        if SUM:
-            token = pair // TOPK
-            block = tl.program_id(1)
-            if _last_arrival(count_ptr + token * tl.num_programs(1) + block, TOPK):
-                _ranked_rows(y_ptr, rw_ptr, out_ptr, token, rows, row_ok, hid, TOPK, True)
-
-    @triton.jit
-    def _ranked_rows(
-        y_ptr, rw_ptr, out_ptr, token, cols, ok, hid, TOPK: tl.constexpr, CG: tl.constexpr
-    ):
-        """out[token, cols] = sum over ranks, in rank order, of weight * y (fp32), cast
-        once; ``CG``: y read through L2 (other programs of this launch wrote it)."""
-        total = tl.zeros(cols.shape, dtype=tl.float32)
-        for rank in tl.static_range(TOPK):
-            pair = token * TOPK + rank
-            if CG:
-                y = tl.load(y_ptr + pair * hid + cols, mask=ok, other=0.0, cache_modifier=".cg")
-            else:
-                y = tl.load(y_ptr + pair * hid + cols, mask=ok, other=0.0)
-            total = total + y * tl.load(rw_ptr + pair).to(tl.float32)
-        out_type = out_ptr.dtype.element_ty
-        tl.store(out_ptr + token * hid + cols, _round(total, out_type).to(out_type), mask=ok)
 
     @triton.jit
     def ranked_sum_kernel(
         y_ptr, rw_ptr, out_ptr, hid, TOPK: tl.constexpr, BS: tl.constexpr, GDC: tl.constexpr = False
     ):
-        """``_ranked_rows`` for token ``program_id(0)``, columns block ``program_id(1)``."""
+        """out[token] = sum over ranks, in rank order, of weight * y (fp32), cast once."""
         _await_inputs(GDC)
         token = tl.program_id(0)
         cols = tl.program_id(1) * BS + tl.arange(0, BS)
-        _ranked_rows(y_ptr, rw_ptr, out_ptr, token, cols, cols < hid, hid, TOPK, False)
+        ok = cols < hid
+        total = tl.zeros([BS], dtype=tl.float32)
+        for rank in tl.static_range(TOPK):
+            pair = token * TOPK + rank
+            y = tl.load(y_ptr + pair * hid + cols, mask=ok, other=0.0)
+            total = total + y * tl.load(rw_ptr + pair).to(tl.float32)
+        out_type = out_ptr.dtype.element_ty
+        tl.store(out_ptr + token * hid + cols, _round(total, out_type).to(out_type), mask=ok)
 
     @triton.jit
     def linear_kernel(
@@ -362,22 +323,12 @@ if triton is not None:
         BN: tl.constexpr,
         BK: tl.constexpr,
         GDC: tl.constexpr = False,
-        ids_ptr=None,
-        rw_ptr=None,
-        count_ptr=None,
-        TOPK: tl.constexpr = 1,
-        NORM: tl.constexpr = False,
-        EB: tl.constexpr = 1,
-        ROUTE: tl.constexpr = False,
     ):
         """out[rows] = x . w[rows] (+ bias, in fp32) rounded to ``ROUND`` (F.linear's
         output), then (+ residual) rounded again (torch's add): one token, rows ``BN``
         at a time; bf16 weights (``SCHEME`` 0) or int8 with fp32 row scales (1). The
         first step's weights are constant, so they are read before ``_await_inputs``:
-        they arrive while the kernel before finishes. The sum is ``_rows_dot``'s.
-        ``ROUTE``: the product is a softmax router's logits [n_rows], and the last
-        program to finish (``_last_arrival``) writes ``route_kernel``'s top-``TOPK`` ids
-        and weights (``EB``: the experts' power-of-two block): no launch for it."""
+        they arrive while the kernel before finishes. The sum is ``_rows_dot``'s."""
         rows = tl.program_id(0) * BN + tl.arange(0, BN)
         row_ok = rows < n_rows
         w = _w_tile(w_ptr, w_row, rows, row_ok, 0, n_cols, BK)
@@ -395,9 +346,6 @@ if triton is not None:
             acc = _round(acc + tl.load(r_ptr + rows, mask=row_ok, other=0.0).to(tl.float32), ROUND)
         out_type = out_ptr.dtype.element_ty
         tl.store(out_ptr + rows, acc.to(out_type), mask=row_ok)
-        if ROUTE:  # noqa: SIM102 - compile-time: the router's last program picks experts
-            if _last_arrival(count_ptr, tl.num_programs(0)):
-                _route(out_ptr, ids_ptr, rw_ptr, n_rows, TOPK, NORM, EB)
 
     @triton.jit
     def rms_norm_kernel(
@@ -434,52 +382,6 @@ if triton is not None:
         tl.store(out_ptr + row * n + cols, _round(w * normed, out_type).to(out_type), mask=ok)
 
     @triton.jit
-    def _heads_rope(
-        y_ptr,
-        heads,
-        ok,
-        w_ptr,
-        cos_ptr,
-        sin_ptr,
-        pos,
-        dim,
-        eps,
-        out_type: tl.constexpr,
-        NORM: tl.constexpr,
-        ROT: tl.constexpr,
-        DP: tl.constexpr,
-    ):
-        """Heads ``heads`` [G] (where ``ok``) of a projection at ``y_ptr`` ([N, dim]):
-        per-head RMSNorm (``NORM``), then RoPE on the first ``ROT`` dims at ``pos`` (the
-        rest pass through): [G, DP] fp32 holding ``out_type`` values, with ``rms_norm``
-        and ``apply_rope``'s ops and roundings."""
-        d = tl.arange(0, DP)
-        d_ok = d < dim
-        row = y_ptr + heads[:, None] * dim
-        x = tl.load(row + d[None, :], mask=ok[:, None] & d_ok[None, :], other=0.0)
-        x = x.to(tl.float32)
-        inv = tl.full([heads.shape[0]], 1.0, dtype=tl.float32)
-        if NORM:
-            inv = tl.rsqrt(tl.sum(x * x, axis=1) / dim + eps)
-            w = tl.load(w_ptr + d, mask=d_ok, other=0.0).to(tl.float32)
-            x = _round(w[None, :] * _round(x * inv[:, None], out_type), out_type)
-        if ROT > 0:
-            half = ROT // 2
-            rot = d < ROT
-            partner = tl.where(d < half, d + half, d - half)
-            px = tl.load(row + partner[None, :], mask=ok[:, None] & rot[None, :], other=0.0)
-            px = px.to(tl.float32)
-            if NORM:
-                wp = tl.load(w_ptr + partner, mask=rot, other=0.0).to(tl.float32)
-                px = _round(wp[None, :] * _round(px * inv[:, None], out_type), out_type)
-            cos = tl.load(cos_ptr + pos * ROT + d, mask=rot, other=1.0).to(tl.float32)
-            sin = tl.load(sin_ptr + pos * ROT + d, mask=rot, other=0.0).to(tl.float32)
-            rotated = tl.where((d < half)[None, :], -px, px)
-            y = _round(x * cos[None, :], out_type) + _round(rotated * sin[None, :], out_type)
-            x = tl.where(rot[None, :], _round(y, out_type), x)
-        return x
-
-    @triton.jit
     def _head_rope(
         y_ptr,
         w_ptr,
@@ -493,15 +395,32 @@ if triton is not None:
         ROT: tl.constexpr,
         BLOCK: tl.constexpr,
     ):
-        """One head at ``y_ptr`` through ``_heads_rope``, written at ``out_ptr``."""
-        one = tl.arange(0, 1)
-        out_type = out_ptr.dtype.element_ty
-        x = _heads_rope(
-            y_ptr, one, one < 1, w_ptr, cos_ptr, sin_ptr, pos, dim, eps, out_type, NORM, ROT,
-            BLOCK,
-        )  # fmt: skip
+        """One head at ``y_ptr``: per-head RMSNorm (``NORM``), then RoPE on the first
+        ``ROT`` dims at ``pos`` (the rest pass through), written at ``out_ptr``:
+        ``rms_norm`` and ``apply_rope``'s ops and roundings."""
         d = tl.arange(0, BLOCK)
-        tl.store(out_ptr + one[:, None] * 0 + d[None, :], x.to(out_type), mask=(d < dim)[None, :])
+        ok = d < dim
+        out_type = out_ptr.dtype.element_ty
+        x = tl.load(y_ptr + d, mask=ok, other=0.0).to(tl.float32)
+        inv = 1.0
+        if NORM:
+            inv = tl.rsqrt(tl.sum(x * x, axis=0) / dim + eps)
+            w = tl.load(w_ptr + d, mask=ok, other=0.0).to(tl.float32)
+            x = _round(w * _round(x * inv, out_type), out_type)
+        if ROT > 0:
+            half = ROT // 2
+            rot = d < ROT
+            partner = tl.where(d < half, d + half, d - half)
+            px = tl.load(y_ptr + partner, mask=rot, other=0.0).to(tl.float32)
+            if NORM:
+                wp = tl.load(w_ptr + partner, mask=rot, other=0.0).to(tl.float32)
+                px = _round(wp * _round(px * inv, out_type), out_type)
+            cos = tl.load(cos_ptr + pos * ROT + d, mask=rot, other=1.0).to(tl.float32)
+            sin = tl.load(sin_ptr + pos * ROT + d, mask=rot, other=0.0).to(tl.float32)
+            rotated = tl.where(d < half, -px, px)
+            y = _round(_round(x * cos, out_type) + _round(rotated * sin, out_type), out_type)
+            x = tl.where(rot, y, x)
+        tl.store(out_ptr + d, x.to(out_type), mask=ok)
 
     @triton.jit
     def head_rope_kernel(
@@ -596,15 +515,6 @@ if triton is not None:
         SPLIT: tl.constexpr,
         F32: tl.constexpr,
         GDC: tl.constexpr = False,
-        y_ptr=None,
-        qn_ptr=None,
-        kn_ptr=None,
-        cos_ptr=None,
-        sin_ptr=None,
-        eps=0.0,
-        NORM: tl.constexpr = False,
-        ROT: tl.constexpr = 0,
-        PROJ: tl.constexpr = False,
     ):
         """One query token's attention for the ``GROUP`` query heads of key/value head
         ``program_id(0)`` over cache positions [split * CHUNK, + CHUNK) up to the token's
@@ -613,12 +523,7 @@ if triton is not None:
         False: the one chunk's result, normalised, into ``o_ptr`` [Nq * D]; True: the
         running max, sum and unnormalised output into ``m``, ``l`` [splits, Nq] and
         ``acc`` [splits, Nq, D] for ``attention_combine_kernel``. ``F32``: the products
-        on fp32 copies (Triton's CPU interpreter multiplies bf16 tiles wrongly).
-
-        ``PROJ``: q, k and v come from the token's stacked projection at ``y_ptr``
-        [(Nq + 2 Nkv) D] instead (``qkv_rope_kernel``'s work, folded in): the query
-        heads normed and rotated here (``_heads_rope``), and the program whose chunk
-        holds the position writes the token's key and value into the cache row first."""
+        on fp32 copies (Triton's CPU interpreter multiplies bf16 tiles wrongly)."""
         _await_inputs(GDC)
         kv = tl.program_id(0)
         split = tl.program_id(1)
@@ -627,31 +532,11 @@ if triton is not None:
         g_ok = g < GROUP
         d_ok = d < dim
         head = kv * GROUP + g
-        pos = tl.load(pos_ptr).to(tl.int32)
-        cache_type = k_ptr.dtype.element_ty
-        if PROJ:
-            q = _heads_rope(
-                y_ptr, head, g_ok, qn_ptr, cos_ptr, sin_ptr, pos, dim, eps, cache_type, NORM,
-                ROT, DP,
-            ).to(cache_type)  # fmt: skip
-            if split == pos // CHUNK:
-                one = tl.arange(0, 1)
-                key = _heads_rope(
-                    y_ptr, heads + kv + one, one < 1, kn_ptr, cos_ptr, sin_ptr, pos, dim, eps,
-                    cache_type, NORM, ROT, DP,
-                )  # fmt: skip
-                row = one[:, None] * 0 + d[None, :]
-                v_row = (heads + heads // GROUP + kv) * dim
-                value = tl.load(y_ptr + v_row + row, mask=d_ok[None, :])
-                key_at = k_ptr + kv * k_head + pos * k_pos + row
-                tl.store(key_at, key.to(cache_type), mask=d_ok[None, :])
-                tl.store(v_ptr + kv * v_head + pos * v_pos + row, value, mask=d_ok[None, :])
-                tl.debug_barrier()  # the loop below reads the row back
-        else:
-            q_at = q_ptr + head[:, None] * dim + d[None, :]
-            q = tl.load(q_at, mask=g_ok[:, None] & d_ok[None, :], other=0.0)
+        q_at = q_ptr + head[:, None] * dim + d[None, :]
+        q = tl.load(q_at, mask=g_ok[:, None] & d_ok[None, :], other=0.0)
         if F32:
             q = q.to(tl.float32)
+        pos = tl.load(pos_ptr).to(tl.int32)
         m = tl.full([GP], float("-inf"), dtype=tl.float32)
         total = tl.zeros([GP], dtype=tl.float32)
         acc = tl.zeros([GP, DP], dtype=tl.float32)
@@ -723,16 +608,24 @@ if triton is not None:
         tl.store(o_ptr + head * dim + d, (acc / total).to(out_type), mask=d_ok)
 
     @triton.jit
-    def _route(
-        logits_ptr, ids_ptr, w_ptr, n, TOPK: tl.constexpr, NORM: tl.constexpr, BLOCK: tl.constexpr
+    def route_kernel(
+        logits_ptr,
+        ids_ptr,
+        w_ptr,
+        n,
+        TOPK: tl.constexpr,
+        NORM: tl.constexpr,
+        BLOCK: tl.constexpr,
+        GDC: tl.constexpr = False,
     ):
-        """One token's softmax router (``flint.models.moe.route``) on its logits at
-        ``logits_ptr`` (read through L2): fp32 softmax over the n experts, the top-k in
-        descending order (ties: the lower id), renormalised when ``NORM``, weights
-        written in ``w_ptr``'s dtype."""
+        """One token's softmax router (``flint.models.moe.route``): fp32 softmax over the
+        n experts, the top-k in descending order (ties: the lower id), renormalised when
+        ``NORM``, weights written in ``w_ptr``'s dtype."""
+        _await_inputs(GDC)
+        token = tl.program_id(0)
         e = tl.arange(0, BLOCK)
         ok = e < n
-        logits = tl.load(logits_ptr + e, mask=ok, other=float("-inf"), cache_modifier=".cg")
+        logits = tl.load(logits_ptr + token * n + e, mask=ok, other=float("-inf"))
         logits = logits.to(tl.float32)
         p = tl.exp(logits - tl.max(logits, axis=0))
         p = p / tl.sum(p, axis=0)
@@ -749,29 +642,10 @@ if triton is not None:
         for k in tl.static_range(TOPK):
             best = tl.max(p, axis=0)
             pick = tl.min(tl.where(p == best, e, BLOCK), axis=0)
-            tl.store(ids_ptr + k, pick.to(tl.int64))
+            tl.store(ids_ptr + token * TOPK + k, pick.to(tl.int64))
             weight = best / total if NORM else best
-            tl.store(w_ptr + k, _round(weight, w_type).to(w_type))
+            tl.store(w_ptr + token * TOPK + k, _round(weight, w_type).to(w_type))
             p = tl.where(e == pick, -1.0, p)
-
-    @triton.jit
-    def route_kernel(
-        logits_ptr,
-        ids_ptr,
-        w_ptr,
-        n,
-        TOPK: tl.constexpr,
-        NORM: tl.constexpr,
-        BLOCK: tl.constexpr,
-        GDC: tl.constexpr = False,
-    ):
-        """Token ``program_id(0)``'s router (``_route``) on logits [T, n]."""
-        _await_inputs(GDC)
-        token = tl.program_id(0)
-        _route(
-            logits_ptr + token * n, ids_ptr + token * TOPK, w_ptr + token * TOPK, n, TOPK, NORM,
-            BLOCK,
-        )  # fmt: skip
 
     @triton.jit
     def dequant_kernel(
