@@ -2,15 +2,16 @@
 once, one ``GraphDecoder`` per configuration captured under its switches, their graphs
 replayed back to back and timed with CUDA events, in alternating rounds.
 
-Usage: python benches/step_ab.py MODEL [--configs base,no-pdl,no-fold,serial]
+Usage: python benches/step_ab.py MODEL [--configs base,no-pdl]
        [--rounds 5] [--replays 100] [--position 128]
 
 Separate processes give the same step results several percent apart (docs/benchmarks.md,
 sixteenth session); here every configuration reads the same weights in the same
 process, and rounds alternate, so a difference is the step's. Only the step is timed
 (no argmax, no host loop): tok/s is 1e6 / microseconds per step. Configurations:
-``base`` (the defaults), ``no-pdl`` (moe_kernel.PDL off), ``no-fold``
-(moe_kernel.FOLDED off), ``serial`` (both off).
+``base`` (the defaults), ``no-pdl`` (moe_kernel.PDL off). (The sixteenth session's
+``no-fold`` and ``serial`` rows measured small steps folded into their neighbours'
+launches, since taken out: docs/benchmarks.md.)
 """
 
 from __future__ import annotations
@@ -30,8 +31,6 @@ from flint.models.ftw_source import FtwSource
 CONFIGS: dict[str, dict[str, bool]] = {
     "base": {},
     "no-pdl": {"PDL": False},
-    "no-fold": {"FOLDED": False},
-    "serial": {"PDL": False, "FOLDED": False},
 }
 
 
@@ -69,7 +68,7 @@ def timed(graph: Any, replays: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model")
-    parser.add_argument("--configs", default="base,no-pdl,no-fold,serial")
+    parser.add_argument("--configs", default="base,no-pdl")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--replays", type=int, default=100)
     parser.add_argument("--position", type=int, default=128)
