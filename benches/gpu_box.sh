@@ -1371,16 +1371,13 @@ gpu87() {
 }
 
 # Issue 10, the session's last call: every GPU test on the wheel after the folds' revert
-# (gpu87's streamed DeepSeek-V3 failure), that test 3 more times, and the PDL A/B of the
-# step in one process.
+# (gpu87's streamed DeepSeek-V3 failure), then that test twice more.
 gpu88() {
   gpu_tests
-  for _ in 1 2 3; do
+  for _ in 1 2; do
     timeout 60 python3 -m pytest tests/models/test_streamed_step.py -q -p no:cacheprovider -m gpu \
       -k "captured_and_eager and deepseek_v3" 2>&1 | tail -1
   done
-  flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
-  timeout 90 python3 benches/step_ab.py "$DATA/q30.ftw" --rounds 3 2>&1 | tail -3
 }
 
 case $what in
