@@ -283,6 +283,24 @@ def test_fused_attention_follows_sdpa(
         assert torch.equal(g, w)
 
 
+def test_dependent_launch_only_inside_its_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Programmatic dependent launch is asked for only inside ``dependent_launch`` (the
+    resident step), on CUDA, with ``PDL`` on; a nested block leaves it on."""
+    monkeypatch.setattr(moe_kernel, "_pdl_capable", lambda index: True)
+    gpu, on = torch.device("cuda", 0), {"GDC": True, "launch_pdl": True}
+    assert moe_kernel.pdl(gpu) == {}
+    with moe_kernel.dependent_launch():
+        assert moe_kernel.pdl(gpu) == on
+        with moe_kernel.dependent_launch():
+            assert moe_kernel.pdl(gpu) == on
+        assert moe_kernel.pdl(gpu) == on
+        assert moe_kernel.pdl(torch.device("cpu")) == {}
+        monkeypatch.setattr(moe_kernel, "PDL", False)
+        assert moe_kernel.pdl(gpu) == {}
+    monkeypatch.setattr(moe_kernel, "PDL", True)
+    assert moe_kernel.pdl(gpu) == {}
+
+
 def _covered(tiny_ftw: dict[str, Path]) -> list[str]:
     """The tiny families the graph step covers."""
     out = []

@@ -33,6 +33,7 @@ from flint.graphs import fused
 from flint.graphs.moe_kernel import (
     ExpertPool,
     available,
+    dependent_launch,
     moe_experts,
     on_device,
     slab_unsupported,
@@ -302,9 +303,10 @@ class GraphDecoder:
         cos, sin, mask = self._inputs(span)
         x = model.embed.index_select(0, self.token)  # [1, H]
         delta: torch.Tensor | None = None  # the last MLP's output, not yet added to x
-        for layer in model.layers:
-            x, delta = self._layer(layer, x, delta, cos, sin, mask, span)
-        self._head(x, delta)
+        with dependent_launch():  # one stream, kernel after kernel: moe_kernel.PDL
+            for layer in model.layers:
+                x, delta = self._layer(layer, x, delta, cos, sin, mask, span)
+            self._head(x, delta)
 
     def _inputs(self, span: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """RoPE rows cos, sin [1, D] at ``position`` and the span's mask [1, S]."""

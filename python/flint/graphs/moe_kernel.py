@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -56,9 +58,26 @@ _DTYPES: dict[torch.dtype, Any] = (
 
 # Programmatic dependent launch of these kernels and ``flint.graphs.fused``'s on Hopper
 # and later (``_await_inputs`` in triton_kernels.py): each kernel's programs start, and
-# read their constant weights, while the kernel before it finishes. False: an A/B in
-# benches (the kernels then launch one after the other, as before).
+# read their constant weights, while the kernel before it finishes. Only inside
+# ``dependent_launch`` blocks: the resident graph step, whose kernels follow one another
+# on one stream with no host work, copies or other streams' events between them. The
+# streamed step's hops have all three, and its CUDA test failed twice on wheels with
+# dependent launch everywhere (cause not established; docs/cuda-graphs.md), so it and
+# every other caller launch as before. False: an A/B in benches.
 PDL = True
+_pdl_scope = threading.local()
+
+
+@contextlib.contextmanager
+def dependent_launch() -> Iterator[None]:
+    """Kernels launched in this block, on this thread, use programmatic dependent launch
+    where ``pdl`` allows it."""
+    before = getattr(_pdl_scope, "on", False)
+    _pdl_scope.on = True
+    try:
+        yield
+    finally:
+        _pdl_scope.on = before
 
 
 @functools.cache
@@ -70,8 +89,11 @@ def _pdl_capable(index: int) -> bool:
 
 def pdl(device: torch.device) -> dict[str, bool]:
     """The launch arguments for programmatic dependent launch on ``device`` (none where
-    it does not apply: the CPU's interpreter, GPUs before Hopper, ``PDL`` off)."""
-    if not PDL or device.type != "cuda" or triton is None:
+    it does not apply: outside ``dependent_launch``, the CPU's interpreter, GPUs before
+    Hopper, ``PDL`` off)."""
+    if not PDL or not getattr(_pdl_scope, "on", False):
+        return {}
+    if device.type != "cuda" or triton is None:
         return {}
     index = torch.cuda.current_device() if device.index is None else device.index
     return {"GDC": True, "launch_pdl": True} if _pdl_capable(index) else {}
