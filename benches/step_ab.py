@@ -9,7 +9,9 @@ Separate processes give the same step results several percent apart (docs/benchm
 sixteenth session); here every configuration reads the same weights in the same
 process, and rounds alternate, so a difference is the step's. Only the step is timed
 (no argmax, no host loop): tok/s is 1e6 / microseconds per step. Configurations:
-``base`` (the defaults), ``no-pdl`` (moe_kernel.PDL off). (The sixteenth session's
+``base`` (the defaults), ``no-pdl`` (moe_kernel.PDL off), ``no-int8`` (a
+``--dense-quant int8`` file's attention through its dequantized matrices, as files
+without int8 run). (The sixteenth session's
 ``no-fold`` and ``serial`` rows measured small steps folded into their neighbours'
 launches, since taken out: docs/benchmarks.md.)
 """
@@ -26,16 +28,18 @@ import torch
 import flint
 from flint.graphs import moe_kernel
 from flint.graphs.decode import GraphDecoder, expert_pools
-from flint.models.ftw_source import FtwSource
 
+# name -> moe_kernel switches; "no-int8" builds the decoder without the file's int8
+# attention matrices (the dequantized ones instead)
 CONFIGS: dict[str, dict[str, bool]] = {
     "base": {},
     "no-pdl": {"PDL": False},
+    "no-int8": {},
 }
 
 
 def captured(
-    model: Any, pools: dict[int, Any], source: FtwSource, switches: dict[str, bool], position: int
+    model: Any, pools: dict[int, Any], source: Any, switches: dict[str, bool], position: int
 ) -> tuple[GraphDecoder, Any]:
     """A decoder and its graph for ``position``, captured with ``switches`` set on
     moe_kernel (the decoder owns the buffers the graph reads: keep it)."""
@@ -82,11 +86,14 @@ def main() -> None:
         pools = expert_pools(model.experts)
         if pools is None:
             raise SystemExit("the model's experts are not resident in slot pools")
-        source = FtwSource(args.model)
-        try:
-            graphs = {n: captured(model, pools, source, CONFIGS[n], args.position) for n in names}
-        finally:
-            source.close()
+        if model.decoder is not None:
+            model.decoder.close()  # its graphs' memory: each configuration has its own
+        graphs = {
+            n: captured(
+                model, pools, None if n == "no-int8" else llm.source, CONFIGS[n], args.position
+            )
+            for n in names
+        }
         times: dict[str, list[float]] = {n: [] for n in names}
         for _ in range(args.rounds):
             for name in names:

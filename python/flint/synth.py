@@ -271,7 +271,9 @@ def synth(
     if quant not in ("none", "bf16", "int8", "int4"):
         raise ValueError(f"--quant must be none, bf16, int8 or int4, not {quant!r}")
     if dense_quant not in DENSE_QUANTS:
-        raise ValueError(f"--dense-quant must be one of {', '.join(DENSE_QUANTS)}")
+        raise ValueError(
+            f"--dense-quant must be one of {', '.join(DENSE_QUANTS)}, not {dense_quant!r}"
+        )
     cfg = dict(GEOMETRIES[geometry])
     if n_layers is not None:
         if not 1 <= n_layers <= cfg["num_hidden_layers"]:

@@ -592,8 +592,9 @@ def test_closing_frees_a_model_with_a_decoder(tiny_ftw: dict[str, Path]) -> None
 def test_a_step_that_fails_to_start_leaves_the_model_eager(
     tiny_ftw: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """auto: a kernel or capture the GPU refuses costs one line, not the load; on: the
-    error stands. (Run on the CPU with the device check and the warm-up stubbed.)"""
+    """auto: a kernel or capture the GPU refuses, or no memory for the step's buffers,
+    costs one line, not the load; on and eager: the error stands. (Run on the CPU with
+    the device check and the warm-up stubbed.)"""
     from flint.graphs import setup
 
     def refuse(self: GraphDecoder) -> None:
@@ -612,6 +613,18 @@ def test_a_step_that_fails_to_start_leaves_the_model_eager(
         assert lines == [f"flint: CUDA graph decode failed to start ({why}); decoding eagerly"]
         with pytest.raises(RuntimeError, match="no kernel image"):
             setup.attach_decoder(llm.model, "on", notice=lines.append)
+        # no GPU memory for the step's own buffers (built before the warm-up) is the same
+        monkeypatch.setattr(GraphDecoder, "__init__", _out_of_memory)
+        lines.clear()
+        why = setup.attach_decoder(llm.model, "auto", notice=lines.append)
+        assert why == "CUDA out of memory. Tried to allocate 1.00 GiB"
+        assert llm.model.decoder is None and len(lines) == 1
+        with pytest.raises(torch.OutOfMemoryError):
+            setup.attach_decoder(llm.model, "eager", notice=lines.append)
+
+
+def _out_of_memory(self: GraphDecoder, *args: object) -> None:
+    raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.00 GiB")
 
 
 def test_graph_modes_are_checked(tiny_ftw: dict[str, Path]) -> None:
@@ -663,6 +676,10 @@ def test_dependent_launch_gives_the_serial_launchs_bits(
     one before finishes, on Hopper and later) and launched one after the other: the
     same bits over 40 tokens (a kernel reading its input before the one before has
     written it would show here)."""
+    if not moe_kernel._pdl_capable(0):
+        pytest.skip("programmatic dependent launch needs Hopper or later and Triton's gdc")
+    with moe_kernel.dependent_launch():
+        assert moe_kernel.pdl(torch.device("cuda", 0)) == {"GDC": True, "launch_pdl": True}
     prompt = [(11 * i + 5) % 300 + 2 for i in range(24)]
     runs = {}
     for on in (True, False):

@@ -155,6 +155,41 @@ def test_the_streamed_step_follows_the_general_path(
     assert got_stats["forward_calls"] == steps + 1
 
 
+@pytest.mark.interpreter
+def test_only_the_resident_step_launches_dependently(
+    tiny_ftw: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Programmatic dependent launch is asked for by the resident step's kernels only:
+    every launch arguments call of the streamed step (whose hops put host work, copies
+    and other streams between kernels) is outside ``dependent_launch``, every one of
+    the resident step's layers inside it."""
+    from flint.graphs import fused, moe_kernel
+    from flint.graphs.decode import GraphDecoder, expert_pools
+
+    scopes: list[bool] = []
+    real = moe_kernel.pdl
+
+    def spy(device: torch.device) -> dict[str, bool]:
+        scopes.append(bool(getattr(moe_kernel._pdl_scope, "on", False)))
+        return real(device)
+
+    monkeypatch.setattr(moe_kernel, "pdl", spy)
+    monkeypatch.setattr(fused, "pdl", spy)
+    with _streamed(tiny_ftw["qwen3_moe"]) as llm:
+        llm.model.decoder = StreamedDecoder(llm.model, capture=False)
+        _decode(llm.model, 2)
+    assert scopes and not any(scopes)
+    scopes.clear()
+    with flint.LLM(
+        tiny_ftw["qwen3_moe"], device="cpu", context_length=64, expert_kernels="torch"
+    ) as llm:
+        pools = expert_pools(llm.model.experts)
+        assert pools is not None
+        llm.model.decoder = GraphDecoder(llm.model, pools, capture=False)
+        _decode(llm.model, 2)
+    assert scopes and all(scopes)
+
+
 def test_segments_cut_at_the_moe_layers(tiny_ftw: dict[str, Path]) -> None:
     with flint.LLM(tiny_ftw["deepseek_v3"], device="cpu", context_length=8) as llm:
         model = llm.model

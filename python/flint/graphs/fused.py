@@ -93,7 +93,9 @@ def linear(
 ) -> torch.Tensor:
     """One token's ``residual + F.linear(x, weight * scale, bias)`` with each op rounded
     as torch rounds it, in one kernel that reads the weights once (at batch 1 a
-    matrix-vector product is bound by them)."""
+    matrix-vector product is bound by them). Under ``dependent_launch`` the kernel
+    reads its first weight tile before the kernel before it has finished: ``weight``
+    must be constant (no kernel of the step writes it)."""
     rows, cols = weight.shape
     assert x.shape == (1, cols) and weight.stride(1) == 1, (x.shape, weight.shape)
     int8 = weight.dtype == torch.int8

@@ -80,22 +80,24 @@ def attach_decoder(
         if mode == "on":
             raise ValueError(f"no CUDA graph decode for this model: {why}")
         return why
-    decoder: GraphDecoder
-    if streamed:
-        decoder = StreamedDecoder(model, mode != "eager", source)
-    else:
-        pools = expert_pools(model.experts)
-        assert pools is not None
-        decoder = GraphDecoder(model, pools, mode != "eager", source)
-    if decoder.capture:
-        try:
+    decoder: GraphDecoder | None = None
+    try:
+        if streamed:
+            decoder = StreamedDecoder(model, mode != "eager", source)
+        else:
+            pools = expert_pools(model.experts)
+            assert pools is not None
+            decoder = GraphDecoder(model, pools, mode != "eager", source)
+        if decoder.capture:
             decoder.warm_up()
-        except Exception as err:  # a kernel or capture this GPU refuses: decode eagerly
-            if mode == "on":
-                raise
+    except Exception as err:  # GPU memory for its buffers (the int8 attention copies
+        # too), a kernel or a capture this GPU refuses: "auto" decodes eagerly
+        if mode != "auto":
+            raise
+        if decoder is not None:
             decoder.close()
-            reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            notice(f"flint: CUDA graph decode failed to start ({reason}); decoding eagerly")
-            return reason
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        notice(f"flint: CUDA graph decode failed to start ({reason}); decoding eagerly")
+        return reason
     model.decoder = decoder
     return None

@@ -5,7 +5,8 @@ and chat template from its metadata, dense tensors from its dense section, route
 experts from their slabs. Dense matrices stored as int8 (``flint convert
 --dense-quant int8``) are dequantized here, once, at load: they are a small share of
 the weights, stay resident in the model's dtype, and so run through the same code
-as every other checkpoint. Routed experts are offered both ways: dequantized
+as every other checkpoint; ``int8_matrix`` also hands them out as stored, for the
+CUDA graph step's int8 products. Routed experts are offered both ways: dequantized
 (``expert``, the ``WeightSource`` contract) and as the file's raw slab bytes
 (``expert_slab``) for backends that compute on the quantized layout.
 """
