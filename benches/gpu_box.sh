@@ -1380,8 +1380,25 @@ gpu88() {
   done
 }
 
+# Prepared at the end of the sixteenth session (no device time left), not yet run: every
+# GPU test on the wheel with dependent launch confined to the resident step (does the
+# streamed DeepSeek-V3 test pass in the full suite now?), that test 3 times more, then
+# the step's A/B in one process on the int8-dense file (PDL, int8 attention) and R0.
+gpu89() {
+  gpu_tests
+  for _ in 1 2 3; do
+    timeout 60 python3 -m pytest tests/models/test_streamed_step.py -q -p no:cacheprovider -m gpu \
+      -k "captured_and_eager and deepseek_v3" 2>&1 | tail -1
+  done
+  flint synth --geometry qwen3-30b-a3b --quant int4 --dense-quant int8 -o "$DATA/q30d8.ftw" | tail -1
+  timeout 150 python3 benches/step_ab.py "$DATA/q30d8.ftw" --configs base,no-pdl,no-int8 2>&1 | tail -4
+  timeout 100 python3 benches/graph_decode.py "$DATA/q30d8.ftw" --tokens 128 --reps 2 --modes on 2>&1 \
+    | grep -E "tg_tok|_sd|roofline|bytes_per|Error"
+}
+
 case $what in
   install) install ;;
+  gpu89) install; gpu89 ;;
   gpu88) install; gpu88 ;;
   gpu87) install; gpu87 ;;
   gpu86) install; gpu86 ;;
