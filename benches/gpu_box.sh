@@ -1394,6 +1394,7 @@ gpu89() {
   timeout 150 python3 benches/step_ab.py "$DATA/q30d8.ftw" --configs base,no-pdl,no-int8 2>&1 | tail -4
   timeout 100 python3 benches/graph_decode.py "$DATA/q30d8.ftw" --tokens 128 --reps 2 --modes on 2>&1 \
     | grep -E "tg_tok|_sd|roofline|bytes_per|Error"
+  timeout 60 python3 benches/launch_floor.py 2>&1 | tail -12
 }
 
 case $what in
