@@ -66,8 +66,9 @@ def attach_decoder(
 ) -> str | None:
     """Gives ``model`` a graph decode step as ``mode`` says; returns why not when it
     has none (mode "on" raises instead): ``GraphDecoder`` for resident experts,
-    ``StreamedDecoder`` for streamed ones. In "auto", a step that fails to compile or
-    capture leaves the model eager, with one line to ``notice``. ``source``: the
+    ``StreamedDecoder`` for streamed ones. In "auto", a step that fails to build (GPU
+    memory for its buffers), compile or capture leaves the model eager, with one line
+    to ``notice``. ``source``: the
     model's weights, whose int8-stored attention matrices the step reads as stored."""
     check_graph_mode(mode)
     if mode == "off":
