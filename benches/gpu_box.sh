@@ -1395,6 +1395,12 @@ gpu89() {
   timeout 100 python3 benches/graph_decode.py "$DATA/q30d8.ftw" --tokens 128 --reps 2 --modes on 2>&1 \
     | grep -E "tg_tok|_sd|roofline|bytes_per|Error"
   timeout 60 python3 benches/launch_floor.py 2>&1 | tail -12
+  # why the int4 expert kernels stay near 1 TB/s: the hardware counters of gate/up and
+  # down at the default blocks (ncu works on the Firecracker runtime: H200.md)
+  which ncu && timeout 120 ncu --clock-control none --kernel-name regex:"gate_up|down_kernel" \
+    --launch-count 4 --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
+    --section LaunchStats python3 benches/moe_kernel_tune.py --scheme int4 --layers 2 --defaults-only 2>&1 \
+    | grep -E "gate_up|down_kernel|Throughput|Duration|Occupancy|Registers|Block Size|Grid Size|Waves|L2 Hit|Mem Busy" | head -60
 }
 
 case $what in
