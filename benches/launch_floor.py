@@ -23,6 +23,7 @@ import triton.language as tl
 
 from flint.graphs import moe_kernel
 from flint.graphs.triton_kernels import _await_inputs
+from step_ab import timed  # benches/ is the script's own folder
 
 
 @triton.jit
@@ -57,18 +58,6 @@ def chain_graph(launches: int, programs: int, pdl: bool, device: torch.device) -
     return graph, bufs
 
 
-def per_launch_us(graph: torch.cuda.CUDAGraph, launches: int) -> float:
-    graph.replay()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(20):
-        graph.replay()
-    end.record()
-    end.synchronize()
-    return float(start.elapsed_time(end)) * 1e3 / (20 * launches)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--launches", default="100,500")
@@ -81,7 +70,7 @@ def main() -> None:
             times: dict[bool, list[float]] = {False: [], True: []}
             for _ in range(5):
                 for pdl, (graph, _) in graphs.items():
-                    times[pdl].append(per_launch_us(graph, launches))
+                    times[pdl].append(timed(graph, 20) / launches)
             for pdl in (False, True):
                 row = {"programs": programs, "launches": launches, "pdl": pdl}
                 row["us_per_launch"] = round(statistics.median(times[pdl]), 3)

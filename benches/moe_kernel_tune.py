@@ -22,6 +22,7 @@ import torch
 from flint.format.quant import encode_projection
 from flint.graphs import moe_kernel as mk
 from graph_decode import pool_bytes  # benches/ is the script's own folder
+from step_ab import timed
 
 HIDDEN, INTER, EXPERTS, TOP_K, GROUP = 2048, 768, 128, 8, 32
 
@@ -59,15 +60,7 @@ def measure(layers: list[mk.ExpertPool], device: torch.device) -> float:
     with torch.cuda.graph(graph):
         for pool in layers:
             mk.moe_experts(x, ids, w, pool)
-    graph.replay()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(20):
-        graph.replay()
-    end.record()
-    end.synchronize()
-    seconds = start.elapsed_time(end) / 1e3 / 20
+    seconds = timed(graph, 20) / 1e6
     return len(layers) * TOP_K * pool_bytes(layers[0]) / seconds
 
 
