@@ -443,8 +443,7 @@ class GraphDecoder:
         else:
             q = self._project(attn, x, cos, sin)
         keys, values = cache.keys[attn.layer], cache.values[attn.layer]  # [Nkv, ctx, D]
-        stored = self.int8.get(attn.layer)
-        o8 = None if stored is None else stored[1]
+        o8 = self._stored(attn.layer, 1)
         if self.fused_sdpa and not isinstance(attn, SinkAttention):
             out = fused.decode_attention(
                 q, keys, values, self.position, span, self.attn_out, self.attn_parts
@@ -463,6 +462,11 @@ class GraphDecoder:
         out = out.transpose(0, 1).reshape(1, -1)
         return self._linear(out, attn.o_w, attn.o_b, residual, h, o8)
 
+    def _stored(self, layer: int, part: int) -> Int8 | None:
+        """The layer's stored int8 q/k/v (``part`` 0) or o (1), if the file has them."""
+        stored = self.int8.get(layer)
+        return None if stored is None else stored[part]
+
     def _project_fused(self, attn: Attention, x: torch.Tensor) -> torch.Tensor:
         """q [Nq, 1, D], each head normed (q/k norms: both or neither, ``Attention``)
         and rotated in one launch for q, k and v; the key and value go straight into
@@ -470,9 +474,7 @@ class GraphDecoder:
         cfg, cache = attn.cfg, self.model.cache
         heads, dim = cfg.num_heads, cfg.head_dim
         q = torch.empty(heads, 1, dim, dtype=x.dtype, device=x.device)  # [Nq, 1, D]
-        stored = self.int8.get(attn.layer)
-        qkv8 = None if stored is None else stored[0]
-        y = self._linear(x, *self.qkv[attn.layer], int8=qkv8)[0]  # [(Nq + 2 Nkv) D]
+        y = self._linear(x, *self.qkv[attn.layer], int8=self._stored(attn.layer, 0))[0]
         keys, values = cache.keys[attn.layer], cache.values[attn.layer]  # [Nkv, ctx, D]
         fused.qkv_rope(
             y, attn.q_norm, attn.k_norm, self.cos_table, self.sin_table, self.position, q,

@@ -140,12 +140,18 @@ if triton is not None:
                 xe, xo = _x_pairs(v_ptr, k0, n_cols, BK)
                 acc += _i4_dot(byte, s, xe, xo, BN, BK, GROUP)
         else:
-            for k0 in range(0, n_cols, BK):
-                w = _w_tile(w_ptr, w_row, rows, row_ok, k0, n_cols, BK)
-                v = _x_cols(v_ptr, k0, n_cols, BK)
-                acc += tl.sum(w.to(tl.float32) * v[None, :], axis=1)
+            acc = _w_steps(w_ptr, w_row, v_ptr, rows, row_ok, 0, n_cols, acc, BK)
             if SCHEME == 1:
                 acc = acc * tl.load(s_ptr + rows * s_row, mask=row_ok, other=0.0)
+        return acc
+
+    @triton.jit
+    def _w_steps(w_ptr, w_row, v_ptr, rows, row_ok, k_first, n_cols, acc, BK: tl.constexpr):
+        """``acc`` plus the float or int8 rows' dots with the vector over columns
+        k_first.., one tile of ``BK`` columns per step (``_rows_dot``'s order)."""
+        for k0 in range(k_first, n_cols, BK):
+            w = _w_tile(w_ptr, w_row, rows, row_ok, k0, n_cols, BK)
+            acc += tl.sum(w.to(tl.float32) * _x_cols(v_ptr, k0, n_cols, BK)[None, :], axis=1)
         return acc
 
     @triton.jit
@@ -334,9 +340,7 @@ if triton is not None:
         w = _w_tile(w_ptr, w_row, rows, row_ok, 0, n_cols, BK)
         _await_inputs(GDC)
         acc = tl.sum(w.to(tl.float32) * _x_cols(x_ptr, 0, n_cols, BK)[None, :], axis=1)
-        for k0 in range(BK, n_cols, BK):
-            w = _w_tile(w_ptr, w_row, rows, row_ok, k0, n_cols, BK)
-            acc += tl.sum(w.to(tl.float32) * _x_cols(x_ptr, k0, n_cols, BK)[None, :], axis=1)
+        acc = _w_steps(w_ptr, w_row, x_ptr, rows, row_ok, BK, n_cols, acc, BK)
         if SCHEME == 1:
             acc = acc * tl.load(s_ptr + rows, mask=row_ok, other=0.0)
         if HAS_BIAS:
