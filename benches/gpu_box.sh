@@ -1403,8 +1403,33 @@ gpu89() {
     | grep -E "gate_up|down_kernel|Throughput|Duration|Occupancy|Registers|Block Size|Grid Size|Waves|L2 Hit|Mem Busy" | head -60
 }
 
+# Session 17: (1) the streamed DeepSeek-V3 capture test with VRAM swap rounds off
+# (placement then follows the routing only), 3 runs, and 3 runs of a copy with them on,
+# whose placement assertion says whether a failure is a different placement; (2) the
+# expert kernels' switches in one process; (3) ncu's stall reasons for gate/up and down.
+gpu90() {
+  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
+  T=tests/models/test_streamed_step.py
+  for _ in 1 2 3; do
+    timeout 60 python3 -m pytest $T -q -p no:cacheprovider -m gpu -k "captured_and_eager and deepseek_v3" \
+      2>&1 | tail -1
+  done
+  sed -e '/monkeypatch.setattr(vram_module/d' -e '/assert stats\["vram_swaps"\] == 0/d' $T > tests/models/test_swaps_on_copy.py
+  for _ in 1 2 3; do
+    timeout 60 python3 -m pytest tests/models/test_swaps_on_copy.py -q -p no:cacheprovider -m gpu \
+      -k "captured_and_eager and deepseek_v3" 2>&1 | grep -E "^E .*assert|passed|failed" | head -3
+  done
+  rm tests/models/test_swaps_on_copy.py
+  timeout 200 python3 benches/moe_kernel_tune.py --scheme int4 --variants --rounds 3 2>&1 | tail -10
+  which ncu && timeout 150 ncu --clock-control none --kernel-name regex:"gate_up|down_kernel" \
+    --launch-count 2 --section WarpStateStats --section SchedulerStats --section InstructionStats \
+    --section ComputeWorkloadAnalysis python3 benches/moe_kernel_tune.py --scheme int4 --layers 2 --defaults-only 2>&1 \
+    | grep -E "_kernel|Stall|Warp Cycles|Issued|Eligible|Active Warps|No Eligible|Executed Ipc|Pipe|stall|cycles" | head -60
+}
+
 case $what in
   install) install ;;
+  gpu90) install; gpu90 ;;
   gpu89) install; gpu89 ;;
   gpu88) install; gpu88 ;;
   gpu87) install; gpu87 ;;

@@ -2,13 +2,15 @@
 token, 30B-A3B geometry: each shape's bandwidth over the experts' bytes.
 
 Usage: python benches/moe_kernel_tune.py [--scheme int4|int8|raw] [--layers 16]
-       [--defaults-only]
+       [--defaults-only | --variants [--rounds 3]]
 
 ``--layers`` pools of random experts (more bytes than the L2 holds, so every call
 reads HBM), one call per pool captured in a CUDA graph; the graph is replayed 20
 times and timed with events (launch cost excluded, as in the decode step's graphs).
 Rows: gate/up and down shapes tried one at a time around the defaults; bytes per
-second of expert weights and scales the call reads.
+second of expert weights and scales the call reads. ``--variants``: instead of block
+shapes, the kernels' switches in ``VARIANTS`` (moe_kernel's module settings), each
+timed in ``--rounds`` alternating rounds in this one process.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+from typing import Any
 
 import torch
 
@@ -27,12 +30,15 @@ from step_ab import timed
 HIDDEN, INTER, EXPERTS, TOP_K, GROUP = 2048, 768, 128, 8, 32
 
 
-def pools(scheme: str, layers: int, device: torch.device) -> list[mk.ExpertPool]:
+def pools(
+    scheme: str, layers: int, device: torch.device, experts: int = EXPERTS
+) -> list[mk.ExpertPool]:
+    """``layers`` pools of ``experts`` random experts (every expert the same bytes)."""
     shapes = ((INTER, HIDDEN), (INTER, HIDDEN), (HIDDEN, INTER))
     out = []
     for _ in range(layers):
         if scheme == "raw":
-            g, u, d = (torch.randn(EXPERTS, *s, device=device).bfloat16() for s in shapes)
+            g, u, d = (torch.randn(experts, *s, device=device).bfloat16() for s in shapes)
             out.append(mk.stacked_pool(g, u, d))
             continue
         parts = [encode_projection(torch.randn(r, c), scheme, GROUP) for r, c in shapes]
@@ -44,7 +50,7 @@ def pools(scheme: str, layers: int, device: torch.device) -> list[mk.ExpertPool]
             at += pad + part.numel()
         chunks.append(torch.zeros(-at % 4096, dtype=torch.uint8))
         slab = torch.cat(chunks).to(device)
-        slabs = slab[None].repeat(EXPERTS, 1)  # the same bytes in every expert: a bandwidth test
+        slabs = slab[None].repeat(experts, 1)  # the same bytes in every expert: a bandwidth test
         out.append(mk.slab_pool(slabs, scheme, GROUP, shapes, tuple(offsets)))
     return out
 
@@ -64,6 +70,35 @@ def measure(layers: list[mk.ExpertPool], device: torch.device) -> float:
     return len(layers) * TOP_K * pool_bytes(layers[0]) / seconds
 
 
+# name -> moe_kernel settings (the others at their defaults)
+VARIANTS: dict[str, dict[str, Any]] = {
+    "masked": {"EVEN_TILES": False},
+    "even": {},
+    "even-regs64": {"GATE_UP_MAXNREG": 64},
+    "even-regs80": {"GATE_UP_MAXNREG": 80},
+    "even-gu16": {"GATE_UP_BLOCK": (16, 1024, 4)},
+    "even-gu2048": {"GATE_UP_BLOCK": (8, 2048, 8)},
+    "even-d1024": {"DOWN_BLOCK": (16, 1024, 4)},
+    "even-d512": {"DOWN_BLOCK": (8, 512, 4)},
+}
+
+
+def variants(layers: list[mk.ExpertPool], device: torch.device, rounds: int) -> None:
+    """Each of ``VARIANTS`` timed in alternating rounds; one line per variant."""
+    defaults = {k: getattr(mk, k) for v in VARIANTS.values() for k in v}
+    rates: dict[str, list[float]] = {name: [] for name in VARIANTS}
+    for _ in range(rounds):
+        for name, settings in VARIANTS.items():
+            for key, value in {**defaults, **settings}.items():
+                setattr(mk, key, value)
+            rates[name].append(measure(layers, device) / 1e9)
+    for key, value in defaults.items():
+        setattr(mk, key, value)
+    for name, got in rates.items():
+        row = {"variant": name, "gb_s": round(max(got), 1), "rounds": [round(r, 1) for r in got]}
+        print(json.dumps(row))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scheme", default="int4")
@@ -73,9 +108,14 @@ def main() -> None:
         action="store_true",
         help="time the default blocks only (e.g. under a profiler such as ncu)",
     )
+    parser.add_argument("--variants", action="store_true", help="time VARIANTS instead")
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     device = torch.device("cuda", 0)
     layers = pools(args.scheme, args.layers, device)
+    if args.variants:
+        variants(layers, device, args.rounds)
+        return
     base_gu, base_d = mk.GATE_UP_BLOCK, mk.DOWN_BLOCK
     rows = []
     tried = [(base_gu, base_d)]

@@ -21,6 +21,7 @@ from flint.models.ftw_source import FtwSource
 from flint.models.moe import MoEBlock
 from flint.models.transformer import MoEModel
 from flint.stream import streamed_backend
+from flint.stream import vram as vram_module
 from flint.stream.plan import GIB
 
 PROMPT = [(13 * i + 5) % 300 for i in range(23)]  # no near-tie flips a token in 16 steps
@@ -251,15 +252,22 @@ def test_a_streamed_model_on_the_cpu_says_why_it_has_no_step(tiny_ftw: dict[str,
 @pytest.mark.gpu
 @pytest.mark.parametrize("family", ["qwen3_moe", "qwen2_moe", "deepseek_v3"])
 def test_captured_and_eager_streamed_steps_are_bit_identical(
-    family: str, tiny_ftw: dict[str, Path]
+    family: str, tiny_ftw: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """64 greedy tokens of a streamed model (two RAM slots and one VRAM slot per layer:
     experts on the GPU and on the CPU) through CUDA graphs and through the same step
     launched op by op: the same bits, across a span boundary (two spans' segments
     captured); the general path gives the same tokens up to a flipped tie
-    (``assert_follows``)."""
+    (``assert_follows``).
+
+    The same bits need the same placement. VRAM swap rounds are off here: a round
+    skips a newcomer whose read is still in flight (``pin_resident``), so which experts
+    the GPU computes, and with them the rounding (CPU or GPU kernels), follows the I/O
+    threads' timing. With rounds on, this test failed about one run in three on the
+    H200 (gpu87-gpu89) for DeepSeek-V3, whose tiny model swaps most."""
+    monkeypatch.setattr(vram_module, "SWAP_EVERY", 1 << 30)
     prompt = [(7 * i + 3) % 300 + 2 for i in range(SPAN_STEP - 20)]
-    runs = {}
+    runs, placed = {}, {}
     for mode in ("on", "eager", "off"):
         with _streamed(
             tiny_ftw[family],
@@ -272,6 +280,8 @@ def test_captured_and_eager_streamed_steps_are_bit_identical(
             decoder = llm.model.decoder
             stats = llm.stats()
             assert stats is not None and stats["cpu_experts"] > 0 and stats["gpu_experts"] > 0
+            assert stats["vram_swaps"] == 0
+            placed[mode] = (stats["cpu_experts"], stats["gpu_experts"])
             if mode == "on":
                 assert isinstance(decoder, StreamedDecoder)
                 assert llm.model.decode_path == "streamed CUDA graphs"
@@ -282,6 +292,7 @@ def test_captured_and_eager_streamed_steps_are_bit_identical(
             else:
                 assert decoder is None
     assert runs["on"][0] == runs["eager"][0]
+    assert placed["on"] == placed["eager"]
     assert torch.equal(runs["on"][1], runs["eager"][1])
     assert_follows(runs["on"][0], runs["on"][1], runs["off"][0], runs["off"][1])
 

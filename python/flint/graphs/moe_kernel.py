@@ -215,6 +215,20 @@ def slab_pool(
 GATE_UP_BLOCK = (8, 1024, 4)
 DOWN_BLOCK = (16, 256, 4)
 SUM_BLOCK = 256
+# Whole tiles read without a column mask where the row is a whole number of them: int4
+# bytes then load 16 at a time, not 8 (False: an A/B in benches/moe_kernel_tune.py).
+EVEN_TILES = True
+# A register cap for gate/up (ptxas ``.maxnreg``; None: the compiler's choice, 96 on
+# the H200 with Triton 3.6, five programs per SM): an A/B in moe_kernel_tune.py.
+GATE_UP_MAXNREG: int | None = None
+
+
+def _even(cols: int, block: int) -> bool:
+    return EVEN_TILES and cols % block == 0
+
+
+def _regs() -> dict[str, int]:
+    return {} if GATE_UP_MAXNREG is None else {"maxnreg": GATE_UP_MAXNREG}
 
 
 def _args(p: Projection) -> tuple[Any, ...]:
@@ -266,14 +280,15 @@ def _launch(
     gate_up_kernel[(pairs, triton.cdiv(i_dim, bn))](
         x, ids, hidden, *_args(pool.gate), *_args(pool.up), gate_b, up_b, h_dim, i_dim,
         pool.alpha, pool.limit, TOPK=top_k, SCHEME=code, GROUP=group, BN=bn,
-        BK=_cols(bk, group), HAS_BIAS=has_bias, ACT=pool.act, num_warps=warps,
-        **pdl(x.device),
+        BK=_cols(bk, group), HAS_BIAS=has_bias, ACT=pool.act,
+        EVEN=_even(h_dim, _cols(bk, group)), num_warps=warps, **pdl(x.device), **_regs(),
     )  # fmt: skip
     bn, bk, warps = DOWN_BLOCK
     down_kernel[(pairs, triton.cdiv(h_dim, bn))](
         hidden, ids, per_rank, *_args(pool.down), down_b, h_dim, i_dim,
         OUT=_DTYPES[x.dtype], SCHEME=code, GROUP=group, BN=bn, BK=_cols(bk, group),
-        HAS_BIAS=has_bias, num_warps=warps, **pdl(x.device),
+        HAS_BIAS=has_bias, EVEN=_even(i_dim, _cols(bk, group)), num_warps=warps,
+        **pdl(x.device),
     )  # fmt: skip
     return _ranked_sum(per_rank, weights, out)
 
@@ -346,13 +361,14 @@ def slot_outputs(
         gate_up_kernel[(n, triton.cdiv(i_dim, bn))](
             xs, ids, hidden, *_args(pool.gate), *_args(pool.up), xs, xs, h_dim, i_dim,
             pool.alpha, pool.limit, TOPK=1, SCHEME=pool.scheme, GROUP=pool.group, BN=bn,
-            BK=_cols(bk, pool.group), HAS_BIAS=False, ACT=pool.act, num_warps=warps,
+            BK=_cols(bk, pool.group), HAS_BIAS=False, ACT=pool.act,
+            EVEN=_even(h_dim, _cols(bk, pool.group)), num_warps=warps, **_regs(),
         )  # fmt: skip
         bn, bk, warps = DOWN_BLOCK
         down_kernel[(n, triton.cdiv(h_dim, bn))](
             hidden, ids, y, *_args(pool.down), xs, h_dim, i_dim, OUT=_DTYPES[x.dtype],
             SCHEME=pool.scheme, GROUP=pool.group, BN=bn, BK=_cols(bk, pool.group),
-            HAS_BIAS=False, num_warps=warps,
+            HAS_BIAS=False, EVEN=_even(i_dim, _cols(bk, pool.group)), num_warps=warps,
         )  # fmt: skip
     out.index_copy_(0, rows, y)
 

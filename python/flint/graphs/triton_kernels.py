@@ -71,11 +71,16 @@ if triton is not None:
         return h
 
     @triton.jit
-    def _i4_tile(w_ptr, s_ptr, w_row, s_row, rows, row_ok, k0, n_cols, GROUP, BK):
+    def _i4_tile(w_ptr, s_ptr, w_row, s_row, rows, row_ok, k0, n_cols, GROUP, BK, EVEN):
         """The int4 bytes [BN, BK/2] of columns k0.. and their group scales
-        [BN, BK/GROUP] (fp32), both loads issued before either is used."""
+        [BN, BK/GROUP] (fp32), both loads issued before either is used. ``EVEN``: the
+        row is a whole number of tiles, so no column mask (a mask on ``n_cols // 2``
+        bytes, a multiple of 8 to the compiler, would cut the loads to 8 bytes)."""
         j = k0 // 2 + tl.arange(0, BK // 2)
-        mask = row_ok[:, None] & (j[None, :] < n_cols // 2)
+        if EVEN:  # noqa: SIM108 - a compile-time branch
+            mask = row_ok[:, None]
+        else:
+            mask = row_ok[:, None] & (j[None, :] < n_cols // 2)
         byte = tl.load(w_ptr + rows[:, None] * w_row + j[None, :], mask=mask, other=0)
         g = k0 // GROUP + tl.arange(0, BK // GROUP)
         g_mask = row_ok[:, None] & (g[None, :] < n_cols // GROUP)
@@ -128,6 +133,7 @@ if triton is not None:
         GROUP: tl.constexpr,
         BN: tl.constexpr,
         BK: tl.constexpr,
+        EVEN: tl.constexpr,
     ):
         """[BN] fp32: rows ``rows`` of one expert's projection dotted with the vector at
         ``v_ptr`` (n_cols long). int4: the packed bytes read once as a [BN, BK/2] tile,
@@ -136,7 +142,9 @@ if triton is not None:
         acc = tl.zeros([BN], dtype=tl.float32)
         if SCHEME == 2:
             for k0 in range(0, n_cols, BK):
-                byte, s = _i4_tile(w_ptr, s_ptr, w_row, s_row, rows, row_ok, k0, n_cols, GROUP, BK)
+                byte, s = _i4_tile(
+                    w_ptr, s_ptr, w_row, s_row, rows, row_ok, k0, n_cols, GROUP, BK, EVEN
+                )
                 xe, xo = _x_pairs(v_ptr, k0, n_cols, BK)
                 acc += _i4_dot(byte, s, xe, xo, BN, BK, GROUP)
         else:
@@ -172,6 +180,7 @@ if triton is not None:
         GROUP: tl.constexpr,
         BN: tl.constexpr,
         BK: tl.constexpr,
+        EVEN: tl.constexpr,
     ):
         """``_rows_dot`` of two projections (gate and up) in one loop: each step issues
         both tiles' loads before computing either (one memory round trip per step for
@@ -181,8 +190,12 @@ if triton is not None:
         acc_b = tl.zeros([BN], dtype=tl.float32)
         if SCHEME == 2:
             for k0 in range(0, n_cols, BK):
-                a, sa = _i4_tile(a_ptr, as_ptr, a_row, as_row, rows, row_ok, k0, n_cols, GROUP, BK)
-                b, sb = _i4_tile(b_ptr, bs_ptr, b_row, bs_row, rows, row_ok, k0, n_cols, GROUP, BK)
+                a, sa = _i4_tile(
+                    a_ptr, as_ptr, a_row, as_row, rows, row_ok, k0, n_cols, GROUP, BK, EVEN
+                )
+                b, sb = _i4_tile(
+                    b_ptr, bs_ptr, b_row, bs_row, rows, row_ok, k0, n_cols, GROUP, BK, EVEN
+                )
                 xe, xo = _x_pairs(v_ptr, k0, n_cols, BK)
                 acc_a += _i4_dot(a, sa, xe, xo, BN, BK, GROUP)
                 acc_b += _i4_dot(b, sb, xe, xo, BN, BK, GROUP)
@@ -228,6 +241,7 @@ if triton is not None:
         BK: tl.constexpr,
         HAS_BIAS: tl.constexpr,
         ACT: tl.constexpr,
+        EVEN: tl.constexpr = False,
         GDC: tl.constexpr = False,
     ):
         """h[pair, rows] = act(gate(x) (+ bias), up(x) (+ bias)) for one (token, rank)
@@ -242,7 +256,7 @@ if triton is not None:
         gate, up = _rows_dot2(
             g_ptr + expert * g_we, gs_ptr + expert * gs_e, g_wr, gs_r,
             u_ptr + expert * u_we, us_ptr + expert * us_e, u_wr, us_r, x, rows, row_ok, hid,
-            SCHEME, GROUP, BN, BK,
+            SCHEME, GROUP, BN, BK, EVEN,
         )  # fmt: skip
         out_type = h_ptr.dtype.element_ty
         gate = _round(gate, out_type)  # F.linear's output dtype
@@ -276,6 +290,7 @@ if triton is not None:
         BN: tl.constexpr,
         BK: tl.constexpr,
         HAS_BIAS: tl.constexpr,
+        EVEN: tl.constexpr = False,
         GDC: tl.constexpr = False,
     ):
         """y[pair, rows] (fp32, rounded to the model dtype) = down(h[pair]) (+ bias)."""
@@ -286,7 +301,7 @@ if triton is not None:
         row_ok = rows < hid
         y = _rows_dot(
             d_ptr + expert * d_we, ds_ptr + expert * ds_e, d_wr, ds_r, h_ptr + pair * inter,
-            rows, row_ok, inter, SCHEME, GROUP, BN, BK,
+            rows, row_ok, inter, SCHEME, GROUP, BN, BK, EVEN,
         )  # fmt: skip
         y = _round(y, OUT)
         if HAS_BIAS:

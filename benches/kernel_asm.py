@@ -1,0 +1,195 @@
+"""What the compiler makes of the decode step's Triton kernels for a GPU, without one:
+registers, shared memory, blocks per SM, load widths and instruction mix of each kernel
+as flint launches it (issue 10).
+
+Usage: python benches/kernel_asm.py [--arch 90] [--scheme int4] [--sass DIR]
+
+The launches are flint's own (``moe_kernel.moe_experts`` on a 30B-A3B-shaped pool of
+random experts, ``fused.linear`` on q/k/v-, o- and router-shaped matrices), made on CPU
+tensors under a stand-in Triton driver whose target is the GPU asked for: each kernel
+compiles as it would there (same arguments, same specialisation), then the launch is
+stopped. Rows print the cubin's resources (``cuobjdump -res-usage``) and counts from its
+SASS: global loads by width, shared-memory loads/stores and barriers (layout changes
+through shared memory), integer-to-float conversions, and the instruction total.
+Nothing runs, so nothing is timed: this answers "does this change reach the kernel the
+way it should" before device time is spent measuring it. The Triton version here should
+be the GPU box's (``pip install --target DIR triton==X`` and ``PYTHONPATH=DIR``): other
+versions choose other layouts and registers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import torch
+
+os.environ.pop("TRITON_INTERPRET", None)  # compile for the GPU, not the interpreter
+
+HIDDEN, INTER, TOP_K, GROUP = 2048, 768, 8, 32  # the 30B-A3B geometry
+QKV_ROWS, O_COLS, EXPERTS = 5120, 4096, 128
+
+
+def stand_in_driver(arch: int) -> Any:
+    """A Triton driver that compiles for CUDA ``arch`` and launches nothing."""
+    from triton.backends.compiler import GPUTarget
+    from triton.runtime.driver import driver
+
+    class Driver:
+        def get_current_target(self) -> Any:
+            return GPUTarget("cuda", arch, 32)
+
+        def get_current_device(self) -> int:
+            return 0
+
+        def get_current_stream(self, device: int | None = None) -> int:
+            return 0
+
+        def get_active_torch_device(self) -> torch.device:
+            return torch.device("cpu")
+
+        def __getattr__(self, name: str) -> Any:
+            raise AttributeError(f"stand-in driver has no {name}")
+
+    driver.set_active(Driver())
+    return driver
+
+
+def compile_only() -> None:
+    """Every Triton launch from here on compiles its kernel and stops there."""
+    from triton.runtime.jit import JITFunction
+
+    run = JITFunction.run
+
+    def warm(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
+        return run(self, *args, grid=grid, warmup=True, **kwargs)
+
+    JITFunction.run = warm  # type: ignore[method-assign]
+
+
+def compiled() -> dict[int, tuple[str, Any]]:
+    """id -> (name, compiled kernel) of every kernel compiled so far."""
+    from flint.graphs import triton_kernels as tk
+
+    got = {}
+    for name in tk.__all__:
+        fn = getattr(tk, name, None)
+        for caches in getattr(fn, "device_caches", {}).values():
+            for kernel in caches[0].values():
+                got[id(kernel)] = (name, kernel)
+    return got
+
+
+def tool(name: str) -> str:
+    import triton
+
+    return str(Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / name)
+
+
+def constants(kernel: Any) -> dict[str, Any]:
+    """The compile-time arguments (block shapes, schemes) by name."""
+    names = kernel.src.fn.arg_names
+    out = {}
+    for key, value in kernel.src.constants.items():
+        name = names[key[0]] if isinstance(key, tuple) else str(key)
+        if isinstance(value, int | bool) and name.isupper():
+            out[name] = value
+    return out
+
+
+def describe(name: str, kernel: Any, sass_dir: Path | None) -> dict[str, Any]:
+    """Resources and SASS counts of one compiled kernel."""
+    cubin = Path(f"/tmp/flint_kernel_asm_{os.getpid()}.cubin")
+    cubin.write_bytes(kernel.asm["cubin"])
+    usage = subprocess.run(
+        [tool("cuobjdump"), "-res-usage", str(cubin)], capture_output=True, text=True
+    ).stdout
+    sass = subprocess.run(
+        [tool("cuobjdump"), "-sass", str(cubin)], capture_output=True, text=True
+    ).stdout
+    cubin.unlink()
+    regs = int(re.search(r"REG:(\d+)", usage).group(1))  # type: ignore[union-attr]
+    shared = int(re.search(r"SHARED:(\d+)", usage).group(1))  # type: ignore[union-attr]
+    ops = re.findall(r"^\s+/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", sass, re.M)
+    mix = collections.Counter(op.split(".")[0] for op in ops)
+    loads = collections.Counter(op for op in ops if op.startswith("LDG"))
+    warps = kernel.metadata.num_warps
+    threads = 32 * warps
+    # 64K registers and 2,048 threads per SM (sm_80 and later), at most 32 blocks
+    blocks = min(65536 // (max(regs, 1) * threads), 2048 // threads, 32)
+    if sass_dir is not None:
+        sass_dir.mkdir(parents=True, exist_ok=True)
+        (sass_dir / f"{name}.sass").write_text(sass)
+    return {
+        "kernel": name,
+        "consts": constants(kernel),
+        "warps": warps,
+        "regs": regs,
+        "shared": shared,
+        "blocks_per_sm": blocks,
+        "loads": dict(loads),
+        "lds_sts_bar": [mix["LDS"], mix["STS"], mix["BAR"]],
+        "i2f": mix["I2F"],
+        "instructions": len(ops),
+    }
+
+
+def launches(scheme: str) -> list[tuple[str, Any]]:
+    """(label, launch) of each kernel, on CPU tensors of the 30B-A3B shapes."""
+    sys_path = Path(__file__).parent
+    import sys
+
+    sys.path.insert(0, str(sys_path))
+    from flint.graphs import fused
+    from flint.graphs import moe_kernel as mk
+    from moe_kernel_tune import pools
+
+    cpu = torch.device("cpu")
+    pool = pools(scheme, 1, cpu, experts=TOP_K)[0]
+    x = torch.randn(1, HIDDEN).bfloat16()
+    ids = torch.arange(TOP_K)[None]
+    w = torch.rand(1, TOP_K).bfloat16()
+    out = []
+    out.append(("experts", lambda: mk.moe_experts(x, ids, w, pool)))
+    for label, rows, cols in (("qkv", QKV_ROWS, HIDDEN), ("o", HIDDEN, O_COLS)):
+        xv = torch.randn(1, cols).bfloat16()
+        bf = torch.randn(rows, cols).bfloat16()
+        q8 = torch.randint(-127, 127, (rows, cols), dtype=torch.int8)
+        s8 = torch.rand(rows)
+        out.append((f"{label} bf16", lambda xv=xv, bf=bf: fused.linear(xv, bf)))
+        out.append((f"{label} int8", lambda xv=xv, q8=q8, s8=s8: fused.linear(xv, q8, scale=s8)))
+    router = torch.randn(EXPERTS, HIDDEN).bfloat16()
+    out.append(("router", lambda: fused.linear(x, router)))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--arch", type=int, default=90, help="compute capability x10")
+    parser.add_argument("--scheme", default="int4", choices=("int4", "int8", "raw"))
+    parser.add_argument("--sass", type=Path, help="also write each kernel's SASS here")
+    args = parser.parse_args()
+    stand_in_driver(args.arch)
+    compile_only()
+    import triton
+
+    print(json.dumps({"triton": triton.__version__, "arch": args.arch}))
+    seen: set[int] = set()
+    for label, launch in launches(args.scheme):
+        launch()
+        for key, (name, kernel) in compiled().items():
+            if key in seen:
+                continue
+            seen.add(key)
+            row = describe(name, kernel, args.sass)
+            print(json.dumps({"launch": label, **row}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
