@@ -1427,8 +1427,25 @@ gpu90() {
     | grep -E "_kernel|Stall|Warp Cycles|Issued|Eligible|Active Warps|No Eligible|Executed Ipc|Pipe|stall|cycles" | head -60
 }
 
+# Session 17: int4 experts read as 32-bit words against the vector's eighths
+# (moe_kernel.WORDS): the GPU tests, the kernels' variants, the step A/B (words against
+# byte tiles) in one process, R0, and the new kernels' counters.
+gpu91() {
+  gpu_tests
+  flint synth --geometry qwen3-30b-a3b --quant int4 --dense-quant int8 -o "$DATA/q30d8.ftw" | tail -1
+  timeout 120 python3 benches/moe_kernel_tune.py --scheme int4 --variants --rounds 3 2>&1 | tail -9
+  timeout 150 python3 benches/step_ab.py "$DATA/q30d8.ftw" --configs base,bytes,no-pdl 2>&1 | tail -4
+  timeout 100 python3 benches/graph_decode.py "$DATA/q30d8.ftw" --tokens 128 --reps 2 --modes on 2>&1 \
+    | grep -E "tg_tok|_sd|roofline|bytes_per|Error"
+  which ncu && timeout 120 ncu --clock-control none --kernel-name regex:"gate_up|down_kernel|eighths" \
+    --launch-count 3 --section SpeedOfLight --section Occupancy --section LaunchStats --section SchedulerStats \
+    python3 benches/moe_kernel_tune.py --scheme int4 --layers 2 --defaults-only 2>&1 \
+    | grep -E "_kernel|Duration|Throughput|Registers|Achieved Occupancy|Waves|Issued Warp|No Eligible" | head -40
+}
+
 case $what in
   install) install ;;
+  gpu91) install; gpu91 ;;
   gpu90) install; gpu90 ;;
   gpu89) install; gpu89 ;;
   gpu88) install; gpu88 ;;

@@ -72,14 +72,14 @@ def measure(layers: list[mk.ExpertPool], device: torch.device) -> float:
 
 # name -> moe_kernel settings (the others at their defaults)
 VARIANTS: dict[str, dict[str, Any]] = {
-    "masked": {"EVEN_TILES": False},
-    "even": {},
-    "even-regs64": {"GATE_UP_MAXNREG": 64},
-    "even-regs80": {"GATE_UP_MAXNREG": 80},
-    "even-gu16": {"GATE_UP_BLOCK": (16, 1024, 4)},
-    "even-gu2048": {"GATE_UP_BLOCK": (8, 2048, 8)},
-    "even-d1024": {"DOWN_BLOCK": (16, 1024, 4)},
-    "even-d512": {"DOWN_BLOCK": (8, 512, 4)},
+    "bytes-masked": {"WORDS": False, "EVEN_TILES": False},  # before the sixteenth session
+    "bytes": {"WORDS": False},
+    "words": {},
+    "words-gu8x1024w8": {"WORDS_GATE_UP_BLOCK": (8, 1024, 8)},
+    "words-gu8x256w2": {"WORDS_GATE_UP_BLOCK": (8, 256, 2)},
+    "words-gu16x512w4": {"WORDS_GATE_UP_BLOCK": (16, 512, 4)},
+    "words-d8x256w2": {"WORDS_DOWN_BLOCK": (8, 256, 2)},
+    "words-d32x256w8": {"WORDS_DOWN_BLOCK": (32, 256, 8)},
 }
 
 

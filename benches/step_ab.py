@@ -11,9 +11,9 @@ process, and rounds alternate, so a difference is the step's. Only the step is t
 (no argmax, no host loop): tok/s is 1e6 / microseconds per step. Configurations:
 ``base`` (the defaults), ``no-pdl`` (moe_kernel.PDL off), ``no-int8`` (a
 ``--dense-quant int8`` file's attention through its dequantized matrices, as files
-without int8 run). (The sixteenth session's
-``no-fold`` and ``serial`` rows measured small steps folded into their neighbours'
-launches, since taken out: docs/benchmarks.md.)
+without int8 run), ``bytes`` (int4 experts read as byte tiles, moe_kernel.WORDS
+off). (The sixteenth session's ``no-fold`` and ``serial`` rows measured small steps
+folded into their neighbours' launches, since taken out: docs/benchmarks.md.)
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ CONFIGS: dict[str, dict[str, bool]] = {
     "base": {},
     "no-pdl": {"PDL": False},
     "no-int8": {},
+    "bytes": {"WORDS": False},  # int4 experts as byte tiles, not words (issue 10)
 }
 
 

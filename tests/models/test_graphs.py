@@ -98,6 +98,50 @@ def test_slot_kernels_follow_the_per_expert_path(scheme: str, tokens: int) -> No
 
 
 @pytest.mark.interpreter
+@pytest.mark.parametrize(("hidden", "inter", "group"), [(1024, 256, 32), (200, 24, 8)])
+def test_int4_words_and_bytes_agree(
+    hidden: int, inter: int, group: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """int4 read as 32-bit words against the vector's eighths (``moe_kernel.WORDS``) and
+    as bytes against its even and odd entries: the same exact products summed in
+    another order, so the two agree within rounding of the model dtype and both follow
+    the per-expert torch path. Whole tiles (no column masks) and odd shapes."""
+    torch.manual_seed(hidden)
+    experts, k = 6, 3
+    shapes = ((inter, hidden), (inter, hidden), (hidden, inter))
+    slabs, offsets, dense = _slabs("int4", experts, shapes, group)
+    pool = slab_pool(slabs, "int4", group, shapes, offsets)
+    x = (torch.randn(2, hidden) / hidden**0.5).bfloat16()  # gate in silu's range
+    ids = torch.stack([torch.randperm(experts)[:k] for _ in range(2)])
+    w = torch.rand(2, k).bfloat16()
+    runs = {}
+    for words in (True, False):
+        monkeypatch.setattr(moe_kernel, "WORDS", words)
+        assert moe_kernel._words(pool) == words
+        runs[words] = moe_experts(x, ids, w, pool).float()
+    want = _reference(x, ids, w, dense).float()
+    for got in runs.values():
+        assert ((got - want).norm() / want.norm()).item() <= 1.5e-2
+    apart = ((runs[True] - runs[False]).norm() / runs[False].norm()).item()
+    assert apart <= 4e-3, apart
+
+
+@pytest.mark.interpreter
+def test_eighths_layout_holds_the_vector_exactly() -> None:
+    """Row k of a vector's eighths holds its columns 8m + k times 2^E exactly
+    (E = 23 - 4k, or 35 - 4k from k = 5): what the word kernels multiply each nibble by."""
+    torch.manual_seed(3)
+    x = torch.randn(2, 200).bfloat16()
+    got = moe_kernel.eighths(x)
+    stride = moe_kernel._eighths_stride(200)
+    assert got.shape == (2, 8 * stride) and stride % 16 == 0 and stride >= 25
+    rows = got.view(2, 8, stride)[:, :, :25]  # [T, k, m]
+    for k in range(8):
+        e = 23 - 4 * k if k < 5 else 35 - 4 * k
+        assert torch.equal(rows[:, k] / 2.0**e, x[:, k::8].float())
+
+
+@pytest.mark.interpreter
 @pytest.mark.parametrize("scheme", ["int8", "int4"])
 def test_dequantize_kernel_gives_the_files_weights(scheme: str) -> None:
     """Odd shapes (rows and columns not multiples of the blocks, 200 columns in groups

@@ -32,6 +32,7 @@ from flint.format.constants import SCALE_ALIGN
 from flint.graphs.triton_kernels import (
     dequant_kernel,
     down_kernel,
+    eighths_kernel,
     gate_up_kernel,
     ranked_sum_kernel,
     triton,
@@ -221,6 +222,12 @@ EVEN_TILES = True
 # A register cap for gate/up (ptxas ``.maxnreg``; None: the compiler's choice, 96 on
 # the H200 with Triton 3.6, five programs per SM): an A/B in moe_kernel_tune.py.
 GATE_UP_MAXNREG: int | None = None
+# int4 with groups of 8 or more read as 32-bit words against the vector in the eighths
+# layout (``_words_dot``: a logic op, an add and a multiply-add per weight), with their
+# own block shapes; False: the byte tiles (``_i4_dot``), for the A/B.
+WORDS = True
+WORDS_GATE_UP_BLOCK = (8, 512, 4)
+WORDS_DOWN_BLOCK = (16, 256, 4)
 
 
 def _even(cols: int, block: int) -> bool:
@@ -229,6 +236,35 @@ def _even(cols: int, block: int) -> bool:
 
 def _regs() -> dict[str, int]:
     return {} if GATE_UP_MAXNREG is None else {"maxnreg": GATE_UP_MAXNREG}
+
+
+def _words(pool: ExpertPool) -> bool:
+    return WORDS and pool.scheme == INT4 and pool.group >= 8
+
+
+def _blocks(words: bool) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    """(gate/up, down) block shapes."""
+    return (WORDS_GATE_UP_BLOCK, WORDS_DOWN_BLOCK) if words else (GATE_UP_BLOCK, DOWN_BLOCK)
+
+
+def _eighths_stride(cols: int) -> int:
+    """Entries per row of a vector's eighths layout: cols / 8 rounded up to 16, so every
+    row starts 64-byte aligned (the word kernels' loads are 16 bytes wide)."""
+    return -(-cols // 128) * 16
+
+
+def eighths(x: torch.Tensor) -> torch.Tensor:
+    """x [T, C] (C a multiple of 8) in the word kernels' layout, fp32 [T, 8 * stride]:
+    row k of token t holds x[t, 8m + k] * 2^E (``eighths_kernel``); one launch."""
+    tokens, cols = x.shape
+    stride = _eighths_stride(cols)
+    out = torch.empty(tokens, 8 * stride, dtype=torch.float32, device=x.device)
+    block = triton.next_power_of_2(cols)
+    eighths_kernel[(tokens,)](
+        x, out, cols, stride, BLOCK=block, num_warps=max(1, min(8, block // 256)),
+        **pdl(x.device),
+    )  # fmt: skip
+    return out
 
 
 def _args(p: Projection) -> tuple[Any, ...]:
@@ -276,19 +312,27 @@ def _launch(
     pairs, code, group = tokens * top_k, pool.scheme, pool.group
     gate_b, up_b, down_b = pool.biases or (x, x, x)  # x: never read without biases
     has_bias = pool.biases is not None
-    bn, bk, warps = GATE_UP_BLOCK
+    words = _words(pool)
+    xs = hs = 0
+    vector = x
+    if words:  # x and the hidden rows in the eighths layout (``hidden`` not used)
+        xs, hs = _eighths_stride(h_dim), _eighths_stride(i_dim)
+        vector = eighths(x)
+        hidden = torch.empty(pairs, 8 * hs, dtype=torch.float32, device=x.device)
+    (bn, bk, warps), down_block = _blocks(words)
     gate_up_kernel[(pairs, triton.cdiv(i_dim, bn))](
-        x, ids, hidden, *_args(pool.gate), *_args(pool.up), gate_b, up_b, h_dim, i_dim,
-        pool.alpha, pool.limit, TOPK=top_k, SCHEME=code, GROUP=group, BN=bn,
-        BK=_cols(bk, group), HAS_BIAS=has_bias, ACT=pool.act,
-        EVEN=_even(h_dim, _cols(bk, group)), num_warps=warps, **pdl(x.device), **_regs(),
+        vector, ids, hidden, *_args(pool.gate), *_args(pool.up), gate_b, up_b, h_dim,
+        i_dim, xs, hs, pool.alpha, pool.limit, OUT=_DTYPES[x.dtype], TOPK=top_k,
+        SCHEME=code, GROUP=group, BN=bn, BK=_cols(bk, group), HAS_BIAS=has_bias,
+        ACT=pool.act, EVEN=_even(h_dim, _cols(bk, group)), WORDS=words, num_warps=warps,
+        **pdl(x.device), **_regs(),
     )  # fmt: skip
-    bn, bk, warps = DOWN_BLOCK
+    bn, bk, warps = down_block
     down_kernel[(pairs, triton.cdiv(h_dim, bn))](
-        hidden, ids, per_rank, *_args(pool.down), down_b, h_dim, i_dim,
+        hidden, ids, per_rank, *_args(pool.down), down_b, h_dim, i_dim, hs,
         OUT=_DTYPES[x.dtype], SCHEME=code, GROUP=group, BN=bn, BK=_cols(bk, group),
-        HAS_BIAS=has_bias, EVEN=_even(i_dim, _cols(bk, group)), num_warps=warps,
-        **pdl(x.device),
+        HAS_BIAS=has_bias, EVEN=_even(i_dim, _cols(bk, group)), WORDS=words,
+        num_warps=warps, **pdl(x.device),
     )  # fmt: skip
     return _ranked_sum(per_rank, weights, out)
 
@@ -354,21 +398,30 @@ def slot_outputs(
     ids = ids[:, None]
     xs = x.index_select(0, at).contiguous()
     n, h_dim, i_dim = len(pairs), pool.hidden, pool.inter
-    hidden = torch.empty(n, i_dim, dtype=x.dtype, device=x.device)
     y = torch.empty(n, h_dim, dtype=torch.float32, device=x.device)
     with on_device(x.device):
-        bn, bk, warps = GATE_UP_BLOCK
+        words = _words(pool)
+        vs = hs = 0
+        vector = xs
+        hidden = torch.empty(n, i_dim, dtype=x.dtype, device=x.device)
+        if words:
+            vs, hs = _eighths_stride(h_dim), _eighths_stride(i_dim)
+            vector = eighths(xs)
+            hidden = torch.empty(n, 8 * hs, dtype=torch.float32, device=x.device)
+        (bn, bk, warps), down_block = _blocks(words)
         gate_up_kernel[(n, triton.cdiv(i_dim, bn))](
-            xs, ids, hidden, *_args(pool.gate), *_args(pool.up), xs, xs, h_dim, i_dim,
-            pool.alpha, pool.limit, TOPK=1, SCHEME=pool.scheme, GROUP=pool.group, BN=bn,
-            BK=_cols(bk, pool.group), HAS_BIAS=False, ACT=pool.act,
-            EVEN=_even(h_dim, _cols(bk, pool.group)), num_warps=warps, **_regs(),
-        )  # fmt: skip
-        bn, bk, warps = DOWN_BLOCK
-        down_kernel[(n, triton.cdiv(h_dim, bn))](
-            hidden, ids, y, *_args(pool.down), xs, h_dim, i_dim, OUT=_DTYPES[x.dtype],
+            vector, ids, hidden, *_args(pool.gate), *_args(pool.up), xs, xs, h_dim, i_dim,
+            vs, hs, pool.alpha, pool.limit, OUT=_DTYPES[x.dtype], TOPK=1,
             SCHEME=pool.scheme, GROUP=pool.group, BN=bn, BK=_cols(bk, pool.group),
-            HAS_BIAS=False, EVEN=_even(i_dim, _cols(bk, pool.group)), num_warps=warps,
+            HAS_BIAS=False, ACT=pool.act, EVEN=_even(h_dim, _cols(bk, pool.group)),
+            WORDS=words, num_warps=warps, **_regs(),
+        )  # fmt: skip
+        bn, bk, warps = down_block
+        down_kernel[(n, triton.cdiv(h_dim, bn))](
+            hidden, ids, y, *_args(pool.down), xs, h_dim, i_dim, hs, OUT=_DTYPES[x.dtype],
+            SCHEME=pool.scheme, GROUP=pool.group, BN=bn, BK=_cols(bk, pool.group),
+            HAS_BIAS=False, EVEN=_even(i_dim, _cols(bk, pool.group)), WORDS=words,
+            num_warps=warps,
         )  # fmt: skip
     out.index_copy_(0, rows, y)
 

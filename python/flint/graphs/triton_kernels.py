@@ -17,6 +17,7 @@ __all__ = [
     "decode_attention_kernel",
     "dequant_kernel",
     "down_kernel",
+    "eighths_kernel",
     "gate_up_kernel",
     "head_rope_kernel",
     "linear_kernel",
@@ -98,6 +99,90 @@ if triton is not None:
         return tl.sum(part * s.to(tl.float32), axis=1)
 
     @triton.jit
+    def _i4_words(w_ptr, s_ptr, w_row, s_row, rows, row_ok, k0, n_cols, GROUP, BK, EVEN):
+        """``_i4_tile`` read as 32-bit words [BN, BK/8] (eight nibbles each: columns
+        8m .. 8m + 7, low nibble first) and the group scales [BN, BK/GROUP]."""
+        m = k0 // 8 + tl.arange(0, BK // 8)
+        if EVEN:  # noqa: SIM108 - a compile-time branch
+            mask = row_ok[:, None]
+        else:
+            mask = row_ok[:, None] & (m[None, :] < n_cols // 8)
+        w32 = w_ptr.to(tl.pointer_type(tl.int32))
+        words = tl.load(w32 + rows[:, None] * (w_row // 4) + m[None, :], mask=mask, other=0)
+        g = k0 // GROUP + tl.arange(0, BK // GROUP)
+        g_mask = row_ok[:, None] & (g[None, :] < n_cols // GROUP)
+        s = tl.load(s_ptr + rows[:, None] * s_row + g[None, :], mask=g_mask, other=0.0)
+        return words, s
+
+    @triton.jit
+    def _nibble(words, one, K: tl.constexpr):
+        """Nibble ``K`` (0..7) of each word as the fp32 (q - 8) * 2^-E exactly, E from
+        ``_eighth_exp``: its four bits or-ed into ``one`` (the bits of 1.0, in a
+        register: with the mask as the immediate, the and and the or are one LOP3) at
+        mantissa bit 23 - E (after a 12-bit shift for nibbles 5..7, which would reach
+        the exponent), then 1 + 8 * 2^-E subtracted. A logic op and an add per weight,
+        no conversion instruction (I2F issues at a quarter of their rate)."""
+        if K < 5:
+            bits = (words & (15 << (4 * K))) | one
+            off: tl.constexpr = 1.0 + 8.0 * 2.0 ** (4 * K - 23)
+        else:
+            bits = ((words >> 12) & (15 << (4 * K - 12))) | one
+            off: tl.constexpr = 1.0 + 8.0 * 2.0 ** (4 * K - 35)
+        return bits.to(tl.float32, bitcast=True) - off
+
+    @triton.jit
+    def _eighth_exp(k):
+        """E of column 8m + k in ``_nibble``: 23 - 4k, or 35 - 4k from k = 5."""
+        return tl.where(k < 5, 23 - 4 * k, 35 - 4 * k)
+
+    @triton.jit
+    def _eighths_index(cols, stride):
+        """Where column ``cols`` of a vector goes in its eighths layout: row ``cols % 8``
+        (of ``stride`` entries), entry ``cols // 8``."""
+        return (cols % 8) * stride + cols // 8
+
+    @triton.jit
+    def _times_2_to(x, e):
+        """x * 2^e (fp32, e an integer tensor in the normal range): exact."""
+        return x * ((e + 127) << 23).to(tl.float32, bitcast=True)
+
+    @triton.jit
+    def eighths_kernel(
+        x_ptr, out_ptr, n_cols, stride, BLOCK: tl.constexpr, GDC: tl.constexpr = False
+    ):
+        """A vector per program in the word kernels' layout: out[k, m] = x[8m + k] * 2^E
+        (fp32, exact), eight rows of ``stride`` entries, so ``_words_dot`` reads each
+        nibble's factors as one contiguous run."""
+        _await_inputs(GDC)
+        row = tl.program_id(0)
+        cols = tl.arange(0, BLOCK)
+        ok = cols < n_cols
+        x = tl.load(x_ptr + row * n_cols + cols, mask=ok, other=0.0).to(tl.float32)
+        y = _times_2_to(x, _eighth_exp(cols % 8))
+        tl.store(out_ptr + row * 8 * stride + _eighths_index(cols, stride), y, mask=ok)
+
+    @triton.jit
+    def _words_dot(words, s, v_ptr, stride, k0, n_cols, BN: tl.constexpr, BK: tl.constexpr,
+                   GROUP: tl.constexpr, EVEN: tl.constexpr):  # fmt: skip
+        """[BN, BK/GROUP] fp32: a word tile from ``_i4_words`` dotted with columns k0..
+        of a vector in the eighths layout at ``v_ptr`` (``eighths_kernel``), group by
+        group: every product exact, each word's eight summed in nibble order, then each
+        group's words, times its scale. (The caller adds the groups across steps and
+        sums them once at the end: one cross-thread sum per dot, not one per step.)"""
+        m = k0 // 8 + tl.arange(0, BK // 8)
+        # 0x3F800000 (stride >= 0), from a run-time value so that it stays in a register
+        one = tl.minimum(stride, 0) | 0x3F800000
+        part = tl.zeros([BN, BK // 8], dtype=tl.float32)
+        for k in tl.static_range(8):
+            if EVEN:
+                x = tl.load(v_ptr + k * stride + m)
+            else:
+                x = tl.load(v_ptr + k * stride + m, mask=m < n_cols // 8, other=0.0)
+            part += _nibble(words, one, k) * x[None, :]
+        part = tl.sum(tl.reshape(part, (BN, BK // GROUP, GROUP // 8)), axis=2)
+        return part * s.to(tl.float32)
+
+    @triton.jit
     def _x_pairs(v_ptr, k0, n_cols, BK: tl.constexpr):
         """The even and odd entries [BK/2] (fp32) of the vector's columns k0.."""
         j = k0 // 2 + tl.arange(0, BK // 2)
@@ -126,6 +211,7 @@ if triton is not None:
         w_row,
         s_row,
         v_ptr,
+        v_stride,
         rows,
         row_ok,
         n_cols,
@@ -134,13 +220,24 @@ if triton is not None:
         BN: tl.constexpr,
         BK: tl.constexpr,
         EVEN: tl.constexpr,
+        WORDS: tl.constexpr,
     ):
         """[BN] fp32: rows ``rows`` of one expert's projection dotted with the vector at
         ``v_ptr`` (n_cols long). int4: the packed bytes read once as a [BN, BK/2] tile,
         low and high nibbles against the even and odd entries, each group's sum scaled
-        once. int8: the row scale applied to the whole dot."""
+        once; with ``WORDS``, as 32-bit words against the vector in the eighths layout
+        (rows of ``v_stride``: ``_words_dot``). int8: the row scale applied to the whole
+        dot."""
         acc = tl.zeros([BN], dtype=tl.float32)
-        if SCHEME == 2:
+        if SCHEME == 2 and WORDS:
+            groups = tl.zeros([BN, BK // GROUP], dtype=tl.float32)
+            for k0 in range(0, n_cols, BK):
+                words, s = _i4_words(
+                    w_ptr, s_ptr, w_row, s_row, rows, row_ok, k0, n_cols, GROUP, BK, EVEN
+                )
+                groups += _words_dot(words, s, v_ptr, v_stride, k0, n_cols, BN, BK, GROUP, EVEN)
+            acc = tl.sum(groups, axis=1)
+        elif SCHEME == 2:
             for k0 in range(0, n_cols, BK):
                 byte, s = _i4_tile(
                     w_ptr, s_ptr, w_row, s_row, rows, row_ok, k0, n_cols, GROUP, BK, EVEN
@@ -173,6 +270,7 @@ if triton is not None:
         b_row,
         bs_row,
         v_ptr,
+        v_stride,
         rows,
         row_ok,
         n_cols,
@@ -181,6 +279,7 @@ if triton is not None:
         BN: tl.constexpr,
         BK: tl.constexpr,
         EVEN: tl.constexpr,
+        WORDS: tl.constexpr,
     ):
         """``_rows_dot`` of two projections (gate and up) in one loop: each step issues
         both tiles' loads before computing either (one memory round trip per step for
@@ -188,7 +287,21 @@ if triton is not None:
         and order are ``_rows_dot``'s."""
         acc_a = tl.zeros([BN], dtype=tl.float32)
         acc_b = tl.zeros([BN], dtype=tl.float32)
-        if SCHEME == 2:
+        if SCHEME == 2 and WORDS:
+            ga = tl.zeros([BN, BK // GROUP], dtype=tl.float32)
+            gb = tl.zeros([BN, BK // GROUP], dtype=tl.float32)
+            for k0 in range(0, n_cols, BK):
+                a, sa = _i4_words(
+                    a_ptr, as_ptr, a_row, as_row, rows, row_ok, k0, n_cols, GROUP, BK, EVEN
+                )
+                b, sb = _i4_words(
+                    b_ptr, bs_ptr, b_row, bs_row, rows, row_ok, k0, n_cols, GROUP, BK, EVEN
+                )
+                ga += _words_dot(a, sa, v_ptr, v_stride, k0, n_cols, BN, BK, GROUP, EVEN)
+                gb += _words_dot(b, sb, v_ptr, v_stride, k0, n_cols, BN, BK, GROUP, EVEN)
+            acc_a = tl.sum(ga, axis=1)
+            acc_b = tl.sum(gb, axis=1)
+        elif SCHEME == 2:
             for k0 in range(0, n_cols, BK):
                 a, sa = _i4_tile(
                     a_ptr, as_ptr, a_row, as_row, rows, row_ok, k0, n_cols, GROUP, BK, EVEN
@@ -232,8 +345,11 @@ if triton is not None:
         ub_ptr,
         hid,
         inter,
+        x_stride,
+        h_stride,
         alpha,
         limit,
+        OUT: tl.constexpr,
         TOPK: tl.constexpr,
         SCHEME: tl.constexpr,
         GROUP: tl.constexpr,
@@ -242,23 +358,26 @@ if triton is not None:
         HAS_BIAS: tl.constexpr,
         ACT: tl.constexpr,
         EVEN: tl.constexpr = False,
+        WORDS: tl.constexpr = False,
         GDC: tl.constexpr = False,
     ):
         """h[pair, rows] = act(gate(x) (+ bias), up(x) (+ bias)) for one (token, rank)
-        pair (``_activate``)."""
+        pair (``_activate``), each op rounded to ``OUT``. With ``WORDS`` (int4): x and h
+        in the eighths layout (rows of ``x_stride`` and ``h_stride``), h as ``down``
+        reads it."""
         _await_inputs(GDC)
         pair = tl.program_id(0)
         token = pair // TOPK
         expert = tl.load(ids_ptr + pair).to(tl.int64)
         rows = tl.program_id(1) * BN + tl.arange(0, BN)
         row_ok = rows < inter
-        x = x_ptr + token * hid
+        x = x_ptr + token * (8 * x_stride if WORDS else hid)
         gate, up = _rows_dot2(
             g_ptr + expert * g_we, gs_ptr + expert * gs_e, g_wr, gs_r,
-            u_ptr + expert * u_we, us_ptr + expert * us_e, u_wr, us_r, x, rows, row_ok, hid,
-            SCHEME, GROUP, BN, BK, EVEN,
+            u_ptr + expert * u_we, us_ptr + expert * us_e, u_wr, us_r, x, x_stride, rows,
+            row_ok, hid, SCHEME, GROUP, BN, BK, EVEN, WORDS,
         )  # fmt: skip
-        out_type = h_ptr.dtype.element_ty
+        out_type: tl.constexpr = OUT
         gate = _round(gate, out_type)  # F.linear's output dtype
         up = _round(up, out_type)
         if HAS_BIAS:
@@ -268,7 +387,11 @@ if triton is not None:
             )
             up = _round(up + tl.load(ub_ptr + at, mask=row_ok, other=0.0).to(tl.float32), out_type)
         h = _activate(gate, up, alpha, limit, out_type, ACT)
-        tl.store(h_ptr + pair * inter + rows, h.to(out_type), mask=row_ok)
+        if WORDS:
+            at = h_ptr + pair * 8 * h_stride + _eighths_index(rows, h_stride)
+            tl.store(at, _times_2_to(h, _eighth_exp(rows % 8)), mask=row_ok)
+        else:
+            tl.store(h_ptr + pair * inter + rows, h.to(h_ptr.dtype.element_ty), mask=row_ok)
 
     @triton.jit
     def down_kernel(
@@ -284,6 +407,7 @@ if triton is not None:
         db_ptr,
         hid,
         inter,
+        h_stride,
         OUT: tl.constexpr,
         SCHEME: tl.constexpr,
         GROUP: tl.constexpr,
@@ -291,17 +415,20 @@ if triton is not None:
         BK: tl.constexpr,
         HAS_BIAS: tl.constexpr,
         EVEN: tl.constexpr = False,
+        WORDS: tl.constexpr = False,
         GDC: tl.constexpr = False,
     ):
-        """y[pair, rows] (fp32, rounded to the model dtype) = down(h[pair]) (+ bias)."""
+        """y[pair, rows] (fp32, rounded to the model dtype) = down(h[pair]) (+ bias); h
+        in the eighths layout with ``WORDS`` (``gate_up_kernel``)."""
         _await_inputs(GDC)
         pair = tl.program_id(0)
         expert = tl.load(ids_ptr + pair).to(tl.int64)
         rows = tl.program_id(1) * BN + tl.arange(0, BN)
         row_ok = rows < hid
+        h = h_ptr + pair * (8 * h_stride if WORDS else inter)
         y = _rows_dot(
-            d_ptr + expert * d_we, ds_ptr + expert * ds_e, d_wr, ds_r, h_ptr + pair * inter,
-            rows, row_ok, inter, SCHEME, GROUP, BN, BK, EVEN,
+            d_ptr + expert * d_we, ds_ptr + expert * ds_e, d_wr, ds_r, h, h_stride,
+            rows, row_ok, inter, SCHEME, GROUP, BN, BK, EVEN, WORDS,
         )  # fmt: skip
         y = _round(y, OUT)
         if HAS_BIAS:
