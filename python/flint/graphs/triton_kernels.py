@@ -124,11 +124,10 @@ if triton is not None:
         no conversion instruction (I2F issues at a quarter of their rate)."""
         if K < 5:
             bits = (words & (15 << (4 * K))) | one
-            off: tl.constexpr = 1.0 + 8.0 * 2.0 ** (4 * K - 23)
+            return bits.to(tl.float32, bitcast=True) - (1.0 + 8.0 * 2.0 ** (4 * K - 23))
         else:
             bits = ((words >> 12) & (15 << (4 * K - 12))) | one
-            off: tl.constexpr = 1.0 + 8.0 * 2.0 ** (4 * K - 35)
-        return bits.to(tl.float32, bitcast=True) - off
+            return bits.to(tl.float32, bitcast=True) - (1.0 + 8.0 * 2.0 ** (4 * K - 35))
 
     @triton.jit
     def _eighth_exp(k):
