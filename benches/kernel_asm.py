@@ -116,6 +116,7 @@ def describe(name: str, kernel: Any, sass_dir: Path | None) -> dict[str, Any]:
     cubin.unlink()
     regs = int(re.search(r"REG:(\d+)", usage).group(1))  # type: ignore[union-attr]
     shared = int(re.search(r"SHARED:(\d+)", usage).group(1))  # type: ignore[union-attr]
+    spilled = int(re.search(r"LOCAL:(\d+)", usage).group(1))  # type: ignore[union-attr]
     ops = re.findall(r"^\s+/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", sass, re.M)
     mix = collections.Counter(op.split(".")[0] for op in ops)
     loads = collections.Counter(op for op in ops if op.startswith("LDG"))
@@ -132,6 +133,7 @@ def describe(name: str, kernel: Any, sass_dir: Path | None) -> dict[str, Any]:
         "warps": warps,
         "regs": regs,
         "shared": shared,
+        "local": spilled,
         "blocks_per_sm": blocks,
         "loads": dict(loads),
         "lds_sts_bar": [mix["LDS"], mix["STS"], mix["BAR"]],

@@ -26,27 +26,29 @@ from typing import Any
 import torch
 
 import flint
-from flint.graphs import moe_kernel
+from flint.graphs import fused, moe_kernel
 from flint.graphs.decode import GraphDecoder, expert_pools
 
 # name -> moe_kernel switches; "no-int8" builds the decoder without the file's int8
 # attention matrices (the dequantized ones instead)
-CONFIGS: dict[str, dict[str, bool]] = {
+CONFIGS: dict[str, dict[str, Any]] = {
     "base": {},
     "no-pdl": {"PDL": False},
     "no-int8": {},
     "bytes": {"WORDS": False},  # int4 experts as byte tiles, not words (issue 10)
+    "whole-rows": {"fused.WHOLE_ROWS": True},  # each program's dense rows in one step
 }
 
 
 def captured(
-    model: Any, pools: dict[int, Any], source: Any, switches: dict[str, bool], position: int
+    model: Any, pools: dict[int, Any], source: Any, switches: dict[str, Any], position: int
 ) -> tuple[GraphDecoder, Any]:
-    """A decoder and its graph for ``position``, captured with ``switches`` set on
-    moe_kernel (the decoder owns the buffers the graph reads: keep it)."""
-    saved = {name: getattr(moe_kernel, name) for name in switches}
+    """A decoder and its graph for ``position``, captured with ``switches`` set (on
+    moe_kernel, or on fused for names "fused.X"; the decoder owns the buffers the graph
+    reads: keep it)."""
+    saved = {name: getattr(*_target(name)) for name in switches}
     for name, value in switches.items():
-        setattr(moe_kernel, name, value)
+        setattr(*_target(name), value)
     try:
         decoder = GraphDecoder(model, pools, capture=True, source=source)
         decoder.token.fill_(5)
@@ -54,7 +56,14 @@ def captured(
         return decoder, decoder._record(decoder.span(position))
     finally:
         for name, value in saved.items():
-            setattr(moe_kernel, name, value)
+            setattr(*_target(name), value)
+
+
+def _target(name: str) -> tuple[Any, str]:
+    """(module, attribute) a switch's name sets."""
+    if name.startswith("fused."):
+        return fused, name.removeprefix("fused.")
+    return moe_kernel, name
 
 
 def timed(graph: Any, replays: int) -> float:
