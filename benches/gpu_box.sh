@@ -1443,8 +1443,25 @@ gpu91() {
     | grep -E "_kernel|Duration|Throughput|Registers|Achieved Occupancy|Waves|Issued Warp|No Eligible" | head -40
 }
 
+# Session 17: the experts' input written by the norm's launch (decode.EIGHTHS_IN_NORM),
+# the word kernels pipelined (WORDS_STAGES) and the dense rows whole (fused.WHOLE_ROWS),
+# each against the default in one process; R0 on both files; the GPU tests.
+gpu92() {
+  gpu_tests
+  flint synth --geometry qwen3-30b-a3b --quant int4 --dense-quant int8 -o "$DATA/q30d8.ftw" | tail -1
+  timeout 100 python3 benches/moe_kernel_tune.py --scheme int4 --variants --rounds 3 2>&1 | tail -5
+  timeout 200 python3 benches/step_ab.py "$DATA/q30d8.ftw" \
+    --configs base,eighths-launch,stages2,stages3,whole-rows,bytes 2>&1 | tail -6
+  timeout 100 python3 benches/graph_decode.py "$DATA/q30d8.ftw" --tokens 128 --reps 2 --modes on 2>&1 \
+    | grep -E "tg_tok|_sd|roofline|bytes_per|Error"
+  flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
+  timeout 100 python3 benches/graph_decode.py "$DATA/q30.ftw" --tokens 128 --reps 2 --modes on 2>&1 \
+    | grep -E "tg_tok|_sd|roofline|bytes_per|Error"
+}
+
 case $what in
   install) install ;;
+  gpu92) install; gpu92 ;;
   gpu91) install; gpu91 ;;
   gpu90) install; gpu90 ;;
   gpu89) install; gpu89 ;;

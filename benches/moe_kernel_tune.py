@@ -75,11 +75,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "bytes-masked": {"WORDS": False, "EVEN_TILES": False},  # before the sixteenth session
     "bytes": {"WORDS": False},
     "words": {},
-    "words-gu8x1024w8": {"WORDS_GATE_UP_BLOCK": (8, 1024, 8)},
-    "words-gu8x256w2": {"WORDS_GATE_UP_BLOCK": (8, 256, 2)},
-    "words-gu16x512w4": {"WORDS_GATE_UP_BLOCK": (16, 512, 4)},
-    "words-d8x256w2": {"WORDS_DOWN_BLOCK": (8, 256, 2)},
-    "words-d32x256w8": {"WORDS_DOWN_BLOCK": (32, 256, 8)},
+    "words-stages2": {"WORDS_STAGES": 2},
+    "words-stages3": {"WORDS_STAGES": 3},
 }
 
 

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 import flint
-from flint.graphs import fused, moe_kernel
+from flint.graphs import decode, fused, moe_kernel
 from flint.graphs.decode import GraphDecoder, expert_pools
 
 # name -> moe_kernel switches; "no-int8" builds the decoder without the file's int8
@@ -37,6 +37,9 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "no-int8": {},
     "bytes": {"WORDS": False},  # int4 experts as byte tiles, not words (issue 10)
     "whole-rows": {"fused.WHOLE_ROWS": True},  # each program's dense rows in one step
+    "eighths-launch": {"decode.EIGHTHS_IN_NORM": False},  # the experts' input: own launch
+    "stages2": {"WORDS_STAGES": 2},  # the word kernels' steps pipelined, 2 stages
+    "stages3": {"WORDS_STAGES": 3},
 }
 
 
@@ -44,8 +47,8 @@ def captured(
     model: Any, pools: dict[int, Any], source: Any, switches: dict[str, Any], position: int
 ) -> tuple[GraphDecoder, Any]:
     """A decoder and its graph for ``position``, captured with ``switches`` set (on
-    moe_kernel, or on fused for names "fused.X"; the decoder owns the buffers the graph
-    reads: keep it)."""
+    moe_kernel, or on fused or decode for names "fused.X", "decode.X"; the decoder owns
+    the buffers the graph reads: keep it)."""
     saved = {name: getattr(*_target(name)) for name in switches}
     for name, value in switches.items():
         setattr(*_target(name), value)
@@ -61,9 +64,8 @@ def captured(
 
 def _target(name: str) -> tuple[Any, str]:
     """(module, attribute) a switch's name sets."""
-    if name.startswith("fused."):
-        return fused, name.removeprefix("fused.")
-    return moe_kernel, name
+    module, _, attr = name.rpartition(".")
+    return {"": moe_kernel, "fused": fused, "decode": decode}[module], attr
 
 
 def timed(graph: Any, replays: int) -> float:

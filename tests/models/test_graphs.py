@@ -14,6 +14,7 @@ from tiny import assert_follows, greedy_decode
 
 import flint
 from flint.format.quant import decode_projection, encode_projection
+from flint.graphs import decode as decode_module
 from flint.graphs import moe_kernel
 from flint.graphs.decode import SPAN_STEP, GraphDecoder, expert_pools
 from flint.graphs.moe_kernel import moe_experts, slab_pool, stacked_pool
@@ -462,9 +463,13 @@ def test_the_step_reads_int8_attention_as_stored(
 
 @pytest.mark.interpreter
 @pytest.mark.parametrize("quant", ["int8", "int4"])
-def test_slab_experts_step_follows_torch_kernels(quant: str, wide_files: dict[str, Path]) -> None:
+def test_slab_experts_step_follows_torch_kernels(
+    quant: str, wide_files: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """int8/int4 experts kept as slabs: eager prefill dequantizes per expert, the step
-    computes by slot index; both follow the usual quantized backend's greedy tokens."""
+    computes by slot index; both follow the usual quantized backend's greedy tokens.
+    int4's input in the word kernels' layout comes from the norm's launch, with the
+    bits of its own launch."""
     from flint.graphs.slab_experts import SlabResidentExperts
     from flint.models.loading import Placement
 
@@ -483,8 +488,15 @@ def test_slab_experts_step_follows_torch_kernels(quant: str, wide_files: dict[st
     ) as slabs:
         model = slabs.model
         assert model.expert_kernel.startswith(f"flint Triton slot kernels ({quant}")
-        model.decoder = GraphDecoder(model, backend.pools, capture=False)
+        model.decoder = decoder = GraphDecoder(model, backend.pools, capture=False)
+        # int4: the experts' input in the word kernels' layout, written by the norm
+        assert bool(decoder.eighths) == (quant == "int4")
         got_tokens, got = _decode(model, prompt, 6)
+        if quant == "int4":  # the same bits as its own launch (moe_kernel.eighths)
+            monkeypatch.setattr(decode_module, "EIGHTHS_IN_NORM", False)
+            model.decoder = decoder = GraphDecoder(model, backend.pools, capture=False)
+            assert not decoder.eighths
+            assert torch.equal(_decode(model, prompt, 6)[1], got)
     assert got_tokens == want_tokens
     assert (got - want).abs().max().item() <= 0.05 * want.abs().max().item()
 

@@ -34,6 +34,7 @@ from flint.graphs.moe_kernel import (
     ExpertPool,
     available,
     dependent_launch,
+    eighths_buffer,
     moe_experts,
     on_device,
     slab_unsupported,
@@ -53,6 +54,10 @@ from flint.models.transformer import DecoderLayer, MoEModel
 # K = top-k, I = expert intermediate
 
 SPAN_STEP = 256  # cache positions per graph: spans are multiples of this
+# The experts' input in the word kernels' layout written by the post-attention norm's
+# launch (``fused.rms_norm(eighths=)``) instead of a launch of its own per layer:
+# False for an A/B in benches.
+EIGHTHS_IN_NORM = True
 # The dense matrix-vector products (q/k/v, o with the residual add, router, LM head)
 # through ``fused.linear`` instead of ``F.linear``: False for an A/B in benches.
 FUSED_DENSE = True
@@ -177,6 +182,8 @@ class GraphDecoder:
             torch.empty(top_k, cfg.hidden_size, dtype=torch.float32, device=device),
         )
         self.moe_out = torch.empty(1, cfg.hidden_size, dtype=model.place.dtype, device=device)
+        # MoE layer -> its experts' input in the eighths layout, where the norm writes it
+        self.eighths: dict[int, torch.Tensor] = {}
         # the small ops fused into one kernel each where the family's ops are the plain ones
         self.fused_norm = not cfg.norm_offset  # Qwen3-Next's 1 + w keeps torch's ops
         self.norm_fp32 = cfg.norm_weight_fp32  # GPT-OSS: the weight multiplied in fp32
@@ -208,6 +215,11 @@ class GraphDecoder:
         self.int8: dict[int, tuple[Int8, Int8]] = {}
         if self.fused_attention and self.fused_dense and source is not None:
             self.int8 = int8_attention(model, source)
+        if self.fused_norm and EIGHTHS_IN_NORM:
+            for index, pool in pools.items():
+                buffer = eighths_buffer(pool, 1, device)
+                if buffer is not None:
+                    self.eighths[index] = buffer
         self.graphs: dict[int, Any] = {}  # span -> torch.cuda.CUDAGraph
         self.memory: Any = None  # the graphs' shared memory pool
         self.replays = 0
@@ -380,12 +392,14 @@ class GraphDecoder:
         """The layer on its input x + delta: (the residual after attention, the MLP's
         output), whose sum is the layer's output (added by the next norm's kernel)."""
         x, xs = self._add_norm(layer.norm, x, delta, layer.input_norm, layer.eps)
-        h, normed = self._dense(layer, x, cos, sin, mask, span, normed_x=xs)
+        eighths = self.eighths.get(layer.index)
+        h, normed = self._dense(layer, x, cos, sin, mask, span, normed_x=xs, eighths=eighths)
         mlp = layer.mlp
         if not isinstance(mlp, MoEBlock):
             return h, mlp(normed)
         ids, weights = self._route(mlp, normed)
-        out = moe_experts(normed, ids, weights, self.pools[layer.index], self.scratch, self.moe_out)
+        pool = self.pools[layer.index]
+        out = moe_experts(normed, ids, weights, pool, self.scratch, self.moe_out, eighths)
         if mlp.shared is not None:
             out = out + mlp._shared(normed)
         return h, out
@@ -400,14 +414,19 @@ class GraphDecoder:
         span: int,
         h: torch.Tensor | None = None,
         normed_x: torch.Tensor | None = None,
+        eighths: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The layer up to its MLP: the residual after attention h [1, H] (written into
-        ``h`` when given) and its post-attention norm [1, H]. ``normed_x``: x's input
-        norm, when the caller has it."""
+        ``h`` when given) and its post-attention norm [1, H] (also into ``eighths`` in
+        the word kernels' layout, when given). ``normed_x``: x's input norm, when the
+        caller has it."""
         xs = normed_x
         if xs is None:
             xs = self._norm(layer.norm, x, layer.input_norm, layer.eps)
         h = self._attention(layer.attn, xs, cos, sin, mask, span, x, h)
+        if eighths is not None:
+            w32 = self.norm_fp32
+            return h, fused.rms_norm(h, layer.post_norm, layer.eps, w32, eighths)
         return h, self._norm(layer.norm, h, layer.post_norm, layer.eps)
 
     def _route(self, mlp: MoEBlock, normed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

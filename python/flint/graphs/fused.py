@@ -31,15 +31,23 @@ def _block(n: int) -> int:
 
 
 def rms_norm(
-    x: torch.Tensor, weight: torch.Tensor, eps: float, weight_in_fp32: bool = False
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    weight_in_fp32: bool = False,
+    eighths: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """x [T, H] -> ``flint.models.norm.rms_norm(x, weight, eps, weight_in_fp32)``."""
+    """x [T, H] -> ``flint.models.norm.rms_norm(x, weight, eps, weight_in_fp32)``; also
+    written into ``eighths`` [T, 8 * stride] when given, in the word kernels' layout
+    (``moe_kernel.eighths`` of the output, in the same launch)."""
     x = x.contiguous()
     out = torch.empty_like(x)
     n = x.shape[1]
+    e_stride = 0 if eighths is None else eighths.shape[1] // 8
     with on_device(x.device):
         rms_norm_kernel[(x.shape[0],)](
-            x, x, x, weight, out, n, eps, BLOCK=_block(n), W32=weight_in_fp32, ADD=False,
+            x, x, x, weight, out, n, eps, x if eighths is None else eighths, e_stride,
+            BLOCK=_block(n), W32=weight_in_fp32, ADD=False, EIGHTHS=eighths is not None,
             **pdl(x.device),
         )  # fmt: skip
     return out
@@ -59,8 +67,8 @@ def add_rms_norm(
     n = x.shape[1]
     with on_device(x.device):
         rms_norm_kernel[(x.shape[0],)](
-            x, delta, total, weight, out, n, eps, BLOCK=_block(n), W32=weight_in_fp32, ADD=True,
-            **pdl(x.device),
+            x, delta, total, weight, out, n, eps, x, 0, BLOCK=_block(n), W32=weight_in_fp32,
+            ADD=True, **pdl(x.device),
         )  # fmt: skip
     return total, out
 

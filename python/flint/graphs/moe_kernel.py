@@ -228,6 +228,10 @@ GATE_UP_MAXNREG: int | None = None
 WORDS = True
 WORDS_GATE_UP_BLOCK = (8, 512, 4)
 WORDS_DOWN_BLOCK = (16, 256, 4)
+# Software pipelining of the word kernels' steps (Triton's ``num_stages``: the next
+# step's tiles copied to shared memory while this one computes); None: one step after
+# the other. An A/B in moe_kernel_tune.py.
+WORDS_STAGES: int | None = None
 
 
 def _even(cols: int, block: int) -> bool:
@@ -240,6 +244,15 @@ def _regs() -> dict[str, int]:
 
 def _words(pool: ExpertPool) -> bool:
     return WORDS and pool.scheme == INT4 and pool.group >= 8
+
+
+def eighths_buffer(pool: ExpertPool, tokens: int, device: torch.device) -> torch.Tensor | None:
+    """A buffer for ``tokens`` inputs of ``pool``'s experts in the eighths layout, or
+    None where its kernels do not read that layout."""
+    if not _words(pool):
+        return None
+    stride = _eighths_stride(pool.hidden)
+    return torch.empty(tokens, 8 * stride, dtype=torch.float32, device=device)
 
 
 def _blocks(words: bool) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
@@ -282,12 +295,13 @@ def moe_experts(
     pool: ExpertPool,
     scratch: tuple[torch.Tensor, torch.Tensor] | None = None,  # [T*K, I], [T*K, H] f32
     out: torch.Tensor | None = None,  # [T, H] result (fixed address for graphs)
+    x_eighths: torch.Tensor | None = None,  # ``eighths(x)``, where the caller has it
 ) -> torch.Tensor:
     """sum over k of weights[t, k] * expert_{ids[t, k]}(x[t]) -> [T, H] in x's dtype.
     ``scratch``: the activations and per-rank outputs (given: fixed addresses)."""
     assert triton is not None, "check available() first"
     with on_device(x.device):
-        return _launch(x, ids, weights, pool, scratch, out)
+        return _launch(x, ids, weights, pool, scratch, out, x_eighths)
 
 
 def _launch(
@@ -297,6 +311,7 @@ def _launch(
     pool: ExpertPool,
     scratch: tuple[torch.Tensor, torch.Tensor] | None,
     out: torch.Tensor | None,
+    x_eighths: torch.Tensor | None = None,
 ) -> torch.Tensor:
     tokens, top_k = ids.shape
     h_dim, i_dim = pool.hidden, pool.inter
@@ -317,22 +332,22 @@ def _launch(
     vector = x
     if words:  # x and the hidden rows in the eighths layout (``hidden`` not used)
         xs, hs = _eighths_stride(h_dim), _eighths_stride(i_dim)
-        vector = eighths(x)
+        vector = eighths(x) if x_eighths is None else x_eighths
         hidden = torch.empty(pairs, 8 * hs, dtype=torch.float32, device=x.device)
     (bn, bk, warps), down_block = _blocks(words)
     gate_up_kernel[(pairs, triton.cdiv(i_dim, bn))](
         vector, ids, hidden, *_args(pool.gate), *_args(pool.up), gate_b, up_b, h_dim,
         i_dim, xs, hs, pool.alpha, pool.limit, OUT=_DTYPES[x.dtype], TOPK=top_k,
         SCHEME=code, GROUP=group, BN=bn, BK=_cols(bk, group), HAS_BIAS=has_bias,
-        ACT=pool.act, EVEN=_even(h_dim, _cols(bk, group)), WORDS=words, num_warps=warps,
-        **pdl(x.device), **_regs(),
+        ACT=pool.act, EVEN=_even(h_dim, _cols(bk, group)), WORDS=words,
+        STAGES=WORDS_STAGES if words else None, num_warps=warps, **pdl(x.device), **_regs(),
     )  # fmt: skip
     bn, bk, warps = down_block
     down_kernel[(pairs, triton.cdiv(h_dim, bn))](
         hidden, ids, per_rank, *_args(pool.down), down_b, h_dim, i_dim, hs,
         OUT=_DTYPES[x.dtype], SCHEME=code, GROUP=group, BN=bn, BK=_cols(bk, group),
         HAS_BIAS=has_bias, EVEN=_even(i_dim, _cols(bk, group)), WORDS=words,
-        num_warps=warps, **pdl(x.device),
+        STAGES=WORDS_STAGES if words else None, num_warps=warps, **pdl(x.device),
     )  # fmt: skip
     return _ranked_sum(per_rank, weights, out)
 
@@ -414,14 +429,14 @@ def slot_outputs(
             vs, hs, pool.alpha, pool.limit, OUT=_DTYPES[x.dtype], TOPK=1,
             SCHEME=pool.scheme, GROUP=pool.group, BN=bn, BK=_cols(bk, pool.group),
             HAS_BIAS=False, ACT=pool.act, EVEN=_even(h_dim, _cols(bk, pool.group)),
-            WORDS=words, num_warps=warps, **_regs(),
+            WORDS=words, STAGES=WORDS_STAGES if words else None, num_warps=warps, **_regs(),
         )  # fmt: skip
         bn, bk, warps = down_block
         down_kernel[(n, triton.cdiv(h_dim, bn))](
             hidden, ids, y, *_args(pool.down), xs, h_dim, i_dim, hs, OUT=_DTYPES[x.dtype],
             SCHEME=pool.scheme, GROUP=pool.group, BN=bn, BK=_cols(bk, pool.group),
             HAS_BIAS=False, EVEN=_even(i_dim, _cols(bk, pool.group)), WORDS=words,
-            num_warps=warps,
+            STAGES=WORDS_STAGES if words else None, num_warps=warps,
         )  # fmt: skip
     out.index_copy_(0, rows, y)
 

@@ -220,6 +220,7 @@ if triton is not None:
         BK: tl.constexpr,
         EVEN: tl.constexpr,
         WORDS: tl.constexpr,
+        STAGES: tl.constexpr,
     ):
         """[BN] fp32: rows ``rows`` of one expert's projection dotted with the vector at
         ``v_ptr`` (n_cols long). int4: the packed bytes read once as a [BN, BK/2] tile,
@@ -230,7 +231,7 @@ if triton is not None:
         acc = tl.zeros([BN], dtype=tl.float32)
         if SCHEME == 2 and WORDS:
             groups = tl.zeros([BN, BK // GROUP], dtype=tl.float32)
-            for k0 in range(0, n_cols, BK):
+            for k0 in tl.range(0, n_cols, BK, num_stages=STAGES):
                 words, s = _i4_words(
                     w_ptr, s_ptr, w_row, s_row, rows, row_ok, k0, n_cols, GROUP, BK, EVEN
                 )
@@ -279,6 +280,7 @@ if triton is not None:
         BK: tl.constexpr,
         EVEN: tl.constexpr,
         WORDS: tl.constexpr,
+        STAGES: tl.constexpr,
     ):
         """``_rows_dot`` of two projections (gate and up) in one loop: each step issues
         both tiles' loads before computing either (one memory round trip per step for
@@ -289,7 +291,7 @@ if triton is not None:
         if SCHEME == 2 and WORDS:
             ga = tl.zeros([BN, BK // GROUP], dtype=tl.float32)
             gb = tl.zeros([BN, BK // GROUP], dtype=tl.float32)
-            for k0 in range(0, n_cols, BK):
+            for k0 in tl.range(0, n_cols, BK, num_stages=STAGES):
                 a, sa = _i4_words(
                     a_ptr, as_ptr, a_row, as_row, rows, row_ok, k0, n_cols, GROUP, BK, EVEN
                 )
@@ -358,6 +360,7 @@ if triton is not None:
         ACT: tl.constexpr,
         EVEN: tl.constexpr = False,
         WORDS: tl.constexpr = False,
+        STAGES: tl.constexpr = None,
         GDC: tl.constexpr = False,
     ):
         """h[pair, rows] = act(gate(x) (+ bias), up(x) (+ bias)) for one (token, rank)
@@ -374,7 +377,7 @@ if triton is not None:
         gate, up = _rows_dot2(
             g_ptr + expert * g_we, gs_ptr + expert * gs_e, g_wr, gs_r,
             u_ptr + expert * u_we, us_ptr + expert * us_e, u_wr, us_r, x, x_stride, rows,
-            row_ok, hid, SCHEME, GROUP, BN, BK, EVEN, WORDS,
+            row_ok, hid, SCHEME, GROUP, BN, BK, EVEN, WORDS, STAGES,
         )  # fmt: skip
         out_type: tl.constexpr = OUT
         gate = _round(gate, out_type)  # F.linear's output dtype
@@ -415,6 +418,7 @@ if triton is not None:
         HAS_BIAS: tl.constexpr,
         EVEN: tl.constexpr = False,
         WORDS: tl.constexpr = False,
+        STAGES: tl.constexpr = None,
         GDC: tl.constexpr = False,
     ):
         """y[pair, rows] (fp32, rounded to the model dtype) = down(h[pair]) (+ bias); h
@@ -427,7 +431,7 @@ if triton is not None:
         h = h_ptr + pair * (8 * h_stride if WORDS else inter)
         y = _rows_dot(
             d_ptr + expert * d_we, ds_ptr + expert * ds_e, d_wr, ds_r, h, h_stride,
-            rows, row_ok, inter, SCHEME, GROUP, BN, BK, EVEN, WORDS,
+            rows, row_ok, inter, SCHEME, GROUP, BN, BK, EVEN, WORDS, STAGES,
         )  # fmt: skip
         y = _round(y, OUT)
         if HAS_BIAS:
@@ -501,15 +505,19 @@ if triton is not None:
         out_ptr,
         n,
         eps,
+        e_ptr,
+        e_stride,
         BLOCK: tl.constexpr,
         W32: tl.constexpr,
         ADD: tl.constexpr,
+        EIGHTHS: tl.constexpr = False,
         GDC: tl.constexpr = False,
     ):
         """One row as ``flint.models.norm.rms_norm``: ``w * (x / rms(x)).to(dtype)``, or
         with ``W32`` (GPT-OSS) the weight multiplied in fp32 before the one cast. With
         ``ADD``, x is first the residual sum ``x + d`` rounded to the dtype (torch's
-        add), also written to ``sum_ptr``."""
+        add), also written to ``sum_ptr``. With ``EIGHTHS``, the output is also written
+        in the word kernels' eighths layout at ``e_ptr`` (``eighths_kernel``'s bits)."""
         _await_inputs(GDC)
         row = tl.program_id(0)
         cols = tl.arange(0, BLOCK)
@@ -524,7 +532,11 @@ if triton is not None:
         if not W32:
             normed = _round(normed, out_type)
         w = tl.load(w_ptr + cols, mask=ok, other=0.0).to(tl.float32)
-        tl.store(out_ptr + row * n + cols, _round(w * normed, out_type).to(out_type), mask=ok)
+        y = _round(w * normed, out_type)
+        tl.store(out_ptr + row * n + cols, y.to(out_type), mask=ok)
+        if EIGHTHS:
+            at = e_ptr + row * 8 * e_stride + _eighths_index(cols, e_stride)
+            tl.store(at, _times_2_to(y, _eighth_exp(cols % 8)), mask=ok)
 
     @triton.jit
     def _head_rope(
