@@ -75,8 +75,6 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "bytes-masked": {"WORDS": False, "EVEN_TILES": False},  # before the sixteenth session
     "bytes": {"WORDS": False},
     "words": {},
-    "words-stages2": {"WORDS_STAGES": 2},
-    "words-stages3": {"WORDS_STAGES": 3},
 }
 
 

@@ -36,10 +36,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "no-pdl": {"PDL": False},
     "no-int8": {},
     "bytes": {"WORDS": False},  # int4 experts as byte tiles, not words (issue 10)
-    "whole-rows": {"fused.WHOLE_ROWS": True},  # each program's dense rows in one step
     "eighths-launch": {"decode.EIGHTHS_IN_NORM": False},  # the experts' input: own launch
-    "stages2": {"WORDS_STAGES": 2},  # the word kernels' steps pipelined, 2 stages
-    "stages3": {"WORDS_STAGES": 3},
 }
 
 

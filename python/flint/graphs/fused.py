@@ -76,10 +76,6 @@ def add_rms_norm(
 # (rows per program, columns per step, warps) of the one-token matrix-vector kernel by
 # weight scheme, when set (benches/linear_tune.py sets them); else ``linear_block``
 LINEAR_BLOCK: dict[str, tuple[int, int, int]] = {}
-# Each program's whole rows in one step (an A/B, benches/step_ab.py ``whole-rows``):
-# under dependent launch every weight byte is then requested before the wait for the
-# kernel before, not only the first step's.
-WHOLE_ROWS = False
 
 
 def linear_block(rows: int, cols: int, int8: bool) -> tuple[int, int, int]:
@@ -116,8 +112,6 @@ def linear(
         out = torch.empty(1, rows, dtype=x.dtype, device=x.device)
     assert out.shape == (1, rows) and out.is_contiguous(), (out.shape, rows)
     bn, bk, warps = LINEAR_BLOCK.get("int8" if int8 else "bf16") or linear_block(rows, cols, int8)
-    if WHOLE_ROWS:
-        bk, warps = _block(cols), 8
     x = x.contiguous()
     with on_device(x.device):
         linear_kernel[(triton.cdiv(rows, bn),)](

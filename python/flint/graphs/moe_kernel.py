@@ -219,27 +219,16 @@ SUM_BLOCK = 256
 # Whole tiles read without a column mask where the row is a whole number of them: int4
 # bytes then load 16 at a time, not 8 (False: an A/B in benches/moe_kernel_tune.py).
 EVEN_TILES = True
-# A register cap for gate/up (ptxas ``.maxnreg``; None: the compiler's choice, 96 on
-# the H200 with Triton 3.6, five programs per SM): an A/B in moe_kernel_tune.py.
-GATE_UP_MAXNREG: int | None = None
 # int4 with groups of 8 or more read as 32-bit words against the vector in the eighths
 # layout (``_words_dot``: a logic op, an add and a multiply-add per weight), with their
 # own block shapes; False: the byte tiles (``_i4_dot``), for the A/B.
 WORDS = True
 WORDS_GATE_UP_BLOCK = (8, 512, 4)
 WORDS_DOWN_BLOCK = (16, 256, 4)
-# Software pipelining of the word kernels' steps (Triton's ``num_stages``: the next
-# step's tiles copied to shared memory while this one computes); None: one step after
-# the other. An A/B in moe_kernel_tune.py.
-WORDS_STAGES: int | None = None
 
 
 def _even(cols: int, block: int) -> bool:
     return EVEN_TILES and cols % block == 0
-
-
-def _regs() -> dict[str, int]:
-    return {} if GATE_UP_MAXNREG is None else {"maxnreg": GATE_UP_MAXNREG}
 
 
 def _words(pool: ExpertPool) -> bool:
@@ -340,14 +329,14 @@ def _launch(
         i_dim, xs, hs, pool.alpha, pool.limit, OUT=_DTYPES[x.dtype], TOPK=top_k,
         SCHEME=code, GROUP=group, BN=bn, BK=_cols(bk, group), HAS_BIAS=has_bias,
         ACT=pool.act, EVEN=_even(h_dim, _cols(bk, group)), WORDS=words,
-        STAGES=WORDS_STAGES if words else None, num_warps=warps, **pdl(x.device), **_regs(),
+        num_warps=warps, **pdl(x.device),
     )  # fmt: skip
     bn, bk, warps = down_block
     down_kernel[(pairs, triton.cdiv(h_dim, bn))](
         hidden, ids, per_rank, *_args(pool.down), down_b, h_dim, i_dim, hs,
         OUT=_DTYPES[x.dtype], SCHEME=code, GROUP=group, BN=bn, BK=_cols(bk, group),
         HAS_BIAS=has_bias, EVEN=_even(i_dim, _cols(bk, group)), WORDS=words,
-        STAGES=WORDS_STAGES if words else None, num_warps=warps, **pdl(x.device),
+        num_warps=warps, **pdl(x.device),
     )  # fmt: skip
     return _ranked_sum(per_rank, weights, out)
 
@@ -429,14 +418,14 @@ def slot_outputs(
             vs, hs, pool.alpha, pool.limit, OUT=_DTYPES[x.dtype], TOPK=1,
             SCHEME=pool.scheme, GROUP=pool.group, BN=bn, BK=_cols(bk, pool.group),
             HAS_BIAS=False, ACT=pool.act, EVEN=_even(h_dim, _cols(bk, pool.group)),
-            WORDS=words, STAGES=WORDS_STAGES if words else None, num_warps=warps, **_regs(),
+            WORDS=words, num_warps=warps,
         )  # fmt: skip
         bn, bk, warps = down_block
         down_kernel[(n, triton.cdiv(h_dim, bn))](
             hidden, ids, y, *_args(pool.down), xs, h_dim, i_dim, hs, OUT=_DTYPES[x.dtype],
             SCHEME=pool.scheme, GROUP=pool.group, BN=bn, BK=_cols(bk, pool.group),
             HAS_BIAS=False, EVEN=_even(i_dim, _cols(bk, pool.group)), WORDS=words,
-            STAGES=WORDS_STAGES if words else None, num_warps=warps,
+            num_warps=warps,
         )  # fmt: skip
     out.index_copy_(0, rows, y)
 

@@ -220,7 +220,6 @@ if triton is not None:
         BK: tl.constexpr,
         EVEN: tl.constexpr,
         WORDS: tl.constexpr,
-        STAGES: tl.constexpr,
     ):
         """[BN] fp32: rows ``rows`` of one expert's projection dotted with the vector at
         ``v_ptr`` (n_cols long). int4: the packed bytes read once as a [BN, BK/2] tile,
@@ -231,7 +230,7 @@ if triton is not None:
         acc = tl.zeros([BN], dtype=tl.float32)
         if SCHEME == 2 and WORDS:
             groups = tl.zeros([BN, BK // GROUP], dtype=tl.float32)
-            for k0 in tl.range(0, n_cols, BK, num_stages=STAGES):
+            for k0 in range(0, n_cols, BK):
                 words, s = _i4_words(
                     w_ptr, s_ptr, w_row, s_row, rows, row_ok, k0, n_cols, GROUP, BK, EVEN
                 )
@@ -280,7 +279,6 @@ if triton is not None:
         BK: tl.constexpr,
         EVEN: tl.constexpr,
         WORDS: tl.constexpr,
-        STAGES: tl.constexpr,
     ):
         """``_rows_dot`` of two projections (gate and up) in one loop: each step issues
         both tiles' loads before computing either (one memory round trip per step for
@@ -291,7 +289,7 @@ if triton is not None:
         if SCHEME == 2 and WORDS:
             ga = tl.zeros([BN, BK // GROUP], dtype=tl.float32)
             gb = tl.zeros([BN, BK // GROUP], dtype=tl.float32)
-            for k0 in tl.range(0, n_cols, BK, num_stages=STAGES):
+            for k0 in range(0, n_cols, BK):
                 a, sa = _i4_words(
                     a_ptr, as_ptr, a_row, as_row, rows, row_ok, k0, n_cols, GROUP, BK, EVEN
                 )
@@ -360,7 +358,6 @@ if triton is not None:
         ACT: tl.constexpr,
         EVEN: tl.constexpr = False,
         WORDS: tl.constexpr = False,
-        STAGES: tl.constexpr = None,
         GDC: tl.constexpr = False,
     ):
         """h[pair, rows] = act(gate(x) (+ bias), up(x) (+ bias)) for one (token, rank)
@@ -377,7 +374,7 @@ if triton is not None:
         gate, up = _rows_dot2(
             g_ptr + expert * g_we, gs_ptr + expert * gs_e, g_wr, gs_r,
             u_ptr + expert * u_we, us_ptr + expert * us_e, u_wr, us_r, x, x_stride, rows,
-            row_ok, hid, SCHEME, GROUP, BN, BK, EVEN, WORDS, STAGES,
+            row_ok, hid, SCHEME, GROUP, BN, BK, EVEN, WORDS,
         )  # fmt: skip
         out_type: tl.constexpr = OUT
         gate = _round(gate, out_type)  # F.linear's output dtype
@@ -418,7 +415,6 @@ if triton is not None:
         HAS_BIAS: tl.constexpr,
         EVEN: tl.constexpr = False,
         WORDS: tl.constexpr = False,
-        STAGES: tl.constexpr = None,
         GDC: tl.constexpr = False,
     ):
         """y[pair, rows] (fp32, rounded to the model dtype) = down(h[pair]) (+ bias); h
@@ -431,7 +427,7 @@ if triton is not None:
         h = h_ptr + pair * (8 * h_stride if WORDS else inter)
         y = _rows_dot(
             d_ptr + expert * d_we, ds_ptr + expert * ds_e, d_wr, ds_r, h, h_stride,
-            rows, row_ok, inter, SCHEME, GROUP, BN, BK, EVEN, WORDS, STAGES,
+            rows, row_ok, inter, SCHEME, GROUP, BN, BK, EVEN, WORDS,
         )  # fmt: skip
         y = _round(y, OUT)
         if HAS_BIAS:
