@@ -1459,8 +1459,22 @@ gpu92() {
     | grep -E "tg_tok|_sd|roofline|bytes_per|Error"
 }
 
+# Session 17, final: the GPU tests on the kept code, R0 on both files, and flint bench's
+# resident rows (last run before PDL and the word kernels).
+gpu93() {
+  gpu_tests
+  flint synth --geometry qwen3-30b-a3b --quant int4 --dense-quant int8 -o "$DATA/q30d8.ftw" | tail -1
+  timeout 100 python3 benches/graph_decode.py "$DATA/q30d8.ftw" --tokens 128 --reps 2 --modes on 2>&1 \
+    | grep -E "tg_tok|_sd|roofline|bytes_per|copy_gb|Error"
+  flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
+  timeout 100 python3 benches/graph_decode.py "$DATA/q30.ftw" --tokens 128 --reps 2 --modes on 2>&1 \
+    | grep -E "tg_tok|_sd|roofline|bytes_per|copy_gb|Error"
+  timeout 160 flint bench "$DATA/q30.ftw" -p 512 -n 128 -r 2 --mode resident 2>&1 | tail -6
+}
+
 case $what in
   install) install ;;
+  gpu93) install; gpu93 ;;
   gpu92) install; gpu92 ;;
   gpu91) install; gpu91 ;;
   gpu90) install; gpu90 ;;
