@@ -1472,8 +1472,15 @@ gpu93() {
   timeout 160 flint bench "$DATA/q30.ftw" -p 512 -n 128 -r 2 --mode resident 2>&1 | tail -6
 }
 
+# Session 17, last minutes: gate/up word blocks of one warp (each thread more rows, x
+# reused across them) against the default, in one process.
+gpu94() {
+  timeout 150 python3 benches/moe_kernel_tune.py --scheme int4 --variants --rounds 3 2>&1 | tail -6
+}
+
 case $what in
   install) install ;;
+  gpu94) install; gpu94 ;;
   gpu93) install; gpu93 ;;
   gpu92) install; gpu92 ;;
   gpu91) install; gpu91 ;;
