@@ -75,8 +75,6 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "bytes-masked": {"WORDS": False, "EVEN_TILES": False},  # before the sixteenth session
     "bytes": {"WORDS": False},
     "words": {},
-    "words-gu8x512w1": {"WORDS_GATE_UP_BLOCK": (8, 512, 1)},
-    "words-gu4x512w1": {"WORDS_GATE_UP_BLOCK": (4, 512, 1)},
 }
 
 
