@@ -111,7 +111,12 @@ def main() -> None:
     if args.variants:
         variants(layers, device, args.rounds)
         return
-    base_gu, base_d = mk.GATE_UP_BLOCK, mk.DOWN_BLOCK
+    # the blocks the pools' kernels use: the word kernels' own for int4 (moe_kernel.WORDS)
+    words = mk._words(layers[0])
+    names = (
+        ("WORDS_GATE_UP_BLOCK", "WORDS_DOWN_BLOCK") if words else ("GATE_UP_BLOCK", "DOWN_BLOCK")
+    )
+    base_gu, base_d = (getattr(mk, n) for n in names)
     rows = []
     tried = [(base_gu, base_d)]
     if not args.defaults_only:
@@ -120,7 +125,8 @@ def main() -> None:
         for bn, bk, warps in itertools.product((4, 8, 16, 32), (256, 512, 1024), (4, 8)):
             tried.append((base_gu, (bn, bk, warps)))
     for gu, d in tried:
-        mk.GATE_UP_BLOCK, mk.DOWN_BLOCK = gu, d
+        setattr(mk, names[0], gu)
+        setattr(mk, names[1], d)
         try:
             rate = measure(layers, device)
         except Exception as err:  # a shape the compiler refuses: skip it, say so

@@ -262,9 +262,11 @@ def test_captured_and_eager_streamed_steps_are_bit_identical(
 
     The same bits need the same placement. VRAM swap rounds are off here: a round
     skips a newcomer whose read is still in flight (``pin_resident``), so which experts
-    the GPU computes, and with them the rounding (CPU or GPU kernels), follows the I/O
-    threads' timing. With rounds on, this test failed about one run in three on the
-    H200 (gpu87-gpu89) for DeepSeek-V3, whose tiny model swaps most."""
+    the GPU computes, and with them the rounding (CPU or GPU kernels), can follow the
+    I/O threads' timing. With rounds on, this test failed for DeepSeek-V3 on gpu87-gpu89
+    (in full suites, and once in three runs alone); that this was the cause is read
+    from the code, not caught (a copy with rounds on passed 3 of 3 on gpu90). Graph
+    replays across a swap round: ``test_a_filled_streamed_step_is_exact``."""
     monkeypatch.setattr(vram_module, "SWAP_EVERY", 1 << 30)
     prompt = [(7 * i + 3) % 300 + 2 for i in range(SPAN_STEP - 20)]
     runs, placed = {}, {}

@@ -209,10 +209,12 @@ def slab_pool(
 
 
 # Block shapes (rows x columns of a weight tile), one program per tile row block: at
-# one token the kernels are matrix-vector products, bound by reading the weights.
-# (rows, columns, warps); benches/moe_kernel_tune.py measures the alternatives: on the
-# H200, int4 at one token, gate/up (8, 1024, 4) 979 GB/s against 857 for (16, 512, 4);
-# down's shapes all within 818-856 (docs/benchmarks.md, issue 10).
+# one token the kernels are matrix-vector products. (rows, columns, warps) of the byte
+# and float tiles (raw, int8, int4 groups under 8 or with WORDS off);
+# benches/moe_kernel_tune.py measures the alternatives: on the H200, int4 byte tiles at
+# one token, gate/up (8, 1024, 4) 979 GB/s against 857 for (16, 512, 4); down's shapes
+# all within 818-856 (docs/benchmarks.md, issue 10). The word kernels have their own
+# (``WORDS_GATE_UP_BLOCK``, ``WORDS_DOWN_BLOCK``, seventeenth session).
 GATE_UP_BLOCK = (8, 1024, 4)
 DOWN_BLOCK = (16, 256, 4)
 SUM_BLOCK = 256
@@ -240,8 +242,14 @@ def eighths_buffer(pool: ExpertPool, tokens: int, device: torch.device) -> torch
     None where its kernels do not read that layout."""
     if not _words(pool):
         return None
-    stride = _eighths_stride(pool.hidden)
-    return torch.empty(tokens, 8 * stride, dtype=torch.float32, device=device)
+    return _eighths_empty(tokens, pool.hidden, device)
+
+
+def _eighths_empty(rows: int, cols: int, device: torch.device) -> torch.Tensor:
+    """``rows`` vectors of ``cols`` in the eighths layout, unwritten: fp32 [rows, 8 *
+    stride]. Each row's entries past cols / 8 are padding no kernel reads (tests fill
+    them with NaN through this function)."""
+    return torch.empty(rows, 8 * _eighths_stride(cols), dtype=torch.float32, device=device)
 
 
 def _blocks(words: bool) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
@@ -260,7 +268,7 @@ def eighths(x: torch.Tensor) -> torch.Tensor:
     row k of token t holds x[t, 8m + k] * 2^E (``eighths_kernel``); one launch."""
     tokens, cols = x.shape
     stride = _eighths_stride(cols)
-    out = torch.empty(tokens, 8 * stride, dtype=torch.float32, device=x.device)
+    out = _eighths_empty(tokens, cols, x.device)
     block = triton.next_power_of_2(cols)
     eighths_kernel[(tokens,)](
         x, out, cols, stride, BLOCK=block, num_warps=max(1, min(8, block // 256)),
@@ -287,7 +295,8 @@ def moe_experts(
     x_eighths: torch.Tensor | None = None,  # ``eighths(x)``, where the caller has it
 ) -> torch.Tensor:
     """sum over k of weights[t, k] * expert_{ids[t, k]}(x[t]) -> [T, H] in x's dtype.
-    ``scratch``: the activations and per-rank outputs (given: fixed addresses)."""
+    ``scratch``: the activations and per-rank outputs (given: fixed addresses; the word
+    kernels keep their activations in the eighths layout, in a buffer of their own)."""
     assert triton is not None, "check available() first"
     with on_device(x.device):
         return _launch(x, ids, weights, pool, scratch, out, x_eighths)
@@ -319,10 +328,13 @@ def _launch(
     words = _words(pool)
     xs = hs = 0
     vector = x
-    if words:  # x and the hidden rows in the eighths layout (``hidden`` not used)
+    if words:  # x and the hidden rows in the eighths layout (``scratch[0]`` not used)
         xs, hs = _eighths_stride(h_dim), _eighths_stride(i_dim)
-        vector = eighths(x) if x_eighths is None else x_eighths
-        hidden = torch.empty(pairs, 8 * hs, dtype=torch.float32, device=x.device)
+        if x_eighths is None:
+            x_eighths = eighths(x)
+        assert x_eighths.shape == (tokens, 8 * xs) and x_eighths.is_contiguous()
+        vector = x_eighths
+        hidden = _eighths_empty(pairs, i_dim, x.device)
     (bn, bk, warps), down_block = _blocks(words)
     gate_up_kernel[(pairs, triton.cdiv(i_dim, bn))](
         vector, ids, hidden, *_args(pool.gate), *_args(pool.up), gate_b, up_b, h_dim,
@@ -411,7 +423,7 @@ def slot_outputs(
         if words:
             vs, hs = _eighths_stride(h_dim), _eighths_stride(i_dim)
             vector = eighths(xs)
-            hidden = torch.empty(n, 8 * hs, dtype=torch.float32, device=x.device)
+            hidden = _eighths_empty(n, i_dim, x.device)
         (bn, bk, warps), down_block = _blocks(words)
         gate_up_kernel[(n, triton.cdiv(i_dim, bn))](
             vector, ids, hidden, *_args(pool.gate), *_args(pool.up), xs, xs, h_dim, i_dim,
