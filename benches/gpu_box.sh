@@ -1478,8 +1478,14 @@ gpu94() {
   timeout 150 python3 benches/moe_kernel_tune.py --scheme int4 --variants --rounds 3 2>&1 | tail -6
 }
 
+# Session 17, the review's mends: the GPU tests on the final code.
+gpu95() {
+  gpu_tests
+}
+
 case $what in
   install) install ;;
+  gpu95) install; gpu95 ;;
   gpu94) install; gpu94 ;;
   gpu93) install; gpu93 ;;
   gpu92) install; gpu92 ;;
