@@ -30,8 +30,6 @@ from typing import Any
 
 import torch
 
-os.environ.pop("TRITON_INTERPRET", None)  # compile for the GPU, not the interpreter
-
 HIDDEN, INTER, TOP_K, GROUP = 2048, 768, 8, 32  # the 30B-A3B geometry
 QKV_ROWS, O_COLS, EXPERTS = 5120, 4096, 128
 
@@ -177,6 +175,7 @@ def main() -> None:
     parser.add_argument("--scheme", default="int4", choices=("int4", "int8", "raw"))
     parser.add_argument("--sass", type=Path, help="also write each kernel's SASS here")
     args = parser.parse_args()
+    os.environ.pop("TRITON_INTERPRET", None)  # compile for the GPU, not the interpreter
     stand_in_driver(args.arch)
     compile_only()
     import triton

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import runpy
 import sys
 from pathlib import Path
@@ -22,6 +23,10 @@ def test_the_scripts_are_found() -> None:
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=[s.stem for s in SCRIPTS])
 def test_a_bench_script_answers_help(script: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """... and leaves the process as it found it: the scripts run here in the test
+    process, so one that changed the environment at import (kernel_asm.py once dropped
+    TRITON_INTERPRET, and every Triton test after it failed) would change later tests."""
+    environment = dict(os.environ)
     monkeypatch.setattr(sys, "argv", [str(script), "--help"])
     monkeypatch.syspath_prepend(str(BENCHES))  # scripts import their siblings
     out = io.StringIO()
@@ -37,3 +42,4 @@ def test_a_bench_script_answers_help(script: Path, monkeypatch: pytest.MonkeyPat
         else:
             pytest.fail(f"{script.name} --help ran without exiting")
     assert "usage" in out.getvalue().lower()
+    assert dict(os.environ) == environment, f"{script.name} changed the environment"
