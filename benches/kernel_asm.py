@@ -73,14 +73,15 @@ def compile_only() -> None:
 
 def compiled() -> dict[int, tuple[str, Any]]:
     """id -> (name, compiled kernel) of every kernel compiled so far."""
-    from flint.graphs import triton_kernels as tk
+    from flint.graphs import slot_kernels, triton_kernels
 
     got = {}
-    for name in tk.__all__:
-        fn = getattr(tk, name, None)
-        for caches in getattr(fn, "device_caches", {}).values():
-            for kernel in caches[0].values():
-                got[id(kernel)] = (name, kernel)
+    for module in (slot_kernels, triton_kernels):
+        for name in module.__all__:
+            fn = getattr(module, name, None)
+            for caches in getattr(fn, "device_caches", {}).values():
+                for kernel in caches[0].values():
+                    got[id(kernel)] = (name, kernel)
     return got
 
 

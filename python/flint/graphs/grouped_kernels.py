@@ -10,7 +10,8 @@ __all__ = ["grouped_down_kernel", "grouped_gate_up_kernel", "tile_dequant_kernel
 if triton is not None:
     import triton.language as tl
 
-    from flint.graphs.triton_kernels import _activate, _round
+    from flint.graphs.slot_kernels import _activate
+    from flint.graphs.triton_kernels import _round
 
     @triton.jit
     def _tile(

@@ -29,14 +29,14 @@ from typing import Any
 import torch
 
 from flint.format.constants import SCALE_ALIGN
-from flint.graphs.triton_kernels import (
+from flint.graphs.slot_kernels import (
     dequant_kernel,
     down_kernel,
     eighths_kernel,
     gate_up_kernel,
     ranked_sum_kernel,
-    triton,
 )
+from flint.graphs.triton_kernels import triton
 from flint.models.moe import ExpertMath
 
 # T = tokens, H = hidden, I = expert intermediate, E = experts, K = top-k
