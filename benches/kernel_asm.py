@@ -10,7 +10,9 @@ tensors under a stand-in Triton driver whose target is the GPU asked for: each k
 compiles as it would there (same arguments, same specialisation), then the launch is
 stopped. Rows print the cubin's resources (``cuobjdump -res-usage``) and counts from its
 SASS: global loads by width, shared-memory loads/stores and barriers (layout changes
-through shared memory), integer-to-float conversions, and the instruction total.
+through shared memory), integer-to-float conversions, the instruction total, and the
+largest loop's body (one step of the K loop: divide by the weights a thread handles in
+a step for instructions per weight).
 Nothing runs, so nothing is timed: this answers "does this change reach the kernel the
 way it should" before device time is spent measuring it. The Triton version here should
 be the GPU box's (``pip install --target DIR triton==X`` and ``PYTHONPATH=DIR``): other
@@ -102,6 +104,21 @@ def constants(kernel: Any) -> dict[str, Any]:
     return out
 
 
+def loop(listing: list[tuple[str, str, str]]) -> dict[str, Any] | None:
+    """The largest loop's body (a backward branch's span): its instruction count and
+    most frequent opcodes, the work of one step of a kernel's K loop. None: no loop."""
+    spans = []
+    for at, op, rest in listing:
+        target = re.search(r"0x([0-9a-f]+)", rest) if op == "BRA" else None
+        if target is not None and int(target.group(1), 16) < int(at, 16):
+            spans.append((int(target.group(1), 16), int(at, 16)))
+    if not spans:
+        return None
+    start, end = max(spans, key=lambda span: span[1] - span[0])
+    body = [op.split(".")[0] for at, op, _ in listing if start <= int(at, 16) <= end]
+    return {"instructions": len(body), "top": collections.Counter(body).most_common(6)}
+
+
 def describe(name: str, kernel: Any, sass_dir: Path | None) -> dict[str, Any]:
     """Resources and SASS counts of one compiled kernel."""
     cubin = Path(f"/tmp/flint_kernel_asm_{os.getpid()}.cubin")
@@ -116,7 +133,10 @@ def describe(name: str, kernel: Any, sass_dir: Path | None) -> dict[str, Any]:
     regs = int(re.search(r"REG:(\d+)", usage).group(1))  # type: ignore[union-attr]
     shared = int(re.search(r"SHARED:(\d+)", usage).group(1))  # type: ignore[union-attr]
     spilled = int(re.search(r"LOCAL:(\d+)", usage).group(1))  # type: ignore[union-attr]
-    ops = re.findall(r"^\s+/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", sass, re.M)
+    listing = re.findall(
+        r"^\s+/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)([^;]*)", sass, re.M
+    )
+    ops = [op for _, op, _ in listing]
     mix = collections.Counter(op.split(".")[0] for op in ops)
     loads = collections.Counter(op for op in ops if op.startswith("LDG"))
     warps = kernel.metadata.num_warps
@@ -138,6 +158,7 @@ def describe(name: str, kernel: Any, sass_dir: Path | None) -> dict[str, Any]:
         "lds_sts_bar": [mix["LDS"], mix["STS"], mix["BAR"]],
         "i2f": mix["I2F"],
         "instructions": len(ops),
+        "loop": loop(listing),
     }
 
 
