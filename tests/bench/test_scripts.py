@@ -23,9 +23,10 @@ def test_the_scripts_are_found() -> None:
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=[s.stem for s in SCRIPTS])
 def test_a_bench_script_answers_help(script: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """... and leaves the process as it found it: the scripts run here in the test
-    process, so one that changed the environment at import (kernel_asm.py once dropped
-    TRITON_INTERPRET, and every Triton test after it failed) would change later tests."""
+    """... and leaves the environment's variables as it found them: the scripts run
+    here in the test process, so one that changed one at import (kernel_asm.py once
+    dropped TRITON_INTERPRET, and every Triton test after it failed) would change later
+    tests."""
     environment = dict(os.environ)
     monkeypatch.setattr(sys, "argv", [str(script), "--help"])
     monkeypatch.syspath_prepend(str(BENCHES))  # scripts import their siblings
@@ -42,4 +43,6 @@ def test_a_bench_script_answers_help(script: Path, monkeypatch: pytest.MonkeyPat
         else:
             pytest.fail(f"{script.name} --help ran without exiting")
     assert "usage" in out.getvalue().lower()
-    assert dict(os.environ) == environment, f"{script.name} changed the environment"
+    # (libraries imported for the first time may add variables: torch's inductor does)
+    changed = sorted(k for k, v in environment.items() if os.environ.get(k) != v)
+    assert not changed, f"{script.name} changed or removed {changed}"
