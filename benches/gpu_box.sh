@@ -1483,8 +1483,22 @@ gpu95() {
   gpu_tests
 }
 
+# Next session, first call: the GPU tests on the module split (slot_kernels.py,
+# `1547b64`, CPU-only so far), the step A/B and R0 on both files.
+gpu96() {
+  gpu_tests
+  flint synth --geometry qwen3-30b-a3b --quant int4 --dense-quant int8 -o "$DATA/q30d8.ftw" | tail -1
+  timeout 150 python3 benches/step_ab.py "$DATA/q30d8.ftw" --configs base,bytes,eighths-launch 2>&1 | tail -3
+  timeout 100 python3 benches/graph_decode.py "$DATA/q30d8.ftw" --tokens 128 --reps 2 --modes on 2>&1 \
+    | grep -E "tg_tok|_sd|roofline|bytes_per|copy_gb|Error"
+  flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
+  timeout 100 python3 benches/graph_decode.py "$DATA/q30.ftw" --tokens 128 --reps 2 --modes on 2>&1 \
+    | grep -E "tg_tok|_sd|roofline|bytes_per|copy_gb|Error"
+}
+
 case $what in
   install) install ;;
+  gpu96) install; gpu96 ;;
   gpu95) install; gpu95 ;;
   gpu94) install; gpu94 ;;
   gpu93) install; gpu93 ;;
