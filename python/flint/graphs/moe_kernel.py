@@ -10,11 +10,16 @@ captured in a CUDA graph (``flint.graphs.decode``).
 ``gate_up``: one program per (token, rank) pair and block of intermediate rows; both
 projections dotted with the token in fp32, each rounded to the model dtype (as
 ``F.linear`` returns them), then ``silu(gate) * up`` with torch's roundings.
-``down_sum``: one program per token and block of hidden rows; each rank's expert
-output rounded to the model dtype, then summed in fp32 in router-rank order with its
-routing weight (``flint.models.moe.weighted_sum``'s order), cast once at the end.
+``down``: one program per (token, rank) pair and block of hidden rows, each rank's
+expert output rounded to the model dtype; ``ranked_sum``: per token and block of
+hidden rows, the ranks summed in fp32 in router-rank order with their routing weights
+(``flint.models.moe.weighted_sum``'s order), cast once at the end.
 The dot products' summation order is the kernels' own: they agree with the per-expert
 torch path within rounding, and with themselves bit for bit (graph or eager launch).
+int4 with groups of 8 or more is read as 32-bit words against the vector in an
+"eighths" layout (``WORDS``, ``eighths``; slot_kernels.py's ``_words_dot`` has the
+arithmetic): a logic op, an add and a multiply-add per weight, no conversion
+instruction. The kernels themselves are in ``flint.graphs.slot_kernels``.
 """
 
 from __future__ import annotations
@@ -419,11 +424,12 @@ def slot_outputs(
         words = _words(pool)
         vs = hs = 0
         vector = xs
-        hidden = torch.empty(n, i_dim, dtype=x.dtype, device=x.device)
         if words:
             vs, hs = _eighths_stride(h_dim), _eighths_stride(i_dim)
             vector = eighths(xs)
             hidden = _eighths_empty(n, i_dim, x.device)
+        else:
+            hidden = torch.empty(n, i_dim, dtype=x.dtype, device=x.device)
         (bn, bk, warps), down_block = _blocks(words)
         gate_up_kernel[(n, triton.cdiv(i_dim, bn))](
             vector, ids, hidden, *_args(pool.gate), *_args(pool.up), xs, xs, h_dim, i_dim,
