@@ -132,6 +132,33 @@ def test_int4_words_and_bytes_agree(
     torch.testing.assert_close(runs[True], runs[False], rtol=2**-7, atol=2**-8 * scale)
 
 
+@pytest.mark.interpreter
+@pytest.mark.parametrize("scheme", ["raw", "int8", "int4"])
+def test_slot_outputs_are_moe_experts_rank_rows(scheme: str) -> None:
+    """The streamed path's ``slot_outputs`` on a subset of pairs writes, bit for bit, the
+    per-rank rows ``moe_experts`` computes before its ranked sum (the same kernels on
+    the same slots), and leaves the other rows alone."""
+    from flint.graphs.moe_kernel import slot_outputs
+
+    torch.manual_seed(11)
+    experts, inter, hidden, k = 5, 24, 200, 3
+    shapes = ((inter, hidden), (inter, hidden), (hidden, inter))
+    if scheme == "raw":
+        pool = stacked_pool(*(torch.randn(experts, *sh).bfloat16() for sh in shapes))
+    else:
+        slabs, offsets, _ = _slabs(scheme, experts, shapes, 8)
+        pool = slab_pool(slabs, scheme, 8, shapes, offsets)
+    x = torch.randn(2, hidden).bfloat16()
+    ids = torch.stack([torch.randperm(experts)[:k] for _ in range(2)])
+    scratch = (torch.empty(2 * k, inter, dtype=torch.bfloat16), torch.empty(2 * k, hidden))
+    moe_experts(x, ids, torch.rand(2, k).bfloat16(), pool, scratch)
+    pairs = [0, 2, 4, 5]
+    out = torch.full((2 * k, hidden), float("nan"))
+    slot_outputs(x, pairs, [int(ids.view(-1)[p]) for p in pairs], k, pool, out)
+    assert torch.equal(out[pairs], scratch[1][pairs])
+    assert out[[1, 3]].isnan().all()
+
+
 def _nan_eighths(rows: int, cols: int, device: torch.device) -> torch.Tensor:
     stride = moe_kernel._eighths_stride(cols)
     return torch.full((rows, 8 * stride), float("nan"), device=device)

@@ -338,9 +338,17 @@ class GraphDecoder:
         else:
             self.logits.copy_(F.linear(normed, model.lm_head))
 
-    def _norm(self, norm: Norm, x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    def _norm(
+        self,
+        norm: Norm,
+        x: torch.Tensor,
+        w: torch.Tensor,
+        eps: float,
+        eighths: torch.Tensor | None = None,  # only where the norm is fused
+    ) -> torch.Tensor:
         if self.fused_norm:
-            return fused.rms_norm(x, w, eps, self.norm_fp32)
+            return fused.rms_norm(x, w, eps, self.norm_fp32, eighths)
+        assert eighths is None
         return norm(x, w, eps)
 
     def _add_norm(
@@ -424,10 +432,7 @@ class GraphDecoder:
         if xs is None:
             xs = self._norm(layer.norm, x, layer.input_norm, layer.eps)
         h = self._attention(layer.attn, xs, cos, sin, mask, span, x, h)
-        if eighths is not None:
-            w32 = self.norm_fp32
-            return h, fused.rms_norm(h, layer.post_norm, layer.eps, w32, eighths)
-        return h, self._norm(layer.norm, h, layer.post_norm, layer.eps)
+        return h, self._norm(layer.norm, h, layer.post_norm, layer.eps, eighths)
 
     def _route(self, mlp: MoEBlock, normed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The router's (ids [1, K], weights [1, K]), on the GPU."""

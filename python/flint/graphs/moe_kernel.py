@@ -327,19 +327,38 @@ def _launch(
     if out is None:
         out = torch.empty(tokens, h_dim, dtype=x.dtype, device=x.device)
     x, ids, weights = x.contiguous(), ids.contiguous(), weights.contiguous()
+    _pair_outputs(x, ids, pool, hidden, per_rank, x_eighths)
+    return _ranked_sum(per_rank, weights, out)
+
+
+def _pair_outputs(
+    x: torch.Tensor,  # [T, H] in the model dtype
+    ids: torch.Tensor,  # [T, K] int64 pool slots
+    pool: ExpertPool,
+    hidden: torch.Tensor | None,  # [T*K, I] in x's dtype: the activations (None: made)
+    y: torch.Tensor,  # [T*K, H] fp32: each pair's expert output, rounded to x's dtype
+    x_eighths: torch.Tensor | None = None,  # ``eighths(x)``, where the caller has it
+) -> None:
+    """gate/up, then down, of every (token, rank) pair: two launches. The word kernels
+    keep x and the activations in the eighths layout (a buffer of their own, not
+    ``hidden``)."""
+    tokens, top_k = ids.shape
+    h_dim, i_dim = pool.hidden, pool.inter
     pairs, code, group = tokens * top_k, pool.scheme, pool.group
     gate_b, up_b, down_b = pool.biases or (x, x, x)  # x: never read without biases
     has_bias = pool.biases is not None
     words = _words(pool)
     xs = hs = 0
     vector = x
-    if words:  # x and the hidden rows in the eighths layout (``scratch[0]`` not used)
+    if words:
         xs, hs = _eighths_stride(h_dim), _eighths_stride(i_dim)
         if x_eighths is None:
             x_eighths = eighths(x)
         assert x_eighths.shape == (tokens, 8 * xs) and x_eighths.is_contiguous()
         vector = x_eighths
         hidden = _eighths_empty(pairs, i_dim, x.device)
+    elif hidden is None:
+        hidden = torch.empty(pairs, i_dim, dtype=x.dtype, device=x.device)
     (bn, bk, warps), down_block = _blocks(words)
     gate_up_kernel[(pairs, triton.cdiv(i_dim, bn))](
         vector, ids, hidden, *_args(pool.gate), *_args(pool.up), gate_b, up_b, h_dim,
@@ -350,12 +369,11 @@ def _launch(
     )  # fmt: skip
     bn, bk, warps = down_block
     down_kernel[(pairs, triton.cdiv(h_dim, bn))](
-        hidden, ids, per_rank, *_args(pool.down), down_b, h_dim, i_dim, hs,
+        hidden, ids, y, *_args(pool.down), down_b, h_dim, i_dim, hs,
         OUT=_DTYPES[x.dtype], SCHEME=code, GROUP=group, BN=bn, BK=_cols(bk, group),
         HAS_BIAS=has_bias, EVEN=_even(i_dim, _cols(bk, group)), WORDS=words,
         num_warps=warps, **pdl(x.device),
     )  # fmt: skip
-    return _ranked_sum(per_rank, weights, out)
 
 
 def _ranked_sum(
@@ -418,33 +436,10 @@ def slot_outputs(
     rows, ids, at = aligned_views([pairs, slots, tokens], torch.int64, x.device)
     ids = ids[:, None]
     xs = x.index_select(0, at).contiguous()
-    n, h_dim, i_dim = len(pairs), pool.hidden, pool.inter
-    y = torch.empty(n, h_dim, dtype=torch.float32, device=x.device)
+    n = len(pairs)
+    y = torch.empty(n, pool.hidden, dtype=torch.float32, device=x.device)
     with on_device(x.device):
-        words = _words(pool)
-        vs = hs = 0
-        vector = xs
-        if words:
-            vs, hs = _eighths_stride(h_dim), _eighths_stride(i_dim)
-            vector = eighths(xs)
-            hidden = _eighths_empty(n, i_dim, x.device)
-        else:
-            hidden = torch.empty(n, i_dim, dtype=x.dtype, device=x.device)
-        (bn, bk, warps), down_block = _blocks(words)
-        gate_up_kernel[(n, triton.cdiv(i_dim, bn))](
-            vector, ids, hidden, *_args(pool.gate), *_args(pool.up), xs, xs, h_dim, i_dim,
-            vs, hs, pool.alpha, pool.limit, OUT=_DTYPES[x.dtype], TOPK=1,
-            SCHEME=pool.scheme, GROUP=pool.group, BN=bn, BK=_cols(bk, pool.group),
-            HAS_BIAS=False, ACT=pool.act, EVEN=_even(h_dim, _cols(bk, pool.group)),
-            WORDS=words, num_warps=warps,
-        )  # fmt: skip
-        bn, bk, warps = down_block
-        down_kernel[(n, triton.cdiv(h_dim, bn))](
-            hidden, ids, y, *_args(pool.down), xs, h_dim, i_dim, hs, OUT=_DTYPES[x.dtype],
-            SCHEME=pool.scheme, GROUP=pool.group, BN=bn, BK=_cols(bk, pool.group),
-            HAS_BIAS=False, EVEN=_even(i_dim, _cols(bk, pool.group)), WORDS=words,
-            num_warps=warps,
-        )  # fmt: skip
+        _pair_outputs(xs, ids, pool, None, y)
     out.index_copy_(0, rows, y)
 
 
