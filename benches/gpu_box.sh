@@ -1496,8 +1496,24 @@ gpu96() {
     | grep -E "tg_tok|_sd|roofline|bytes_per|copy_gb|Error"
 }
 
+# Session 18, first call: the GPU tests on the module split (slot_kernels.py, CPU-only
+# so far) and the one-pass router; the step A/B (router one pass against two, with and
+# without PDL) with each kernel's time per step without PDL; R0 on both files.
+gpu97() {
+  gpu_tests
+  flint synth --geometry qwen3-30b-a3b --quant int4 --dense-quant int8 -o "$DATA/q30d8.ftw" | tail -1
+  timeout 200 python3 benches/step_ab.py "$DATA/q30d8.ftw" --configs base,route-two-pass,no-pdl,no-pdl-two-pass \
+    --profile no-pdl 2>&1 | tail -24
+  timeout 100 python3 benches/graph_decode.py "$DATA/q30d8.ftw" --tokens 128 --reps 2 --modes on 2>&1 \
+    | grep -E "tg_tok|_sd|roofline|bytes_per|copy_gb|Error"
+  flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
+  timeout 100 python3 benches/graph_decode.py "$DATA/q30.ftw" --tokens 128 --reps 2 --modes on 2>&1 \
+    | grep -E "tg_tok|_sd|roofline|bytes_per|copy_gb|Error"
+}
+
 case $what in
   install) install ;;
+  gpu97) install; gpu97 ;;
   gpu96) install; gpu96 ;;
   gpu95) install; gpu95 ;;
   gpu94) install; gpu94 ;;

@@ -188,7 +188,33 @@ def launches(scheme: str) -> list[tuple[str, Any]]:
         out.append((f"{label} int8", lambda xv=xv, q8=q8, s8=s8: fused.linear(xv, q8, scale=s8)))
     router = torch.randn(EXPERTS, HIDDEN).bfloat16()
     out.append(("router", lambda: fused.linear(x, router)))
+    nw = torch.randn(HIDDEN).bfloat16()
+    e8 = mk._eighths_empty(1, HIDDEN, cpu)
+    out.append(("norm eighths", lambda: fused.rms_norm(x, nw, 1e-6, eighths=e8)))
+    out.append(("add norm", lambda: fused.add_rms_norm(x, x, nw, 1e-6)))
+    heads, kv, dim, ctx = 32, 4, 128, 256
+    y = torch.randn((heads + 2 * kv) * dim).bfloat16()
+    cos, sin = torch.randn(ctx, dim).bfloat16(), torch.randn(ctx, dim).bfloat16()
+    q, cache = torch.empty(heads, 1, dim).bfloat16(), torch.zeros(kv, ctx, dim).bfloat16()
+    hn = torch.randn(dim).bfloat16()
+    out.append((
+        "qkv rope",
+        lambda: fused.qkv_rope(y, hn, hn, cos, sin, torch.tensor([5]), q, cache, cache, 1e-6),
+    ))  # fmt: skip
+    per_rank = torch.randn(TOP_K, HIDDEN)
+    out.append(("ranked sum", lambda: mk.ranked_sum(per_rank, w, torch.bfloat16)))
+    logits = torch.randn(1, EXPERTS).bfloat16()
+    for ranks in (False, True):  # two passes on four warps, then one on one (fused.ROUTE_ONE_PASS)
+        out.append((f"route one_pass={ranks}", lambda r=ranks: _route(fused, logits, r)))
     return out
+
+
+def _route(fused: Any, logits: torch.Tensor, ranks: bool) -> None:
+    saved, fused.ROUTE_ONE_PASS = fused.ROUTE_ONE_PASS, ranks
+    try:
+        fused.route(logits, TOP_K, True, torch.bfloat16)
+    finally:
+        fused.ROUTE_ONE_PASS = saved
 
 
 def main() -> None:

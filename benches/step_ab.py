@@ -3,7 +3,7 @@ once, one ``GraphDecoder`` per configuration captured under its switches, their 
 replayed back to back and timed with CUDA events, in alternating rounds.
 
 Usage: python benches/step_ab.py MODEL [--configs base,no-pdl]
-       [--rounds 5] [--replays 100] [--position 128]
+       [--rounds 5] [--replays 100] [--position 128] [--profile CONFIG]
 
 Separate processes give the same step results several percent apart (docs/benchmarks.md,
 sixteenth session); here every configuration reads the same weights in the same
@@ -12,8 +12,11 @@ process, and rounds alternate, so a difference is the step's. Only the step is t
 ``base`` (the defaults), ``no-pdl`` (moe_kernel.PDL off), ``no-int8`` (a
 ``--dense-quant int8`` file's attention through its dequantized matrices, as files
 without int8 run), ``bytes`` (int4 experts read as byte tiles, moe_kernel.WORDS
-off). (The sixteenth session's ``no-fold`` and ``serial`` rows measured small steps
-folded into their neighbours' launches, since taken out: docs/benchmarks.md.)
+off), ``route-two-pass`` (the router's top-k by two reductions per pick across four
+warps, fused.ROUTE_ONE_PASS off), ``no-pdl-two-pass``. ``--profile CONFIG`` then
+prints each kernel's time per step. (The sixteenth session's ``no-fold`` and
+``serial`` rows measured small steps folded into their neighbours' launches, since
+taken out: docs/benchmarks.md.)
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "no-int8": {},
     "bytes": {"WORDS": False},  # int4 experts as byte tiles, not words (issue 10)
     "eighths-launch": {"decode.EIGHTHS_IN_NORM": False},  # the experts' input: own launch
+    "route-two-pass": {"fused.ROUTE_ONE_PASS": False},  # the router's top-k as before
+    "no-pdl-two-pass": {"PDL": False, "fused.ROUTE_ONE_PASS": False},
 }
 
 
@@ -78,6 +83,28 @@ def timed(graph: Any, replays: int) -> float:
     return float(start.elapsed_time(end)) * 1e3 / replays
 
 
+def kernels(graph: Any, replays: int) -> None:
+    """Each kernel's GPU time per replay of ``graph`` (CUPTI traces a graph's kernels one
+    by one), largest first: name, us per step, launches per step."""
+    from torch.profiler import ProfilerActivity, profile
+
+    graph.replay()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(replays):
+            graph.replay()
+        torch.cuda.synchronize()
+    rows = [
+        (e.key, e.device_time_total / replays, e.count / replays)
+        for e in prof.key_averages()
+        if e.device_time_total > 0 and e.count >= replays
+    ]
+    total = sum(us for _, us, _ in rows)
+    print(json.dumps({"profile_us_per_step": round(total, 1)}))
+    for name, us, count in sorted(rows, key=lambda r: -r[1])[:16]:
+        print(json.dumps({"kernel": name[:60], "us": round(us, 1), "launches": round(count, 1)}))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model")
@@ -85,9 +112,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--replays", type=int, default=100)
     parser.add_argument("--position", type=int, default=128)
+    parser.add_argument(
+        "--profile",
+        metavar="CONFIG",
+        help="then each kernel's GPU time per step of this configuration (torch.profiler; "
+        "with PDL on, kernels overlap and each one's time includes its wait)",
+    )
     args = parser.parse_args()
     names = args.configs.split(",")
-    unknown = set(names) - set(CONFIGS)
+    unknown = (set(names) | ({args.profile} if args.profile else set())) - set(CONFIGS)
     if unknown:
         raise SystemExit(f"unknown configurations {sorted(unknown)}; known: {list(CONFIGS)}")
     with flint.LLM(args.model, device="cuda:0", graphs="on", context_length=4096) as llm:
@@ -101,12 +134,14 @@ def main() -> None:
             n: captured(
                 model, pools, None if n == "no-int8" else llm.source, CONFIGS[n], args.position
             )
-            for n in names
+            for n in set(names) | ({args.profile} if args.profile else set())
         }
         times: dict[str, list[float]] = {n: [] for n in names}
         for _ in range(args.rounds):
             for name in names:
                 times[name].append(timed(graphs[name][1], args.replays))
+        if args.profile:
+            kernels(graphs[args.profile][1], 20)
     for name in names:
         us = statistics.median(times[name])
         row = {"config": name, "us_per_step": round(us, 1), "tok_s": round(1e6 / us, 1)}

@@ -304,6 +304,50 @@ def test_fused_norm_rope_and_router_follow_torch() -> None:
 
 
 @pytest.mark.interpreter
+def test_the_one_pass_router_picks_and_weighs_as_the_two_pass_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``fused.ROUTE_ONE_PASS`` on and off: the same ids and the same weight bits, with
+    tied logits (ties go to the lower id), a top-k that is not a power of two, expert
+    counts that are not, with and without renormalisation, bf16 and fp32 weights."""
+    _router_passes_agree(monkeypatch, torch.device("cpu"))
+
+
+@pytest.mark.gpu
+def test_the_one_pass_router_agrees_on_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same on the GPU, where the compiled reductions break ties (the interpreter's
+    argmax takes the first index whatever the flag says)."""
+    _router_passes_agree(monkeypatch, torch.device("cuda"))
+
+
+def _router_passes_agree(monkeypatch: pytest.MonkeyPatch, device: torch.device) -> None:
+    from flint.graphs import fused
+
+    torch.manual_seed(5)
+    for experts, top_k, normalize, dtype in (
+        (40, 6, True, torch.bfloat16),
+        (128, 8, True, torch.bfloat16),
+        (64, 4, False, torch.float32),
+        (60, 8, True, torch.float32),
+    ):
+        for ties in ("none", "columns", "coarse"):
+            logits = torch.randn(3, experts).bfloat16().to(device)
+            if ties == "columns":  # every third expert ties with expert 0
+                logits[:, ::3] = logits[:, :1]
+            elif ties == "coarse":
+                logits = (logits * 2).round() / 2
+            got = []
+            for one_pass in (False, True):
+                monkeypatch.setattr(fused, "ROUTE_ONE_PASS", one_pass)
+                got.append(fused.route(logits, top_k, normalize, dtype))
+            (ids0, w0), (ids1, w1) = got
+            assert torch.equal(ids0, ids1), (experts, top_k, ties)
+            assert torch.equal(w0.view(torch.uint8), w1.view(torch.uint8)), (experts, top_k, ties)
+            picked = logits.float().gather(1, ids1)
+            assert (picked[:, :-1] >= picked[:, 1:]).all()  # descending
+
+
+@pytest.mark.interpreter
 @pytest.mark.parametrize("rows,cols", [(37, 100), (64, 256), (130, 1030)])
 def test_fused_linear_follows_torch(rows: int, cols: int) -> None:
     """The one-token matrix-vector kernel on odd shapes: bf16 with bias and residual

@@ -21,6 +21,12 @@ from flint.graphs.triton_kernels import (
     triton,
 )
 
+# The router in one pass on one warp: one (value, index) reduction per pick, the top-k
+# sum added as they are picked, instead of two reductions per pick and a second pass
+# across four warps (a reduction across warps goes through shared memory and a
+# barrier). The same ids and weights; False for an A/B in benches/step_ab.py.
+ROUTE_ONE_PASS = True
+
 # T = tokens, H = hidden, N = heads, D = head dim, E = experts, K = top-k (and the
 # input features of ``linear``, whose output features are N)
 
@@ -236,6 +242,7 @@ def route(
     with on_device(logits.device):
         route_kernel[(tokens,)](
             logits.contiguous(), ids, weights, experts, TOPK=top_k, NORM=normalize,
-            BLOCK=_block(experts), **pdl(logits.device),
+            BLOCK=_block(experts), KP=_block(top_k), ONE_PASS=ROUTE_ONE_PASS,
+            num_warps=1 if ROUTE_ONE_PASS else 4, **pdl(logits.device),
         )  # fmt: skip
     return ids, weights

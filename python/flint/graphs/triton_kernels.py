@@ -402,6 +402,17 @@ if triton is not None:
         tl.store(o_ptr + head * dim + d, (acc / total).to(out_type), mask=d_ok)
 
     @triton.jit
+    def _router_softmax(logits_ptr, n, BLOCK: tl.constexpr):
+        """(p, e): the fp32 softmax of ``n`` logits over ``BLOCK`` lanes (lanes past n:
+        p = -1, below every probability) and the lanes' indices."""
+        e = tl.arange(0, BLOCK)
+        ok = e < n
+        logits = tl.load(logits_ptr + e, mask=ok, other=float("-inf")).to(tl.float32)
+        p = tl.exp(logits - tl.max(logits, axis=0))
+        p = p / tl.sum(p, axis=0)
+        return tl.where(ok, p, -1.0), e
+
+    @triton.jit
     def route_kernel(
         logits_ptr,
         ids_ptr,
@@ -410,33 +421,51 @@ if triton is not None:
         TOPK: tl.constexpr,
         NORM: tl.constexpr,
         BLOCK: tl.constexpr,
+        KP: tl.constexpr = 1,
+        ONE_PASS: tl.constexpr = False,
         GDC: tl.constexpr = False,
     ):
         """One token's softmax router (``flint.models.moe.route``): fp32 softmax over the
         n experts, the top-k in descending order (ties: the lower id), renormalised when
-        ``NORM``, weights written in ``w_ptr``'s dtype."""
+        ``NORM`` (by their sum in fp32, added in pick order), weights written in
+        ``w_ptr``'s dtype. ``ONE_PASS``: one (value, index) reduction per pick and the
+        sum added as they are picked (KP = TOPK rounded up to a power of two holds the
+        picks); else two reductions per pick and a second pass for the sum. The same
+        ids and weights either way."""
         _await_inputs(GDC)
         token = tl.program_id(0)
-        e = tl.arange(0, BLOCK)
-        ok = e < n
-        logits = tl.load(logits_ptr + token * n + e, mask=ok, other=float("-inf"))
-        logits = logits.to(tl.float32)
-        p = tl.exp(logits - tl.max(logits, axis=0))
-        p = p / tl.sum(p, axis=0)
-        p = tl.where(ok, p, -1.0)
+        p, e = _router_softmax(logits_ptr + token * n, n, BLOCK)
         w_type = w_ptr.dtype.element_ty
-        total = 1.0
-        if NORM:  # the sum of the top-k probabilities, in fp32
+        if ONE_PASS:
+            k = tl.arange(0, KP)
+            picks = tl.zeros([KP], dtype=tl.int32)
+            best = tl.zeros([KP], dtype=tl.float32)
             total = 0.0
-            q = p
-            for _ in tl.static_range(TOPK):
-                best = tl.max(q, axis=0)
-                total += best
-                q = tl.where(e == tl.min(tl.where(q == best, e, BLOCK), axis=0), -1.0, q)
-        for k in tl.static_range(TOPK):
-            best = tl.max(p, axis=0)
-            pick = tl.min(tl.where(p == best, e, BLOCK), axis=0)
-            tl.store(ids_ptr + token * TOPK + k, pick.to(tl.int64))
-            weight = best / total if NORM else best
-            tl.store(w_ptr + token * TOPK + k, _round(weight, w_type).to(w_type))
-            p = tl.where(e == pick, -1.0, p)
+            for i in tl.static_range(TOPK):
+                value, pick = tl.max(
+                    p, axis=0, return_indices=True, return_indices_tie_break_left=True
+                )
+                picks = tl.where(k == i, pick, picks)
+                best = tl.where(k == i, value, best)
+                total += value
+                p = tl.where(e == pick, -1.0, p)
+            if NORM:
+                best = best / total
+            tl.store(ids_ptr + token * TOPK + k, picks.to(tl.int64), mask=k < TOPK)
+            tl.store(w_ptr + token * TOPK + k, _round(best, w_type).to(w_type), mask=k < TOPK)
+        else:
+            total = 1.0
+            if NORM:  # the sum of the top-k probabilities, in fp32
+                total = 0.0
+                q = p
+                for _ in tl.static_range(TOPK):
+                    best = tl.max(q, axis=0)
+                    total += best
+                    q = tl.where(e == tl.min(tl.where(q == best, e, BLOCK), axis=0), -1.0, q)
+            for k in tl.static_range(TOPK):
+                best = tl.max(p, axis=0)
+                pick = tl.min(tl.where(p == best, e, BLOCK), axis=0)
+                tl.store(ids_ptr + token * TOPK + k, pick.to(tl.int64))
+                weight = best / total if NORM else best
+                tl.store(w_ptr + token * TOPK + k, _round(weight, w_type).to(w_type))
+                p = tl.where(e == pick, -1.0, p)
