@@ -1511,8 +1511,22 @@ gpu97() {
     | grep -E "tg_tok|_sd|roofline|bytes_per|copy_gb|Error"
 }
 
+# Session 18, second call: the one-token products with two weight tiles in flight
+# (fused.LINEAR_AHEAD) block by block, and in the step with the attention's variants;
+# the one-pass router's GPU test after its tolerance mend.
+gpu98() {
+  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
+  timeout 60 python3 -m pytest tests/models/test_graphs.py -q -p no:cacheprovider -m gpu -k one_pass 2>&1 | tail -2
+  flint synth --geometry qwen3-30b-a3b --quant int4 --dense-quant int8 -o "$DATA/q30d8.ftw" | tail -1
+  timeout 300 python3 benches/step_ab.py "$DATA/q30d8.ftw" \
+    --configs base,linear-ahead,attn-b128,attn-b128-w8,attn-w8,attn-b32 2>&1 | tail -6
+  timeout 150 python3 benches/linear_tune.py --shapes qkv,o --ahead both \
+    --blocks "4,512,4;8,512,8;4,1024,4;4,1024,8;8,1024,4;2,2048,4" 2>&1 | grep -v torch | cut -c1-150
+}
+
 case $what in
   install) install ;;
+  gpu98) install; gpu98 ;;
   gpu97) install; gpu97 ;;
   gpu96) install; gpu96 ;;
   gpu95) install; gpu95 ;;

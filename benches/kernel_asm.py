@@ -201,12 +201,29 @@ def launches(scheme: str) -> list[tuple[str, Any]]:
         "qkv rope",
         lambda: fused.qkv_rope(y, hn, hn, cos, sin, torch.tensor([5]), q, cache, cache, 1e-6),
     ))  # fmt: skip
+    out.append(("attention", lambda: _attention(fused, q, cache, heads, dim)))
     per_rank = torch.randn(TOP_K, HIDDEN)
     out.append(("ranked sum", lambda: mk.ranked_sum(per_rank, w, torch.bfloat16)))
     logits = torch.randn(1, EXPERTS).bfloat16()
     for ranks in (False, True):  # two passes on four warps, then one on one (fused.ROUTE_ONE_PASS)
         out.append((f"route one_pass={ranks}", lambda r=ranks: _route(fused, logits, r)))
     return out
+
+
+def _attention(fused: Any, q: torch.Tensor, cache: torch.Tensor, heads: int, dim: int) -> None:
+    """``fused.decode_attention``'s kernel as the GPU runs it (bf16 products: on CPU
+    tensors the wrapper takes the interpreter's fp32 path), one chunk."""
+    from flint.graphs.triton_kernels import decode_attention_kernel
+
+    kv = cache.shape[0]
+    m, total, acc = fused.attention_parts(heads, dim, cache.shape[1], cache.device)
+    o = torch.empty(1, heads * dim).bfloat16()
+    decode_attention_kernel[(kv, 1)](
+        q, cache, cache, torch.tensor([5]), o, m, total, acc, cache.stride(0),
+        cache.stride(1), cache.stride(0), cache.stride(1), heads, dim, dim**-0.5,
+        GROUP=heads // kv, GP=max(16, heads // kv), DP=dim, BS=fused.ATTENTION_BLOCK,
+        CHUNK=fused.ATTENTION_CHUNK, SPLIT=False, F32=False,
+    )  # fmt: skip
 
 
 def _route(fused: Any, logits: torch.Tensor, ranks: bool) -> None:

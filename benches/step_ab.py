@@ -13,10 +13,11 @@ process, and rounds alternate, so a difference is the step's. Only the step is t
 ``--dense-quant int8`` file's attention through its dequantized matrices, as files
 without int8 run), ``bytes`` (int4 experts read as byte tiles, moe_kernel.WORDS
 off), ``route-two-pass`` (the router's top-k by two reductions per pick across four
-warps, fused.ROUTE_ONE_PASS off), ``no-pdl-two-pass``. ``--profile CONFIG`` then
-prints each kernel's time per step. (The sixteenth session's ``no-fold`` and
-``serial`` rows measured small steps folded into their neighbours' launches, since
-taken out: docs/benchmarks.md.)
+warps, fused.ROUTE_ONE_PASS off), ``no-pdl-two-pass``, ``linear-ahead``
+(fused.LINEAR_AHEAD), ``attn-*`` (the attention's positions per step and warps).
+``--profile CONFIG`` then prints each kernel's time per step. (The sixteenth
+session's ``no-fold`` and ``serial`` rows measured small steps folded into their
+neighbours' launches, since taken out: docs/benchmarks.md.)
 """
 
 from __future__ import annotations
@@ -42,6 +43,11 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "eighths-launch": {"decode.EIGHTHS_IN_NORM": False},  # the experts' input: own launch
     "route-two-pass": {"fused.ROUTE_ONE_PASS": False},  # the router's top-k as before
     "no-pdl-two-pass": {"PDL": False, "fused.ROUTE_ONE_PASS": False},
+    "linear-ahead": {"fused.LINEAR_AHEAD": True},  # two weight tiles in flight
+    "attn-b128": {"fused.ATTENTION_BLOCK": 128},  # attention: 128 positions per step
+    "attn-b128-w8": {"fused.ATTENTION_BLOCK": 128, "fused.ATTENTION_LAUNCH": {"num_warps": 8}},
+    "attn-w8": {"fused.ATTENTION_LAUNCH": {"num_warps": 8}},
+    "attn-b32": {"fused.ATTENTION_BLOCK": 32},
 }
 
 

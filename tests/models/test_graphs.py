@@ -307,16 +307,19 @@ def test_fused_norm_rope_and_router_follow_torch() -> None:
 def test_the_one_pass_router_picks_and_weighs_as_the_two_pass_one(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """``fused.ROUTE_ONE_PASS`` on and off: the same ids and the same weight bits, with
-    tied logits (ties go to the lower id), a top-k that is not a power of two, expert
-    counts that are not, with and without renormalisation, bf16 and fp32 weights."""
+    """``fused.ROUTE_ONE_PASS`` on and off: the same ids and the same weight bits in the
+    interpreter, with tied logits (ties go to the lower id), a top-k that is not a
+    power of two, expert counts that are not, with and without renormalisation, bf16
+    and fp32 weights."""
     _router_passes_agree(monkeypatch, torch.device("cpu"))
 
 
 @pytest.mark.gpu
 def test_the_one_pass_router_agrees_on_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
     """The same on the GPU, where the compiled reductions break ties (the interpreter's
-    argmax takes the first index whatever the flag says)."""
+    argmax takes the first index whatever the flag says). There the one-warp softmax
+    adds its sum in another order than the four-warp one: the weights agree within
+    that rounding, not bit for bit."""
     _router_passes_agree(monkeypatch, torch.device("cuda"))
 
 
@@ -342,7 +345,11 @@ def _router_passes_agree(monkeypatch: pytest.MonkeyPatch, device: torch.device) 
                 got.append(fused.route(logits, top_k, normalize, dtype))
             (ids0, w0), (ids1, w1) = got
             assert torch.equal(ids0, ids1), (experts, top_k, ties)
-            assert torch.equal(w0.view(torch.uint8), w1.view(torch.uint8)), (experts, top_k, ties)
+            if device.type == "cpu":  # the interpreter sums in one order
+                assert torch.equal(w0.view(torch.uint8), w1.view(torch.uint8)), (experts, ties)
+            else:  # one rounding of the softmax's sum, then of the weights' dtype
+                tol = 1e-6 if dtype == torch.float32 else 8e-3
+                assert torch.allclose(w0.float(), w1.float(), rtol=tol, atol=0), (experts, ties)
             picked = logits.float().gather(1, ids1)
             assert (picked[:, :-1] >= picked[:, 1:]).all()  # descending
 

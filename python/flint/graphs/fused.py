@@ -24,7 +24,10 @@ from flint.graphs.triton_kernels import (
 # The router in one pass on one warp: one (value, index) reduction per pick, the top-k
 # sum added as they are picked, instead of two reductions per pick and a second pass
 # across four warps (a reduction across warps goes through shared memory and a
-# barrier). The same ids and weights; False for an A/B in benches/step_ab.py.
+# barrier). The softmax's sum follows the warps, so on a GPU the weights may differ
+# from the four-warp kernel's in the last bit (the picks follow the probabilities as
+# before); every path of the step uses the same one. False for an A/B in
+# benches/step_ab.py.
 ROUTE_ONE_PASS = True
 
 # T = tokens, H = hidden, N = heads, D = head dim, E = experts, K = top-k (and the
@@ -79,6 +82,11 @@ def add_rms_norm(
     return total, out
 
 
+# The one-token product with two weight tiles in flight (``_steps_ahead``: the next
+# tile's loads issued before the current one's products, one sum across columns at
+# the end) instead of one tile per step summed per step; an A/B (docs/benchmarks.md).
+LINEAR_AHEAD = False
+
 # (rows per program, columns per step, warps) of the one-token matrix-vector kernel by
 # weight scheme, when set (benches/linear_tune.py sets them); else ``linear_block``
 LINEAR_BLOCK: dict[str, tuple[int, int, int]] = {}
@@ -125,7 +133,8 @@ def linear(
             x if bias is None else bias, x if residual is None else residual.contiguous(),
             out, rows, cols, ROUND=_DTYPES[x.dtype], SCHEME=int(int8),
             HAS_BIAS=bias is not None, HAS_RES=residual is not None,
-            BN=bn, BK=min(bk, _block(cols)), num_warps=warps, **pdl(x.device),
+            BN=bn, BK=min(bk, _block(cols)), AHEAD=LINEAR_AHEAD, num_warps=warps,
+            **pdl(x.device),
         )  # fmt: skip
     return out
 
@@ -182,6 +191,7 @@ def qkv_rope(
 
 ATTENTION_CHUNK = 256  # cache positions per program of decode_attention (a split)
 ATTENTION_BLOCK = 64  # positions per step within one
+ATTENTION_LAUNCH: dict[str, int] = {}  # num_warps / num_stages when set (an A/B; Triton's defaults)
 Parts = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 
@@ -222,7 +232,7 @@ def decode_attention(
             values.stride(0), values.stride(1), heads, dim, dim**-0.5, GROUP=group,
             GP=max(16, _block(group)), DP=max(16, _block(dim)), BS=ATTENTION_BLOCK,
             CHUNK=ATTENTION_CHUNK, SPLIT=splits > 1, F32=q.device.type == "cpu",
-            **pdl(q.device),
+            **ATTENTION_LAUNCH, **pdl(q.device),
         )  # fmt: skip
         if splits > 1:
             attention_combine_kernel[(heads,)](

@@ -94,6 +94,19 @@ if triton is not None:
         return acc
 
     @triton.jit
+    def _steps_ahead(w_ptr, w_row, v_ptr, rows, row_ok, n_cols, w, w_next, BK: tl.constexpr):
+        """The rows' dots with the vector [BN] from the first two tiles ``w``, ``w_next``
+        (columns 0.. and BK..): each step issues the loads of the tile two ahead before
+        its products, so two tiles are in flight while one is multiplied, and the
+        products add up per entry [BN, BK], summed across columns once at the end."""
+        acc = w.to(tl.float32) * _x_cols(v_ptr, 0, n_cols, BK)[None, :]
+        for k0 in range(BK, n_cols, BK):
+            w_after = _w_tile(w_ptr, w_row, rows, row_ok, k0 + BK, n_cols, BK)
+            acc += w_next.to(tl.float32) * _x_cols(v_ptr, k0, n_cols, BK)[None, :]
+            w_next = w_after
+        return tl.sum(acc, axis=1)
+
+    @triton.jit
     def linear_kernel(
         x_ptr,
         w_ptr,
@@ -110,19 +123,26 @@ if triton is not None:
         HAS_RES: tl.constexpr,
         BN: tl.constexpr,
         BK: tl.constexpr,
+        AHEAD: tl.constexpr = False,
         GDC: tl.constexpr = False,
     ):
         """out[rows] = x . w[rows] (+ bias, in fp32) rounded to ``ROUND`` (F.linear's
         output), then (+ residual) rounded again (torch's add): one token, rows ``BN``
         at a time; bf16 weights (``SCHEME`` 0) or int8 with fp32 row scales (1). The
         first step's weights are constant, so they are read before ``_await_inputs``:
-        they arrive while the kernel before finishes. The sum is ``_rows_dot``'s."""
+        they arrive while the kernel before finishes. The sum is ``_rows_dot``'s; with
+        ``AHEAD`` (``_steps_ahead``) the first two steps are read before the wait."""
         rows = tl.program_id(0) * BN + tl.arange(0, BN)
         row_ok = rows < n_rows
         w = _w_tile(w_ptr, w_row, rows, row_ok, 0, n_cols, BK)
-        _await_inputs(GDC)
-        acc = tl.sum(w.to(tl.float32) * _x_cols(x_ptr, 0, n_cols, BK)[None, :], axis=1)
-        acc = _w_steps(w_ptr, w_row, x_ptr, rows, row_ok, BK, n_cols, acc, BK)
+        if AHEAD:
+            w_next = _w_tile(w_ptr, w_row, rows, row_ok, BK, n_cols, BK)
+            _await_inputs(GDC)
+            acc = _steps_ahead(w_ptr, w_row, x_ptr, rows, row_ok, n_cols, w, w_next, BK)
+        else:
+            _await_inputs(GDC)
+            acc = tl.sum(w.to(tl.float32) * _x_cols(x_ptr, 0, n_cols, BK)[None, :], axis=1)
+            acc = _w_steps(w_ptr, w_row, x_ptr, rows, row_ok, BK, n_cols, acc, BK)
         if SCHEME == 1:
             acc = acc * tl.load(s_ptr + rows, mask=row_ok, other=0.0)
         if HAS_BIAS:
@@ -430,8 +450,8 @@ if triton is not None:
         ``NORM`` (by their sum in fp32, added in pick order), weights written in
         ``w_ptr``'s dtype. ``ONE_PASS``: one (value, index) reduction per pick and the
         sum added as they are picked (KP = TOPK rounded up to a power of two holds the
-        picks); else two reductions per pick and a second pass for the sum. The same
-        ids and weights either way."""
+        picks); else two reductions per pick and a second pass for the sum. Either way
+        the same picks and weights for the same probabilities."""
         _await_inputs(GDC)
         token = tl.program_id(0)
         p, e = _router_softmax(logits_ptr + token * n, n, BLOCK)
