@@ -1524,8 +1524,20 @@ gpu98() {
     --blocks "4,512,4;8,512,8;4,1024,4;4,1024,8;8,1024,4;2,2048,4" 2>&1 | grep -v torch | cut -c1-150
 }
 
+# Session 18, third call: the one-token products' blocks of whole 2048-column steps
+# (gpu98: (2, 2048, 4) the best for q/k/v and o) block by block and in the step.
+gpu99() {
+  flint synth --geometry qwen3-30b-a3b --quant int4 --dense-quant int8 -o "$DATA/q30d8.ftw" | tail -1
+  timeout 300 python3 benches/step_ab.py "$DATA/q30d8.ftw" \
+    --configs base,lin-whole,lin-whole-ahead,lin-whole-r1,lin-whole-b128,linear-ahead 2>&1 | tail -6
+  timeout 200 python3 benches/linear_tune.py --shapes qkv,o,router \
+    --blocks "1,2048,2;1,2048,4;2,2048,2;2,2048,4;2,2048,8;4,2048,4;4,2048,8;2,4096,4;4,4096,8;8,512,8;4,1024,4;4,1024,8" \
+    2>&1 | grep -v torch | cut -c1-150
+}
+
 case $what in
   install) install ;;
+  gpu99) install; gpu99 ;;
   gpu98) install; gpu98 ;;
   gpu97) install; gpu97 ;;
   gpu96) install; gpu96 ;;

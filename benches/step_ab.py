@@ -14,7 +14,8 @@ process, and rounds alternate, so a difference is the step's. Only the step is t
 without int8 run), ``bytes`` (int4 experts read as byte tiles, moe_kernel.WORDS
 off), ``route-two-pass`` (the router's top-k by two reductions per pick across four
 warps, fused.ROUTE_ONE_PASS off), ``no-pdl-two-pass``, ``linear-ahead``
-(fused.LINEAR_AHEAD), ``attn-*`` (the attention's positions per step and warps).
+(fused.LINEAR_AHEAD), ``attn-*`` (the attention's positions per step and warps),
+``lin-whole*`` (the one-token products' block shapes, ``_whole``).
 ``--profile CONFIG`` then prints each kernel's time per step. (The sixteenth
 session's ``no-fold`` and ``serial`` rows measured small steps folded into their
 neighbours' launches, since taken out: docs/benchmarks.md.)
@@ -48,7 +49,27 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "attn-b128-w8": {"fused.ATTENTION_BLOCK": 128, "fused.ATTENTION_LAUNCH": {"num_warps": 8}},
     "attn-w8": {"fused.ATTENTION_LAUNCH": {"num_warps": 8}},
     "attn-b32": {"fused.ATTENTION_BLOCK": 32},
+    # the one-token products but the LM head two rows a program, 2048 columns a step
+    "lin-whole": {"fused.linear_block": lambda r, c, i8: _whole(r, c, i8, 2)},
+    "lin-whole-ahead": {
+        "fused.linear_block": lambda r, c, i8: _whole(r, c, i8, 2),
+        "fused.LINEAR_AHEAD": True,
+    },
+    "lin-whole-r1": {"fused.linear_block": lambda r, c, i8: _whole(r, c, i8, 1)},
+    "lin-whole-b128": {
+        "fused.linear_block": lambda r, c, i8: _whole(r, c, i8, 2),
+        "fused.ATTENTION_BLOCK": 128,
+    },
 }
+_LINEAR_BLOCK = fused.linear_block
+
+
+def _whole(rows: int, cols: int, int8: bool, router_rows: int) -> tuple[int, int, int]:
+    """Block shapes for the lin-whole configurations: 2 rows (``router_rows`` for the
+    router) and 2048 columns a step, 4 warps; the LM head's as ``fused.linear_block``."""
+    if rows > 16384:
+        return _LINEAR_BLOCK(rows, cols, int8)
+    return (router_rows if rows <= 1024 else 2, 2048, 4)
 
 
 def captured(
