@@ -1535,8 +1535,25 @@ gpu99() {
     2>&1 | grep -v torch | cut -c1-150
 }
 
+# Session 18, fourth call: the GPU tests on the one-pass router, the new block shapes
+# and the post-attention norm in the router's launch; the step A/B of those; R0 on both
+# files and flint bench's resident rows.
+gpu100() {
+  gpu_tests
+  flint synth --geometry qwen3-30b-a3b --quant int4 --dense-quant int8 -o "$DATA/q30d8.ftw" | tail -1
+  timeout 240 python3 benches/step_ab.py "$DATA/q30d8.ftw" \
+    --configs base,norm-launch,blocks-before,blocks-tuned,norm-w8,norm-w2 --profile base 2>&1 | tail -24
+  timeout 100 python3 benches/graph_decode.py "$DATA/q30d8.ftw" --tokens 128 --reps 2 --modes on 2>&1 \
+    | grep -E "tg_tok|_sd|roofline|bytes_per|copy_gb|Error"
+  flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
+  timeout 100 python3 benches/graph_decode.py "$DATA/q30.ftw" --tokens 128 --reps 2 --modes on 2>&1 \
+    | grep -E "tg_tok|_sd|roofline|bytes_per|copy_gb|Error"
+  timeout 160 flint bench "$DATA/q30.ftw" -p 512 -n 128 -r 2 --mode resident 2>&1 | tail -4
+}
+
 case $what in
   install) install ;;
+  gpu100) install; gpu100 ;;
   gpu99) install; gpu99 ;;
   gpu98) install; gpu98 ;;
   gpu97) install; gpu97 ;;

@@ -15,7 +15,8 @@ without int8 run), ``bytes`` (int4 experts read as byte tiles, moe_kernel.WORDS
 off), ``route-two-pass`` (the router's top-k by two reductions per pick across four
 warps, fused.ROUTE_ONE_PASS off), ``no-pdl-two-pass``, ``linear-ahead``
 (fused.LINEAR_AHEAD), ``attn-*`` (the attention's positions per step and warps),
-``lin-whole*`` (the one-token products' block shapes, ``_whole``).
+``blocks-before`` and ``blocks-tuned`` (the one-token products' block shapes),
+``norm-launch`` (decode.NORM_IN_ROUTER off), ``norm-w*`` (the norms' warps).
 ``--profile CONFIG`` then prints each kernel's time per step. (The sixteenth
 session's ``no-fold`` and ``serial`` rows measured small steps folded into their
 neighbours' launches, since taken out: docs/benchmarks.md.)
@@ -49,27 +50,33 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "attn-b128-w8": {"fused.ATTENTION_BLOCK": 128, "fused.ATTENTION_LAUNCH": {"num_warps": 8}},
     "attn-w8": {"fused.ATTENTION_LAUNCH": {"num_warps": 8}},
     "attn-b32": {"fused.ATTENTION_BLOCK": 32},
-    # the one-token products but the LM head two rows a program, 2048 columns a step
-    "lin-whole": {"fused.linear_block": lambda r, c, i8: _whole(r, c, i8, 2)},
-    "lin-whole-ahead": {
-        "fused.linear_block": lambda r, c, i8: _whole(r, c, i8, 2),
-        "fused.LINEAR_AHEAD": True,
-    },
-    "lin-whole-r1": {"fused.linear_block": lambda r, c, i8: _whole(r, c, i8, 1)},
-    "lin-whole-b128": {
-        "fused.linear_block": lambda r, c, i8: _whole(r, c, i8, 2),
-        "fused.ATTENTION_BLOCK": 128,
-    },
+    # the one-token products' block shapes before the eighteenth session
+    "blocks-before": {"fused.linear_block": lambda r, c, i8: _blocks_before(r, c, i8)},
+    # each shape's best of linear_tune (gpu99) instead of (2, 2048, 4) for all
+    "blocks-tuned": {"fused.linear_block": lambda r, c, i8: _blocks_tuned(r, c, i8)},
+    "norm-launch": {"decode.NORM_IN_ROUTER": False},  # the post-attention norm: own launch
+    "norm-w8": {"fused.NORM_LAUNCH": {"num_warps": 8}},
+    "norm-w2": {"fused.NORM_LAUNCH": {"num_warps": 2}},
 }
 _LINEAR_BLOCK = fused.linear_block
 
 
-def _whole(rows: int, cols: int, int8: bool, router_rows: int) -> tuple[int, int, int]:
-    """Block shapes for the lin-whole configurations: 2 rows (``router_rows`` for the
-    router) and 2048 columns a step, 4 warps; the LM head's as ``fused.linear_block``."""
+def _blocks_before(rows: int, cols: int, int8: bool) -> tuple[int, int, int]:
+    """``fused.linear_block`` of the seventeenth session."""
     if rows > 16384:
+        return (16, 512, 8) if int8 else (8, 1024, 8)
+    if cols >= 4096 or rows <= 1024:
+        return (4, 1024, 4 if int8 and rows > 1024 else 8)
+    return (8, 512, 8) if int8 else (4, 512, 4)
+
+
+def _blocks_tuned(rows: int, cols: int, int8: bool) -> tuple[int, int, int]:
+    """linear_tune's best per shape on gpu99 (q/k/v, o, router of the 30B-A3B)."""
+    if rows > 16384 or rows <= 1024:
         return _LINEAR_BLOCK(rows, cols, int8)
-    return (router_rows if rows <= 1024 else 2, 2048, 4)
+    if cols >= 4096:  # o
+        return (1, 2048, 2) if int8 else (2, 2048, 8)
+    return (2, 2048, 4) if int8 else (1, 2048, 4)
 
 
 def captured(

@@ -355,6 +355,31 @@ def _router_passes_agree(monkeypatch: pytest.MonkeyPatch, device: torch.device) 
 
 
 @pytest.mark.interpreter
+@pytest.mark.parametrize("rows,cols", [(128, 2048), (61, 200)])
+def test_the_norm_in_the_routers_launch(rows: int, cols: int) -> None:
+    """``fused.norm_linear``: the norm as ``fused.rms_norm`` writes it (bit for bit in
+    the interpreter, which sums in one order; eighths too), the product as
+    ``fused.linear`` of it within a bf16 rounding, W32 on and off."""
+    from flint.graphs import fused
+    from flint.graphs import moe_kernel as mk
+
+    torch.manual_seed(rows)
+    h, nw = torch.randn(1, cols).bfloat16(), torch.randn(cols).bfloat16()
+    w = torch.randn(rows, cols).bfloat16()
+    for w32 in (False, True):
+        got_e8 = mk._eighths_empty(1, cols, h.device).fill_(float("nan"))
+        logits, normed = fused.norm_linear(h, nw, 1e-6, w, w32, got_e8)
+        want_e8 = mk._eighths_empty(1, cols, h.device).fill_(float("nan"))
+        want = fused.rms_norm(h, nw, 1e-6, w32, want_e8)
+        assert torch.equal(normed.view(torch.int16), want.view(torch.int16))
+        assert torch.equal(got_e8.isnan(), want_e8.isnan())
+        real = ~want_e8.isnan()
+        assert torch.equal(got_e8[real], want_e8[real])
+        ref = fused.linear(want, w).float()
+        assert (logits.float() - ref).abs().max() <= 8e-3 * ref.abs().max()
+
+
+@pytest.mark.interpreter
 @pytest.mark.parametrize("rows,cols", [(37, 100), (64, 256), (130, 1030)])
 def test_fused_linear_follows_torch(rows: int, cols: int) -> None:
     """The one-token matrix-vector kernel on odd shapes: bf16 with bias and residual

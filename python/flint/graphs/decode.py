@@ -64,6 +64,10 @@ FUSED_DENSE = True
 # Plain attention's query against the cache through ``fused.decode_attention`` instead
 # of ``F.scaled_dot_product_attention``: False for an A/B in benches.
 FUSED_SDPA = True
+# The router's product computes the post-attention norm itself (``fused.norm_linear``)
+# instead of waiting for the norm's own launch: one launch fewer per MoE layer. False
+# for an A/B in benches.
+NORM_IN_ROUTER = True
 
 
 def expert_pools(backend: object) -> dict[int, ExpertPool] | None:
@@ -401,11 +405,12 @@ class GraphDecoder:
         output), whose sum is the layer's output (added by the next norm's kernel)."""
         x, xs = self._add_norm(layer.norm, x, delta, layer.input_norm, layer.eps)
         eighths = self.eighths.get(layer.index)
-        h, normed = self._dense(layer, x, cos, sin, mask, span, normed_x=xs, eighths=eighths)
         mlp = layer.mlp
         if not isinstance(mlp, MoEBlock):
+            h, normed = self._dense(layer, x, cos, sin, mask, span, normed_x=xs)
             return h, mlp(normed)
-        ids, weights = self._route(mlp, normed)
+        h = self._attended(layer, x, cos, sin, mask, span, normed_x=xs)
+        normed, ids, weights = self._moe_input(layer, mlp, h, eighths)
         pool = self.pools[layer.index]
         out = moe_experts(normed, ids, weights, pool, self.scratch, self.moe_out, eighths)
         if mlp.shared is not None:
@@ -428,11 +433,42 @@ class GraphDecoder:
         ``h`` when given) and its post-attention norm [1, H] (also into ``eighths`` in
         the word kernels' layout, when given). ``normed_x``: x's input norm, when the
         caller has it."""
+        h = self._attended(layer, x, cos, sin, mask, span, h, normed_x)
+        return h, self._norm(layer.norm, h, layer.post_norm, layer.eps, eighths)
+
+    def _attended(
+        self,
+        layer: DecoderLayer,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        mask: torch.Tensor,
+        span: int,
+        h: torch.Tensor | None = None,
+        normed_x: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """The residual after the layer's attention [1, H] (``_dense`` without the
+        post-attention norm)."""
         xs = normed_x
         if xs is None:
             xs = self._norm(layer.norm, x, layer.input_norm, layer.eps)
-        h = self._attention(layer.attn, xs, cos, sin, mask, span, x, h)
-        return h, self._norm(layer.norm, h, layer.post_norm, layer.eps, eighths)
+        return self._attention(layer.attn, xs, cos, sin, mask, span, x, h)
+
+    def _moe_input(
+        self, layer: DecoderLayer, mlp: MoEBlock, h: torch.Tensor, eighths: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The MoE block's input from the residual after attention h: (its post-attention
+        norm [1, H], also into ``eighths`` when given; the router's ids and weights)."""
+        fold = NORM_IN_ROUTER and self.fused_norm and self.fused_router
+        if fold and self._fits(h, mlp.router) and h.shape[1] <= fused.NORM_LINEAR_COLS:
+            cfg = self.model.config
+            logits, normed = fused.norm_linear(
+                h, layer.post_norm, layer.eps, mlp.router, self.norm_fp32, eighths
+            )
+            dtype = torch.float32 if cfg.router_weights_fp32 else normed.dtype
+            return normed, *fused.route(logits, cfg.top_k, cfg.norm_topk_prob, dtype)
+        normed = self._norm(layer.norm, h, layer.post_norm, layer.eps, eighths)
+        return normed, *self._route(mlp, normed)
 
     def _route(self, mlp: MoEBlock, normed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The router's (ids [1, K], weights [1, K]), on the GPU."""

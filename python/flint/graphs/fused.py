@@ -15,6 +15,7 @@ from flint.graphs.triton_kernels import (
     decode_attention_kernel,
     head_rope_kernel,
     linear_kernel,
+    norm_linear_kernel,
     qkv_rope_kernel,
     rms_norm_kernel,
     route_kernel,
@@ -39,6 +40,9 @@ def _block(n: int) -> int:
     return int(triton.next_power_of_2(n))
 
 
+NORM_LAUNCH: dict[str, int] = {}  # num_warps when set (an A/B; else Triton's default, 4)
+
+
 def rms_norm(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -57,7 +61,7 @@ def rms_norm(
         rms_norm_kernel[(x.shape[0],)](
             x, x, x, weight, out, n, eps, x if eighths is None else eighths, e_stride,
             BLOCK=_block(n), W32=weight_in_fp32, ADD=False, EIGHTHS=eighths is not None,
-            **pdl(x.device),
+            **NORM_LAUNCH, **pdl(x.device),
         )  # fmt: skip
     return out
 
@@ -77,7 +81,7 @@ def add_rms_norm(
     with on_device(x.device):
         rms_norm_kernel[(x.shape[0],)](
             x, delta, total, weight, out, n, eps, x, 0, BLOCK=_block(n), W32=weight_in_fp32,
-            ADD=True, **pdl(x.device),
+            ADD=True, **NORM_LAUNCH, **pdl(x.device),
         )  # fmt: skip
     return total, out
 
@@ -93,15 +97,15 @@ LINEAR_BLOCK: dict[str, tuple[int, int, int]] = {}
 
 
 def linear_block(rows: int, cols: int, int8: bool) -> tuple[int, int, int]:
-    """The block shape by matrix shape: the best of benches/linear_tune.py on the H200
-    (docs/benchmarks.md, issue 10) for the 30B-A3B geometry's q/k/v (5120 x 2048), o
-    (2048 x 4096), router (128 x 2048) and LM head (151936 x 2048), e.g. q/k/v 7.18 us
-    against F.linear's 7.92, o 7.18 against 8.78, router 3.03 against 5.24."""
+    """The block shape by matrix shape, from benches/linear_tune.py and the step's A/B
+    on the H200 (docs/benchmarks.md, issue 10): an LM head (151936 x 2048) 8 or 16
+    rows a program; every other product two rows a program, 2048 columns a step, four
+    warps. On the 30B-A3B geometry's q/k/v (5120 x 2048), o (2048 x 4096) and router
+    (128 x 2048), e.g. int8 o 5.69 us against 6.32 with (4, 1024, 4), the router 2.08
+    against 2.96 with (4, 1024, 8); the step 1,985.5 against 2,022.7 us (gpu99)."""
     if rows > 16384:  # an LM head
         return (16, 512, 8) if int8 else (8, 1024, 8)
-    if cols >= 4096 or rows <= 1024:
-        return (4, 1024, 4 if int8 and rows > 1024 else 8)
-    return (8, 512, 8) if int8 else (4, 512, 4)
+    return (2, 2048, 4)
 
 
 def linear(
@@ -137,6 +141,40 @@ def linear(
             **pdl(x.device),
         )  # fmt: skip
     return out
+
+
+NORM_LINEAR_ROWS = 2  # rows per program of ``norm_linear`` (4 warps, whole rows)
+NORM_LINEAR_COLS = 4096  # the widest rows it takes (each program holds two and the norm)
+
+
+def norm_linear(
+    h: torch.Tensor,  # [1, K] in the model dtype
+    norm_weight: torch.Tensor,  # [K]
+    eps: float,
+    weight: torch.Tensor,  # [N, K] in h's dtype
+    weight_in_fp32: bool = False,
+    eighths: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(``linear(normed, weight)``, normed) for normed = ``rms_norm(h, norm_weight,
+    eps, weight_in_fp32)`` (also written into ``eighths`` when given), in one launch:
+    every program normalises h itself, so no launch of its own waits for the norm (the
+    router after the post-attention norm). The norm's sum and the product's are added
+    in this kernel's order, not ``rms_norm``'s and ``linear``'s."""
+    rows, cols = weight.shape
+    assert h.shape == (1, cols) and weight.dtype == h.dtype and weight.stride(1) == 1
+    assert cols <= NORM_LINEAR_COLS, cols
+    h = h.contiguous()
+    normed = torch.empty_like(h)
+    out = torch.empty(1, rows, dtype=h.dtype, device=h.device)
+    e_stride = 0 if eighths is None else eighths.shape[1] // 8
+    with on_device(h.device):
+        norm_linear_kernel[(triton.cdiv(rows, NORM_LINEAR_ROWS),)](
+            h, weight, weight.stride(0), norm_weight, out, normed,
+            h if eighths is None else eighths, e_stride, rows, cols, eps,
+            ROUND=_DTYPES[h.dtype], BN=NORM_LINEAR_ROWS, BLOCK=_block(cols),
+            W32=weight_in_fp32, EIGHTHS=eighths is not None, num_warps=4, **pdl(h.device),
+        )  # fmt: skip
+    return out, normed
 
 
 def head_rope(

@@ -176,9 +176,9 @@ class StreamedDecoder(GraphDecoder):
         layer = model.layers[index]
         mlp = layer.mlp
         assert isinstance(mlp, MoEBlock)
-        h, normed = self._dense(layer, x, cos, sin, mask, span, self.h[index])
+        h = self._attended(layer, x, cos, sin, mask, span, self.h[index])
+        normed, ids, weights = self._moe_input(layer, mlp, h, None)
         self.normed[index].copy_(normed)
-        ids, weights = self._route(mlp, normed)
         self.ids[index].copy_(ids)
         self.weights[index].copy_(weights)
         if mlp.shared is not None:

@@ -23,6 +23,7 @@ __all__ = [
     "decode_attention_kernel",
     "head_rope_kernel",
     "linear_kernel",
+    "norm_linear_kernel",
     "qkv_rope_kernel",
     "rms_norm_kernel",
     "route_kernel",
@@ -185,15 +186,68 @@ if triton is not None:
             d = tl.load(d_ptr + row * n + cols, mask=ok, other=0.0).to(tl.float32)
             x = _round(x + d, out_type)
             tl.store(sum_ptr + row * n + cols, x.to(out_type), mask=ok)
+        y = _rms_normed(x, w_ptr, cols, ok, n, eps, W32, out_type)
+        _store_normed(y, out_ptr + row * n, cols, ok, e_ptr + row * 8 * e_stride, e_stride, EIGHTHS)
+
+    @triton.jit
+    def _rms_normed(x, w_ptr, cols, ok, n, eps, W32: tl.constexpr, OUT: tl.constexpr):
+        """``w * (x / rms(x)).to(OUT)`` of one row x [BLOCK] (fp32, 0 past n), rounded
+        to ``OUT``; with ``W32`` the weight multiplied in fp32 before the one cast."""
         normed = x * tl.rsqrt(tl.sum(x * x, axis=0) / n + eps)
         if not W32:
-            normed = _round(normed, out_type)
+            normed = _round(normed, OUT)
         w = tl.load(w_ptr + cols, mask=ok, other=0.0).to(tl.float32)
-        y = _round(w * normed, out_type)
-        tl.store(out_ptr + row * n + cols, y.to(out_type), mask=ok)
+        return _round(w * normed, OUT)
+
+    @triton.jit
+    def _store_normed(y, out_ptr, cols, ok, e_ptr, e_stride, EIGHTHS: tl.constexpr):
+        """A normed row y into ``out_ptr`` and, with ``EIGHTHS``, in the word kernels'
+        eighths layout at ``e_ptr`` (``eighths_kernel``'s bits)."""
+        out_type = out_ptr.dtype.element_ty
+        tl.store(out_ptr + cols, y.to(out_type), mask=ok)
         if EIGHTHS:
-            at = e_ptr + row * 8 * e_stride + _eighths_index(cols, e_stride)
+            at = e_ptr + _eighths_index(cols, e_stride)
             tl.store(at, _times_2_to(y, _eighth_exp(cols % 8)), mask=ok)
+
+    @triton.jit
+    def norm_linear_kernel(
+        h_ptr,
+        w_ptr,
+        w_row,
+        nw_ptr,
+        out_ptr,
+        normed_ptr,
+        e_ptr,
+        e_stride,
+        n_rows,
+        n_cols,
+        eps,
+        ROUND: tl.constexpr,
+        BN: tl.constexpr,
+        BLOCK: tl.constexpr,
+        W32: tl.constexpr,
+        EIGHTHS: tl.constexpr = False,
+        GDC: tl.constexpr = False,
+    ):
+        """One token's RMSNorm of h (``rms_norm_kernel``'s ops) and the product of w's
+        rows ``BN`` at a time with it (``linear_kernel``'s roundings, bf16 weights, no
+        bias), in one launch: each program computes the norm itself (the same bits in
+        each: the same code on the same row), program 0 also writes it to
+        ``normed_ptr`` (and the eighths). Whole rows (``BLOCK`` >= n_cols) in one step,
+        read before ``_await_inputs``."""
+        rows = tl.program_id(0) * BN + tl.arange(0, BN)
+        row_ok = rows < n_rows
+        cols = tl.arange(0, BLOCK)
+        ok = cols < n_cols
+        w_at = w_ptr + rows[:, None] * w_row + cols[None, :]
+        w = tl.load(w_at, mask=row_ok[:, None] & ok[None, :], other=0.0)
+        _await_inputs(GDC)
+        x = tl.load(h_ptr + cols, mask=ok, other=0.0).to(tl.float32)
+        y = _rms_normed(x, nw_ptr, cols, ok, n_cols, eps, W32, normed_ptr.dtype.element_ty)
+        if tl.program_id(0) == 0:
+            _store_normed(y, normed_ptr, cols, ok, e_ptr, e_stride, EIGHTHS)
+        acc = _round(tl.sum(w.to(tl.float32) * y[None, :], axis=1), ROUND)
+        tl.store(out_ptr + rows, acc.to(out_ptr.dtype.element_ty), mask=row_ok)
 
     @triton.jit
     def _head_rope(
