@@ -1551,8 +1551,21 @@ gpu100() {
   timeout 160 flint bench "$DATA/q30.ftw" -p 512 -n 128 -r 2 --mode resident 2>&1 | tail -4
 }
 
+# Session 18, fifth call: the step A/B of the small kernels' warps and the ranked sum in
+# the next norm's launch (q30d8), and of the block shapes and the router's norm on q30.
+gpu101() {
+  flint synth --geometry qwen3-30b-a3b --quant int4 --dense-quant int8 -o "$DATA/q30d8.ftw" | tail -1
+  timeout 200 python3 benches/step_ab.py "$DATA/q30d8.ftw" \
+    --configs base,ranked-in-norm,norm-w4,norm-w16,nl-w8,rope-w1,rope-w2 2>&1 | tail -7
+  rm -f "$DATA/q30d8.ftw"
+  flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
+  timeout 150 python3 benches/step_ab.py "$DATA/q30.ftw" \
+    --configs base,blocks-before,norm-launch,ranked-in-norm 2>&1 | tail -4
+}
+
 case $what in
   install) install ;;
+  gpu101) install; gpu101 ;;
   gpu100) install; gpu100 ;;
   gpu99) install; gpu99 ;;
   gpu98) install; gpu98 ;;

@@ -16,7 +16,9 @@ off), ``route-two-pass`` (the router's top-k by two reductions per pick across f
 warps, fused.ROUTE_ONE_PASS off), ``no-pdl-two-pass``, ``linear-ahead``
 (fused.LINEAR_AHEAD), ``attn-*`` (the attention's positions per step and warps),
 ``blocks-before`` and ``blocks-tuned`` (the one-token products' block shapes),
-``norm-launch`` (decode.NORM_IN_ROUTER off), ``norm-w*`` (the norms' warps).
+``norm-launch`` (decode.NORM_IN_ROUTER off), ``ranked-in-norm`` and ``ranked-launch``
+(decode.RANKED_SUM_IN_NORM on and off), ``norm-w*``, ``nl-w8`` and ``rope-w*`` (the
+norms', the router-with-norm's and q/k/v RoPE's warps).
 ``--profile CONFIG`` then prints each kernel's time per step. (The sixteenth
 session's ``no-fold`` and ``serial`` rows measured small steps folded into their
 neighbours' launches, since taken out: docs/benchmarks.md.)
@@ -55,8 +57,14 @@ CONFIGS: dict[str, dict[str, Any]] = {
     # each shape's best of linear_tune (gpu99) instead of (2, 2048, 4) for all
     "blocks-tuned": {"fused.linear_block": lambda r, c, i8: _blocks_tuned(r, c, i8)},
     "norm-launch": {"decode.NORM_IN_ROUTER": False},  # the post-attention norm: own launch
-    "norm-w8": {"fused.NORM_LAUNCH": {"num_warps": 8}},
+    "ranked-in-norm": {"decode.RANKED_SUM_IN_NORM": True},  # the ranked sum: next norm's
+    "ranked-launch": {"decode.RANKED_SUM_IN_NORM": False},
+    "norm-w4": {"fused.NORM_LAUNCH": {"num_warps": 4}},  # the norms' warps (default 8)
+    "norm-w16": {"fused.NORM_LAUNCH": {"num_warps": 16}},
     "norm-w2": {"fused.NORM_LAUNCH": {"num_warps": 2}},
+    "nl-w8": {"fused.NORM_LINEAR_WARPS": 8},  # the router's launch with the norm
+    "rope-w1": {"fused.ROPE_LAUNCH": {"num_warps": 1}},  # q/k/v RoPE's warps (default 4)
+    "rope-w2": {"fused.ROPE_LAUNCH": {"num_warps": 2}},
 }
 _LINEAR_BLOCK = fused.linear_block
 

@@ -40,7 +40,12 @@ def _block(n: int) -> int:
     return int(triton.next_power_of_2(n))
 
 
-NORM_LAUNCH: dict[str, int] = {}  # num_warps when set (an A/B; else Triton's default, 4)
+# The norms' warps: 8 against Triton's default 4, one 16-byte load per thread of a
+# 2048-wide row (the 30B-A3B step: 1,892.4 against 1,932.9 us, gpu100; 2 warps
+# 1,978.4). A dict for the benches' A/B.
+NORM_LAUNCH: dict[str, int] = {"num_warps": 8}
+NORM_LINEAR_WARPS = 4  # ``norm_linear``'s (an A/B in benches/step_ab.py)
+ROPE_LAUNCH: dict[str, int] = {}  # ``qkv_rope``'s num_warps when set (an A/B)
 
 
 def rms_norm(
@@ -72,16 +77,24 @@ def add_rms_norm(
     weight: torch.Tensor,
     eps: float,
     weight_in_fp32: bool = False,
+    rank_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The residual sum s = x + delta [T, H] (torch's add) and ``rms_norm(s, ...)``, in
-    one kernel: (s, normed)."""
+    one kernel: (s, normed). With ``rank_weights`` [T, K], delta is a MoE layer's
+    per-rank outputs [T*K, H] (fp32) and the MLP's output is their ranked sum
+    (``moe_kernel.ranked_sum``'s bits), made in the same launch."""
     x, delta = x.contiguous(), delta.contiguous()
     total, out = torch.empty_like(x), torch.empty_like(x)
-    n = x.shape[1]
+    tokens, n = x.shape
+    ranked = {}
+    if rank_weights is not None:
+        top_k = rank_weights.shape[1]
+        assert delta.shape == (tokens * top_k, n) and delta.dtype == torch.float32
+        ranked = {"rw_ptr": rank_weights.contiguous(), "TOPK": top_k}
     with on_device(x.device):
-        rms_norm_kernel[(x.shape[0],)](
+        rms_norm_kernel[(tokens,)](
             x, delta, total, weight, out, n, eps, x, 0, BLOCK=_block(n), W32=weight_in_fp32,
-            ADD=True, **NORM_LAUNCH, **pdl(x.device),
+            ADD=True, **ranked, **NORM_LAUNCH, **pdl(x.device),
         )  # fmt: skip
     return total, out
 
@@ -143,7 +156,7 @@ def linear(
     return out
 
 
-NORM_LINEAR_ROWS = 2  # rows per program of ``norm_linear`` (4 warps, whole rows)
+NORM_LINEAR_ROWS = 2  # rows per program of ``norm_linear`` (whole rows)
 NORM_LINEAR_COLS = 4096  # the widest rows it takes (each program holds two and the norm)
 
 
@@ -172,7 +185,8 @@ def norm_linear(
             h, weight, weight.stride(0), norm_weight, out, normed,
             h if eighths is None else eighths, e_stride, rows, cols, eps,
             ROUND=_DTYPES[h.dtype], BN=NORM_LINEAR_ROWS, BLOCK=_block(cols),
-            W32=weight_in_fp32, EIGHTHS=eighths is not None, num_warps=4, **pdl(h.device),
+            W32=weight_in_fp32, EIGHTHS=eighths is not None, num_warps=NORM_LINEAR_WARPS,
+            **pdl(h.device),
         )  # fmt: skip
     return out, normed
 
@@ -223,7 +237,7 @@ def qkv_rope(
             y, y if q_norm is None else q_norm, y if k_norm is None else k_norm, cos, sin,
             position, q, keys, values, keys.stride(0), keys.stride(1), values.stride(0),
             values.stride(1), heads, kv_heads, dim, eps, NORM=q_norm is not None,
-            ROT=cos.shape[-1], BLOCK=_block(dim), **pdl(y.device),
+            ROT=cos.shape[-1], BLOCK=_block(dim), **ROPE_LAUNCH, **pdl(y.device),
         )  # fmt: skip
 
 

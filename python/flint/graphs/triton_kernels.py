@@ -14,6 +14,7 @@ __all__ = [
     "_await_inputs",
     "_eighth_exp",
     "_eighths_index",
+    "_ranked_total",
     "_round",
     "_times_2_to",
     "_w_steps",
@@ -155,6 +156,18 @@ if triton is not None:
         tl.store(out_ptr + rows, acc.to(out_type), mask=row_ok)
 
     @triton.jit
+    def _ranked_total(y_ptr, rw_ptr, token, cols, ok, hid, TOPK: tl.constexpr, OUT: tl.constexpr):
+        """A token's MoE output at ``cols``: the sum over ranks, in rank order, of each
+        rank's weight times its expert's output y [T*K, H] (fp32), rounded to ``OUT``
+        once (``ranked_sum_kernel``'s and the norm's, the same code)."""
+        total = tl.zeros(cols.shape, dtype=tl.float32)
+        for rank in tl.static_range(TOPK):
+            pair = token * TOPK + rank
+            y = tl.load(y_ptr + pair * hid + cols, mask=ok, other=0.0)
+            total = total + y * tl.load(rw_ptr + pair).to(tl.float32)
+        return _round(total, OUT)
+
+    @triton.jit
     def rms_norm_kernel(
         x_ptr,
         d_ptr,
@@ -169,13 +182,18 @@ if triton is not None:
         W32: tl.constexpr,
         ADD: tl.constexpr,
         EIGHTHS: tl.constexpr = False,
+        rw_ptr=None,
+        TOPK: tl.constexpr = 0,
         GDC: tl.constexpr = False,
     ):
         """One row as ``flint.models.norm.rms_norm``: ``w * (x / rms(x)).to(dtype)``, or
         with ``W32`` (GPT-OSS) the weight multiplied in fp32 before the one cast. With
         ``ADD``, x is first the residual sum ``x + d`` rounded to the dtype (torch's
-        add), also written to ``sum_ptr``. With ``EIGHTHS``, the output is also written
-        in the word kernels' eighths layout at ``e_ptr`` (``eighths_kernel``'s bits)."""
+        add), also written to ``sum_ptr``; with ``TOPK`` > 0, d is a MoE layer's
+        per-rank outputs [K, n] (fp32) and ``rw_ptr`` their weights, summed as
+        ``ranked_sum_kernel`` sums them (the same bits) before the add. With
+        ``EIGHTHS``, the output is also written in the word kernels' eighths layout at
+        ``e_ptr`` (``eighths_kernel``'s bits)."""
         _await_inputs(GDC)
         row = tl.program_id(0)
         cols = tl.arange(0, BLOCK)
@@ -183,7 +201,10 @@ if triton is not None:
         x = tl.load(x_ptr + row * n + cols, mask=ok, other=0.0).to(tl.float32)
         out_type = out_ptr.dtype.element_ty
         if ADD:
-            d = tl.load(d_ptr + row * n + cols, mask=ok, other=0.0).to(tl.float32)
+            if TOPK > 0:
+                d = _ranked_total(d_ptr, rw_ptr, row, cols, ok, n, TOPK, out_type)
+            else:
+                d = tl.load(d_ptr + row * n + cols, mask=ok, other=0.0).to(tl.float32)
             x = _round(x + d, out_type)
             tl.store(sum_ptr + row * n + cols, x.to(out_type), mask=ok)
         y = _rms_normed(x, w_ptr, cols, ok, n, eps, W32, out_type)
