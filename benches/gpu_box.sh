@@ -1563,8 +1563,22 @@ gpu101() {
     --configs base,blocks-before,norm-launch,ranked-in-norm 2>&1 | tail -4
 }
 
+# Session 18, last call: the GPU tests on the final code (bf16 products back on their
+# earlier blocks, q/k/v RoPE on one warp), R0 on both files.
+gpu102() {
+  gpu_tests
+  flint synth --geometry qwen3-30b-a3b --quant int4 --dense-quant int8 -o "$DATA/q30d8.ftw" | tail -1
+  timeout 100 python3 benches/graph_decode.py "$DATA/q30d8.ftw" --tokens 128 --reps 2 --modes on 2>&1 \
+    | grep -E "tg_tok|_sd|roofline|bytes_per|copy_gb|Error"
+  rm -f "$DATA/q30d8.ftw"
+  flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
+  timeout 100 python3 benches/graph_decode.py "$DATA/q30.ftw" --tokens 128 --reps 2 --modes on 2>&1 \
+    | grep -E "tg_tok|_sd|roofline|bytes_per|copy_gb|Error"
+}
+
 case $what in
   install) install ;;
+  gpu102) install; gpu102 ;;
   gpu101) install; gpu101 ;;
   gpu100) install; gpu100 ;;
   gpu99) install; gpu99 ;;

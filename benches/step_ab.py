@@ -15,7 +15,8 @@ without int8 run), ``bytes`` (int4 experts read as byte tiles, moe_kernel.WORDS
 off), ``route-two-pass`` (the router's top-k by two reductions per pick across four
 warps, fused.ROUTE_ONE_PASS off), ``no-pdl-two-pass``, ``linear-ahead``
 (fused.LINEAR_AHEAD), ``attn-*`` (the attention's positions per step and warps),
-``blocks-before`` and ``blocks-tuned`` (the one-token products' block shapes),
+``blocks-before``, ``blocks-tuned`` and ``blocks-whole`` (the one-token products'
+block shapes),
 ``norm-launch`` (decode.NORM_IN_ROUTER off), ``ranked-in-norm`` and ``ranked-launch``
 (decode.RANKED_SUM_IN_NORM on and off), ``norm-w*``, ``nl-w8`` and ``rope-w*`` (the
 norms', the router-with-norm's and q/k/v RoPE's warps).
@@ -56,6 +57,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "blocks-before": {"fused.linear_block": lambda r, c, i8: _blocks_before(r, c, i8)},
     # each shape's best of linear_tune (gpu99) instead of (2, 2048, 4) for all
     "blocks-tuned": {"fused.linear_block": lambda r, c, i8: _blocks_tuned(r, c, i8)},
+    # (2, 2048, 4) for every product but the LM head, bf16 too (gpu100's default)
+    "blocks-whole": {"fused.linear_block": lambda r, c, i8: _blocks_whole(r, c, i8)},
     "norm-launch": {"decode.NORM_IN_ROUTER": False},  # the post-attention norm: own launch
     "ranked-in-norm": {"decode.RANKED_SUM_IN_NORM": True},  # the ranked sum: next norm's
     "ranked-launch": {"decode.RANKED_SUM_IN_NORM": False},
@@ -63,7 +66,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "norm-w16": {"fused.NORM_LAUNCH": {"num_warps": 16}},
     "norm-w2": {"fused.NORM_LAUNCH": {"num_warps": 2}},
     "nl-w8": {"fused.NORM_LINEAR_WARPS": 8},  # the router's launch with the norm
-    "rope-w1": {"fused.ROPE_LAUNCH": {"num_warps": 1}},  # q/k/v RoPE's warps (default 4)
+    "rope-w4": {"fused.ROPE_LAUNCH": {"num_warps": 4}},  # q/k/v RoPE's warps (default 1)
+    "rope-w1": {"fused.ROPE_LAUNCH": {"num_warps": 1}},
     "rope-w2": {"fused.ROPE_LAUNCH": {"num_warps": 2}},
 }
 _LINEAR_BLOCK = fused.linear_block
@@ -76,6 +80,11 @@ def _blocks_before(rows: int, cols: int, int8: bool) -> tuple[int, int, int]:
     if cols >= 4096 or rows <= 1024:
         return (4, 1024, 4 if int8 and rows > 1024 else 8)
     return (8, 512, 8) if int8 else (4, 512, 4)
+
+
+def _blocks_whole(rows: int, cols: int, int8: bool) -> tuple[int, int, int]:
+    """Two rows a program, 2048 columns a step, for every product but the LM head."""
+    return _LINEAR_BLOCK(rows, cols, int8) if rows > 16384 else (2, 2048, 4)
 
 
 def _blocks_tuned(rows: int, cols: int, int8: bool) -> tuple[int, int, int]:

@@ -41,11 +41,13 @@ def _block(n: int) -> int:
 
 
 # The norms' warps: 8 against Triton's default 4, one 16-byte load per thread of a
-# 2048-wide row (the 30B-A3B step: 1,892.4 against 1,932.9 us, gpu100; 2 warps
-# 1,978.4). A dict for the benches' A/B.
+# 2048-wide row (the 30B-A3B step: 1,892.4 against 1,932.9 us, gpu100; 1,898.5 against
+# 1,918.7, gpu101; 2 warps 1,978.4, 16 1,900.5). A dict for the benches' A/B.
 NORM_LAUNCH: dict[str, int] = {"num_warps": 8}
-NORM_LINEAR_WARPS = 4  # ``norm_linear``'s (an A/B in benches/step_ab.py)
-ROPE_LAUNCH: dict[str, int] = {}  # ``qkv_rope``'s num_warps when set (an A/B)
+NORM_LINEAR_WARPS = 4  # ``norm_linear``'s (8: 1,900.2 against 1,898.5 us, gpu101)
+# ``qkv_rope``'s warps: one per head's program (the step 1,891.2 against 1,898.5 us with
+# four, gpu101); a dict for the benches' A/B
+ROPE_LAUNCH: dict[str, int] = {"num_warps": 1}
 
 
 def rms_norm(
@@ -111,14 +113,19 @@ LINEAR_BLOCK: dict[str, tuple[int, int, int]] = {}
 
 def linear_block(rows: int, cols: int, int8: bool) -> tuple[int, int, int]:
     """The block shape by matrix shape, from benches/linear_tune.py and the step's A/B
-    on the H200 (docs/benchmarks.md, issue 10): an LM head (151936 x 2048) 8 or 16
-    rows a program; every other product two rows a program, 2048 columns a step, four
-    warps. On the 30B-A3B geometry's q/k/v (5120 x 2048), o (2048 x 4096) and router
-    (128 x 2048), e.g. int8 o 5.69 us against 6.32 with (4, 1024, 4), the router 2.08
-    against 2.96 with (4, 1024, 8); the step 1,985.5 against 2,022.7 us (gpu99)."""
+    on the H200 (docs/benchmarks.md, issue 10). An LM head (151936 x 2048): 8 or 16
+    rows a program. int8 products and small ones such as the router: two rows a
+    program, 2048 columns a step, four warps (int8 o 5.69 us against 6.32 with
+    (4, 1024, 4), the router 2.08 against 2.96; the int8 step 1,985.5 against 2,022.7
+    us, gpu99). bf16 q/k/v (5120 x 2048) and o (2048 x 4096) keep 4 rows and 512 or
+    1024 columns: whole rows were faster alone but slower in the step, whose first
+    tile is read before the kernel before has finished (2,105.7 against 2,051.3 us,
+    gpu101)."""
     if rows > 16384:  # an LM head
         return (16, 512, 8) if int8 else (8, 1024, 8)
-    return (2, 2048, 4)
+    if int8 or rows <= 1024:
+        return (2, 2048, 4)
+    return (4, 1024, 8) if cols >= 4096 else (4, 512, 4)
 
 
 def linear(
