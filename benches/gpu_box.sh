@@ -1511,6 +1511,9 @@ gpu97() {
     | grep -E "tg_tok|_sd|roofline|bytes_per|copy_gb|Error"
 }
 
+# (Session 18's fused.LINEAR_AHEAD, linear_tune --ahead and decode.RANKED_SUM_IN_NORM,
+# with step_ab's linear-ahead and ranked-in-norm, were measured slower and taken out
+# after gpu101: gpu98, gpu99 and gpu101 below record what ran.)
 # Session 18, second call: the one-token products with two weight tiles in flight
 # (fused.LINEAR_AHEAD) block by block, and in the step with the attention's variants;
 # the one-pass router's GPU test after its tolerance mend.

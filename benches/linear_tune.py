@@ -2,15 +2,15 @@
 against torch's ``F.linear`` on the dense shapes of the 30B-A3B geometry's decode step.
 
 Usage: python benches/linear_tune.py [--shapes qkv,o,router,head] [--quick]
-       [--ahead off|on|both] [--blocks "8,512,8;4,1024,4"]
+       [--blocks "8,512,8;4,1024,4"]
 
 Per shape, enough distinct weight copies that together they exceed the L2 (every call
 reads HBM), one call per copy captured in a CUDA graph, replayed 20 times and timed
 with events (launch cost excluded, as in the decode step's graphs). Rows: GB/s of
 weight bytes (and scales) read, for torch (bf16 only) and each (rows, columns,
-warps) block of the kernel, bf16 and int8 weights; ``--ahead both`` times each block
-with and without two weight tiles in flight (``fused.LINEAR_AHEAD``), one after the
-other.
+warps) block of the kernel, bf16 and int8 weights. (The eighteenth session's
+``--ahead``, two weight tiles in flight, was taken out with the kernel's option:
+docs/benchmarks.md.)
 """
 
 from __future__ import annotations
@@ -49,9 +49,7 @@ def timed(calls: list[Callable[[], object]], reps: int = 20) -> float:
     return start.elapsed_time(end) / 1e3 / reps
 
 
-def tune(
-    name: str, blocks: list[tuple[int, int, int]], dev: torch.device, aheads: list[bool]
-) -> None:
+def tune(name: str, blocks: list[tuple[int, int, int]], dev: torch.device) -> None:
     """Torch and every block on shape ``name``, bf16 and int8 weights."""
     n, k = SHAPES[name]
     copies = max(2, (512 << 20) // (n * k * 2))
@@ -64,7 +62,6 @@ def tune(
 
     def report(kernel: str, scheme: str, block: object, sec: float) -> dict:
         row = {"shape": name, "kernel": kernel, "scheme": scheme, "block": block}
-        row["ahead"] = fused.LINEAR_AHEAD
         row |= {"us": round(sec / copies * 1e6, 2), "gb_s": round(nbytes[scheme] / sec / 1e9, 1)}
         print(json.dumps(row), flush=True)
         return row
@@ -79,9 +76,8 @@ def tune(
                 partial(fused.linear, x, q, scale=s, out=o)
                 for q, s, o in zip(qs, ss, outs, strict=True)
             ]
-        for block, ahead in itertools.product(blocks, aheads):
+        for block in blocks:
             fused.LINEAR_BLOCK[scheme] = block
-            fused.LINEAR_AHEAD = ahead
             try:
                 row = report("flint", scheme, block, timed(calls))
             except Exception as err:  # a shape the compiler refuses: say so, go on
@@ -96,15 +92,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", default="qkv,o,router,head")
     parser.add_argument("--quick", action="store_true", help="fewer block shapes")
-    parser.add_argument(
-        "--ahead",
-        choices=("off", "on", "both"),
-        default="off",
-        help="two weight tiles in flight (fused.LINEAR_AHEAD): off, on, or each block both ways",
-    )
     parser.add_argument("--blocks", help='block shapes to time, e.g. "8,512,8;4,1024,4"')
     args = parser.parse_args()
-    aheads = {"off": [False], "on": [True], "both": [False, True]}[args.ahead]
     dev = torch.device("cuda", 0)
     blocks = list(itertools.product((4, 8, 16, 32), (512, 1024), (4, 8)))
     if args.quick:
@@ -112,7 +101,7 @@ def main() -> None:
     if args.blocks:
         blocks = [tuple(int(v) for v in b.split(",")) for b in args.blocks.split(";")]  # type: ignore[misc]
     for name in args.shapes.split(","):
-        tune(name, blocks, dev, aheads)
+        tune(name, blocks, dev)
         torch.cuda.empty_cache()
 
 

@@ -13,16 +13,14 @@ process, and rounds alternate, so a difference is the step's. Only the step is t
 ``--dense-quant int8`` file's attention through its dequantized matrices, as files
 without int8 run), ``bytes`` (int4 experts read as byte tiles, moe_kernel.WORDS
 off), ``route-two-pass`` (the router's top-k by two reductions per pick across four
-warps, fused.ROUTE_ONE_PASS off), ``no-pdl-two-pass``, ``linear-ahead``
-(fused.LINEAR_AHEAD), ``attn-*`` (the attention's positions per step and warps),
-``blocks-before``, ``blocks-tuned`` and ``blocks-whole`` (the one-token products'
-block shapes),
-``norm-launch`` (decode.NORM_IN_ROUTER off), ``ranked-in-norm`` and ``ranked-launch``
-(decode.RANKED_SUM_IN_NORM on and off), ``norm-w*``, ``nl-w8`` and ``rope-w*`` (the
-norms', the router-with-norm's and q/k/v RoPE's warps).
-``--profile CONFIG`` then prints each kernel's time per step. (The sixteenth
-session's ``no-fold`` and ``serial`` rows measured small steps folded into their
-neighbours' launches, since taken out: docs/benchmarks.md.)
+warps, fused.ROUTE_ONE_PASS off), ``no-pdl-two-pass``, ``attn-*`` (the attention's
+positions per step and warps), ``blocks-before``, ``blocks-tuned`` and
+``blocks-whole`` (the one-token products' block shapes), ``norm-launch``
+(decode.NORM_IN_ROUTER off), ``norm-w*``, ``nl-w8`` and ``rope-w*`` (the norms', the
+router-with-norm's and q/k/v RoPE's warps). ``--profile CONFIG`` then prints each
+kernel's time per step. (The sixteenth session's ``no-fold`` and ``serial`` rows, and
+the eighteenth's ``linear-ahead`` and ``ranked-in-norm``, measured switches since taken
+out: docs/benchmarks.md.)
 """
 
 from __future__ import annotations
@@ -48,7 +46,6 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "eighths-launch": {"decode.EIGHTHS_IN_NORM": False},  # the experts' input: own launch
     "route-two-pass": {"fused.ROUTE_ONE_PASS": False},  # the router's top-k as before
     "no-pdl-two-pass": {"PDL": False, "fused.ROUTE_ONE_PASS": False},
-    "linear-ahead": {"fused.LINEAR_AHEAD": True},  # two weight tiles in flight
     "attn-b128": {"fused.ATTENTION_BLOCK": 128},  # attention: 128 positions per step
     "attn-b128-w8": {"fused.ATTENTION_BLOCK": 128, "fused.ATTENTION_LAUNCH": {"num_warps": 8}},
     "attn-w8": {"fused.ATTENTION_LAUNCH": {"num_warps": 8}},
@@ -60,8 +57,6 @@ CONFIGS: dict[str, dict[str, Any]] = {
     # (2, 2048, 4) for every product but the LM head, bf16 too (gpu100's default)
     "blocks-whole": {"fused.linear_block": lambda r, c, i8: _blocks_whole(r, c, i8)},
     "norm-launch": {"decode.NORM_IN_ROUTER": False},  # the post-attention norm: own launch
-    "ranked-in-norm": {"decode.RANKED_SUM_IN_NORM": True},  # the ranked sum: next norm's
-    "ranked-launch": {"decode.RANKED_SUM_IN_NORM": False},
     "norm-w4": {"fused.NORM_LAUNCH": {"num_warps": 4}},  # the norms' warps (default 8)
     "norm-w16": {"fused.NORM_LAUNCH": {"num_warps": 16}},
     "norm-w2": {"fused.NORM_LAUNCH": {"num_warps": 2}},

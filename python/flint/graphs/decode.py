@@ -35,7 +35,6 @@ from flint.graphs.moe_kernel import (
     available,
     dependent_launch,
     eighths_buffer,
-    expert_outputs,
     moe_experts,
     on_device,
     slab_unsupported,
@@ -69,14 +68,6 @@ FUSED_SDPA = True
 # instead of waiting for the norm's own launch: one launch fewer per MoE layer. False
 # for an A/B in benches.
 NORM_IN_ROUTER = True
-# A MoE layer's ranked sum of its experts' outputs made by the next norm's launch
-# (``fused.add_rms_norm(rank_weights=)``, the same bits) instead of its own: one launch
-# fewer per MoE layer without shared experts. False for an A/B in benches.
-RANKED_SUM_IN_NORM = False
-
-# the MLP's output not yet added to the residual: a tensor [1, H], or a MoE layer's
-# (per-rank outputs [K, H] fp32, their weights [1, K]) for the next norm to sum
-Delta = torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None
 
 
 def expert_pools(backend: object) -> dict[int, ExpertPool] | None:
@@ -327,7 +318,7 @@ class GraphDecoder:
         model = self.model
         cos, sin, mask = self._inputs(span)
         x = model.embed.index_select(0, self.token)  # [1, H]
-        delta: Delta = None  # the last MLP's output, not yet added to x
+        delta: torch.Tensor | None = None  # the last MLP's output, not yet added to x
         with dependent_launch():  # one stream, kernel after kernel: moe_kernel.PDL
             for layer in model.layers:
                 x, delta = self._layer(layer, x, delta, cos, sin, mask, span)
@@ -340,7 +331,7 @@ class GraphDecoder:
         mask = (self.positions[:span] <= self.position)[None, :]  # [1, S]
         return cos, sin, mask
 
-    def _head(self, x: torch.Tensor, delta: Delta = None) -> None:
+    def _head(self, x: torch.Tensor, delta: torch.Tensor | None = None) -> None:
         """The final norm and LM head of x (+ delta) [1, H] into ``logits``."""
         model = self.model
         eps = model.config.rms_norm_eps
@@ -365,15 +356,12 @@ class GraphDecoder:
         return norm(x, w, eps)
 
     def _add_norm(
-        self, norm: Norm, x: torch.Tensor, delta: Delta, w: torch.Tensor, eps: float
+        self, norm: Norm, x: torch.Tensor, delta: torch.Tensor | None, w: torch.Tensor, eps: float
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The residual x + delta (x when no delta) and its norm, in one kernel where
-        the norm is fused (a per-rank delta is summed there: only where it is)."""
+        the norm is fused."""
         if delta is None:
             return x, self._norm(norm, x, w, eps)
-        if isinstance(delta, tuple):
-            per_rank, weights = delta
-            return fused.add_rms_norm(x, per_rank, w, eps, self.norm_fp32, weights)
         if self.fused_norm:
             return fused.add_rms_norm(x, delta, w, eps, self.norm_fp32)
         total = x + delta
@@ -407,12 +395,12 @@ class GraphDecoder:
         self,
         layer: DecoderLayer,
         x: torch.Tensor,
-        delta: Delta,
+        delta: torch.Tensor | None,
         cos: torch.Tensor,
         sin: torch.Tensor,
         mask: torch.Tensor,
         span: int,
-    ) -> tuple[torch.Tensor, Delta]:
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """The layer on its input x + delta: (the residual after attention, the MLP's
         output), whose sum is the layer's output (added by the next norm's kernel)."""
         x, xs = self._add_norm(layer.norm, x, delta, layer.input_norm, layer.eps)
@@ -424,8 +412,6 @@ class GraphDecoder:
         h = self._attended(layer, x, cos, sin, mask, span, normed_x=xs)
         normed, ids, weights = self._moe_input(layer, mlp, h, eighths)
         pool = self.pools[layer.index]
-        if RANKED_SUM_IN_NORM and self.fused_norm and mlp.shared is None:
-            return h, (expert_outputs(normed, ids, pool, self.scratch, eighths), weights)
         out = moe_experts(normed, ids, weights, pool, self.scratch, self.moe_out, eighths)
         if mlp.shared is not None:
             out = out + mlp._shared(normed)
@@ -441,14 +427,13 @@ class GraphDecoder:
         span: int,
         h: torch.Tensor | None = None,
         normed_x: torch.Tensor | None = None,
-        eighths: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The layer up to its MLP: the residual after attention h [1, H] (written into
-        ``h`` when given) and its post-attention norm [1, H] (also into ``eighths`` in
-        the word kernels' layout, when given). ``normed_x``: x's input norm, when the
-        caller has it."""
+        """A dense layer up to its MLP: the residual after attention h [1, H] (written
+        into ``h`` when given) and its post-attention norm [1, H]. ``normed_x``: x's
+        input norm, when the caller has it. (A MoE layer's: ``_attended`` and
+        ``_moe_input``.)"""
         h = self._attended(layer, x, cos, sin, mask, span, h, normed_x)
-        return h, self._norm(layer.norm, h, layer.post_norm, layer.eps, eighths)
+        return h, self._norm(layer.norm, h, layer.post_norm, layer.eps)
 
     def _attended(
         self,

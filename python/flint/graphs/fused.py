@@ -79,32 +79,19 @@ def add_rms_norm(
     weight: torch.Tensor,
     eps: float,
     weight_in_fp32: bool = False,
-    rank_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The residual sum s = x + delta [T, H] (torch's add) and ``rms_norm(s, ...)``, in
-    one kernel: (s, normed). With ``rank_weights`` [T, K], delta is a MoE layer's
-    per-rank outputs [T*K, H] (fp32) and the MLP's output is their ranked sum
-    (``moe_kernel.ranked_sum``'s bits), made in the same launch."""
+    one kernel: (s, normed)."""
     x, delta = x.contiguous(), delta.contiguous()
     total, out = torch.empty_like(x), torch.empty_like(x)
-    tokens, n = x.shape
-    ranked = {}
-    if rank_weights is not None:
-        top_k = rank_weights.shape[1]
-        assert delta.shape == (tokens * top_k, n) and delta.dtype == torch.float32
-        ranked = {"rw_ptr": rank_weights.contiguous(), "TOPK": top_k}
+    n = x.shape[1]
     with on_device(x.device):
-        rms_norm_kernel[(tokens,)](
+        rms_norm_kernel[(x.shape[0],)](
             x, delta, total, weight, out, n, eps, x, 0, BLOCK=_block(n), W32=weight_in_fp32,
-            ADD=True, **ranked, **NORM_LAUNCH, **pdl(x.device),
+            ADD=True, **NORM_LAUNCH, **pdl(x.device),
         )  # fmt: skip
     return total, out
 
-
-# The one-token product with two weight tiles in flight (``_steps_ahead``: the next
-# tile's loads issued before the current one's products, one sum across columns at
-# the end) instead of one tile per step summed per step; an A/B (docs/benchmarks.md).
-LINEAR_AHEAD = False
 
 # (rows per program, columns per step, warps) of the one-token matrix-vector kernel by
 # weight scheme, when set (benches/linear_tune.py sets them); else ``linear_block``
@@ -157,8 +144,7 @@ def linear(
             x if bias is None else bias, x if residual is None else residual.contiguous(),
             out, rows, cols, ROUND=_DTYPES[x.dtype], SCHEME=int(int8),
             HAS_BIAS=bias is not None, HAS_RES=residual is not None,
-            BN=bn, BK=min(bk, _block(cols)), AHEAD=LINEAR_AHEAD, num_warps=warps,
-            **pdl(x.device),
+            BN=bn, BK=min(bk, _block(cols)), num_warps=warps, **pdl(x.device),
         )  # fmt: skip
     return out
 

@@ -307,23 +307,6 @@ def moe_experts(
         return _launch(x, ids, weights, pool, scratch, out, x_eighths)
 
 
-def expert_outputs(
-    x: torch.Tensor,  # [T, H] in the model dtype
-    ids: torch.Tensor,  # [T, K] int64, router-rank order
-    pool: ExpertPool,
-    scratch: tuple[torch.Tensor, torch.Tensor],  # [T*K, I], [T*K, H] f32 (``moe_experts``)
-    x_eighths: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """``moe_experts`` without its ranked sum: each (token, rank) pair's expert output
-    [T*K, H] (fp32, rounded to x's dtype), in ``scratch[1]``, for a kernel that sums
-    them itself (``fused.add_rms_norm(rank_weights=)``)."""
-    assert triton is not None, "check available() first"
-    hidden, per_rank = scratch
-    with on_device(x.device):
-        _pair_outputs(x.contiguous(), ids.contiguous(), pool, hidden, per_rank, x_eighths)
-    return per_rank
-
-
 def _launch(
     x: torch.Tensor,
     ids: torch.Tensor,

@@ -24,7 +24,6 @@ if triton is not None:
         _await_inputs,
         _eighth_exp,
         _eighths_index,
-        _ranked_total,
         _round,
         _times_2_to,
         _w_steps,
@@ -384,9 +383,13 @@ if triton is not None:
         token = tl.program_id(0)
         cols = tl.program_id(1) * BS + tl.arange(0, BS)
         ok = cols < hid
+        total = tl.zeros([BS], dtype=tl.float32)
+        for rank in tl.static_range(TOPK):
+            pair = token * TOPK + rank
+            y = tl.load(y_ptr + pair * hid + cols, mask=ok, other=0.0)
+            total = total + y * tl.load(rw_ptr + pair).to(tl.float32)
         out_type = out_ptr.dtype.element_ty
-        total = _ranked_total(y_ptr, rw_ptr, token, cols, ok, hid, TOPK, out_type)
-        tl.store(out_ptr + token * hid + cols, total.to(out_type), mask=ok)
+        tl.store(out_ptr + token * hid + cols, _round(total, out_type).to(out_type), mask=ok)
 
     @triton.jit
     def dequant_kernel(

@@ -14,7 +14,6 @@ __all__ = [
     "_await_inputs",
     "_eighth_exp",
     "_eighths_index",
-    "_ranked_total",
     "_round",
     "_times_2_to",
     "_w_steps",
@@ -96,19 +95,6 @@ if triton is not None:
         return acc
 
     @triton.jit
-    def _steps_ahead(w_ptr, w_row, v_ptr, rows, row_ok, n_cols, w, w_next, BK: tl.constexpr):
-        """The rows' dots with the vector [BN] from the first two tiles ``w``, ``w_next``
-        (columns 0.. and BK..): each step issues the loads of the tile two ahead before
-        its products, so two tiles are in flight while one is multiplied, and the
-        products add up per entry [BN, BK], summed across columns once at the end."""
-        acc = w.to(tl.float32) * _x_cols(v_ptr, 0, n_cols, BK)[None, :]
-        for k0 in range(BK, n_cols, BK):
-            w_after = _w_tile(w_ptr, w_row, rows, row_ok, k0 + BK, n_cols, BK)
-            acc += w_next.to(tl.float32) * _x_cols(v_ptr, k0, n_cols, BK)[None, :]
-            w_next = w_after
-        return tl.sum(acc, axis=1)
-
-    @triton.jit
     def linear_kernel(
         x_ptr,
         w_ptr,
@@ -125,26 +111,19 @@ if triton is not None:
         HAS_RES: tl.constexpr,
         BN: tl.constexpr,
         BK: tl.constexpr,
-        AHEAD: tl.constexpr = False,
         GDC: tl.constexpr = False,
     ):
         """out[rows] = x . w[rows] (+ bias, in fp32) rounded to ``ROUND`` (F.linear's
         output), then (+ residual) rounded again (torch's add): one token, rows ``BN``
         at a time; bf16 weights (``SCHEME`` 0) or int8 with fp32 row scales (1). The
         first step's weights are constant, so they are read before ``_await_inputs``:
-        they arrive while the kernel before finishes. The sum is ``_rows_dot``'s; with
-        ``AHEAD`` (``_steps_ahead``) the first two steps are read before the wait."""
+        they arrive while the kernel before finishes. The sum is ``_rows_dot``'s."""
         rows = tl.program_id(0) * BN + tl.arange(0, BN)
         row_ok = rows < n_rows
         w = _w_tile(w_ptr, w_row, rows, row_ok, 0, n_cols, BK)
-        if AHEAD:
-            w_next = _w_tile(w_ptr, w_row, rows, row_ok, BK, n_cols, BK)
-            _await_inputs(GDC)
-            acc = _steps_ahead(w_ptr, w_row, x_ptr, rows, row_ok, n_cols, w, w_next, BK)
-        else:
-            _await_inputs(GDC)
-            acc = tl.sum(w.to(tl.float32) * _x_cols(x_ptr, 0, n_cols, BK)[None, :], axis=1)
-            acc = _w_steps(w_ptr, w_row, x_ptr, rows, row_ok, BK, n_cols, acc, BK)
+        _await_inputs(GDC)
+        acc = tl.sum(w.to(tl.float32) * _x_cols(x_ptr, 0, n_cols, BK)[None, :], axis=1)
+        acc = _w_steps(w_ptr, w_row, x_ptr, rows, row_ok, BK, n_cols, acc, BK)
         if SCHEME == 1:
             acc = acc * tl.load(s_ptr + rows, mask=row_ok, other=0.0)
         if HAS_BIAS:
@@ -154,18 +133,6 @@ if triton is not None:
             acc = _round(acc + tl.load(r_ptr + rows, mask=row_ok, other=0.0).to(tl.float32), ROUND)
         out_type = out_ptr.dtype.element_ty
         tl.store(out_ptr + rows, acc.to(out_type), mask=row_ok)
-
-    @triton.jit
-    def _ranked_total(y_ptr, rw_ptr, token, cols, ok, hid, TOPK: tl.constexpr, OUT: tl.constexpr):
-        """A token's MoE output at ``cols``: the sum over ranks, in rank order, of each
-        rank's weight times its expert's output y [T*K, H] (fp32), rounded to ``OUT``
-        once (``ranked_sum_kernel``'s and the norm's, the same code)."""
-        total = tl.zeros(cols.shape, dtype=tl.float32)
-        for rank in tl.static_range(TOPK):
-            pair = token * TOPK + rank
-            y = tl.load(y_ptr + pair * hid + cols, mask=ok, other=0.0)
-            total = total + y * tl.load(rw_ptr + pair).to(tl.float32)
-        return _round(total, OUT)
 
     @triton.jit
     def rms_norm_kernel(
@@ -182,18 +149,13 @@ if triton is not None:
         W32: tl.constexpr,
         ADD: tl.constexpr,
         EIGHTHS: tl.constexpr = False,
-        rw_ptr=None,
-        TOPK: tl.constexpr = 0,
         GDC: tl.constexpr = False,
     ):
         """One row as ``flint.models.norm.rms_norm``: ``w * (x / rms(x)).to(dtype)``, or
         with ``W32`` (GPT-OSS) the weight multiplied in fp32 before the one cast. With
         ``ADD``, x is first the residual sum ``x + d`` rounded to the dtype (torch's
-        add), also written to ``sum_ptr``; with ``TOPK`` > 0, d is a MoE layer's
-        per-rank outputs [K, n] (fp32) and ``rw_ptr`` their weights, summed as
-        ``ranked_sum_kernel`` sums them (the same bits) before the add. With
-        ``EIGHTHS``, the output is also written in the word kernels' eighths layout at
-        ``e_ptr`` (``eighths_kernel``'s bits)."""
+        add), also written to ``sum_ptr``. With ``EIGHTHS``, the output is also written
+        in the word kernels' eighths layout at ``e_ptr`` (``eighths_kernel``'s bits)."""
         _await_inputs(GDC)
         row = tl.program_id(0)
         cols = tl.arange(0, BLOCK)
@@ -201,10 +163,7 @@ if triton is not None:
         x = tl.load(x_ptr + row * n + cols, mask=ok, other=0.0).to(tl.float32)
         out_type = out_ptr.dtype.element_ty
         if ADD:
-            if TOPK > 0:
-                d = _ranked_total(d_ptr, rw_ptr, row, cols, ok, n, TOPK, out_type)
-            else:
-                d = tl.load(d_ptr + row * n + cols, mask=ok, other=0.0).to(tl.float32)
+            d = tl.load(d_ptr + row * n + cols, mask=ok, other=0.0).to(tl.float32)
             x = _round(x + d, out_type)
             tl.store(sum_ptr + row * n + cols, x.to(out_type), mask=ok)
         y = _rms_normed(x, w_ptr, cols, ok, n, eps, W32, out_type)
