@@ -1513,7 +1513,8 @@ gpu97() {
 
 # (Session 18's fused.LINEAR_AHEAD, linear_tune --ahead and decode.RANKED_SUM_IN_NORM,
 # with step_ab's linear-ahead and ranked-in-norm, were measured slower and taken out
-# after gpu101: gpu98, gpu99 and gpu101 below record what ran.)
+# after gpu101, and step_ab's lin-whole* became blocks-whole: gpu98, gpu99 and gpu101
+# below record what ran and no longer run as they are.)
 # Session 18, second call: the one-token products with two weight tiles in flight
 # (fused.LINEAR_AHEAD) block by block, and in the step with the attention's variants;
 # the one-pass router's GPU test after its tolerance mend.

@@ -5,7 +5,9 @@ as flint launches it (issue 10).
 Usage: python benches/kernel_asm.py [--arch 90] [--scheme int4] [--sass DIR]
 
 The launches are flint's own (``moe_kernel.moe_experts`` on a 30B-A3B-shaped pool of
-random experts, ``fused.linear`` on q/k/v-, o- and router-shaped matrices), made on CPU
+random experts, ``fused.linear`` on q/k/v-, o- and router-shaped matrices, the norm in
+the router's launch, the norms, q/k/v RoPE, the attention, the ranked sum and the
+router's top-k both ways), made on CPU
 tensors under a stand-in Triton driver whose target is the GPU asked for: each kernel
 compiles as it would there (same arguments, same specialisation), then the launch is
 stopped. Rows print the cubin's resources (``cuobjdump -res-usage``) and counts from its
@@ -190,6 +192,7 @@ def launches(scheme: str) -> list[tuple[str, Any]]:
     out.append(("router", lambda: fused.linear(x, router)))
     nw = torch.randn(HIDDEN).bfloat16()
     e8 = mk._eighths_empty(1, HIDDEN, cpu)
+    out.append(("norm + router", lambda: fused.norm_linear(x, nw, 1e-6, router, eighths=e8)))
     out.append(("norm eighths", lambda: fused.rms_norm(x, nw, 1e-6, eighths=e8)))
     out.append(("add norm", lambda: fused.add_rms_norm(x, x, nw, 1e-6)))
     heads, kv, dim, ctx = 32, 4, 128, 256

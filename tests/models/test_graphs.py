@@ -15,12 +15,12 @@ from tiny import assert_follows, greedy_decode
 import flint
 from flint.format.quant import decode_projection, encode_projection
 from flint.graphs import decode as decode_module
-from flint.graphs import moe_kernel
+from flint.graphs import fused, moe_kernel
 from flint.graphs.decode import SPAN_STEP, GraphDecoder, expert_pools
 from flint.graphs.moe_kernel import moe_experts, slab_pool, stacked_pool
 from flint.graphs.setup import family_unsupported
 from flint.models.ftw_source import FtwSource
-from flint.models.moe import dispatch, weighted_sum
+from flint.models.moe import MoEBlock, dispatch, weighted_sum
 from flint.models.transformer import MoEModel
 
 COVERED = ["qwen3_moe", "qwen2_moe", "mixtral", "olmoe", "glm4_moe", "gpt_oss", "deepseek_v3"]
@@ -602,7 +602,8 @@ def test_slab_experts_step_follows_torch_kernels(
     """int8/int4 experts kept as slabs: eager prefill dequantizes per expert, the step
     computes by slot index; both follow the usual quantized backend's greedy tokens.
     int4's input in the word kernels' layout comes from the norm's launch, with the
-    bits of its own launch."""
+    bits of its own launch. The post-attention norm is made in the router's launch
+    (each MoE layer's, each token), and the step with its own launch agrees."""
     from flint.graphs.slab_experts import SlabResidentExperts
     from flint.models.loading import Placement
 
@@ -624,12 +625,26 @@ def test_slab_experts_step_follows_torch_kernels(
         model.decoder = decoder = GraphDecoder(model, backend.pools, capture=False)
         # int4: the experts' input in the word kernels' layout, written by the norm
         assert bool(decoder.eighths) == (quant == "int4")
+        folds: list[int] = []  # the post-attention norm made in the router's launch
+        norm_linear = fused.norm_linear
+        monkeypatch.setattr(
+            fused, "norm_linear", lambda *a, **k: folds.append(1) or norm_linear(*a, **k)
+        )
         got_tokens, got = _decode(model, prompt, 6)
+        moe_layers = sum(isinstance(layer.mlp, MoEBlock) for layer in model.layers)
+        assert len(folds) == moe_layers * 6
         if quant == "int4":  # the same bits as its own launch (moe_kernel.eighths)
             monkeypatch.setattr(decode_module, "EIGHTHS_IN_NORM", False)
             model.decoder = decoder = GraphDecoder(model, backend.pools, capture=False)
             assert not decoder.eighths
             assert torch.equal(_decode(model, prompt, 6)[1], got)
+        # the norm's own launch and the router's own product instead: the same tokens
+        monkeypatch.setattr(decode_module, "NORM_IN_ROUTER", False)
+        model.decoder = GraphDecoder(model, backend.pools, capture=False)
+        apart_tokens, apart = _decode(model, prompt, 6)
+        assert len(folds) == moe_layers * (12 if quant == "int4" else 6)
+        assert apart_tokens == got_tokens
+        assert (apart - got).abs().max().item() <= 0.02 * got.abs().max().item()
     assert got_tokens == want_tokens
     assert (got - want).abs().max().item() <= 0.05 * want.abs().max().item()
 

@@ -460,23 +460,24 @@ class GraphDecoder:
         norm [1, H], also into ``eighths`` when given; the router's ids and weights)."""
         fold = NORM_IN_ROUTER and self.fused_norm and self.fused_router
         if fold and self._fits(h, mlp.router) and h.shape[1] <= fused.NORM_LINEAR_COLS:
-            cfg = self.model.config
             logits, normed = fused.norm_linear(
                 h, layer.post_norm, layer.eps, mlp.router, self.norm_fp32, eighths
             )
-            dtype = torch.float32 if cfg.router_weights_fp32 else normed.dtype
-            return normed, *fused.route(logits, cfg.top_k, cfg.norm_topk_prob, dtype)
+            return normed, *self._top_k(logits)
         normed = self._norm(layer.norm, h, layer.post_norm, layer.eps, eighths)
         return normed, *self._route(mlp, normed)
 
     def _route(self, mlp: MoEBlock, normed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The router's (ids [1, K], weights [1, K]), on the GPU."""
         if self.fused_router:
-            cfg = self.model.config
-            dtype = torch.float32 if cfg.router_weights_fp32 else normed.dtype
-            logits = self._linear(normed, mlp.router)  # [1, E]
-            return fused.route(logits, cfg.top_k, cfg.norm_topk_prob, dtype)
+            return self._top_k(self._linear(normed, mlp.router))  # logits [1, E]
         return mlp.route(normed)
+
+    def _top_k(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A softmax router's (ids, weights) from its logits [1, E] (``fused.route``)."""
+        cfg = self.model.config
+        dtype = torch.float32 if cfg.router_weights_fp32 else logits.dtype
+        return fused.route(logits, cfg.top_k, cfg.norm_topk_prob, dtype)
 
     def _attention(
         self,

@@ -3,7 +3,9 @@ q/k norm with RoPE (written straight into the KV cache for keys and values), and
 softmax router. Eager decode spends a kernel launch per elementwise op (an RMSNorm is
 seven, RoPE five per tensor); in a graph each launch still costs a few microseconds of
 GPU time, so the step fuses them. Each follows its torch counterpart's ops and
-roundings to the model dtype; only the order of a row's sum of squares differs."""
+roundings to the model dtype; only the order of a sum's adds differs (a row's sum of
+squares, the router's softmax, and the product with the router's rows where
+``norm_linear`` makes the norm and that product in one launch)."""
 
 from __future__ import annotations
 
@@ -45,8 +47,8 @@ def _block(n: int) -> int:
 # 1,918.7, gpu101; 2 warps 1,978.4, 16 1,900.5). A dict for the benches' A/B.
 NORM_LAUNCH: dict[str, int] = {"num_warps": 8}
 NORM_LINEAR_WARPS = 4  # ``norm_linear``'s (8: 1,900.2 against 1,898.5 us, gpu101)
-# ``qkv_rope``'s warps: one per head's program (the step 1,891.2 against 1,898.5 us with
-# four, gpu101); a dict for the benches' A/B
+# ``qkv_rope``'s and ``head_rope``'s warps: one per head's program (the step 1,891.2
+# against 1,898.5 us with four, gpu101); a dict for the benches' A/B
 ROPE_LAUNCH: dict[str, int] = {"num_warps": 1}
 
 
@@ -204,7 +206,8 @@ def head_rope(
     with on_device(y.device):
         head_rope_kernel[(heads,)](
             y, y if norm is None else norm, cos, sin, position, out, out_head, out_pos, dim,
-            eps, NORM=norm is not None, ROT=rot, BLOCK=_block(dim), **pdl(y.device),
+            eps, NORM=norm is not None, ROT=rot, BLOCK=_block(dim), **ROPE_LAUNCH,
+            **pdl(y.device),
         )  # fmt: skip
 
 

@@ -210,8 +210,8 @@ if triton is not None:
         GDC: tl.constexpr = False,
     ):
         """One token's RMSNorm of h (``rms_norm_kernel``'s ops) and the product of w's
-        rows ``BN`` at a time with it (``linear_kernel``'s roundings, bf16 weights, no
-        bias), in one launch: each program computes the norm itself (the same bits in
+        rows ``BN`` at a time with it (``linear_kernel``'s roundings, weights in h's
+        dtype, no bias), in one launch: each program computes the norm itself (the same bits in
         each: the same code on the same row), program 0 also writes it to
         ``normed_ptr`` (and the eighths). Whole rows (``BLOCK`` >= n_cols) in one step,
         read before ``_await_inputs``."""

@@ -35,8 +35,8 @@ def rms_norm(
 
 def norm_fused(x: torch.Tensor, weight: torch.Tensor) -> bool:
     """Whether an RMSNorm of ``x`` on CUDA runs as one Triton kernel (``flint.graphs.
-    fused.rms_norm``, the decode graphs' kernel: torch's ops and roundings, the sum of
-    squares in another order) instead of torch's ~7 launches: an 8k prompt's 4 norms a
+    fused.rms_norm``, the decode graphs' norm kernel: torch's ops and roundings, the sum
+    of squares in another order) instead of torch's ~7 launches: an 8k prompt's 4 norms a
     layer were ~40 ms of its GPU time on the H200 (docs/benchmarks.md). Every call, of
     any number of rows: the kernel normalises each row alone, so a row's bits do not
     depend on the rows beside it (the last token's logits are the same whether or not
