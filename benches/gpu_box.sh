@@ -1580,8 +1580,24 @@ gpu102() {
     | grep -E "tg_tok|_sd|roofline|bytes_per|copy_gb|Error"
 }
 
+# Next session, first call: the GPU tests on the session-18 commits that ran on the CPU
+# only (the switches taken out, head_rope on one warp, the router's shared _top_k), R0
+# on both files and flint bench's resident rows.
+gpu103() {
+  gpu_tests
+  flint synth --geometry qwen3-30b-a3b --quant int4 --dense-quant int8 -o "$DATA/q30d8.ftw" | tail -1
+  timeout 100 python3 benches/graph_decode.py "$DATA/q30d8.ftw" --tokens 128 --reps 2 --modes on 2>&1 \
+    | grep -E "tg_tok|_sd|roofline|bytes_per|copy_gb|Error"
+  rm -f "$DATA/q30d8.ftw"
+  flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
+  timeout 100 python3 benches/graph_decode.py "$DATA/q30.ftw" --tokens 128 --reps 2 --modes on 2>&1 \
+    | grep -E "tg_tok|_sd|roofline|bytes_per|copy_gb|Error"
+  timeout 160 flint bench "$DATA/q30.ftw" -p 512 -n 128 -r 2 --mode resident 2>&1 | tail -4
+}
+
 case $what in
   install) install ;;
+  gpu103) install; gpu103 ;;
   gpu102) install; gpu102 ;;
   gpu101) install; gpu101 ;;
   gpu100) install; gpu100 ;;

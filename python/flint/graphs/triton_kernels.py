@@ -211,10 +211,10 @@ if triton is not None:
     ):
         """One token's RMSNorm of h (``rms_norm_kernel``'s ops) and the product of w's
         rows ``BN`` at a time with it (``linear_kernel``'s roundings, weights in h's
-        dtype, no bias), in one launch: each program computes the norm itself (the same bits in
-        each: the same code on the same row), program 0 also writes it to
-        ``normed_ptr`` (and the eighths). Whole rows (``BLOCK`` >= n_cols) in one step,
-        read before ``_await_inputs``."""
+        dtype, no bias), in one launch: each program computes the norm itself (the
+        same bits in each: the same code on the same row), program 0 also writes it
+        to ``normed_ptr`` (and the eighths). Whole rows (``BLOCK`` >= n_cols) in one
+        step, read before ``_await_inputs``."""
         rows = tl.program_id(0) * BN + tl.arange(0, BN)
         row_ok = rows < n_rows
         cols = tl.arange(0, BLOCK)
