@@ -779,6 +779,20 @@ gpu_tests() {
     --ignore=tests/server --ignore=tests/chat 2>&1 | grep -E "passed|failed|FAILED|Error|assert" | head -20
 }
 
+# The 30B-A3B geometry at int4 synthesised as $DATA/NAME.ftw (more synth flags after
+# NAME, e.g. --dense-quant int8 for q30d8).
+synth30() {
+  local name=$1
+  shift
+  flint synth --geometry qwen3-30b-a3b --quant int4 "$@" -o "$DATA/$name.ftw" | tail -1
+}
+
+# R0 on $DATA/NAME.ftw: graph_decode's lines the docs keep.
+r0() {
+  timeout 100 python3 benches/graph_decode.py "$DATA/$1.ftw" --tokens 128 --reps 2 --modes on 2>&1 \
+    | grep -E "tg_tok|_sd|roofline|bytes_per|copy_gb|Error"
+}
+
 P8_FLAGS="-p 8192 -n 0 -r 2 --mode full --warm --ram-budget 20 --vram-budget 4"
 p8_ab() {
   q30
@@ -1463,12 +1477,10 @@ gpu92() {
 # resident rows (last run before PDL and the word kernels).
 gpu93() {
   gpu_tests
-  flint synth --geometry qwen3-30b-a3b --quant int4 --dense-quant int8 -o "$DATA/q30d8.ftw" | tail -1
-  timeout 100 python3 benches/graph_decode.py "$DATA/q30d8.ftw" --tokens 128 --reps 2 --modes on 2>&1 \
-    | grep -E "tg_tok|_sd|roofline|bytes_per|copy_gb|Error"
-  flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
-  timeout 100 python3 benches/graph_decode.py "$DATA/q30.ftw" --tokens 128 --reps 2 --modes on 2>&1 \
-    | grep -E "tg_tok|_sd|roofline|bytes_per|copy_gb|Error"
+  synth30 q30d8 --dense-quant int8
+  r0 q30d8
+  synth30 q30
+  r0 q30
   timeout 160 flint bench "$DATA/q30.ftw" -p 512 -n 128 -r 2 --mode resident 2>&1 | tail -6
 }
 
@@ -1487,13 +1499,11 @@ gpu95() {
 # `1547b64`, CPU-only so far), the step A/B and R0 on both files.
 gpu96() {
   gpu_tests
-  flint synth --geometry qwen3-30b-a3b --quant int4 --dense-quant int8 -o "$DATA/q30d8.ftw" | tail -1
+  synth30 q30d8 --dense-quant int8
   timeout 150 python3 benches/step_ab.py "$DATA/q30d8.ftw" --configs base,bytes,eighths-launch 2>&1 | tail -3
-  timeout 100 python3 benches/graph_decode.py "$DATA/q30d8.ftw" --tokens 128 --reps 2 --modes on 2>&1 \
-    | grep -E "tg_tok|_sd|roofline|bytes_per|copy_gb|Error"
-  flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
-  timeout 100 python3 benches/graph_decode.py "$DATA/q30.ftw" --tokens 128 --reps 2 --modes on 2>&1 \
-    | grep -E "tg_tok|_sd|roofline|bytes_per|copy_gb|Error"
+  r0 q30d8
+  synth30 q30
+  r0 q30
 }
 
 # Session 18, first call: the GPU tests on the module split (slot_kernels.py, CPU-only
@@ -1501,14 +1511,12 @@ gpu96() {
 # without PDL) with each kernel's time per step without PDL; R0 on both files.
 gpu97() {
   gpu_tests
-  flint synth --geometry qwen3-30b-a3b --quant int4 --dense-quant int8 -o "$DATA/q30d8.ftw" | tail -1
+  synth30 q30d8 --dense-quant int8
   timeout 200 python3 benches/step_ab.py "$DATA/q30d8.ftw" --configs base,route-two-pass,no-pdl,no-pdl-two-pass \
     --profile no-pdl 2>&1 | tail -24
-  timeout 100 python3 benches/graph_decode.py "$DATA/q30d8.ftw" --tokens 128 --reps 2 --modes on 2>&1 \
-    | grep -E "tg_tok|_sd|roofline|bytes_per|copy_gb|Error"
-  flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
-  timeout 100 python3 benches/graph_decode.py "$DATA/q30.ftw" --tokens 128 --reps 2 --modes on 2>&1 \
-    | grep -E "tg_tok|_sd|roofline|bytes_per|copy_gb|Error"
+  r0 q30d8
+  synth30 q30
+  r0 q30
 }
 
 # (Session 18's fused.LINEAR_AHEAD, linear_tune --ahead and decode.RANKED_SUM_IN_NORM,
@@ -1521,7 +1529,7 @@ gpu97() {
 gpu98() {
   [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
   timeout 60 python3 -m pytest tests/models/test_graphs.py -q -p no:cacheprovider -m gpu -k one_pass 2>&1 | tail -2
-  flint synth --geometry qwen3-30b-a3b --quant int4 --dense-quant int8 -o "$DATA/q30d8.ftw" | tail -1
+  synth30 q30d8 --dense-quant int8
   timeout 300 python3 benches/step_ab.py "$DATA/q30d8.ftw" \
     --configs base,linear-ahead,attn-b128,attn-b128-w8,attn-w8,attn-b32 2>&1 | tail -6
   timeout 150 python3 benches/linear_tune.py --shapes qkv,o --ahead both \
@@ -1531,7 +1539,7 @@ gpu98() {
 # Session 18, third call: the one-token products' blocks of whole 2048-column steps
 # (gpu98: (2, 2048, 4) the best for q/k/v and o) block by block and in the step.
 gpu99() {
-  flint synth --geometry qwen3-30b-a3b --quant int4 --dense-quant int8 -o "$DATA/q30d8.ftw" | tail -1
+  synth30 q30d8 --dense-quant int8
   timeout 300 python3 benches/step_ab.py "$DATA/q30d8.ftw" \
     --configs base,lin-whole,lin-whole-ahead,lin-whole-r1,lin-whole-b128,linear-ahead 2>&1 | tail -6
   timeout 200 python3 benches/linear_tune.py --shapes qkv,o,router \
@@ -1544,25 +1552,23 @@ gpu99() {
 # files and flint bench's resident rows.
 gpu100() {
   gpu_tests
-  flint synth --geometry qwen3-30b-a3b --quant int4 --dense-quant int8 -o "$DATA/q30d8.ftw" | tail -1
+  synth30 q30d8 --dense-quant int8
   timeout 240 python3 benches/step_ab.py "$DATA/q30d8.ftw" \
     --configs base,norm-launch,blocks-before,blocks-tuned,norm-w8,norm-w2 --profile base 2>&1 | tail -24
-  timeout 100 python3 benches/graph_decode.py "$DATA/q30d8.ftw" --tokens 128 --reps 2 --modes on 2>&1 \
-    | grep -E "tg_tok|_sd|roofline|bytes_per|copy_gb|Error"
-  flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
-  timeout 100 python3 benches/graph_decode.py "$DATA/q30.ftw" --tokens 128 --reps 2 --modes on 2>&1 \
-    | grep -E "tg_tok|_sd|roofline|bytes_per|copy_gb|Error"
+  r0 q30d8
+  synth30 q30
+  r0 q30
   timeout 160 flint bench "$DATA/q30.ftw" -p 512 -n 128 -r 2 --mode resident 2>&1 | tail -4
 }
 
 # Session 18, fifth call: the step A/B of the small kernels' warps and the ranked sum in
 # the next norm's launch (q30d8), and of the block shapes and the router's norm on q30.
 gpu101() {
-  flint synth --geometry qwen3-30b-a3b --quant int4 --dense-quant int8 -o "$DATA/q30d8.ftw" | tail -1
+  synth30 q30d8 --dense-quant int8
   timeout 200 python3 benches/step_ab.py "$DATA/q30d8.ftw" \
     --configs base,ranked-in-norm,norm-w4,norm-w16,nl-w8,rope-w1,rope-w2 2>&1 | tail -7
   rm -f "$DATA/q30d8.ftw"
-  flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
+  synth30 q30
   timeout 150 python3 benches/step_ab.py "$DATA/q30.ftw" \
     --configs base,blocks-before,norm-launch,ranked-in-norm 2>&1 | tail -4
 }
@@ -1571,13 +1577,11 @@ gpu101() {
 # earlier blocks, q/k/v RoPE on one warp), R0 on both files.
 gpu102() {
   gpu_tests
-  flint synth --geometry qwen3-30b-a3b --quant int4 --dense-quant int8 -o "$DATA/q30d8.ftw" | tail -1
-  timeout 100 python3 benches/graph_decode.py "$DATA/q30d8.ftw" --tokens 128 --reps 2 --modes on 2>&1 \
-    | grep -E "tg_tok|_sd|roofline|bytes_per|copy_gb|Error"
+  synth30 q30d8 --dense-quant int8
+  r0 q30d8
   rm -f "$DATA/q30d8.ftw"
-  flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
-  timeout 100 python3 benches/graph_decode.py "$DATA/q30.ftw" --tokens 128 --reps 2 --modes on 2>&1 \
-    | grep -E "tg_tok|_sd|roofline|bytes_per|copy_gb|Error"
+  synth30 q30
+  r0 q30
 }
 
 # Next session, first call: the GPU tests on the session-18 commits that ran on the CPU
@@ -1585,13 +1589,11 @@ gpu102() {
 # on both files and flint bench's resident rows.
 gpu103() {
   gpu_tests
-  flint synth --geometry qwen3-30b-a3b --quant int4 --dense-quant int8 -o "$DATA/q30d8.ftw" | tail -1
-  timeout 100 python3 benches/graph_decode.py "$DATA/q30d8.ftw" --tokens 128 --reps 2 --modes on 2>&1 \
-    | grep -E "tg_tok|_sd|roofline|bytes_per|copy_gb|Error"
+  synth30 q30d8 --dense-quant int8
+  r0 q30d8
   rm -f "$DATA/q30d8.ftw"
-  flint synth --geometry qwen3-30b-a3b --quant int4 -o "$DATA/q30.ftw" | tail -1
-  timeout 100 python3 benches/graph_decode.py "$DATA/q30.ftw" --tokens 128 --reps 2 --modes on 2>&1 \
-    | grep -E "tg_tok|_sd|roofline|bytes_per|copy_gb|Error"
+  synth30 q30
+  r0 q30
   timeout 160 flint bench "$DATA/q30.ftw" -p 512 -n 128 -r 2 --mode resident 2>&1 | tail -4
 }
 

@@ -406,34 +406,15 @@ class GraphDecoder:
         x, xs = self._add_norm(layer.norm, x, delta, layer.input_norm, layer.eps)
         eighths = self.eighths.get(layer.index)
         mlp = layer.mlp
-        if not isinstance(mlp, MoEBlock):
-            h, normed = self._dense(layer, x, cos, sin, mask, span, normed_x=xs)
-            return h, mlp(normed)
         h = self._attended(layer, x, cos, sin, mask, span, normed_x=xs)
+        if not isinstance(mlp, MoEBlock):
+            return h, mlp(self._norm(layer.norm, h, layer.post_norm, layer.eps))
         normed, ids, weights = self._moe_input(layer, mlp, h, eighths)
         pool = self.pools[layer.index]
         out = moe_experts(normed, ids, weights, pool, self.scratch, self.moe_out, eighths)
         if mlp.shared is not None:
             out = out + mlp._shared(normed)
         return h, out
-
-    def _dense(
-        self,
-        layer: DecoderLayer,
-        x: torch.Tensor,
-        cos: torch.Tensor,
-        sin: torch.Tensor,
-        mask: torch.Tensor,
-        span: int,
-        h: torch.Tensor | None = None,
-        normed_x: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """A dense layer up to its MLP: the residual after attention h [1, H] (written
-        into ``h`` when given) and its post-attention norm [1, H]. ``normed_x``: x's
-        input norm, when the caller has it. (A MoE layer's: ``_attended`` and
-        ``_moe_input``.)"""
-        h = self._attended(layer, x, cos, sin, mask, span, h, normed_x)
-        return h, self._norm(layer.norm, h, layer.post_norm, layer.eps)
 
     def _attended(
         self,
@@ -446,8 +427,9 @@ class GraphDecoder:
         h: torch.Tensor | None = None,
         normed_x: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """The residual after the layer's attention [1, H] (``_dense`` without the
-        post-attention norm)."""
+        """The layer up to its post-attention norm: the residual after attention h [1, H]
+        (written into ``h`` when given). ``normed_x``: x's input norm, when the caller
+        has it. (A dense layer's norm follows; a MoE layer's: ``_moe_input``.)"""
         xs = normed_x
         if xs is None:
             xs = self._norm(layer.norm, x, layer.input_norm, layer.eps)

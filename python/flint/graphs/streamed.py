@@ -167,7 +167,8 @@ class StreamedDecoder(GraphDecoder):
         x = model.embed.index_select(0, self.token) if first == 0 else self.x[first]
         for index in seg.dense:
             layer = model.layers[index]
-            h, normed = self._dense(layer, x, cos, sin, mask, span, self.h[index])
+            h = self._attended(layer, x, cos, sin, mask, span, self.h[index])
+            normed = self._norm(layer.norm, h, layer.post_norm, layer.eps)
             x = torch.add(h, layer.mlp(normed), out=self.x[index + 1])
         if seg.moe is None:
             self._head(x)
