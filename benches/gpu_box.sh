@@ -1594,7 +1594,13 @@ gpu103() {
   rm -f "$DATA/q30d8.ftw"
   synth30 q30
   r0 q30
-  timeout 160 flint bench "$DATA/q30.ftw" -p 512 -n 128 -r 2 --mode resident 2>&1 | tail -4
+  echo "== issue 15 figure (baseline)"
+  timeout 90 python3 benches/cpu_kernels.py --x-bf16 --threads 1,16 --calls 40 --schemes int4,int8 \
+    --round-hidden on 2>&1 | tail -12
+  echo "== V1"
+  timeout 140 flint bench "$DATA/q30.ftw" -p 0 -n 32 --tg-random -r 2 --mode full,naive \
+    --ram-budget 20 --vram-budget 4 2>&1 | grep -E "q30.ftw \||rror"
+  timeout 120 flint bench "$DATA/q30.ftw" -p 512 -n 128 -r 2 --mode resident 2>&1 | tail -4
 }
 
 case $what in
