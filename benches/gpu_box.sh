@@ -1603,8 +1603,22 @@ gpu103() {
   timeout 120 flint bench "$DATA/q30.ftw" -p 512 -n 128 -r 2 --mode resident 2>&1 | tail -4
 }
 
+# Session 19, second call: the L2 asked for weights ahead (Hopper's bulk prefetch) in the
+# step, A/B on both files, then the GPU tests (gate/up's new arguments).
+gpu104() {
+  synth30 q30d8 --dense-quant int8
+  timeout 220 python3 benches/step_ab.py "$DATA/q30d8.ftw" --configs \
+    base,l2-none,l2-next,l2-qkv,l2-down,l2-own,l2-next-down,l2-all,l2-next-c4k,l2-next-c64k 2>&1 | tail -12
+  rm -f "$DATA/q30d8.ftw"
+  synth30 q30
+  timeout 120 python3 benches/step_ab.py "$DATA/q30.ftw" --configs base,l2-next,l2-qkv,l2-down,l2-all 2>&1 \
+    | tail -6
+  gpu_tests
+}
+
 case $what in
   install) install ;;
+  gpu104) install; gpu104 ;;
   gpu103) install; gpu103 ;;
   gpu102) install; gpu102 ;;
   gpu101) install; gpu101 ;;
