@@ -1604,7 +1604,8 @@ gpu103() {
 }
 
 # Session 19, second call: the L2 asked for weights ahead (Hopper's bulk prefetch) in the
-# step, A/B on both files, then the GPU tests (gate/up's new arguments).
+# step, A/B on both files, then the GPU tests (gate/up's new arguments). Every l2-*
+# configuration was slower; the switches were taken out after it (docs/benchmarks.md).
 gpu104() {
   synth30 q30d8 --dense-quant int8
   timeout 220 python3 benches/step_ab.py "$DATA/q30d8.ftw" --configs \

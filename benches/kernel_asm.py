@@ -181,7 +181,6 @@ def launches(scheme: str) -> list[tuple[str, Any]]:
     w = torch.rand(1, TOP_K).bfloat16()
     out = []
     out.append(("experts", lambda: mk.moe_experts(x, ids, w, pool)))
-    out.append(("experts, L2 asks", lambda: _l2_experts(mk, x, ids, w, pool)))
     for label, rows, cols in (("qkv", QKV_ROWS, HIDDEN), ("o", HIDDEN, O_COLS)):
         xv = torch.randn(1, cols).bfloat16()
         bf = torch.randn(rows, cols).bfloat16()
@@ -193,7 +192,6 @@ def launches(scheme: str) -> list[tuple[str, Any]]:
     out.append(("router", lambda: fused.linear(x, router)))
     nw = torch.randn(HIDDEN).bfloat16()
     e8 = mk._eighths_empty(1, HIDDEN, cpu)
-    out.append(("L2 prefetch", lambda: _l2_prefetch(fused, router, nw)))
     out.append(("norm + router", lambda: fused.norm_linear(x, nw, 1e-6, router, eighths=e8)))
     out.append(("norm eighths", lambda: fused.rms_norm(x, nw, 1e-6, eighths=e8)))
     out.append(("add norm", lambda: fused.add_rms_norm(x, x, nw, 1e-6)))
@@ -229,27 +227,6 @@ def _attention(fused: Any, q: torch.Tensor, cache: torch.Tensor, heads: int, dim
         GROUP=heads // kv, GP=max(16, heads // kv), DP=dim, BS=fused.ATTENTION_BLOCK,
         CHUNK=fused.ATTENTION_CHUNK, SPLIT=False, F32=False,
     )  # fmt: skip
-
-
-def _l2_experts(mk: Any, x: torch.Tensor, ids: torch.Tensor, w: torch.Tensor, pool: Any) -> None:
-    """The experts with gate/up asking the L2 for down's and its own weights (their
-    switches on; the CPU tensors pass for a GPU's)."""
-    saved = mk._l2_asks, mk.L2_DOWN, mk.L2_OWN
-    mk._l2_asks, mk.L2_DOWN, mk.L2_OWN = (lambda pool, device: True), True, True
-    try:
-        mk.moe_experts(x, ids, w, pool)
-    finally:
-        mk._l2_asks, mk.L2_DOWN, mk.L2_OWN = saved
-
-
-def _l2_prefetch(fused: Any, a: torch.Tensor, b: torch.Tensor) -> None:
-    """``fused.l2_prefetch`` of two tensors, as on a GPU with the bulk prefetch."""
-    saved = fused.l2_capable
-    fused.l2_capable = lambda device: True
-    try:
-        fused.l2_prefetch([a, b])
-    finally:
-        fused.l2_capable = saved
 
 
 def _route(fused: Any, logits: torch.Tensor, ranks: bool) -> None:

@@ -17,8 +17,7 @@ warps, fused.ROUTE_ONE_PASS off), ``no-pdl-two-pass``, ``attn-*`` (the attention
 positions per step and warps), ``blocks-before``, ``blocks-tuned`` and
 ``blocks-whole`` (the one-token products' block shapes), ``norm-launch``
 (decode.NORM_IN_ROUTER off), ``norm-w*``, ``nl-w8`` and ``rope-w*`` (the norms', the
-router-with-norm's and q/k/v RoPE's warps), ``l2-*`` (the L2 asked for weights
-ahead: decode.L2_AHEAD, moe_kernel.L2_DOWN and L2_OWN). ``--profile CONFIG`` then prints each
+router-with-norm's and q/k/v RoPE's warps). ``--profile CONFIG`` then prints each
 kernel's time per step. (The sixteenth session's ``no-fold`` and ``serial`` rows, and
 the eighteenth's ``linear-ahead`` and ``ranked-in-norm``, measured switches since taken
 out: docs/benchmarks.md.)
@@ -65,18 +64,6 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "rope-w4": {"fused.ROPE_LAUNCH": {"num_warps": 4}},  # q/k/v RoPE's warps (default 1)
     "rope-w1": {"fused.ROPE_LAUNCH": {"num_warps": 1}},
     "rope-w2": {"fused.ROPE_LAUNCH": {"num_warps": 2}},
-    # the L2 asked for weights ahead (Hopper's bulk prefetch): the next layer's attention
-    # matrices while the experts run, the experts' down weights from gate/up, gate/up's
-    # own rows; "l2-none" launches the asking kernel with nothing to ask (its cost)
-    "l2-next": {"decode.L2_AHEAD": "qkv+o"},
-    "l2-qkv": {"decode.L2_AHEAD": "qkv"},
-    "l2-none": {"decode.L2_AHEAD": "none"},
-    "l2-next-c4k": {"decode.L2_AHEAD": "qkv+o", "fused.L2_CHUNK": 4096},
-    "l2-next-c64k": {"decode.L2_AHEAD": "qkv+o", "fused.L2_CHUNK": 65536},
-    "l2-down": {"L2_DOWN": True},
-    "l2-own": {"L2_OWN": True},
-    "l2-next-down": {"decode.L2_AHEAD": "qkv+o", "L2_DOWN": True},
-    "l2-all": {"decode.L2_AHEAD": "qkv+o", "L2_DOWN": True, "L2_OWN": True},
 }
 _LINEAR_BLOCK = fused.linear_block
 

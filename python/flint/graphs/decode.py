@@ -68,10 +68,6 @@ FUSED_SDPA = True
 # instead of waiting for the norm's own launch: one launch fewer per MoE layer. False
 # for an A/B in benches.
 NORM_IN_ROUTER = True
-# The L2 asked for the next layer's attention matrices while this layer's experts run
-# (``fused.l2_prefetch``, Hopper): "qkv+o", "qkv", "none" (the launch asking nothing:
-# its cost alone) or None (off). For an A/B in benches/step_ab.py.
-L2_AHEAD: str | None = None
 
 
 def expert_pools(backend: object) -> dict[int, ExpertPool] | None:
@@ -413,30 +409,12 @@ class GraphDecoder:
         h = self._attended(layer, x, cos, sin, mask, span, normed_x=xs)
         if not isinstance(mlp, MoEBlock):
             return h, mlp(self._norm(layer.norm, h, layer.post_norm, layer.eps))
-        self._ask_ahead(layer.index)
         normed, ids, weights = self._moe_input(layer, mlp, h, eighths)
         pool = self.pools[layer.index]
         out = moe_experts(normed, ids, weights, pool, self.scratch, self.moe_out, eighths)
         if mlp.shared is not None:
             out = out + mlp._shared(normed)
         return h, out
-
-    def _ask_ahead(self, index: int) -> None:
-        """With ``L2_AHEAD``: asks the L2 for layer ``index + 1``'s attention matrices
-        (as the step reads them) while layer ``index``'s experts run."""
-        if L2_AHEAD is None or self.device.type != "cuda":
-            return
-        nxt = index + 1
-        if nxt >= len(self.model.layers) or nxt not in self.qkv:
-            return
-        stored = self.int8.get(nxt)
-        attn = self.model.layers[nxt].attn
-        assert isinstance(attn, Attention)
-        qkv, o = (stored[0][0], stored[1][0]) if stored else (self.qkv[nxt][0], attn.o_w)
-        if L2_AHEAD == "none":
-            fused.l2_prefetch([qkv[:0]])
-        else:
-            fused.l2_prefetch([qkv] if L2_AHEAD == "qkv" else [qkv, o])
 
     def _attended(
         self,

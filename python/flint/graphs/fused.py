@@ -16,7 +16,6 @@ from flint.graphs.triton_kernels import (
     attention_combine_kernel,
     decode_attention_kernel,
     head_rope_kernel,
-    l2_prefetch_kernel,
     linear_kernel,
     norm_linear_kernel,
     qkv_rope_kernel,
@@ -150,41 +149,6 @@ def linear(
             BN=bn, BK=min(bk, _block(cols)), num_warps=warps, **pdl(x.device),
         )  # fmt: skip
     return out
-
-
-# The L2 asked for a later kernel's weights (``l2_prefetch``): bytes per ask, asks per
-# program (one warp; the bulk prefetch is a uniform instruction, one per thread's ask).
-L2_CHUNK = 16384
-L2_LANES = 32
-
-
-def l2_capable(device: torch.device) -> bool:
-    """Whether ``device`` has Hopper's bulk L2 prefetch (CUDA, compute capability 9+)."""
-    return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
-
-
-def l2_prefetch(tensors: list[torch.Tensor]) -> None:
-    """Asks the L2 cache for the bytes of one or two constant tensors (weights no kernel
-    of the step writes; contiguous, each start 16-byte aligned, a tail under 16 bytes
-    not asked for), in one launch whose programs ask at once and then wait like every
-    kernel of the step. The asks are hints: no result changes. Nothing happens where
-    the device has no bulk prefetch (``l2_capable``)."""
-    assert 1 <= len(tensors) <= 2, len(tensors)
-    if not l2_capable(tensors[0].device):
-        return
-    ranges = []
-    for t in tensors:
-        assert t.is_contiguous() and t.data_ptr() % 16 == 0, (t.shape, t.data_ptr())
-        ranges.append((t.view(-1).view(torch.uint8), t.numel() * t.element_size() // 16 * 16))
-    if len(ranges) == 1:
-        ranges.append((ranges[0][0], 0))
-    (a, a_bytes), (b, b_bytes) = ranges
-    chunks = triton.cdiv(a_bytes, L2_CHUNK) + triton.cdiv(b_bytes, L2_CHUNK)
-    with on_device(a.device):
-        l2_prefetch_kernel[(max(1, triton.cdiv(chunks, L2_LANES)),)](
-            a, a_bytes, b, b_bytes, CHUNK=L2_CHUNK, LANES=L2_LANES, num_warps=1,
-            **pdl(a.device),
-        )  # fmt: skip
 
 
 NORM_LINEAR_ROWS = 2  # rows per program of ``norm_linear`` (whole rows)

@@ -232,12 +232,6 @@ EVEN_TILES = True
 WORDS = True
 WORDS_GATE_UP_BLOCK = (8, 512, 4)
 WORDS_DOWN_BLOCK = (16, 256, 4)
-# The L2 asked for weights ahead of their loads (Hopper's bulk prefetch, int8 and int4
-# slab pools in the resident step): each gate/up program for its share of its
-# expert's down weights (``L2_DOWN``), for its own gate and up rows (``L2_OWN``).
-# Hints: no result changes. For an A/B in benches/step_ab.py.
-L2_DOWN = False
-L2_OWN = False
 
 
 def _even(cols: int, block: int) -> bool:
@@ -366,15 +360,12 @@ def _pair_outputs(
     elif hidden is None:
         hidden = torch.empty(pairs, i_dim, dtype=x.dtype, device=x.device)
     (bn, bk, warps), down_block = _blocks(words)
-    ask = _l2_asks(pool, x.device)
-    d = pool.down
     gate_up_kernel[(pairs, triton.cdiv(i_dim, bn))](
         vector, ids, hidden, *_args(pool.gate), *_args(pool.up), gate_b, up_b, h_dim,
-        i_dim, xs, hs, pool.alpha, pool.limit, d.weights, d.w_expert, h_dim * d.w_row,
-        OUT=_DTYPES[x.dtype], TOPK=top_k, SCHEME=code, GROUP=group, BN=bn,
-        BK=_cols(bk, group), HAS_BIAS=has_bias, ACT=pool.act,
-        EVEN=_even(h_dim, _cols(bk, group)), WORDS=words, L2_DOWN=ask and L2_DOWN,
-        L2_OWN=ask and L2_OWN, num_warps=warps, **pdl(x.device),
+        i_dim, xs, hs, pool.alpha, pool.limit, OUT=_DTYPES[x.dtype], TOPK=top_k,
+        SCHEME=code, GROUP=group, BN=bn, BK=_cols(bk, group), HAS_BIAS=has_bias,
+        ACT=pool.act, EVEN=_even(h_dim, _cols(bk, group)), WORDS=words,
+        num_warps=warps, **pdl(x.device),
     )  # fmt: skip
     bn, bk, warps = down_block
     down_kernel[(pairs, triton.cdiv(h_dim, bn))](
@@ -383,20 +374,6 @@ def _pair_outputs(
         HAS_BIAS=has_bias, EVEN=_even(i_dim, _cols(bk, group)), WORDS=words,
         num_warps=warps, **pdl(x.device),
     )  # fmt: skip
-
-
-def _l2_asks(pool: ExpertPool, device: torch.device) -> bool:
-    """Whether gate/up may ask the L2 for weights (``L2_DOWN``, ``L2_OWN``): Hopper's
-    bulk prefetch, byte weights (int8, int4 slabs) whose rows and experts start on
-    16-byte boundaries."""
-    if device.type != "cuda" or pool.scheme == RAW:
-        return False
-    if torch.cuda.get_device_capability(device)[0] < 9:
-        return False
-    projs = (pool.gate, pool.up, pool.down)
-    return all(p.weights.data_ptr() % 16 == 0 and p.w_expert % 16 == 0 for p in projs) and all(
-        p.w_row % 16 == 0 for p in projs[:2]
-    )
 
 
 def _ranked_sum(

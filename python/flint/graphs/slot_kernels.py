@@ -24,7 +24,6 @@ if triton is not None:
         _await_inputs,
         _eighth_exp,
         _eighths_index,
-        _l2_ask,
         _round,
         _times_2_to,
         _w_steps,
@@ -288,9 +287,6 @@ if triton is not None:
         h_stride,
         alpha,
         limit,
-        d_ptr,
-        d_we,
-        d_bytes,
         OUT: tl.constexpr,
         TOPK: tl.constexpr,
         SCHEME: tl.constexpr,
@@ -301,32 +297,18 @@ if triton is not None:
         ACT: tl.constexpr,
         EVEN: tl.constexpr = False,
         WORDS: tl.constexpr = False,
-        L2_DOWN: tl.constexpr = False,
-        L2_OWN: tl.constexpr = False,
         GDC: tl.constexpr = False,
     ):
         """h[pair, rows] = act(gate(x) (+ bias), up(x) (+ bias)) for one (token, rank)
         pair (``_activate``), each op rounded to ``OUT``. With ``WORDS`` (int4): x and h
         in the eighths layout (rows of ``x_stride`` and ``h_stride``), h as ``down``
-        reads it. With ``L2_DOWN`` each program asks the L2 for its share of the
-        expert's ``d_bytes`` of down weights (bytes at ``d_ptr + expert * d_we``), with
-        ``L2_OWN`` for its own gate and up rows (byte weights): hints, same results."""
+        reads it."""
         _await_inputs(GDC)
         pair = tl.program_id(0)
         token = pair // TOPK
         expert = tl.load(ids_ptr + pair).to(tl.int64)
         rows = tl.program_id(1) * BN + tl.arange(0, BN)
         row_ok = rows < inter
-        if L2_DOWN:
-            share = tl.cdiv(tl.cdiv(d_bytes, tl.num_programs(1)), 16) * 16
-            start = tl.program_id(1).to(tl.int64) * share + tl.zeros([1], dtype=tl.int64)
-            size = tl.minimum(tl.maximum(d_bytes - start, 0), share).to(tl.int32)
-            _l2_ask(d_ptr + expert * d_we + start, size)
-        if L2_OWN:
-            first = tl.program_id(1).to(tl.int64) * BN + tl.zeros([1], dtype=tl.int64)
-            size = ((tl.minimum(first + BN, inter) - first) * g_wr).to(tl.int32)
-            _l2_ask(g_ptr + expert * g_we + first * g_wr, size)
-            _l2_ask(u_ptr + expert * u_we + first * u_wr, size)
         x = x_ptr + token * (8 * x_stride if WORDS else hid)
         gate, up = _rows_dot2(
             g_ptr + expert * g_we, gs_ptr + expert * gs_e, g_wr, gs_r,

@@ -14,7 +14,6 @@ __all__ = [
     "_await_inputs",
     "_eighth_exp",
     "_eighths_index",
-    "_l2_ask",
     "_round",
     "_times_2_to",
     "_w_steps",
@@ -23,7 +22,6 @@ __all__ = [
     "attention_combine_kernel",
     "decode_attention_kernel",
     "head_rope_kernel",
-    "l2_prefetch_kernel",
     "linear_kernel",
     "norm_linear_kernel",
     "qkv_rope_kernel",
@@ -57,46 +55,6 @@ if triton is not None:
         if GDC:
             tl.extra.cuda.gdc_wait()
             tl.extra.cuda.gdc_launch_dependents()
-
-    @triton.jit
-    def _l2_ask(at, size):
-        """Asks the L2 cache for ``size`` bytes at each byte address ``at`` (Hopper's
-        bulk prefetch, ``cp.async.bulk.prefetch.L2``: issued and not waited for, no
-        registers held; a hint that changes no result). ``at`` 16-byte aligned and
-        ``size`` a multiple of 16; sizes of 0 or less ask for nothing. CUDA only (inline
-        PTX, sm_90 and later): the interpreter has no such instruction."""
-        return tl.inline_asm_elementwise(
-            "{ .reg .pred p; setp.gt.s32 p, $2, 0;"
-            " @p cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
-            "=r,l,r",
-            [at, size],
-            dtype=tl.int32,
-            is_pure=False,
-            pack=1,
-        )
-
-    @triton.jit
-    def l2_prefetch_kernel(
-        a_ptr,
-        a_bytes,
-        b_ptr,
-        b_bytes,
-        CHUNK: tl.constexpr,
-        LANES: tl.constexpr,
-        GDC: tl.constexpr = False,
-    ):
-        """Asks the L2 for two byte ranges (constant weights: a later kernel's), one
-        ``CHUNK`` per lane, ``LANES`` lanes a program, first the chunks of a, then b;
-        then waits like every kernel of the step, so the order stays transitive. The
-        asks go out as soon as the program starts, before the kernel ahead finishes."""
-        i = tl.program_id(0) * LANES + tl.arange(0, LANES)
-        a_chunks = tl.cdiv(a_bytes, CHUNK)
-        in_a = i < a_chunks
-        start = tl.where(in_a, i, i - a_chunks).to(tl.int64) * CHUNK
-        total = tl.where(in_a, a_bytes, b_bytes).to(tl.int64)
-        size = tl.minimum(tl.maximum(total - start, 0), CHUNK).to(tl.int32)
-        _l2_ask(tl.where(in_a, a_ptr + start, b_ptr + start), size)
-        _await_inputs(GDC)
 
     @triton.jit
     def _eighth_exp(k):
