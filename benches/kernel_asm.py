@@ -181,6 +181,8 @@ def launches(scheme: str) -> list[tuple[str, Any]]:
     w = torch.rand(1, TOP_K).bfloat16()
     out = []
     out.append(("experts", lambda: mk.moe_experts(x, ids, w, pool)))
+    counts = mk.sum_counts(1, HIDDEN, cpu)
+    out.append(("experts, sum in down", lambda: mk.moe_experts(x, ids, w, pool, counts=counts)))
     for label, rows, cols in (("qkv", QKV_ROWS, HIDDEN), ("o", HIDDEN, O_COLS)):
         xv = torch.randn(1, cols).bfloat16()
         bf = torch.randn(rows, cols).bfloat16()

@@ -99,6 +99,34 @@ def test_slot_kernels_follow_the_per_expert_path(scheme: str, tokens: int) -> No
 
 
 @pytest.mark.interpreter
+@pytest.mark.parametrize("scheme", ["raw", "int8", "int4"])
+def test_ranked_sum_made_by_down_is_the_launch_s_bits(scheme: str) -> None:
+    """The ranked sum made by down's last program of each row block (``counts``, the
+    resident step's path) has the bits of the sum's own launch, leaves the counts at
+    zero for the next step, and keeps doing so across calls and token counts (odd
+    hidden size: a partial last row block)."""
+    torch.manual_seed(3)
+    experts, inter, hidden, k = 7, 24, 200, 3
+    shapes = ((inter, hidden), (inter, hidden), (hidden, inter))
+    if scheme == "raw":
+        pool = stacked_pool(*(torch.randn(experts, *sh).bfloat16() for sh in shapes))
+    else:
+        slabs, offsets, _ = _slabs(scheme, experts, shapes, 8)
+        pool = slab_pool(slabs, scheme, 8, shapes, offsets)
+    counts = moe_kernel.sum_counts(3, hidden, torch.device("cpu"))
+    for tokens in (1, 3, 1):
+        x = torch.randn(tokens, hidden).bfloat16()
+        ids = torch.stack([torch.randperm(experts)[:k] for _ in range(tokens)])
+        w = torch.rand(tokens, k).bfloat16()
+        want = moe_experts(x, ids, w, pool)
+        out = torch.full((tokens, hidden), float("nan"), dtype=torch.bfloat16)
+        got = moe_experts(x, ids, w, pool, out=out, counts=counts)
+        assert got.data_ptr() == out.data_ptr()
+        assert torch.equal(got, want), (scheme, tokens)
+        assert not counts.any(), counts
+
+
+@pytest.mark.interpreter
 @pytest.mark.parametrize(("hidden", "inter", "group"), [(1024, 256, 32), (200, 24, 8)])
 def test_int4_words_and_bytes_agree(
     hidden: int, inter: int, group: int, monkeypatch: pytest.MonkeyPatch

@@ -39,6 +39,7 @@ from flint.graphs.moe_kernel import (
     on_device,
     slab_unsupported,
     stacked_pool,
+    sum_counts,
 )
 from flint.graphs.slab_experts import SlabResidentExperts
 from flint.models.attention import Attention
@@ -186,6 +187,8 @@ class GraphDecoder:
             torch.empty(top_k, cfg.hidden_size, dtype=torch.float32, device=device),
         )
         self.moe_out = torch.empty(1, cfg.hidden_size, dtype=model.place.dtype, device=device)
+        # down's counts for the ranked sum its last programs make (zero between launches)
+        self.sum_counts = sum_counts(1, cfg.hidden_size, device)
         # MoE layer -> its experts' input in the eighths layout, where the norm writes it
         self.eighths: dict[int, torch.Tensor] = {}
         # the small ops fused into one kernel each where the family's ops are the plain ones
@@ -411,7 +414,9 @@ class GraphDecoder:
             return h, mlp(self._norm(layer.norm, h, layer.post_norm, layer.eps))
         normed, ids, weights = self._moe_input(layer, mlp, h, eighths)
         pool = self.pools[layer.index]
-        out = moe_experts(normed, ids, weights, pool, self.scratch, self.moe_out, eighths)
+        out = moe_experts(
+            normed, ids, weights, pool, self.scratch, self.moe_out, eighths, self.sum_counts
+        )
         if mlp.shared is not None:
             out = out + mlp._shared(normed)
         return h, out
