@@ -1617,8 +1617,24 @@ gpu104() {
   gpu_tests
 }
 
+# Session 19, third call: the ranked sum made by down's last programs and the router's
+# top-k by the router's last program (one launch fewer each per MoE layer), A/B in one
+# process, the router's launch on fewer warps; R0 on both files; the GPU tests.
+gpu105() {
+  synth30 q30d8 --dense-quant int8
+  timeout 200 python3 benches/step_ab.py "$DATA/q30d8.ftw" --configs \
+    base,sum-launch,route-launch,both-launch,nl-w1,nl-w2 2>&1 | tail -8
+  r0 q30d8
+  rm -f "$DATA/q30d8.ftw"
+  synth30 q30
+  timeout 100 python3 benches/step_ab.py "$DATA/q30.ftw" --configs base,both-launch 2>&1 | tail -3
+  r0 q30
+  gpu_tests
+}
+
 case $what in
   install) install ;;
+  gpu105) install; gpu105 ;;
   gpu104) install; gpu104 ;;
   gpu103) install; gpu103 ;;
   gpu102) install; gpu102 ;;

@@ -69,6 +69,9 @@ FUSED_SDPA = True
 # instead of waiting for the norm's own launch: one launch fewer per MoE layer. False
 # for an A/B in benches.
 NORM_IN_ROUTER = True
+# With it, the router's top-k made by that launch's last program (``fused.norm_route``)
+# instead of a launch of its own: one launch fewer per MoE layer. False for an A/B.
+ROUTE_IN_ROUTER = True
 
 
 def expert_pools(backend: object) -> dict[int, ExpertPool] | None:
@@ -189,6 +192,8 @@ class GraphDecoder:
         self.moe_out = torch.empty(1, cfg.hidden_size, dtype=model.place.dtype, device=device)
         # down's counts for the ranked sum its last programs make (zero between launches)
         self.sum_counts = sum_counts(1, cfg.hidden_size, device)
+        # the router's count for the top-k its last program makes (``fused.norm_route``)
+        self.route_count = torch.zeros(1, dtype=torch.int32, device=device)
         # MoE layer -> its experts' input in the eighths layout, where the norm writes it
         self.eighths: dict[int, torch.Tensor] = {}
         # the small ops fused into one kernel each where the family's ops are the plain ones
@@ -447,6 +452,13 @@ class GraphDecoder:
         norm [1, H], also into ``eighths`` when given; the router's ids and weights)."""
         fold = NORM_IN_ROUTER and self.fused_norm and self.fused_router
         if fold and self._fits(h, mlp.router) and h.shape[1] <= fused.NORM_LINEAR_COLS:
+            if ROUTE_IN_ROUTER and fused.ROUTE_ONE_PASS:
+                cfg = self.model.config
+                dtype = torch.float32 if cfg.router_weights_fp32 else h.dtype
+                return fused.norm_route(
+                    h, layer.post_norm, layer.eps, mlp.router, cfg.top_k, cfg.norm_topk_prob,
+                    dtype, self.route_count, self.norm_fp32, eighths,
+                )  # fmt: skip
             logits, normed = fused.norm_linear(
                 h, layer.post_norm, layer.eps, mlp.router, self.norm_fp32, eighths
             )
