@@ -1619,7 +1619,8 @@ gpu104() {
 
 # Session 19, third call: the ranked sum made by down's last programs and the router's
 # top-k by the router's last program (one launch fewer each per MoE layer), A/B in one
-# process, the router's launch on fewer warps; R0 on both files; the GPU tests.
+# process, the router's launch on fewer warps; R0 on both files; the GPU tests. Both
+# folds were slower (as in the sixteenth session) and were taken out after it.
 gpu105() {
   synth30 q30d8 --dense-quant int8
   timeout 200 python3 benches/step_ab.py "$DATA/q30d8.ftw" --configs \

@@ -181,8 +181,6 @@ def launches(scheme: str) -> list[tuple[str, Any]]:
     w = torch.rand(1, TOP_K).bfloat16()
     out = []
     out.append(("experts", lambda: mk.moe_experts(x, ids, w, pool)))
-    counts = mk.sum_counts(1, HIDDEN, cpu)
-    out.append(("experts, sum in down", lambda: mk.moe_experts(x, ids, w, pool, counts=counts)))
     for label, rows, cols in (("qkv", QKV_ROWS, HIDDEN), ("o", HIDDEN, O_COLS)):
         xv = torch.randn(1, cols).bfloat16()
         bf = torch.randn(rows, cols).bfloat16()
@@ -195,11 +193,6 @@ def launches(scheme: str) -> list[tuple[str, Any]]:
     nw = torch.randn(HIDDEN).bfloat16()
     e8 = mk._eighths_empty(1, HIDDEN, cpu)
     out.append(("norm + router", lambda: fused.norm_linear(x, nw, 1e-6, router, eighths=e8)))
-    count = torch.zeros(1, dtype=torch.int32)
-    out.append((
-        "norm + router + top-k",
-        lambda: fused.norm_route(x, nw, 1e-6, router, TOP_K, True, x.dtype, count, False, e8),
-    ))  # fmt: skip
     out.append(("norm eighths", lambda: fused.rms_norm(x, nw, 1e-6, eighths=e8)))
     out.append(("add norm", lambda: fused.add_rms_norm(x, x, nw, 1e-6)))
     heads, kv, dim, ctx = 32, 4, 128, 256

@@ -17,9 +17,7 @@ warps, fused.ROUTE_ONE_PASS off), ``no-pdl-two-pass``, ``attn-*`` (the attention
 positions per step and warps), ``blocks-before``, ``blocks-tuned`` and
 ``blocks-whole`` (the one-token products' block shapes), ``norm-launch``
 (decode.NORM_IN_ROUTER off), ``norm-w*``, ``nl-w8`` and ``rope-w*`` (the norms', the
-router-with-norm's and q/k/v RoPE's warps), ``sum-launch`` (the ranked sum in its own
-launch, moe_kernel.SUM_IN_DOWN off), ``route-launch`` (the router's top-k in its own
-launch, decode.ROUTE_IN_ROUTER off), ``both-launch``. ``--profile CONFIG`` then prints each
+router-with-norm's and q/k/v RoPE's warps). ``--profile CONFIG`` then prints each
 kernel's time per step. (The sixteenth session's ``no-fold`` and ``serial`` rows, and
 the eighteenth's ``linear-ahead`` and ``ranked-in-norm``, measured switches since taken
 out: docs/benchmarks.md.)
@@ -66,11 +64,6 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "rope-w4": {"fused.ROPE_LAUNCH": {"num_warps": 4}},  # q/k/v RoPE's warps (default 1)
     "rope-w1": {"fused.ROPE_LAUNCH": {"num_warps": 1}},
     "rope-w2": {"fused.ROPE_LAUNCH": {"num_warps": 2}},
-    "sum-launch": {"SUM_IN_DOWN": False},  # the ranked sum in its own launch, not down's
-    "route-launch": {"decode.ROUTE_IN_ROUTER": False},  # the router's top-k: own launch
-    "both-launch": {"SUM_IN_DOWN": False, "decode.ROUTE_IN_ROUTER": False},
-    "nl-w1": {"fused.NORM_LINEAR_WARPS": 1},  # the router's launch (with the top-k)
-    "nl-w2": {"fused.NORM_LINEAR_WARPS": 2},
 }
 _LINEAR_BLOCK = fused.linear_block
 

@@ -39,7 +39,6 @@ from flint.graphs.moe_kernel import (
     on_device,
     slab_unsupported,
     stacked_pool,
-    sum_counts,
 )
 from flint.graphs.slab_experts import SlabResidentExperts
 from flint.models.attention import Attention
@@ -69,9 +68,6 @@ FUSED_SDPA = True
 # instead of waiting for the norm's own launch: one launch fewer per MoE layer. False
 # for an A/B in benches.
 NORM_IN_ROUTER = True
-# With it, the router's top-k made by that launch's last program (``fused.norm_route``)
-# instead of a launch of its own: one launch fewer per MoE layer. False for an A/B.
-ROUTE_IN_ROUTER = True
 
 
 def expert_pools(backend: object) -> dict[int, ExpertPool] | None:
@@ -190,10 +186,6 @@ class GraphDecoder:
             torch.empty(top_k, cfg.hidden_size, dtype=torch.float32, device=device),
         )
         self.moe_out = torch.empty(1, cfg.hidden_size, dtype=model.place.dtype, device=device)
-        # down's counts for the ranked sum its last programs make (zero between launches)
-        self.sum_counts = sum_counts(1, cfg.hidden_size, device)
-        # the router's count for the top-k its last program makes (``fused.norm_route``)
-        self.route_count = torch.zeros(1, dtype=torch.int32, device=device)
         # MoE layer -> its experts' input in the eighths layout, where the norm writes it
         self.eighths: dict[int, torch.Tensor] = {}
         # the small ops fused into one kernel each where the family's ops are the plain ones
@@ -419,9 +411,7 @@ class GraphDecoder:
             return h, mlp(self._norm(layer.norm, h, layer.post_norm, layer.eps))
         normed, ids, weights = self._moe_input(layer, mlp, h, eighths)
         pool = self.pools[layer.index]
-        out = moe_experts(
-            normed, ids, weights, pool, self.scratch, self.moe_out, eighths, self.sum_counts
-        )
+        out = moe_experts(normed, ids, weights, pool, self.scratch, self.moe_out, eighths)
         if mlp.shared is not None:
             out = out + mlp._shared(normed)
         return h, out
@@ -452,13 +442,6 @@ class GraphDecoder:
         norm [1, H], also into ``eighths`` when given; the router's ids and weights)."""
         fold = NORM_IN_ROUTER and self.fused_norm and self.fused_router
         if fold and self._fits(h, mlp.router) and h.shape[1] <= fused.NORM_LINEAR_COLS:
-            if ROUTE_IN_ROUTER and fused.ROUTE_ONE_PASS:
-                cfg = self.model.config
-                dtype = torch.float32 if cfg.router_weights_fp32 else h.dtype
-                return fused.norm_route(
-                    h, layer.post_norm, layer.eps, mlp.router, cfg.top_k, cfg.norm_topk_prob,
-                    dtype, self.route_count, self.norm_fp32, eighths,
-                )  # fmt: skip
             logits, normed = fused.norm_linear(
                 h, layer.post_norm, layer.eps, mlp.router, self.norm_fp32, eighths
             )

@@ -168,43 +168,6 @@ def norm_linear(
     every program normalises h itself, so no launch of its own waits for the norm (the
     router after the post-attention norm). The norm's sum and the product's are added
     in this kernel's order, not ``rms_norm``'s and ``linear``'s."""
-    out, normed, _ = _norm_linear(h, norm_weight, eps, weight, weight_in_fp32, eighths, None)
-    return out, normed
-
-
-def norm_route(
-    h: torch.Tensor,  # [1, K] in the model dtype
-    norm_weight: torch.Tensor,  # [K]
-    eps: float,
-    router: torch.Tensor,  # [E, K] in h's dtype: a softmax router without bias
-    top_k: int,
-    normalize: bool,
-    dtype: torch.dtype,  # the weights'
-    count: torch.Tensor,  # int32 [1], zero (every launch leaves it zero)
-    weight_in_fp32: bool = False,
-    eighths: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(normed, ids [1, K], weights [1, K]): ``norm_linear``'s router logits and, in the
-    same launch, ``route``'s one-pass top-k of them, made by the launch's last program
-    (``count``): one launch fewer than ``norm_linear`` then ``route``, the same picks;
-    the softmax's sum follows this launch's warps, so the weights may differ from
-    ``route``'s in the last bit (every path of the step uses one or the other)."""
-    _, normed, routed = _norm_linear(
-        h, norm_weight, eps, router, weight_in_fp32, eighths, (top_k, normalize, dtype, count)
-    )
-    assert routed is not None
-    return normed, *routed
-
-
-def _norm_linear(
-    h: torch.Tensor,
-    norm_weight: torch.Tensor,
-    eps: float,
-    weight: torch.Tensor,
-    weight_in_fp32: bool,
-    eighths: torch.Tensor | None,
-    route: tuple[int, bool, torch.dtype, torch.Tensor] | None,
-) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None]:
     rows, cols = weight.shape
     assert h.shape == (1, cols) and weight.dtype == h.dtype and weight.stride(1) == 1
     assert cols <= NORM_LINEAR_COLS, cols
@@ -212,26 +175,15 @@ def _norm_linear(
     normed = torch.empty_like(h)
     out = torch.empty(1, rows, dtype=h.dtype, device=h.device)
     e_stride = 0 if eighths is None else eighths.shape[1] // 8
-    routed = None
-    top_k, normalize, count = 1, False, out  # (never read without ``route``)
-    if route is not None:
-        top_k, normalize, dtype, count = route
-        assert count.dtype == torch.int32 and count.numel() >= 1
-        routed = (
-            torch.empty(1, top_k, dtype=torch.int64, device=h.device),
-            torch.empty(1, top_k, dtype=dtype, device=h.device),
-        )
-    ids, weights = routed or (out, out)
     with on_device(h.device):
         norm_linear_kernel[(triton.cdiv(rows, NORM_LINEAR_ROWS),)](
             h, weight, weight.stride(0), norm_weight, out, normed,
-            h if eighths is None else eighths, e_stride, rows, cols, eps, ids, weights, count,
+            h if eighths is None else eighths, e_stride, rows, cols, eps,
             ROUND=_DTYPES[h.dtype], BN=NORM_LINEAR_ROWS, BLOCK=_block(cols),
-            W32=weight_in_fp32, EIGHTHS=eighths is not None, ROUTE=route is not None,
-            TOPK=top_k, NORM=normalize, EBLOCK=_block(rows), KP=_block(top_k),
-            num_warps=NORM_LINEAR_WARPS, **pdl(h.device),
+            W32=weight_in_fp32, EIGHTHS=eighths is not None, num_warps=NORM_LINEAR_WARPS,
+            **pdl(h.device),
         )  # fmt: skip
-    return out, normed, routed
+    return out, normed
 
 
 def head_rope(

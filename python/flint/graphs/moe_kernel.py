@@ -232,9 +232,6 @@ EVEN_TILES = True
 WORDS = True
 WORDS_GATE_UP_BLOCK = (8, 512, 4)
 WORDS_DOWN_BLOCK = (16, 256, 4)
-# The ranked sum made by down's last program of each row block (``moe_experts`` with
-# ``counts``: the resident step) instead of a launch of its own; False for an A/B.
-SUM_IN_DOWN = True
 
 
 def _even(cols: int, block: int) -> bool:
@@ -301,23 +298,13 @@ def moe_experts(
     scratch: tuple[torch.Tensor, torch.Tensor] | None = None,  # [T*K, I], [T*K, H] f32
     out: torch.Tensor | None = None,  # [T, H] result (fixed address for graphs)
     x_eighths: torch.Tensor | None = None,  # ``eighths(x)``, where the caller has it
-    counts: torch.Tensor | None = None,  # ``sum_counts``: down makes the ranked sum
 ) -> torch.Tensor:
     """sum over k of weights[t, k] * expert_{ids[t, k]}(x[t]) -> [T, H] in x's dtype.
     ``scratch``: the activations and per-rank outputs (given: fixed addresses; the word
-    kernels keep their activations in the eighths layout, in a buffer of their own).
-    ``counts`` (``sum_counts``, zero): the ranked sum made by down's last program of
-    each row block instead of its own launch (the same ops, the same bits)."""
+    kernels keep their activations in the eighths layout, in a buffer of their own)."""
     assert triton is not None, "check available() first"
     with on_device(x.device):
-        return _launch(x, ids, weights, pool, scratch, out, x_eighths, counts)
-
-
-def sum_counts(tokens: int, hidden: int, device: torch.device) -> torch.Tensor:
-    """The zeroed counts ``moe_experts`` takes for down's ranked sum (one per token and
-    row block of down; every launch leaves them zero)."""
-    rows = min(DOWN_BLOCK[0], WORDS_DOWN_BLOCK[0])  # down's rows a program, either kernel
-    return torch.zeros(tokens * triton.cdiv(hidden, rows), dtype=torch.int32, device=device)
+        return _launch(x, ids, weights, pool, scratch, out, x_eighths)
 
 
 def _launch(
@@ -328,7 +315,6 @@ def _launch(
     scratch: tuple[torch.Tensor, torch.Tensor] | None,
     out: torch.Tensor | None,
     x_eighths: torch.Tensor | None = None,
-    counts: torch.Tensor | None = None,
 ) -> torch.Tensor:
     tokens, top_k = ids.shape
     h_dim, i_dim = pool.hidden, pool.inter
@@ -341,9 +327,8 @@ def _launch(
     if out is None:
         out = torch.empty(tokens, h_dim, dtype=x.dtype, device=x.device)
     x, ids, weights = x.contiguous(), ids.contiguous(), weights.contiguous()
-    summed = (weights, out, counts) if counts is not None and SUM_IN_DOWN else None
-    _pair_outputs(x, ids, pool, hidden, per_rank, x_eighths, summed)
-    return out if summed is not None else _ranked_sum(per_rank, weights, out)
+    _pair_outputs(x, ids, pool, hidden, per_rank, x_eighths)
+    return _ranked_sum(per_rank, weights, out)
 
 
 def _pair_outputs(
@@ -353,12 +338,10 @@ def _pair_outputs(
     hidden: torch.Tensor | None,  # [T*K, I] in x's dtype: the activations (None: made)
     y: torch.Tensor,  # [T*K, H] fp32: each pair's expert output, rounded to x's dtype
     x_eighths: torch.Tensor | None = None,  # ``eighths(x)``, where the caller has it
-    summed: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
 ) -> None:
     """gate/up, then down, of every (token, rank) pair: two launches. The word kernels
     keep x and the activations in the eighths layout (a buffer of their own, not
-    ``hidden``). ``summed``: (weights [T, K], out [T, H], counts): down also makes
-    the ranked sum into out (``down_kernel``'s ``SUM``)."""
+    ``hidden``)."""
     tokens, top_k = ids.shape
     h_dim, i_dim = pool.hidden, pool.inter
     pairs, code, group = tokens * top_k, pool.scheme, pool.group
@@ -385,13 +368,11 @@ def _pair_outputs(
         num_warps=warps, **pdl(x.device),
     )  # fmt: skip
     bn, bk, warps = down_block
-    rw, out, counts = summed or (y, y, y)  # (never read without ``summed``)
-    assert summed is None or counts.numel() >= tokens * triton.cdiv(h_dim, bn)
     down_kernel[(pairs, triton.cdiv(h_dim, bn))](
-        hidden, ids, y, *_args(pool.down), down_b, h_dim, i_dim, hs, rw, out, counts,
+        hidden, ids, y, *_args(pool.down), down_b, h_dim, i_dim, hs,
         OUT=_DTYPES[x.dtype], SCHEME=code, GROUP=group, BN=bn, BK=_cols(bk, group),
-        HAS_BIAS=has_bias, EVEN=_even(i_dim, _cols(bk, group)), WORDS=words, TOPK=top_k,
-        SUM=summed is not None, num_warps=warps, **pdl(x.device),
+        HAS_BIAS=has_bias, EVEN=_even(i_dim, _cols(bk, group)), WORDS=words,
+        num_warps=warps, **pdl(x.device),
     )  # fmt: skip
 
 

@@ -346,9 +346,6 @@ if triton is not None:
         hid,
         inter,
         h_stride,
-        rw_ptr,
-        out_ptr,
-        count_ptr,
         OUT: tl.constexpr,
         SCHEME: tl.constexpr,
         GROUP: tl.constexpr,
@@ -357,16 +354,10 @@ if triton is not None:
         HAS_BIAS: tl.constexpr,
         EVEN: tl.constexpr = False,
         WORDS: tl.constexpr = False,
-        TOPK: tl.constexpr = 1,
-        SUM: tl.constexpr = False,
         GDC: tl.constexpr = False,
     ):
         """y[pair, rows] (fp32, rounded to the model dtype) = down(h[pair]) (+ bias); h
-        in the eighths layout with ``WORDS`` (``gate_up_kernel``). With ``SUM`` the
-        last of a token's ``TOPK`` programs of these rows to finish (a count per token
-        and row block at ``count_ptr``, zero before and after) also makes the token's
-        ranked sum of them into ``out_ptr``: ``ranked_sum_kernel``'s ops on the same
-        values, without its launch."""
+        in the eighths layout with ``WORDS`` (``gate_up_kernel``)."""
         _await_inputs(GDC)
         pair = tl.program_id(0)
         expert = tl.load(ids_ptr + pair).to(tl.int64)
@@ -382,28 +373,6 @@ if triton is not None:
             bias = tl.load(db_ptr + expert * hid + rows, mask=row_ok, other=0.0)
             y = _round(y + bias.to(tl.float32), OUT)
         tl.store(y_ptr + pair * hid + rows, y, mask=row_ok)
-        if SUM:
-            _last_sums(y_ptr, rw_ptr, out_ptr, count_ptr, pair, rows, row_ok, hid, TOPK)
-
-    @triton.jit
-    def _last_sums(y_ptr, rw_ptr, out_ptr, count_ptr, pair, rows, row_ok, hid, TOPK: tl.constexpr):
-        """``down_kernel``'s ranked sum: every program of these rows counts itself in
-        after its stores (a barrier, then one atomic that releases them and acquires
-        the others'); the token's last one sums the ranks' rows from the L2, in rank
-        order as ``ranked_sum_kernel``, and sets the count back to zero."""
-        token = pair // TOPK
-        slot = count_ptr + token * tl.num_programs(1) + tl.program_id(1)
-        tl.debug_barrier()
-        if tl.atomic_add(slot, 1, sem="acq_rel", scope="gpu") == TOPK - 1:
-            total = tl.zeros_like(rows).to(tl.float32)
-            for rank in tl.static_range(TOPK):
-                at = (token * TOPK + rank) * hid + rows
-                yk = tl.load(y_ptr + at, mask=row_ok, other=0.0, cache_modifier=".cg")
-                total = total + yk * tl.load(rw_ptr + token * TOPK + rank).to(tl.float32)
-            out_type = out_ptr.dtype.element_ty
-            summed = _round(total, out_type).to(out_type)
-            tl.store(out_ptr + token * hid + rows, summed, mask=row_ok)
-            tl.atomic_xchg(slot, 0, sem="relaxed", scope="gpu")
 
     @triton.jit
     def ranked_sum_kernel(

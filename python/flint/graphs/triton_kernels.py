@@ -15,7 +15,6 @@ __all__ = [
     "_eighth_exp",
     "_eighths_index",
     "_round",
-    "_route_one_pass",
     "_times_2_to",
     "_w_steps",
     "_w_tile",
@@ -203,19 +202,11 @@ if triton is not None:
         n_rows,
         n_cols,
         eps,
-        ids_ptr,
-        rw_ptr,
-        count_ptr,
         ROUND: tl.constexpr,
         BN: tl.constexpr,
         BLOCK: tl.constexpr,
         W32: tl.constexpr,
         EIGHTHS: tl.constexpr = False,
-        ROUTE: tl.constexpr = False,
-        TOPK: tl.constexpr = 1,
-        NORM: tl.constexpr = False,
-        EBLOCK: tl.constexpr = 1,
-        KP: tl.constexpr = 1,
         GDC: tl.constexpr = False,
     ):
         """One token's RMSNorm of h (``rms_norm_kernel``'s ops) and the product of w's
@@ -223,10 +214,7 @@ if triton is not None:
         dtype, no bias), in one launch: each program computes the norm itself (the
         same bits in each: the same code on the same row), program 0 also writes it
         to ``normed_ptr`` (and the eighths). Whole rows (``BLOCK`` >= n_cols) in one
-        step, read before ``_await_inputs``. With ``ROUTE`` (w a softmax router) the
-        last program to finish (a count at ``count_ptr``, zero before and after) also
-        picks the top-k of the logits (``_route_one_pass``) into ``ids_ptr`` and
-        ``rw_ptr``: ``route_kernel``'s ops without its launch."""
+        step, read before ``_await_inputs``."""
         rows = tl.program_id(0) * BN + tl.arange(0, BN)
         row_ok = rows < n_rows
         cols = tl.arange(0, BLOCK)
@@ -240,13 +228,6 @@ if triton is not None:
             _store_normed(y, normed_ptr, cols, ok, e_ptr, e_stride, EIGHTHS)
         acc = _round(tl.sum(w.to(tl.float32) * y[None, :], axis=1), ROUND)
         tl.store(out_ptr + rows, acc.to(out_ptr.dtype.element_ty), mask=row_ok)
-        if ROUTE:
-            # every program counts itself in after its stores (a barrier, then one
-            # atomic that releases them and acquires the others'); the last one routes
-            tl.debug_barrier()
-            if tl.atomic_add(count_ptr, 1, sem="acq_rel", scope="gpu") == tl.num_programs(0) - 1:
-                _route_one_pass(out_ptr, ids_ptr, rw_ptr, n_rows, TOPK, NORM, EBLOCK, KP)
-                tl.atomic_xchg(count_ptr, 0, sem="relaxed", scope="gpu")
 
     @triton.jit
     def _head_rope(
@@ -486,31 +467,6 @@ if triton is not None:
         return tl.where(ok, p, -1.0), e
 
     @triton.jit
-    def _route_one_pass(
-        logits_ptr, ids_ptr, w_ptr, n, TOPK: tl.constexpr, NORM: tl.constexpr,
-        BLOCK: tl.constexpr, KP: tl.constexpr,
-    ):  # fmt: skip
-        """One token's top-k of its n router logits in one pass (``route_kernel``'s
-        ``ONE_PASS``): one (value, index) reduction per pick, ties to the lower id, the
-        renormalising sum added as they are picked."""
-        p, e = _router_softmax(logits_ptr, n, BLOCK)
-        w_type = w_ptr.dtype.element_ty
-        k = tl.arange(0, KP)
-        picks = tl.zeros([KP], dtype=tl.int32)
-        best = tl.zeros([KP], dtype=tl.float32)
-        total = 0.0
-        for i in tl.static_range(TOPK):
-            value, pick = tl.max(p, axis=0, return_indices=True, return_indices_tie_break_left=True)
-            picks = tl.where(k == i, pick, picks)
-            best = tl.where(k == i, value, best)
-            total += value
-            p = tl.where(e == pick, -1.0, p)
-        if NORM:
-            best = best / total
-        tl.store(ids_ptr + k, picks.to(tl.int64), mask=k < TOPK)
-        tl.store(w_ptr + k, _round(best, w_type).to(w_type), mask=k < TOPK)
-
-    @triton.jit
     def route_kernel(
         logits_ptr,
         ids_ptr,
@@ -532,14 +488,26 @@ if triton is not None:
         the same picks and weights for the same probabilities."""
         _await_inputs(GDC)
         token = tl.program_id(0)
+        p, e = _router_softmax(logits_ptr + token * n, n, BLOCK)
+        w_type = w_ptr.dtype.element_ty
         if ONE_PASS:
-            _route_one_pass(
-                logits_ptr + token * n, ids_ptr + token * TOPK, w_ptr + token * TOPK, n,
-                TOPK, NORM, BLOCK, KP,
-            )  # fmt: skip
+            k = tl.arange(0, KP)
+            picks = tl.zeros([KP], dtype=tl.int32)
+            best = tl.zeros([KP], dtype=tl.float32)
+            total = 0.0
+            for i in tl.static_range(TOPK):
+                value, pick = tl.max(
+                    p, axis=0, return_indices=True, return_indices_tie_break_left=True
+                )
+                picks = tl.where(k == i, pick, picks)
+                best = tl.where(k == i, value, best)
+                total += value
+                p = tl.where(e == pick, -1.0, p)
+            if NORM:
+                best = best / total
+            tl.store(ids_ptr + token * TOPK + k, picks.to(tl.int64), mask=k < TOPK)
+            tl.store(w_ptr + token * TOPK + k, _round(best, w_type).to(w_type), mask=k < TOPK)
         else:
-            p, e = _router_softmax(logits_ptr + token * n, n, BLOCK)
-            w_type = w_ptr.dtype.element_ty
             total = 1.0
             if NORM:  # the sum of the top-k probabilities, in fp32
                 total = 0.0
