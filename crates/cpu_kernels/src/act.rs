@@ -86,6 +86,14 @@ pub struct Act<'a> {
     /// [`I4_BF16_BLOCK`] of columns stored as columns 8d + k for d = 0..16, for k = 0..8;
     /// empty when not prepared.
     pub(crate) i4l: Aligned<f32>,
+    /// For the int8 VNNI kernel (`Dot::with_int8_vnni`): `x` rounded to 8 bits per
+    /// block of [`Q8_BLOCK`] columns (`q8`, each block's values over its largest |x|
+    /// / 127), and per 4 columns (one 32-bit lane of a `vpdpbusd`) that block's scale
+    /// (`q8_scale`) and -128 x the sum of the 4 q (`q8_neg`: the weights are read as
+    /// unsigned `q + 128`); empty when not prepared.
+    pub(crate) q8: Aligned<i8>,
+    pub(crate) q8_scale: Aligned<f32>,
+    pub(crate) q8_neg: Aligned<i32>,
 }
 
 impl<'a> Act<'a> {
@@ -100,6 +108,9 @@ impl<'a> Act<'a> {
             i4_bf16: Aligned::default(),
             i4_planes: 0,
             i4l: Aligned::default(),
+            q8: Aligned::default(),
+            q8_scale: Aligned::default(),
+            q8_neg: Aligned::default(),
         }
     }
 
@@ -111,7 +122,11 @@ impl<'a> Act<'a> {
     /// Whether nothing but (maybe) an aligned copy was prepared: only the f32 kernels
     /// read this row.
     pub(crate) fn is_plain(&self) -> bool {
-        self.planes == 0 && self.i4_planes == 0 && self.i4.len() == 0 && self.i4l.len() == 0
+        self.planes == 0
+            && self.i4_planes == 0
+            && self.i4.len() == 0
+            && self.i4l.len() == 0
+            && self.q8.len() == 0
     }
 
     /// The f32 row the f32 kernels read: the aligned copy if there is one.
@@ -131,11 +146,13 @@ impl<'a> Act<'a> {
         self
     }
 
-    /// What was prepared, i.e. which kernel reads this row: `bf16` (AVX-512 BF16, bf16
-    /// rows), `int4-bf16` (AVX-512 BF16, int4 rows), `int4-lanes` (the int4 lanes
+    /// What was prepared, i.e. which kernel reads this row: `int8-vnni` (the int8 VNNI
+    /// kernel), `bf16` (AVX-512 BF16, bf16 rows), `int4-bf16` (AVX-512 BF16, int4 rows), `int4-lanes` (the int4 lanes
     /// kernel), `int4` (AVX-512 int4 order) or `f32`.
     pub fn prepared(&self) -> &'static str {
-        if self.i4l.len() > 0 {
+        if self.q8.len() > 0 {
+            "int8-vnni"
+        } else if self.i4l.len() > 0 {
             "int4-lanes"
         } else if self.planes > 0 {
             "bf16"
@@ -235,13 +252,70 @@ impl Act<'_> {
     }
 }
 
+/// Columns per scale of [`Act::with_q8`]'s 8-bit activations (llama.cpp's Q8_0 block).
+pub(crate) const Q8_BLOCK: usize = 32;
+/// Columns per step of the int8 VNNI kernel (64 bytes of weights); rows it takes have a
+/// multiple of it.
+pub(crate) const Q8_STEP: usize = 64;
+
+impl Act<'_> {
+    /// With `x` rounded to 8 bits per [`Q8_BLOCK`] columns for the int8 VNNI kernel, if
+    /// its length is a multiple of [`Q8_STEP`] and every value is finite (else as it
+    /// is: the f32 kernels). A block's scale is its largest |x| / 127 (0 for a block of
+    /// zeros), each q = x * (127 / largest) rounded to nearest, ties to even, in -127..=127.
+    pub(crate) fn with_q8(mut self) -> Self {
+        let n = self.x.len();
+        if n == 0 || !n.is_multiple_of(Q8_STEP) || !self.x.iter().all(|v| v.is_finite()) {
+            return self;
+        }
+        let mut q = Aligned::<i8>::zeroed(n);
+        let mut scale = Aligned::<f32>::zeroed(n / 4);
+        let mut neg = Aligned::<i32>::zeroed(n / 4);
+        let (qs, ss, ns) = (q.as_mut_slice(), scale.as_mut_slice(), neg.as_mut_slice());
+        for (b, block) in self.x.chunks_exact(Q8_BLOCK).enumerate() {
+            let top = block.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+            let (inv, s) = if top > 0.0 {
+                (127.0 / top, top / 127.0)
+            } else {
+                (0.0, 0.0)
+            };
+            for (i, v) in block.iter().enumerate() {
+                let c = b * Q8_BLOCK + i;
+                let r = (v * inv).round_ties_even().clamp(-127.0, 127.0) as i8;
+                if let Some(d) = qs.get_mut(c) {
+                    *d = r;
+                }
+                if let Some(d) = ns.get_mut(c / 4) {
+                    *d -= 128 * i32::from(r);
+                }
+                if let Some(d) = ss.get_mut(c / 4) {
+                    *d = s;
+                }
+            }
+        }
+        self.q8 = q;
+        self.q8_scale = scale;
+        self.q8_neg = neg;
+        self
+    }
+}
+
 /// Which preparation `kind` gets on an instruction set that has the BF16 dot product
 /// (`bf16`) and the AVX-512 int4 kernel (`i4`), int4 rows of groups the lanes kernel
-/// takes going to it where `lanes` (Intel CPUs with AVX-512 BF16: `Dot`).
-pub(crate) fn prepare(x: &[f32], kind: WeightKind, bf16: bool, i4: bool, lanes: bool) -> Act<'_> {
+/// takes going to it where `lanes` (Intel CPUs with AVX-512 BF16: `Dot`), int8 rows to
+/// the VNNI kernel where `q8`.
+pub(crate) fn prepare(
+    x: &[f32],
+    kind: WeightKind,
+    bf16: bool,
+    i4: bool,
+    lanes: bool,
+    q8: bool,
+) -> Act<'_> {
     let act = Act::plain(x);
     let act = if bf16 || i4 { act.aligned() } else { act };
     match kind {
+        WeightKind::Int8 if q8 => act.with_q8(),
         WeightKind::Int4 { group } if lanes && i4_bf16_group(group) => act.with_i4_lanes(),
         WeightKind::Bf16 if bf16 => act.with_bf16(),
         WeightKind::Int4 { group } if bf16 && i4_bf16_group(group) => act.with_i4_bf16(),

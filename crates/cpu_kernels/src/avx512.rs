@@ -773,3 +773,92 @@ pub(crate) unsafe fn rows_i4(
         }
     }
 }
+
+/// `out[i]` = row `r0 + i` of int8 weights `w` (`cols` bytes a row, f32 row scales at
+/// `s`) dotted with an 8-bit activation (`Act::with_q8`: `q`, and per 4 columns `neg`
+/// = -128 x their q's sum and `scale`), `R` rows at a time. Per 64 columns and row: the
+/// weights read as unsigned `q + 128` (`vpxord` 0x80) into one `vpdpbusd` against q,
+/// started from `neg` (so each 32-bit lane is exactly its 4 columns' sum of q_w * q_x),
+/// converted to f32 (exact: |sum| < 2^17) and multiplied-added with the lanes' scales;
+/// at the end [`Avx512::hsum`] times the row's scale. A row's operations do not depend
+/// on `R`.
+///
+/// # Safety
+/// avx512f, avx512bw and avx512vnni must be available; `w` readable for
+/// `(r0 + out.len()) * cols` bytes from row 0, `s` for as many f32, `q` for `cols`
+/// values and `neg`, `scale` for `cols / 4`; `cols` a multiple of 64.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma")]
+#[allow(clippy::too_many_arguments)] // reason: the rows' layout and the prepared activation
+pub(crate) unsafe fn rows_i8_q8(
+    w: *const u8,
+    s: *const u8,
+    cols: usize,
+    q: *const i8,
+    neg: *const i32,
+    scale: *const f32,
+    r0: usize,
+    out: &mut [f32],
+    rows: usize,
+) {
+    let ahead = row_prefetch_ahead();
+    // SAFETY (each closure): the caller's guarantee (features, bounds), passed on.
+    let one = |i: usize| unsafe { q8_rows::<1>(w, s, cols, q, neg, scale, r0 + i, ahead)[0] };
+    match rows {
+        4 => rows_by::<4>(
+            out,
+            |i| unsafe { q8_rows::<4>(w, s, cols, q, neg, scale, r0 + i, ahead) },
+            one,
+        ),
+        2 => rows_by::<2>(
+            out,
+            |i| unsafe { q8_rows::<2>(w, s, cols, q, neg, scale, r0 + i, ahead) },
+            one,
+        ),
+        _ => rows_by::<1>(out, |i| [one(i)], one),
+    }
+}
+
+/// [`rows_i8_q8`]'s kernel: rows `r..r + R` (their results in order).
+///
+/// # Safety
+/// As [`rows_i8_q8`] for these rows.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn q8_rows<const R: usize>(
+    w: *const u8,
+    s: *const u8,
+    cols: usize,
+    q: *const i8,
+    neg: *const i32,
+    scale: *const f32,
+    r: usize,
+    ahead: usize,
+) -> [f32; R] {
+    // SAFETY: the caller's bounds and features.
+    unsafe {
+        let flip = _mm512_set1_epi8(-128);
+        let mut acc = [_mm512_setzero_ps(); R];
+        let mut c = 0;
+        while c < cols {
+            let x = _mm512_loadu_si512(q.add(c).cast());
+            let n = _mm512_loadu_si512(neg.add(c / 4).cast());
+            let sc = _mm512_loadu_ps(scale.add(c / 4));
+            for (k, a) in acc.iter_mut().enumerate() {
+                let row = w.add((r + k) * cols + c);
+                if ahead > 0 {
+                    prefetch(row.wrapping_add(ahead));
+                }
+                let wv = _mm512_xor_si512(_mm512_loadu_si512(row.cast()), flip);
+                let sum = _mm512_dpbusd_epi32(n, wv, x);
+                *a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), sc, *a);
+            }
+            c += crate::act::Q8_STEP;
+        }
+        let mut out = [0.0f32; R];
+        for (k, (o, a)) in out.iter_mut().zip(acc).enumerate() {
+            let row_scale: [u8; 4] = std::ptr::read_unaligned(s.add(4 * (r + k)).cast());
+            *o = Avx512::hsum(a) * f32::from_le_bytes(row_scale);
+        }
+        out
+    }
+}

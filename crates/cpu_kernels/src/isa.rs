@@ -124,6 +124,29 @@ fn int4_lanes() -> bool {
     })
 }
 
+/// Whether int8 rows take the VNNI kernel by default (`FLINT_CPU_INT8`: `vnni` or
+/// `f32`, read once; default `f32`): the activation rounded to 8 bits per 32 columns
+/// (llama.cpp's Q8_0 activations), integer dot products of 64 columns a `vpdpbusd`
+/// (docs/cpu-kernels.md).
+fn int8_vnni() -> bool {
+    static VNNI: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *VNNI.get_or_init(|| matches!(std::env::var("FLINT_CPU_INT8").as_deref(), Ok("vnni")))
+}
+
+/// Whether this CPU has what the int8 VNNI kernel needs (AVX-512 F, BW, VNNI).
+fn vnni_available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx512bw")
+            && is_x86_feature_detected!("avx512vnni")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
 /// A row dot product for one instruction set, callable safely: it can only be made by
 /// [`Dot::new`], which checks that the CPU has the instructions.
 #[derive(Debug, Clone, Copy)]
@@ -134,6 +157,9 @@ pub struct Dot {
     /// Whether int4 rows go through the lanes kernel (`i4_lanes.rs`) instead of the
     /// AVX-512 BF16 one (AVX-512 BF16 CPUs only).
     lanes: bool,
+    /// Whether int8 rows go through the VNNI kernel with 8-bit activations (AVX-512
+    /// VNNI CPUs only, `with_int8_vnni`).
+    q8: bool,
 }
 
 impl Dot {
@@ -147,8 +173,12 @@ impl Dot {
                 isa,
                 rows: 1,
                 lanes: false,
+                q8: false,
             };
-            Ok(dot.with_rows(rows_at_once()).with_int4_lanes(int4_lanes()))
+            Ok(dot
+                .with_rows(rows_at_once())
+                .with_int4_lanes(int4_lanes())
+                .with_int8_vnni(int8_vnni()))
         } else {
             Err(KernelError::IsaUnavailable { isa: isa.name() })
         }
@@ -160,6 +190,24 @@ impl Dot {
     pub fn with_int4_lanes(self, lanes: bool) -> Self {
         let lanes = lanes && self.isa == Isa::Avx512Bf16;
         Self { lanes, ..self }
+    }
+
+    /// The same, int8 rows through the VNNI kernel (`vnni`: the activation rounded to 8
+    /// bits per 32 columns, `Act::with_q8`, rows of a multiple of 64 columns with
+    /// finite activations) or the f32 kernels, on AVX-512 with VNNI (elsewhere the f32
+    /// kernels). Its results are the int8 scheme's (`scalar::dot_q8`), not the f32
+    /// reference's: the rounding of the activation is the difference.
+    pub fn with_int8_vnni(self, vnni: bool) -> Self {
+        let avx512 = matches!(self.isa, Isa::Avx512 | Isa::Avx512Bf16);
+        Self {
+            q8: vnni && avx512 && vnni_available(),
+            ..self
+        }
+    }
+
+    /// Whether int8 rows go through the VNNI kernel (`with_int8_vnni`).
+    pub fn int8_vnni(self) -> bool {
+        self.q8
     }
 
     /// The same, [`Self::rows_act`] computing `rows` rows at once, interleaved (4 or 2;
@@ -181,6 +229,9 @@ impl Dot {
     /// BF16); empty elsewhere.
     pub fn variants(self, kind: WeightKind) -> String {
         let mut parts = Vec::new();
+        if self.q8 && kind == WeightKind::Int8 {
+            parts.push("int8 vnni".to_string());
+        }
         let int4 = matches!(kind, WeightKind::Int4 { .. });
         if self.isa == Isa::Avx512Bf16 && int4 {
             parts.push(
@@ -207,7 +258,14 @@ impl Dot {
     /// row and layer call; see [`Act`]).
     pub fn prepare<'a>(self, kind: WeightKind, x: &'a [f32]) -> Act<'a> {
         let i4 = matches!(self.isa, Isa::Avx512 | Isa::Avx512Bf16);
-        prepare(x, kind, self.isa == Isa::Avx512Bf16, i4, self.lanes)
+        prepare(
+            x,
+            kind,
+            self.isa == Isa::Avx512Bf16,
+            i4,
+            self.lanes,
+            self.q8,
+        )
     }
 
     /// `sum_c W[r, c] * x[c]` for row `r < p.rows` of `p`; `x` has `p.cols` values.
@@ -267,6 +325,9 @@ impl Dot {
         if n == 0 || a.x.len() != cols || !avx512 {
             return false;
         }
+        if p.kind == WeightKind::Int8 && a.q8.len() > 0 {
+            return self.rows_q8(p, r0, a, out);
+        }
         let int4 = matches!(p.kind, WeightKind::Int4 { .. });
         if int4 && a.i4l.len() > 0 {
             return self.rows_i4_lanes(p, r0, a, out);
@@ -303,6 +364,41 @@ impl Dot {
             }
             _ => false,
         }
+    }
+
+    /// The int8 rows of an 8-bit activation (`Act::with_q8`) through the VNNI kernel:
+    /// false where it does not apply (then row by row through `dot_act`, the same
+    /// kernel a row at a time).
+    #[cfg(target_arch = "x86_64")]
+    fn rows_q8(self, p: &Proj<'_>, r0: usize, a: &Act<'_>, out: &mut [f32]) -> bool {
+        let (n, cols) = (out.len(), p.cols);
+        let ok = self.q8
+            && p.row_bytes() == cols
+            && cols.is_multiple_of(crate::act::Q8_STEP)
+            && a.q8.len() == cols
+            && a.q8_neg.len() == cols / 4
+            && a.q8_scale.len() == cols / 4
+            && p.weights.len() >= (r0 + n) * cols
+            && p.scales.len() >= (r0 + n) * 4;
+        if !ok {
+            return false;
+        }
+        // SAFETY: `with_int8_vnni` checked avx512f/bw/vnni; the rows, their scales and
+        // the activation's parts have the lengths the kernel reads (checked above).
+        unsafe {
+            crate::avx512::rows_i8_q8(
+                p.weights.as_ptr(),
+                p.scales.as_ptr(),
+                cols,
+                a.q8.as_slice().as_ptr(),
+                a.q8_neg.as_slice().as_ptr(),
+                a.q8_scale.as_slice().as_ptr(),
+                r0,
+                out,
+                self.rows,
+            )
+        };
+        true
     }
 
     /// The int4 rows of an activation in the lanes order (`rows_special`'s): false where
@@ -384,6 +480,18 @@ impl Dot {
             return None;
         }
         match (self.isa, p.kind) {
+            (_, WeightKind::Int8) if acts.iter().all(|a| a.q8.len() > 0) => {
+                // one row at a time through the rows kernel: each token's bits as alone
+                let mut out = [0.0f32; T];
+                for (o, a) in out.iter_mut().zip(acts) {
+                    let mut one = [0.0f32];
+                    if !self.rows_q8(p, r, a, &mut one) {
+                        return None;
+                    }
+                    *o = one[0];
+                }
+                Some(out)
+            }
             (Isa::Avx512Bf16, WeightKind::Bf16) => {
                 let np = acts.first()?.planes;
                 let stride = cols.next_multiple_of(crate::act::BF16_BLOCK);

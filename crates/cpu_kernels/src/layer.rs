@@ -276,6 +276,12 @@ impl Kernels {
         self.dot = self.dot.with_int4_lanes(on);
     }
 
+    /// int8 rows through the VNNI kernel with 8-bit activations (`on`) or the f32 ones,
+    /// where the CPU has it ([`Dot::with_int8_vnni`]; default: `FLINT_CPU_INT8`).
+    pub fn set_int8_vnni(&mut self, on: bool) {
+        self.dot = self.dot.with_int8_vnni(on);
+    }
+
     /// Whether hidden rows are rounded to bf16 before down.
     pub fn round_hidden(&self) -> bool {
         self.round_hidden

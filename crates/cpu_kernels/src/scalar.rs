@@ -42,6 +42,28 @@ pub fn dot(p: &Proj<'_>, r: usize, x: &[f32]) -> f32 {
     }
 }
 
+/// The int8 VNNI scheme's reference: row `r` of int8 projection `p` with `x` rounded
+/// to 8 bits as `Act::with_q8` rounds it: each 4 columns' integer sum (exact), times
+/// that block's scale, added in column order (a multiply then an add), then times the
+/// row's scale. None where the activation is not rounded (`with_q8`'s conditions).
+pub fn dot_q8(p: &Proj<'_>, r: usize, x: &[f32]) -> Option<f32> {
+    let a = crate::act::Act::plain(x).with_q8();
+    if a.q8.len() != x.len() || p.kind != WeightKind::Int8 {
+        return None;
+    }
+    let (q, scale) = (a.q8.as_slice(), a.q8_scale.as_slice());
+    let mut acc = 0.0f32;
+    for (l, (wl, ql)) in p.row(r).chunks_exact(4).zip(q.chunks_exact(4)).enumerate() {
+        let sum: i32 = wl
+            .iter()
+            .zip(ql)
+            .map(|(&a, &b)| i32::from(i8::from_le_bytes([a])) * i32::from(b))
+            .sum();
+        acc += sum as f32 * scale.get(l).copied().unwrap_or(0.0);
+    }
+    Some(acc * le_f32(p.row_scales(r), 0))
+}
+
 /// Element `c` of a packed int4 row, as q in [-8, 7].
 #[inline(always)]
 pub fn nibble(w: &[u8], c: usize) -> i8 {

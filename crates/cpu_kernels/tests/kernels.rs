@@ -970,3 +970,139 @@ fn prepared_kernels_match_the_reference() {
         }
     }
 }
+
+/// The int8 VNNI kernel (8-bit activations, `Dot::with_int8_vnni`), where the CPU has
+/// it: against its own scalar reference (`cpu_kernels::dot_q8`: the same rounded
+/// activation, exact integer sums) within the vector paths' tolerance; against the f32
+/// reference within the activation's rounding (half a step of each 32-column block's
+/// scale per column); rows at once, rows in one call and four-token dots bit for bit as
+/// one row at a time; rows of other widths and non-finite activations through the f32
+/// kernels unchanged.
+#[test]
+fn int8_vnni_kernel_matches_its_reference() {
+    let mut rng = Rng(0x0b0b_1234_5678_9abc);
+    let kind = WeightKind::Int8;
+    let mut ran = false;
+    for (rows, cols) in [(5, 64), (7, 128), (9, 192), (6, 768), (4, 2048), (3, 100)] {
+        let format = ExpertFormat::new(kind, [(rows, cols), (rows, cols), (cols, rows)]).unwrap();
+        let (bytes, w) = projection(&mut rng, kind, rows, cols);
+        let proj = format.view(0, &bytes).unwrap();
+        let mut x: Vec<f32> = (0..cols).map(|_| rng.f() * 2.0).collect();
+        for v in x.iter_mut().take(32) {
+            *v = 0.0; // a block of zeros: scale 0
+        }
+        if let Some(v) = x.get_mut(40) {
+            *v = 50.0; // an outlier in its block
+        }
+        for isa in available() {
+            let plain = cpu_kernels::Dot::new(isa).unwrap().with_int8_vnni(false);
+            let dot = plain.with_int8_vnni(true);
+            if !dot.int8_vnni() {
+                continue; // no VNNI here (or not an AVX-512 path)
+            }
+            ran = true;
+            let act = dot.prepare(kind, &x);
+            let vnni = cols % 64 == 0;
+            assert_eq!(
+                act.prepared(),
+                if vnni { "int8-vnni" } else { "f32" },
+                "{cols}"
+            );
+            for r in 0..rows {
+                let got = dot.dot_act(&proj, r, &act);
+                let exact = reference_dot(kind, &bytes, &w, rows, cols, r, &x);
+                if !vnni {
+                    let same = plain.dot_act(&proj, r, &plain.prepare(kind, &x));
+                    assert_eq!(
+                        got.to_bits(),
+                        same.to_bits(),
+                        "{cols} columns: the f32 kernel"
+                    );
+                    continue;
+                }
+                let want = cpu_kernels::dot_q8(&proj, r, &x).unwrap();
+                let size: f32 = (0..cols).map(|c| (w[r * cols + c] * x[c]).abs()).sum();
+                assert!(
+                    (got - want).abs() <= 1e-5 * size * 1.05 + 1e-30,
+                    "{isa:?} {rows}x{cols} row {r}: {got} vs its reference {want}"
+                );
+                // each q is within half a step of x / scale
+                let step: f32 = (0..cols)
+                    .map(|c| {
+                        let block = &x[c / 32 * 32..(c / 32 + 1) * 32];
+                        let top = block.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+                        w[r * cols + c].abs() * top / 127.0 * 0.5
+                    })
+                    .sum();
+                assert!(
+                    (got - exact).abs() <= step * 1.01 + 1e-5 * size,
+                    "{isa:?} {rows}x{cols} row {r}: {got} vs f32 {exact} (bound {step})"
+                );
+            }
+            for at_once in [1, 2, 4] {
+                let d = dot.with_rows(at_once);
+                let mut all = vec![f32::NAN; rows];
+                d.rows_act(&proj, 0, &act, &mut all);
+                for (r, v) in all.iter().enumerate() {
+                    let one = dot.dot_act(&proj, r, &act);
+                    assert_eq!(v.to_bits(), one.to_bits(), "{cols}: {at_once} rows at once");
+                }
+            }
+            let four = dot.dots_act(&proj, 1, [&act, &act, &act, &act]);
+            let one = dot.dot_act(&proj, 1, &act);
+            assert!(
+                four.iter().all(|v| v.to_bits() == one.to_bits()),
+                "{cols}: four tokens"
+            );
+            let mut bad = x.clone();
+            bad[3] = f32::NAN;
+            assert_eq!(
+                dot.prepare(kind, &bad).prepared(),
+                "f32",
+                "a NaN keeps the f32 kernels"
+            );
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    assert!(
+        ran || !std::is_x86_feature_detected!("avx512vnni"),
+        "the kernel never ran"
+    );
+}
+
+/// The layer call with int8 rows through the VNNI kernel: the same bytes on 1 and 3
+/// threads, one token (the row kernels) and five (the prompt path, f32 tiles),
+/// within the activation's rounding of the f32 kernels' result.
+#[test]
+fn layer_call_through_the_int8_vnni_kernel() {
+    let mut rng = Rng(0x0b0b_0000_0000_0002);
+    for (inter, hidden) in [(128, 256), (64, 192)] {
+        for tokens in [1, 5] {
+            let layer = Layer::new(&mut rng, WeightKind::Int8, inter, hidden, tokens);
+            let want = layer.run_from(Isa::best(), 1, cpu_kernels::TILE_MIN_TOKENS);
+            let scale = want.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+            let run = |threads: usize| {
+                let mut k = Kernels::new(Isa::best(), threads).unwrap();
+                k.set_int8_vnni(true);
+                let mut out = vec![0.0; layer.x.len()];
+                let (routing, experts) = (layer.routing(), layer.experts(|_| true));
+                k.moe_layer(&layer.format, &routing, &experts, &layer.weights, &mut out)
+                    .unwrap();
+                out
+            };
+            let (one, three) = (run(1), run(3));
+            assert_eq!(
+                one, three,
+                "{inter}x{hidden} T={tokens}: thread count changed it"
+            );
+            let err = one
+                .iter()
+                .zip(&want)
+                .fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+            assert!(
+                err <= 3e-2 * scale,
+                "{inter}x{hidden} T={tokens}: {err} vs {scale}"
+            );
+        }
+    }
+}
