@@ -94,6 +94,14 @@ pub struct Act<'a> {
     pub(crate) q8: Aligned<i8>,
     pub(crate) q8_scale: Aligned<f32>,
     pub(crate) q8_neg: Aligned<i32>,
+    /// For the int4 VNNI kernel (`Dot::with_int4_vnni`): `x` rounded as for `q8`, each
+    /// 128 columns as the 64 even columns then the 64 odd ones (byte 4l + i of the even
+    /// half is column 8l + 2i: the low nibbles of a 64-byte load of weights), and per 8
+    /// columns (one 32-bit lane of both halves) -8 x the sum of their q (`q4_neg`: the
+    /// nibbles are read as unsigned `q + 8`) and their block's scale (`q4_scale`).
+    pub(crate) q4: Aligned<i8>,
+    pub(crate) q4_scale: Aligned<f32>,
+    pub(crate) q4_neg: Aligned<i32>,
 }
 
 impl<'a> Act<'a> {
@@ -111,6 +119,9 @@ impl<'a> Act<'a> {
             q8: Aligned::default(),
             q8_scale: Aligned::default(),
             q8_neg: Aligned::default(),
+            q4: Aligned::default(),
+            q4_scale: Aligned::default(),
+            q4_neg: Aligned::default(),
         }
     }
 
@@ -127,6 +138,7 @@ impl<'a> Act<'a> {
             && self.i4.len() == 0
             && self.i4l.len() == 0
             && self.q8.len() == 0
+            && self.q4.len() == 0
     }
 
     /// The f32 row the f32 kernels read: the aligned copy if there is one.
@@ -146,12 +158,14 @@ impl<'a> Act<'a> {
         self
     }
 
-    /// What was prepared, i.e. which kernel reads this row: `int8-vnni` (the int8 VNNI
-    /// kernel), `bf16` (AVX-512 BF16, bf16 rows), `int4-bf16` (AVX-512 BF16, int4 rows), `int4-lanes` (the int4 lanes
+    /// What was prepared, i.e. which kernel reads this row: `int8-vnni` / `int4-vnni`
+    /// (the VNNI kernels), `bf16` (AVX-512 BF16, bf16 rows), `int4-bf16` (AVX-512 BF16, int4 rows), `int4-lanes` (the int4 lanes
     /// kernel), `int4` (AVX-512 int4 order) or `f32`.
     pub fn prepared(&self) -> &'static str {
         if self.q8.len() > 0 {
             "int8-vnni"
+        } else if self.q4.len() > 0 {
+            "int4-vnni"
         } else if self.i4l.len() > 0 {
             "int4-lanes"
         } else if self.planes > 0 {
@@ -265,45 +279,115 @@ impl Act<'_> {
     /// zeros), each q = x * (127 / largest) rounded to nearest, ties to even, in -127..=127.
     pub(crate) fn with_q8(mut self) -> Self {
         let n = self.x.len();
-        if n == 0 || !n.is_multiple_of(Q8_STEP) || !self.x.iter().all(|v| v.is_finite()) {
+        if n == 0 || !n.is_multiple_of(Q8_STEP) {
             return self;
         }
-        let mut q = Aligned::<i8>::zeroed(n);
+        let Some((q, scales)) = quantize(self.x) else {
+            return self;
+        };
+        let mut qa = Aligned::<i8>::zeroed(n);
         let mut scale = Aligned::<f32>::zeroed(n / 4);
         let mut neg = Aligned::<i32>::zeroed(n / 4);
-        let (qs, ss, ns) = (q.as_mut_slice(), scale.as_mut_slice(), neg.as_mut_slice());
-        for (b, block) in self.x.chunks_exact(Q8_BLOCK).enumerate() {
-            let top = block.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-            let (inv, s) = if top > 0.0 {
-                (127.0 / top, top / 127.0)
-            } else {
-                (0.0, 0.0)
-            };
-            for (i, v) in block.iter().enumerate() {
-                let c = b * Q8_BLOCK + i;
-                let r = (v * inv).round_ties_even().clamp(-127.0, 127.0) as i8;
-                if let Some(d) = qs.get_mut(c) {
-                    *d = r;
-                }
-                if let Some(d) = ns.get_mut(c / 4) {
-                    *d -= 128 * i32::from(r);
-                }
-                if let Some(d) = ss.get_mut(c / 4) {
-                    *d = s;
-                }
-            }
+        qa.as_mut_slice().copy_from_slice(&q);
+        for (l, (s, d)) in scale
+            .as_mut_slice()
+            .iter_mut()
+            .zip(neg.as_mut_slice())
+            .enumerate()
+        {
+            *s = scales.get(l * 4 / Q8_BLOCK).copied().unwrap_or(0.0);
+            *d = -128
+                * q.iter()
+                    .skip(4 * l)
+                    .take(4)
+                    .map(|&v| i32::from(v))
+                    .sum::<i32>();
         }
-        self.q8 = q;
+        self.q8 = qa;
         self.q8_scale = scale;
         self.q8_neg = neg;
         self
     }
+
+    /// With `x` rounded to 8 bits as [`Self::with_q8`] rounds it, in the int4 VNNI
+    /// kernel's order (`q4`), if its length is a multiple of [`Q4_STEP`] and every
+    /// value is finite (else as it is).
+    pub(crate) fn with_q4(mut self) -> Self {
+        let n = self.x.len();
+        if n == 0 || !n.is_multiple_of(Q4_STEP) {
+            return self;
+        }
+        let Some((q, scales)) = quantize(self.x) else {
+            return self;
+        };
+        let mut qa = Aligned::<i8>::zeroed(n);
+        let mut scale = Aligned::<f32>::zeroed(n / 8);
+        let mut neg = Aligned::<i32>::zeroed(n / 8);
+        for (step, (src, dst)) in q
+            .chunks_exact(Q4_STEP)
+            .zip(qa.as_mut_slice().chunks_exact_mut(Q4_STEP))
+            .enumerate()
+        {
+            let (even, odd) = dst.split_at_mut(Q4_STEP / 2);
+            for (j, pair) in src.chunks_exact(2).enumerate() {
+                if let (Some(e), Some(o), [a, b]) = (even.get_mut(j), odd.get_mut(j), pair) {
+                    (*e, *o) = (*a, *b);
+                }
+            }
+            for l in 0..Q4_STEP / 8 {
+                let at = step * Q4_STEP / 8 + l;
+                let lane = src.get(8 * l..8 * l + 8).unwrap_or_default();
+                if let Some(d) = neg.as_mut_slice().get_mut(at) {
+                    *d = -8 * lane.iter().map(|&v| i32::from(v)).sum::<i32>();
+                }
+                if let Some(d) = scale.as_mut_slice().get_mut(at) {
+                    *d = scales.get(at * 8 / Q8_BLOCK).copied().unwrap_or(0.0);
+                }
+            }
+        }
+        self.q4 = qa;
+        self.q4_scale = scale;
+        self.q4_neg = neg;
+        self
+    }
+}
+
+/// Columns per step of the int4 VNNI kernel (64 bytes of nibbles); rows it takes have
+/// a multiple of it.
+pub(crate) const Q4_STEP: usize = 128;
+
+/// `x` rounded to 8 bits per [`Q8_BLOCK`] columns and each block's scale: the block's
+/// largest |x| / 127 (0 for a block of zeros), each q = x * (127 / largest) rounded to
+/// nearest, ties to even, in -127..=127. None if a value is not finite or the length
+/// is not a multiple of the block.
+pub(crate) fn quantize(x: &[f32]) -> Option<(Vec<i8>, Vec<f32>)> {
+    if !x.len().is_multiple_of(Q8_BLOCK) || !x.iter().all(|v| v.is_finite()) {
+        return None;
+    }
+    let mut q = Vec::with_capacity(x.len());
+    let mut scales = Vec::with_capacity(x.len() / Q8_BLOCK);
+    for block in x.chunks_exact(Q8_BLOCK) {
+        let top = block.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        let (inv, s) = if top > 0.0 {
+            (127.0 / top, top / 127.0)
+        } else {
+            (0.0, 0.0)
+        };
+        q.extend(
+            block
+                .iter()
+                .map(|v| (v * inv).round_ties_even().clamp(-127.0, 127.0) as i8),
+        );
+        scales.push(s);
+    }
+    Some((q, scales))
 }
 
 /// Which preparation `kind` gets on an instruction set that has the BF16 dot product
 /// (`bf16`) and the AVX-512 int4 kernel (`i4`), int4 rows of groups the lanes kernel
 /// takes going to it where `lanes` (Intel CPUs with AVX-512 BF16: `Dot`), int8 rows to
-/// the VNNI kernel where `q8`.
+/// the VNNI kernel where `q8`, int4 rows (groups of a multiple of 32, rows of a multiple
+/// of 128 columns, finite activations) to theirs where `q4`.
 pub(crate) fn prepare(
     x: &[f32],
     kind: WeightKind,
@@ -311,11 +395,16 @@ pub(crate) fn prepare(
     i4: bool,
     lanes: bool,
     q8: bool,
+    q4: bool,
 ) -> Act<'_> {
     let act = Act::plain(x);
     let act = if bf16 || i4 { act.aligned() } else { act };
+    let q4_ok = x.len().is_multiple_of(Q4_STEP) && x.iter().all(|v| v.is_finite());
     match kind {
         WeightKind::Int8 if q8 => act.with_q8(),
+        WeightKind::Int4 { group } if q4 && q4_ok && group.is_multiple_of(Q8_BLOCK) => {
+            act.with_q4()
+        }
         WeightKind::Int4 { group } if lanes && i4_bf16_group(group) => act.with_i4_lanes(),
         WeightKind::Bf16 if bf16 => act.with_bf16(),
         WeightKind::Int4 { group } if bf16 && i4_bf16_group(group) => act.with_i4_bf16(),

@@ -862,3 +862,115 @@ unsafe fn q8_rows<const R: usize>(
         out
     }
 }
+
+/// `out[i]` = row `r0 + i` of int4 weights `w` (`cols / 2` bytes a row, bf16 scales of
+/// `group` columns at `s`) dotted with an 8-bit activation in the int4 VNNI order
+/// (`Act::with_q4`: `qn[0]` the 128-column steps' even then odd q, `qn[1]` per 8
+/// columns -8 x their q's sum; `scale` per 8 columns the block's scale), `R` rows at a
+/// time. Per 128 columns and row: the low and the high nibbles of 64 bytes as unsigned
+/// bytes into two `vpdpbusd` against the even and the odd q, started from the -8 sums
+/// (so each 32-bit lane is exactly its 8 columns' sum of q_w * q_x); converted to f32
+/// and multiplied-added with (its group's scale x its block's scale); at the end
+/// [`Avx512::hsum`]. A row's operations do not depend on `R`.
+///
+/// # Safety
+/// avx512f, avx512bw, avx512vl and avx512vnni must be available; `w` readable for rows
+/// `0..r0 + out.len()` of `cols / 2` bytes, `s` for their `cols / group` bf16 scales
+/// each, `qn[0]` for `cols` bytes, `qn[1]` and `scale` for `cols / 8` values; `cols` a
+/// multiple of 128 and `group` a multiple of 32.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")]
+#[allow(clippy::too_many_arguments)] // reason: the rows' layout and the prepared activation
+pub(crate) unsafe fn rows_i4_q4(
+    w: *const u8,
+    s: *const u8,
+    cols: usize,
+    group: usize,
+    qn: [*const i8; 2],
+    scale: *const f32,
+    r0: usize,
+    out: &mut [f32],
+    rows: usize,
+) {
+    let ahead = prefetch_ahead();
+    let rows_of_k = Q4Rows {
+        w,
+        s,
+        cols,
+        group,
+        qn,
+        scale,
+        ahead,
+    };
+    // SAFETY (each closure): the caller's guarantee (features, bounds), passed on.
+    let one = |i: usize| unsafe { q4_rows::<1>(&rows_of_k, r0 + i)[0] };
+    match rows {
+        4 => rows_by::<4>(out, |i| unsafe { q4_rows::<4>(&rows_of_k, r0 + i) }, one),
+        2 => rows_by::<2>(out, |i| unsafe { q4_rows::<2>(&rows_of_k, r0 + i) }, one),
+        _ => rows_by::<1>(out, |i| [one(i)], one),
+    }
+}
+
+/// [`rows_i4_q4`]'s arguments.
+struct Q4Rows {
+    w: *const u8,
+    s: *const u8,
+    cols: usize,
+    group: usize,
+    qn: [*const i8; 2],
+    scale: *const f32,
+    ahead: usize,
+}
+
+/// [`rows_i4_q4`]'s kernel: rows `r..r + R` (their results in order).
+///
+/// # Safety
+/// As [`rows_i4_q4`] for these rows.
+#[inline(always)]
+unsafe fn q4_rows<const R: usize>(a: &Q4Rows, r: usize) -> [f32; R] {
+    // SAFETY: the caller's bounds and features.
+    unsafe {
+        let (cols, group) = (a.cols, a.group);
+        let (rb, sb) = (cols / 2, cols / group * 2);
+        let low = _mm512_set1_epi8(0x0f);
+        // the step's scales (one per group in 128 columns, at most 4) and each 8-column
+        // lane's among them
+        let per_step = (crate::act::Q4_STEP / group).max(1);
+        let mask: __mmask8 = (1u8 << per_step) - 1;
+        let mut lane = [0i32; 16];
+        for (l, v) in lane.iter_mut().enumerate() {
+            *v = (8 * l / group) as i32 % per_step as i32;
+        }
+        let which = _mm512_loadu_si512(lane.as_ptr().cast());
+        let mut acc = [_mm512_setzero_ps(); R];
+        let mut c = 0;
+        while c < cols {
+            let xe = _mm512_loadu_si512(a.qn[0].add(c).cast());
+            let xo = _mm512_loadu_si512(a.qn[0].add(c + 64).cast());
+            let n = _mm512_loadu_si512(a.qn[1].add(c / 2).cast());
+            let sx = _mm512_loadu_ps(a.scale.add(c / 8));
+            for (k, acc_k) in acc.iter_mut().enumerate() {
+                let row = a.w.add((r + k) * rb + c / 2);
+                if a.ahead > 0 {
+                    prefetch(row.wrapping_add(a.ahead));
+                }
+                let wv = _mm512_loadu_si512(row.cast());
+                let lo = _mm512_and_si512(wv, low);
+                let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(wv), low);
+                let sum = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(n, lo, xe), hi, xo);
+                let sp = a.s.add((r + k) * sb + 2 * (c / group));
+                let s16 = _mm_maskz_loadu_epi16(mask, sp.cast());
+                let sw = _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(
+                    _mm256_castsi128_si256(s16),
+                )));
+                let ls = _mm512_mul_ps(_mm512_permutexvar_ps(which, sw), sx);
+                *acc_k = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), ls, *acc_k);
+            }
+            c += crate::act::Q4_STEP;
+        }
+        let mut out = [0.0f32; R];
+        for (o, v) in out.iter_mut().zip(acc) {
+            *o = Avx512::hsum(v);
+        }
+        out
+    }
+}

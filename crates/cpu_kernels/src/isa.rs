@@ -113,6 +113,7 @@ fn rows_at_once() -> usize {
 /// runs at 0.46 per cycle against 1-1.8 for the permutes and FMAs the lanes kernel uses,
 /// docs/benchmarks.md, "Fourteenth session").
 fn int4_lanes() -> bool {
+    // (`vnni` takes the int4 VNNI kernel instead: `int4_vnni`)
     static LANES: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *LANES.get_or_init(|| match std::env::var("FLINT_CPU_INT4").as_deref() {
         Ok("lanes") => true,
@@ -133,12 +134,21 @@ fn int8_vnni() -> bool {
     *VNNI.get_or_init(|| matches!(std::env::var("FLINT_CPU_INT8").as_deref(), Ok("vnni")))
 }
 
-/// Whether this CPU has what the int8 VNNI kernel needs (AVX-512 F, BW, VNNI).
+/// Whether int4 rows take the VNNI kernel by default (`FLINT_CPU_INT4=vnni`, read
+/// once; default off): the activation rounded to 8 bits as for int8, the nibbles as
+/// unsigned bytes into `vpdpbusd` (docs/cpu-kernels.md).
+fn int4_vnni() -> bool {
+    static VNNI: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *VNNI.get_or_init(|| matches!(std::env::var("FLINT_CPU_INT4").as_deref(), Ok("vnni")))
+}
+
+/// Whether this CPU has what the VNNI kernels need (AVX-512 F, BW, VL, VNNI).
 fn vnni_available() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         is_x86_feature_detected!("avx512f")
             && is_x86_feature_detected!("avx512bw")
+            && is_x86_feature_detected!("avx512vl")
             && is_x86_feature_detected!("avx512vnni")
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -160,6 +170,8 @@ pub struct Dot {
     /// Whether int8 rows go through the VNNI kernel with 8-bit activations (AVX-512
     /// VNNI CPUs only, `with_int8_vnni`).
     q8: bool,
+    /// The same for int4 rows (`with_int4_vnni`).
+    q4: bool,
 }
 
 impl Dot {
@@ -174,11 +186,13 @@ impl Dot {
                 rows: 1,
                 lanes: false,
                 q8: false,
+                q4: false,
             };
             Ok(dot
                 .with_rows(rows_at_once())
                 .with_int4_lanes(int4_lanes())
-                .with_int8_vnni(int8_vnni()))
+                .with_int8_vnni(int8_vnni())
+                .with_int4_vnni(int4_vnni()))
         } else {
             Err(KernelError::IsaUnavailable { isa: isa.name() })
         }
@@ -210,6 +224,22 @@ impl Dot {
         self.q8
     }
 
+    /// The same, int4 rows (groups of a multiple of 32, rows of a multiple of 128
+    /// columns) through the int4 VNNI kernel with the 8-bit activation, ahead of the
+    /// lanes and BF16 kernels (`scalar::dot_q4` is its reference).
+    pub fn with_int4_vnni(self, vnni: bool) -> Self {
+        let avx512 = matches!(self.isa, Isa::Avx512 | Isa::Avx512Bf16);
+        Self {
+            q4: vnni && avx512 && vnni_available(),
+            ..self
+        }
+    }
+
+    /// Whether int4 rows go through the VNNI kernel (`with_int4_vnni`).
+    pub fn int4_vnni(self) -> bool {
+        self.q4
+    }
+
     /// The same, [`Self::rows_act`] computing `rows` rows at once, interleaved (4 or 2;
     /// anything else: one at a time). Every row's result is the same bits at any count.
     pub fn with_rows(self, rows: usize) -> Self {
@@ -233,7 +263,9 @@ impl Dot {
             parts.push("int8 vnni".to_string());
         }
         let int4 = matches!(kind, WeightKind::Int4 { .. });
-        if self.isa == Isa::Avx512Bf16 && int4 {
+        if self.q4 && int4 {
+            parts.push("int4 vnni".to_string());
+        } else if self.isa == Isa::Avx512Bf16 && int4 {
             parts.push(
                 if self.lanes {
                     "int4 lanes"
@@ -265,6 +297,7 @@ impl Dot {
             i4,
             self.lanes,
             self.q8,
+            self.q4,
         )
     }
 
@@ -329,6 +362,9 @@ impl Dot {
             return self.rows_q8(p, r0, a, out);
         }
         let int4 = matches!(p.kind, WeightKind::Int4 { .. });
+        if int4 && a.q4.len() > 0 {
+            return self.rows_q4(p, r0, a, out);
+        }
         if int4 && a.i4l.len() > 0 {
             return self.rows_i4_lanes(p, r0, a, out);
         }
@@ -393,6 +429,48 @@ impl Dot {
                 a.q8.as_slice().as_ptr(),
                 a.q8_neg.as_slice().as_ptr(),
                 a.q8_scale.as_slice().as_ptr(),
+                r0,
+                out,
+                self.rows,
+            )
+        };
+        true
+    }
+
+    /// The int4 rows of an 8-bit activation in the int4 VNNI order (`Act::with_q4`)
+    /// through the VNNI kernel: false where it does not apply.
+    #[cfg(target_arch = "x86_64")]
+    fn rows_q4(self, p: &Proj<'_>, r0: usize, a: &Act<'_>, out: &mut [f32]) -> bool {
+        let WeightKind::Int4 { group } = p.kind else {
+            return false;
+        };
+        let (n, cols, rb) = (out.len(), p.cols, p.row_bytes());
+        let sb = cols / group.max(1) * 2;
+        let ok = self.q4
+            && group.is_multiple_of(crate::act::Q8_BLOCK)
+            && cols.is_multiple_of(crate::act::Q4_STEP)
+            && rb == cols / 2
+            && a.q4.len() == cols
+            && a.q4_neg.len() == cols / 8
+            && a.q4_scale.len() == cols / 8
+            && p.weights.len() >= (r0 + n) * rb
+            && p.scales.len() >= (r0 + n) * sb;
+        if !ok {
+            return false;
+        }
+        // SAFETY: `with_int4_vnni` checked avx512f/bw/vl/vnni; the rows, their scales and
+        // the activation's parts have the lengths the kernel reads (checked above).
+        unsafe {
+            crate::avx512::rows_i4_q4(
+                p.weights.as_ptr(),
+                p.scales.as_ptr(),
+                cols,
+                group,
+                [
+                    a.q4.as_slice().as_ptr(),
+                    a.q4_neg.as_slice().as_ptr().cast(),
+                ],
+                a.q4_scale.as_slice().as_ptr(),
                 r0,
                 out,
                 self.rows,
@@ -480,6 +558,17 @@ impl Dot {
             return None;
         }
         match (self.isa, p.kind) {
+            (_, WeightKind::Int4 { .. }) if acts.iter().all(|a| a.q4.len() > 0) => {
+                let mut out = [0.0f32; T];
+                for (o, a) in out.iter_mut().zip(acts) {
+                    let mut one = [0.0f32];
+                    if !self.rows_q4(p, r, a, &mut one) {
+                        return None;
+                    }
+                    *o = one[0];
+                }
+                Some(out)
+            }
             (_, WeightKind::Int8) if acts.iter().all(|a| a.q8.len() > 0) => {
                 // one row at a time through the rows kernel: each token's bits as alone
                 let mut out = [0.0f32; T];

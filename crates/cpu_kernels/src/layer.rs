@@ -282,6 +282,12 @@ impl Kernels {
         self.dot = self.dot.with_int8_vnni(on);
     }
 
+    /// int4 rows through the VNNI kernel with 8-bit activations (`on`), where the CPU
+    /// has it ([`Dot::with_int4_vnni`]; default: `FLINT_CPU_INT4`).
+    pub fn set_int4_vnni(&mut self, on: bool) {
+        self.dot = self.dot.with_int4_vnni(on);
+    }
+
     /// Whether hidden rows are rounded to bf16 before down.
     pub fn round_hidden(&self) -> bool {
         self.round_hidden

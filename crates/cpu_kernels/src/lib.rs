@@ -58,7 +58,7 @@ pub use error::{KernelError, Result};
 pub use format::{bf16_to_f32, f16_to_f32, ExpertFormat, Proj, WeightKind, MAX_DIM, SCALE_ALIGN};
 pub use isa::{Dot, Isa};
 pub use layer::{weighted_sum, AllReady, ExpertWeights, Kernels, Ready, Routing, TILE_MIN_TOKENS};
-pub use scalar::{bf16_round, dot_q8, silu};
+pub use scalar::{bf16_round, dot_q4, dot_q8, silu};
 
 /// The number in environment variable `name`, or `default` when it is unset or not a
 /// number. The settings that read it (`FLINT_CPU_PREFETCH`, `FLINT_CPU_ROW_PREFETCH`,

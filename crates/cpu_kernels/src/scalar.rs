@@ -64,6 +64,36 @@ pub fn dot_q8(p: &Proj<'_>, r: usize, x: &[f32]) -> Option<f32> {
     Some(acc * le_f32(p.row_scales(r), 0))
 }
 
+/// The int4 VNNI scheme's reference: row `r` of int4 projection `p` (groups of a
+/// multiple of 32, a multiple of 128 columns) with `x` rounded to 8 bits as
+/// `Act::with_q8` rounds it: each 8 columns' integer sum (exact), times (their group's
+/// scale x their block's scale), added in column order (a multiply then an add). None
+/// where the kernel does not take the row or the activation.
+pub fn dot_q4(p: &Proj<'_>, r: usize, x: &[f32]) -> Option<f32> {
+    let WeightKind::Int4 { group } = p.kind else {
+        return None;
+    };
+    let ok = group.is_multiple_of(crate::act::Q8_BLOCK)
+        && p.cols.is_multiple_of(crate::act::Q4_STEP)
+        && x.len() == p.cols;
+    let (q, scales) = crate::act::quantize(x).filter(|_| ok)?;
+    let (w, s) = (p.row(r), p.row_scales(r));
+    let mut acc = 0.0f32;
+    for l in 0..p.cols / 8 {
+        let sum: i32 = (8 * l..8 * l + 8)
+            .map(|c| i32::from(nibble(w, c)) * i32::from(q.get(c).copied().unwrap_or(0)))
+            .sum();
+        let ws = bf16_to_f32(le_u16(s, 8 * l / group));
+        acc += sum as f32
+            * (ws
+                * scales
+                    .get(8 * l / crate::act::Q8_BLOCK)
+                    .copied()
+                    .unwrap_or(0.0));
+    }
+    Some(acc)
+}
+
 /// Element `c` of a packed int4 row, as q in [-8, 7].
 #[inline(always)]
 pub fn nibble(w: &[u8], c: usize) -> i8 {

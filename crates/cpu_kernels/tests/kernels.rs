@@ -1070,20 +1070,26 @@ fn int8_vnni_kernel_matches_its_reference() {
     );
 }
 
-/// The layer call with int8 rows through the VNNI kernel: the same bytes on 1 and 3
+/// The layer call with int8 and int4 rows through the VNNI kernels: the same bytes on 1 and 3
 /// threads, one token (the row kernels) and five (the prompt path, f32 tiles),
 /// within the activation's rounding of the f32 kernels' result.
 #[test]
-fn layer_call_through_the_int8_vnni_kernel() {
+fn layer_call_through_the_vnni_kernels() {
     let mut rng = Rng(0x0b0b_0000_0000_0002);
-    for (inter, hidden) in [(128, 256), (64, 192)] {
+    for (kind, inter, hidden) in [
+        (WeightKind::Int8, 128, 256),
+        (WeightKind::Int8, 64, 192),
+        (WeightKind::Int4 { group: 32 }, 128, 256),
+        (WeightKind::Int4 { group: 64 }, 256, 128),
+    ] {
         for tokens in [1, 5] {
-            let layer = Layer::new(&mut rng, WeightKind::Int8, inter, hidden, tokens);
+            let layer = Layer::new(&mut rng, kind, inter, hidden, tokens);
             let want = layer.run_from(Isa::best(), 1, cpu_kernels::TILE_MIN_TOKENS);
             let scale = want.iter().fold(0.0f32, |m, v| m.max(v.abs()));
             let run = |threads: usize| {
                 let mut k = Kernels::new(Isa::best(), threads).unwrap();
                 k.set_int8_vnni(true);
+                k.set_int4_vnni(true);
                 let mut out = vec![0.0; layer.x.len()];
                 let (routing, experts) = (layer.routing(), layer.experts(|_| true));
                 k.moe_layer(&layer.format, &routing, &experts, &layer.weights, &mut out)
@@ -1105,4 +1111,107 @@ fn layer_call_through_the_int8_vnni_kernel() {
             );
         }
     }
+}
+
+/// The int4 VNNI kernel (8-bit activations, `Dot::with_int4_vnni`), where the CPU has
+/// it: against its scalar reference (`cpu_kernels::dot_q4`) within the vector paths'
+/// tolerance, against the f32 reference within the activation's rounding, rows at once
+/// and four-token dots bit for bit as one row; groups that are not a multiple of 32 and
+/// rows that are not of 128 columns through the other int4 kernels unchanged.
+#[test]
+fn int4_vnni_kernel_matches_its_reference() {
+    let mut rng = Rng(0x0b0b_4444_5678_9abc);
+    let mut ran = false;
+    // (down's columns are gate's rows: a multiple of the group too)
+    for (group, rows, cols) in [
+        (32, 32, 128),
+        (32, 64, 256),
+        (64, 64, 384),
+        (128, 128, 768),
+        (256, 256, 512),
+        (32, 32, 2048),
+        (16, 16, 128),
+        (32, 32, 96),
+    ] {
+        let kind = WeightKind::Int4 { group };
+        let format = ExpertFormat::new(kind, [(rows, cols), (rows, cols), (cols, rows)]).unwrap();
+        let (bytes, w) = projection(&mut rng, kind, rows, cols);
+        let proj = format.view(0, &bytes).unwrap();
+        let mut x: Vec<f32> = (0..cols).map(|_| rng.f() * 2.0).collect();
+        for v in x.iter_mut().skip(32).take(32) {
+            *v = 0.0;
+        }
+        if let Some(v) = x.get_mut(7) {
+            *v = -40.0;
+        }
+        for isa in available() {
+            let other = cpu_kernels::Dot::new(isa).unwrap().with_int4_vnni(false);
+            let dot = other.with_int4_vnni(true);
+            if !dot.int4_vnni() {
+                continue;
+            }
+            ran = true;
+            let act = dot.prepare(kind, &x);
+            let vnni = group % 32 == 0 && cols % 128 == 0;
+            assert_eq!(
+                act.prepared() == "int4-vnni",
+                vnni,
+                "group {group}, {cols} columns"
+            );
+            for r in 0..rows {
+                let got = dot.dot_act(&proj, r, &act);
+                if !vnni {
+                    let same = other.dot_act(&proj, r, &other.prepare(kind, &x));
+                    assert_eq!(
+                        got.to_bits(),
+                        same.to_bits(),
+                        "group {group}: the other kernels"
+                    );
+                    continue;
+                }
+                let want = cpu_kernels::dot_q4(&proj, r, &x).unwrap();
+                let size: f32 = (0..cols).map(|c| (w[r * cols + c] * x[c]).abs()).sum();
+                assert!(
+                    (got - want).abs() <= 2e-5 * size + 1e-30,
+                    "{isa:?} group {group} {rows}x{cols} row {r}: {got} vs its reference {want}"
+                );
+                let exact = reference_dot(kind, &bytes, &w, rows, cols, r, &x);
+                let step: f32 = (0..cols)
+                    .map(|c| {
+                        let block = &x[c / 32 * 32..(c / 32 + 1) * 32];
+                        let top = block.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+                        w[r * cols + c].abs() * top / 127.0 * 0.5
+                    })
+                    .sum();
+                assert!(
+                    (got - exact).abs() <= step * 1.01 + 2e-5 * size,
+                    "{isa:?} group {group} row {r}: {got} vs f32 {exact} (bound {step})"
+                );
+            }
+            for at_once in [1, 2, 4] {
+                let d = dot.with_rows(at_once);
+                let mut all = vec![f32::NAN; rows];
+                d.rows_act(&proj, 0, &act, &mut all);
+                for (r, v) in all.iter().enumerate() {
+                    let one = dot.dot_act(&proj, r, &act);
+                    assert_eq!(
+                        v.to_bits(),
+                        one.to_bits(),
+                        "group {group}: {at_once} at once"
+                    );
+                }
+            }
+            let four = dot.dots_act(&proj, 1, [&act, &act, &act, &act]);
+            let one = dot.dot_act(&proj, 1, &act);
+            assert!(
+                four.iter().all(|v| v.to_bits() == one.to_bits()),
+                "four tokens"
+            );
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    assert!(
+        ran || !std::is_x86_feature_detected!("avx512vnni"),
+        "the kernel never ran"
+    );
 }
