@@ -115,7 +115,9 @@ def _fused_gbs(
         name, dtype, group, shapes, args.experts, threads=1, isa="scalar", round_hidden=args.round
     )
     want, got = scalar.moe_layer(x, ids[0], w, table), kernel.moe_layer(x, ids[0], w, table)
-    if not (got - want).abs().max() <= 1e-4 * want.abs().max():
+    # the VNNI kernels round the activation to 8 bits (docs/cpu-kernels.md)
+    tol = 3e-2 if "vnni" in kernel.core.variants else 1e-4
+    if not (got - want).abs().max() <= tol * want.abs().max():
         raise SystemExit(f"{scheme}: the fused kernel disagrees with the scalar reference")
     times = []
     out = torch.empty(1, args.hidden)

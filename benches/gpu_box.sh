@@ -1633,8 +1633,46 @@ gpu105() {
   gpu_tests
 }
 
+# Session 19, last call: the VNNI kernels (int8 and int4 rows with the activation
+# rounded to 8 bits) on the Xeon: the Rust tests there, issue 15's figure with and
+# without them in alternation, one layer call from DRAM, the rows kernels on 16 threads;
+# then the GPU tests with the VNNI kernels on.
+VNNI_ON="FLINT_CPU_INT8=vnni FLINT_CPU_INT4=vnni"
+VNNI_OFF="FLINT_CPU_INT8=f32 FLINT_CPU_INT4=lanes"
+fig15() {  # label, env, cpu_kernels.py's thread flags
+  echo "== figure $1 $3"
+  env $2 timeout 80 python3 benches/cpu_kernels.py --x-bf16 $3 --calls 40 --schemes int4,int8 \
+    --round-hidden on 2>&1 | grep -E '"scheme"|rror|disagrees' \
+    | sed -E 's/"(isa|x_bf16|round_hidden|pinned|date|gap_ms|torch_sum_gb_s|memory_read_gb_s)": [^,}]*,? ?//g'
+}
+gpu106() {
+  echo "== Rust unit tests"; timeout 60 .device/rtests/unit 2>&1 | grep -E "test result|FAILED|panicked" | head
+  echo "== Rust kernel tests"; timeout 100 .device/rtests/kernels 2>&1 | grep -E "test result|FAILED|panicked" | head
+  fig15 off "$VNNI_OFF" "--threads 1,16"
+  fig15 on "$VNNI_ON" "--threads 1,16"
+  fig15 off "$VNNI_OFF" "--threads 16 --core"
+  fig15 on "$VNNI_ON" "--threads 16 --core"
+  fig15 on "$VNNI_ON" "--threads 16"
+  fig15 off "$VNNI_OFF" "--threads 16"
+  for m in off on off on; do
+    [ $m = on ] && v=$VNNI_ON || v=$VNNI_OFF
+    for k in int4 int8; do
+      echo "== call $m $k"; env $v timeout 30 .device/call_timeline 16 $k 8 0 200 on 2048 768 bf16 256 2>&1 | tail -1 | cut -c1-120
+    done
+  done
+  for m in off on; do
+    [ $m = on ] && v=$VNNI_ON || v=$VNNI_OFF
+    echo "== rows $m"; env $v timeout 30 .device/dot_speed 64 2048 400 16 2>&1 | grep -E "Int8|Int4"
+  done
+  echo "== GPU tests, VNNI on"
+  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
+  env $VNNI_ON timeout 150 python3 -m pytest tests -q -p no:cacheprovider --tb=short -rf -m gpu \
+    --ignore=tests/server --ignore=tests/chat 2>&1 | grep -E "passed|failed|FAILED|Error|assert" | head -20
+}
+
 case $what in
   install) install ;;
+  gpu106) install; gpu106 ;;
   gpu105) install; gpu105 ;;
   gpu104) install; gpu104 ;;
   gpu103) install; gpu103 ;;
