@@ -1670,8 +1670,20 @@ gpu106() {
     --ignore=tests/server --ignore=tests/chat 2>&1 | grep -E "passed|failed|FAILED|Error|assert" | head -20
 }
 
+# Session 19, V1 with the VNNI kernels (now the defaults on this Xeon) and without,
+# alternating on one box.
+gpu107() {
+  synth30 q30
+  for m in off on off on; do
+    [ $m = on ] && v=$VNNI_ON || v=$VNNI_OFF
+    echo "== V1 $m"; env $v timeout 70 flint bench "$DATA/q30.ftw" -p 0 -n 32 --tg-random -r 2 --mode full \
+      --ram-budget 20 --vram-budget 4 2>&1 | grep -E "q30.ftw \||rror|kernels"
+  done
+}
+
 case $what in
   install) install ;;
+  gpu107) install; gpu107 ;;
   gpu106) install; gpu106 ;;
   gpu105) install; gpu105 ;;
   gpu104) install; gpu104 ;;

@@ -126,20 +126,34 @@ fn int4_lanes() -> bool {
 }
 
 /// Whether int8 rows take the VNNI kernel by default (`FLINT_CPU_INT8`: `vnni` or
-/// `f32`, read once; default `f32`): the activation rounded to 8 bits per 32 columns
-/// (llama.cpp's Q8_0 activations), integer dot products of 64 columns a `vpdpbusd`
-/// (docs/cpu-kernels.md).
+/// `f32`, read once; default `vnni`, where the CPU has AVX-512 VNNI): the activation
+/// rounded to 8 bits per 32 columns (llama.cpp's Q8_0 activations), integer dot
+/// products of 64 columns a `vpdpbusd`. On the GPU box's Xeon issue 15's figure at 16
+/// threads went 0.59-0.64 -> 0.89-0.90 of the plain read; on the CPU box's EPYC a
+/// one-thread call from the caches 1.4-1.6x faster, from DRAM the same
+/// (docs/benchmarks.md, "Nineteenth session").
 fn int8_vnni() -> bool {
     static VNNI: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *VNNI.get_or_init(|| matches!(std::env::var("FLINT_CPU_INT8").as_deref(), Ok("vnni")))
+    *VNNI.get_or_init(|| !matches!(std::env::var("FLINT_CPU_INT8").as_deref(), Ok("f32")))
 }
 
-/// Whether int4 rows take the VNNI kernel by default (`FLINT_CPU_INT4=vnni`, read
-/// once; default off): the activation rounded to 8 bits as for int8, the nibbles as
-/// unsigned bytes into `vpdpbusd` (docs/cpu-kernels.md).
+/// Whether int4 rows take the VNNI kernel by default (`FLINT_CPU_INT4`: `vnni`, or
+/// `lanes` / `bf16` for the others, read once; default `vnni` on Intel CPUs with AVX-512
+/// VNNI): the activation rounded to 8 bits as for int8, the nibbles as unsigned bytes
+/// into `vpdpbusd`. On the Xeon issue 15's figure at 16 threads went 0.77-0.79 -> 0.81-
+/// 0.84 (0.76 -> 0.91 for the binding alone) and the rows kernel 26 -> 54 G weights/s a
+/// thread; on the EPYC it computes no faster than the BF16 kernel (53 against 50-51 G
+/// weights/s from L2, the same layer call), so the exact kernels stay there.
 fn int4_vnni() -> bool {
     static VNNI: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *VNNI.get_or_init(|| matches!(std::env::var("FLINT_CPU_INT4").as_deref(), Ok("vnni")))
+    *VNNI.get_or_init(|| match std::env::var("FLINT_CPU_INT4").as_deref() {
+        Ok("vnni") => true,
+        Ok("lanes" | "bf16") => false,
+        #[cfg(target_arch = "x86_64")]
+        _ => crate::avx512::intel(),
+        #[cfg(not(target_arch = "x86_64"))]
+        _ => false,
+    })
 }
 
 /// Whether this CPU has what the VNNI kernels need (AVX-512 F, BW, VL, VNNI).
@@ -275,8 +289,9 @@ impl Dot {
                 .to_string(),
             );
         }
-        // int4 rows on plain AVX-512 take the f32 int4 kernel, one row at a time.
-        let rows = kind == WeightKind::Int8 || (int4 && self.isa == Isa::Avx512Bf16);
+        // int4 rows on plain AVX-512 take the f32 int4 kernel, one row at a time (the
+        // VNNI kernel takes rows at once on either).
+        let rows = kind == WeightKind::Int8 || (int4 && (self.isa == Isa::Avx512Bf16 || self.q4));
         if matches!(self.isa, Isa::Avx512 | Isa::Avx512Bf16) && rows {
             parts.push(match self.rows {
                 1 => "one row at a time".to_string(),

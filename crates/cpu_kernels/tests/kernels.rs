@@ -165,6 +165,15 @@ fn shapes(kind: WeightKind) -> Vec<(usize, usize)> {
     }
 }
 
+/// The dot product of `isa` on the kernels that keep activations in f32 (the VNNI
+/// kernels, defaults where the CPU has them, round them to 8 bits: their own tests).
+fn exact_dot(isa: Isa) -> cpu_kernels::Dot {
+    cpu_kernels::Dot::new(isa)
+        .unwrap()
+        .with_int8_vnni(false)
+        .with_int4_vnni(false)
+}
+
 fn available() -> Vec<Isa> {
     Isa::ALL.into_iter().filter(|i| i.available()).collect()
 }
@@ -194,7 +203,7 @@ fn row_dots_match_the_reference() {
             let proj = format.view(0, &bytes).unwrap();
             let x: Vec<f32> = (0..hidden).map(|_| rng.f()).collect();
             for isa in available() {
-                let dot = cpu_kernels::Dot::new(isa).unwrap();
+                let dot = exact_dot(isa);
                 for r in 0..inter {
                     let want = reference_dot(kind, &bytes, &w, inter, hidden, r, &x);
                     let got = dot.dot(&proj, r, &x);
@@ -234,7 +243,7 @@ fn four_token_dots_equal_one_token_dots_bit_for_bit() {
                 .map(|_| (0..hidden).map(|_| rng.f()).collect())
                 .collect();
             for isa in available() {
-                let dot = cpu_kernels::Dot::new(isa).unwrap();
+                let dot = exact_dot(isa);
                 for r in 0..inter {
                     let four = dot.dots(&proj, r, [&xs[0], &xs[1], &xs[2], &xs[3]]);
                     for (t, got) in four.iter().enumerate() {
@@ -352,6 +361,8 @@ impl Layer {
         k.set_tile_min_tokens(tile_min);
         k.set_round_hidden(round);
         k.set_int4_lanes(lanes);
+        k.set_int8_vnni(false); // the exact kernels (the VNNI ones: their own tests)
+        k.set_int4_vnni(false);
         let mut out = vec![0.0; self.x.len()];
         k.moe_layer(
             &self.format,
@@ -854,7 +865,7 @@ fn rows_in_one_call_are_each_rows_own_dot() {
                 .into_iter()
                 .flat_map(|i| [(i, 1), (i, 2), (i, 4)])
             {
-                let dot = cpu_kernels::Dot::new(isa).unwrap().with_rows(at_once);
+                let dot = exact_dot(isa).with_rows(at_once);
                 let act = dot.prepare(kind, &x);
                 for (r0, r1) in [(0, rows), (rows / 2, rows), (rows - 1, rows + 2)] {
                     let mut got = vec![f32::NAN; r1 - r0];
@@ -917,7 +928,7 @@ fn prepared_kernels_match_the_reference() {
                 .into_iter()
                 .flat_map(|i| [(i, false), (i, true)])
             {
-                let dot = cpu_kernels::Dot::new(isa).unwrap().with_int4_lanes(lanes);
+                let dot = exact_dot(isa).with_int4_lanes(lanes);
                 let act = dot.prepare(kind, &x);
                 if isa == Isa::Avx512Bf16 && kind == WeightKind::Bf16 {
                     // Only rows that are exactly bf16 take the BF16 kernel.
