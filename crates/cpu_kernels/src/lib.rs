@@ -10,8 +10,8 @@
 //!   on a [`Ready`] source per projection; [`weighted_sum`] adds the top-k in rank order.
 //!
 //! Numerics (the contract the Python tests check): activations stay f32 from end to
-//! end; weights are widened to f32 exactly (int8/int4 times their scales). The scalar
-//! path is the reference; the vector paths differ from it only by summation order and
+//! end, except in the VNNI kernels (below); weights are widened to f32 exactly
+//! (int8/int4 times their scales). The scalar path is the reference; the vector paths differ from it only by summation order and
 //! fused multiply-adds, within 1e-5 of the largest |partial product sum| per row in
 //! f32 (tests: `tests/kernels.rs`).
 //!
@@ -24,11 +24,18 @@
 //! bf16 and stays on the f32 kernels; an exact split into three bf16 planes works
 //! (`act::split_bf16`, now kept for the tests) but measured slower than the f32
 //! kernel. The choice depends on the row only, so a streamed layer (in waves) and a
-//! resident one take the same kernel. The VNNI int8 dot product would round
-//! activations to 8 bits and is not used. On Intel CPUs int4 rows take their own
+//! resident one take the same kernel. On Intel CPUs int4 rows take their own
 //! kernel instead (`i4_lanes.rs`: nibbles to f32 by a permute, then FMAs; Intel's
 //! `vdpbf16ps` runs at half the rate of its FMAs), on any f32 activation row: the
 //! choice depends on the CPU and the row, so still the same for both.
+//!
+//! The VNNI kernels (`Dot::with_int8_vnni`, `with_int4_vnni`; by default int8 rows
+//! where the CPU has AVX-512 VNNI, int4 rows on Intel CPUs with it) round the
+//! activation to 8 bits per 32 columns, as llama.cpp's CPU kernels do: integer dot
+//! products (`vpdpbusd`), exact, then one multiply-add per 4 or 8 columns with the
+//! scales. Their references are [`dot_q8`] and [`dot_q4`] (the same rounded
+//! activation); against the f32 reference they are within the activation's rounding
+//! (docs/cpu-kernels.md, "The VNNI kernels").
 
 mod act;
 #[cfg(target_arch = "x86_64")]
