@@ -800,22 +800,34 @@ pub(crate) unsafe fn rows_i8_q8(
     out: &mut [f32],
     rows: usize,
 ) {
-    let ahead = row_prefetch_ahead();
+    let a = Q8Rows {
+        w,
+        s,
+        cols,
+        q,
+        neg,
+        scale,
+        ahead: row_prefetch_ahead(),
+    };
     // SAFETY (each closure): the caller's guarantee (features, bounds), passed on.
-    let one = |i: usize| unsafe { q8_rows::<1>(w, s, cols, q, neg, scale, r0 + i, ahead)[0] };
+    let one = |i: usize| unsafe { q8_rows::<1>(&a, r0 + i)[0] };
     match rows {
-        4 => rows_by::<4>(
-            out,
-            |i| unsafe { q8_rows::<4>(w, s, cols, q, neg, scale, r0 + i, ahead) },
-            one,
-        ),
-        2 => rows_by::<2>(
-            out,
-            |i| unsafe { q8_rows::<2>(w, s, cols, q, neg, scale, r0 + i, ahead) },
-            one,
-        ),
+        4 => rows_by::<4>(out, |i| unsafe { q8_rows::<4>(&a, r0 + i) }, one),
+        2 => rows_by::<2>(out, |i| unsafe { q8_rows::<2>(&a, r0 + i) }, one),
         _ => rows_by::<1>(out, |i| [one(i)], one),
     }
+}
+
+/// [`rows_i8_q8`]'s arguments.
+#[derive(Clone, Copy)]
+struct Q8Rows {
+    w: *const u8,
+    s: *const u8,
+    cols: usize,
+    q: *const i8,
+    neg: *const i32,
+    scale: *const f32,
+    ahead: usize,
 }
 
 /// [`rows_i8_q8`]'s kernel: rows `r..r + R` (their results in order).
@@ -823,19 +835,18 @@ pub(crate) unsafe fn rows_i8_q8(
 /// # Safety
 /// As [`rows_i8_q8`] for these rows.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn q8_rows<const R: usize>(
-    w: *const u8,
-    s: *const u8,
-    cols: usize,
-    q: *const i8,
-    neg: *const i32,
-    scale: *const f32,
-    r: usize,
-    ahead: usize,
-) -> [f32; R] {
+unsafe fn q8_rows<const R: usize>(a: &Q8Rows, r: usize) -> [f32; R] {
     // SAFETY: the caller's bounds and features.
     unsafe {
+        let Q8Rows {
+            w,
+            s,
+            cols,
+            q,
+            neg,
+            scale,
+            ahead,
+        } = *a;
         let flip = _mm512_set1_epi8(-128);
         let mut acc = [_mm512_setzero_ps(); R];
         let mut c = 0;
@@ -865,8 +876,8 @@ unsafe fn q8_rows<const R: usize>(
 
 /// `out[i]` = row `r0 + i` of int4 weights `w` (`cols / 2` bytes a row, bf16 scales of
 /// `group` columns at `s`) dotted with an 8-bit activation in the int4 VNNI order
-/// (`Act::with_q4`: `qn[0]` the 128-column steps' even then odd q, `qn[1]` per 8
-/// columns -8 x their q's sum; `scale` per 8 columns the block's scale), `R` rows at a
+/// (`Act::with_q4`: `q` the 128-column steps' even then odd q, `neg` per 8 columns -8
+/// x their q's sum, `scale` per 8 columns the block's scale), `R` rows at a
 /// time. Per 128 columns and row: the low and the high nibbles of 64 bytes as unsigned
 /// bytes into two `vpdpbusd` against the even and the odd q, started from the -8 sums
 /// (so each 32-bit lane is exactly its 8 columns' sum of q_w * q_x); converted to f32
@@ -876,7 +887,7 @@ unsafe fn q8_rows<const R: usize>(
 /// # Safety
 /// avx512f, avx512bw, avx512vl and avx512vnni must be available; `w` readable for rows
 /// `0..r0 + out.len()` of `cols / 2` bytes, `s` for their `cols / group` bf16 scales
-/// each, `qn[0]` for `cols` bytes, `qn[1]` and `scale` for `cols / 8` values; `cols` a
+/// each, `q` for `cols` bytes, `neg` and `scale` for `cols / 8` values; `cols` a
 /// multiple of 128 and `group` a multiple of 32.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")]
 #[allow(clippy::too_many_arguments)] // reason: the rows' layout and the prepared activation
@@ -885,7 +896,8 @@ pub(crate) unsafe fn rows_i4_q4(
     s: *const u8,
     cols: usize,
     group: usize,
-    qn: [*const i8; 2],
+    q: *const i8,
+    neg: *const i32,
     scale: *const f32,
     r0: usize,
     out: &mut [f32],
@@ -897,7 +909,8 @@ pub(crate) unsafe fn rows_i4_q4(
         s,
         cols,
         group,
-        qn,
+        q,
+        neg,
         scale,
         ahead,
     };
@@ -916,7 +929,8 @@ struct Q4Rows {
     s: *const u8,
     cols: usize,
     group: usize,
-    qn: [*const i8; 2],
+    q: *const i8,
+    neg: *const i32,
     scale: *const f32,
     ahead: usize,
 }
@@ -944,9 +958,9 @@ unsafe fn q4_rows<const R: usize>(a: &Q4Rows, r: usize) -> [f32; R] {
         let mut acc = [_mm512_setzero_ps(); R];
         let mut c = 0;
         while c < cols {
-            let xe = _mm512_loadu_si512(a.qn[0].add(c).cast());
-            let xo = _mm512_loadu_si512(a.qn[0].add(c + 64).cast());
-            let n = _mm512_loadu_si512(a.qn[1].add(c / 2).cast());
+            let xe = _mm512_loadu_si512(a.q.add(c).cast());
+            let xo = _mm512_loadu_si512(a.q.add(c + 64).cast());
+            let n = _mm512_loadu_si512(a.neg.add(c / 8).cast());
             let sx = _mm512_loadu_ps(a.scale.add(c / 8));
             for (k, acc_k) in acc.iter_mut().enumerate() {
                 let row = a.w.add((r + k) * rb + c / 2);

@@ -481,10 +481,8 @@ impl Dot {
                 p.scales.as_ptr(),
                 cols,
                 group,
-                [
-                    a.q4.as_slice().as_ptr(),
-                    a.q4_neg.as_slice().as_ptr().cast(),
-                ],
+                a.q4.as_slice().as_ptr(),
+                a.q4_neg.as_slice().as_ptr(),
                 a.q4_scale.as_slice().as_ptr(),
                 r0,
                 out,
