@@ -128,6 +128,12 @@ def test_tiny_code_moe_greedy_64_tokens_are_the_torch_paths() -> None:
         assert got == want
 
 
+def _fused_kernels(model: Any) -> list[Any]:
+    """The fused kernels of the model's MoE layers."""
+    backends = [getattr(layer.mlp, "backend", None) for layer in model.layers]
+    return [b.kernel for b in backends if b is not None and hasattr(b, "kernel")]
+
+
 @pytest.mark.parametrize("quant", ["none", "int8", "int4"])
 def test_every_expert_scheme_decodes_as_the_torch_path(
     quant: str, wide_files: dict[str, Path]
@@ -142,4 +148,8 @@ def test_every_expert_scheme_decodes_as_the_torch_path(
         got_tokens, got = _greedy(model, PROMPT, 12)
         assert got_tokens == want_tokens, quant
         scale = want.abs().max().item()
-        assert (got - want).abs().max().item() <= 1e-5 * max(1.0, scale), quant
+        # the VNNI kernels round each path's activations to 8 bits: a last-bit difference
+        # between the paths' inputs may round one value a step apart
+        vnni = any("vnni" in kernel.core.variants for kernel in _fused_kernels(model))
+        tol = 2e-3 if vnni else 1e-5
+        assert (got - want).abs().max().item() <= tol * max(1.0, scale), quant

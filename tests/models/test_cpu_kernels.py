@@ -5,6 +5,7 @@ resident bit for bit with the fused kernels on both sides."""
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,15 @@ from flint.models.quant_experts import fused_supported
 CPU32 = Placement(torch.device("cpu"), torch.float32)
 TOL = 1e-5  # of the largest |output|: fp32 with a different summation order (docs)
 VNNI_TOL = 3e-2  # the VNNI kernels: activations rounded to 8 bits (docs/cpu-kernels.md)
+
+
+def _has_vnni() -> bool:
+    """Whether this CPU has what the VNNI kernels need (Linux's flags)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return all(f in flags for f in ("avx512_vnni", "avx512bw", "avx512vl"))
 
 
 def _isas() -> list[str]:
@@ -139,6 +149,9 @@ def test_the_name_says_which_kernel_variants_run(isa: str) -> None:
         variants = k.core.variants
         parts = variants.split(", ") if variants else []
         vnni = f"{scheme} vnni" in parts  # FLINT_CPU_INT8 / FLINT_CPU_INT4=vnni
+        if scheme == "int8" and isa in ("avx512", "avx512bf16"):  # the default with VNNI
+            by_default = _has_vnni() and os.environ.get("FLINT_CPU_INT8") != "f32"
+            assert vnni == by_default, variants
         if (isa == "avx512bf16" or vnni) and scheme == "int4":
             assert parts[0] in ("int4 lanes", "int4 bf16", "int4 vnni"), variants
         # Rows at once: int8 on AVX-512, int4 on AVX-512 BF16 or through VNNI (plain

@@ -5,7 +5,9 @@
 //! Preparing is exact: the planes sum to the row, the reordering moves values. The
 //! kernels that read them therefore still compute `sum_c W[r, c] * x[c]` on the f32
 //! activations with exact products; only the summation order differs from the scalar
-//! reference (see `lib.rs`).
+//! reference (see `lib.rs`). The one exception is the VNNI kernels' 8-bit rounding of
+//! the row (`with_q8`, `with_q4`, [`quantize`]), whose own references are
+//! `scalar::dot_q8` and `dot_q4`.
 
 use crate::format::WeightKind;
 
@@ -357,9 +359,10 @@ impl Act<'_> {
 pub(crate) const Q4_STEP: usize = 128;
 
 /// `x` rounded to 8 bits per [`Q8_BLOCK`] columns and each block's scale: the block's
-/// largest |x| / 127 (0 for a block of zeros), each q = x * (127 / largest) rounded to
-/// nearest, ties to even, in -127..=127. None if a value is not finite or the length
-/// is not a multiple of the block.
+/// largest |x| / 127, each q = x * (127 / largest) rounded to nearest, ties to even, in
+/// -127..=127. A block whose largest |x| is under 127 x the smallest normal f32 (~1.5e-36,
+/// where 127 / largest would overflow) counts as zeros: scale 0, q 0. None if a value
+/// is not finite or the length is not a multiple of the block.
 pub(crate) fn quantize(x: &[f32]) -> Option<(Vec<i8>, Vec<f32>)> {
     if !x.len().is_multiple_of(Q8_BLOCK) || !x.iter().all(|v| v.is_finite()) {
         return None;
@@ -368,7 +371,7 @@ pub(crate) fn quantize(x: &[f32]) -> Option<(Vec<i8>, Vec<f32>)> {
     let mut scales = Vec::with_capacity(x.len() / Q8_BLOCK);
     for block in x.chunks_exact(Q8_BLOCK) {
         let top = block.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-        let (inv, s) = if top > 0.0 {
+        let (inv, s) = if top >= 127.0 * f32::MIN_POSITIVE {
             (127.0 / top, top / 127.0)
         } else {
             (0.0, 0.0)
@@ -399,18 +402,25 @@ pub(crate) fn prepare(
 ) -> Act<'_> {
     let act = Act::plain(x);
     let act = if bf16 || i4 { act.aligned() } else { act };
-    let q4_ok = x.len().is_multiple_of(Q4_STEP) && x.iter().all(|v| v.is_finite());
+    let q4_ok = |group: usize| {
+        q4_group(group, x.len()) && x.iter().all(|v| v.is_finite()) // else the other kernels
+    };
     match kind {
         WeightKind::Int8 if q8 => act.with_q8(),
-        WeightKind::Int4 { group } if q4 && q4_ok && group.is_multiple_of(Q8_BLOCK) => {
-            act.with_q4()
-        }
+        WeightKind::Int4 { group } if q4 && q4_ok(group) => act.with_q4(),
         WeightKind::Int4 { group } if lanes && i4_bf16_group(group) => act.with_i4_lanes(),
         WeightKind::Bf16 if bf16 => act.with_bf16(),
         WeightKind::Int4 { group } if bf16 && i4_bf16_group(group) => act.with_i4_bf16(),
         WeightKind::Int4 { group } if i4 && group.is_multiple_of(I4_BLOCK) => act.with_i4(),
         _ => act,
     }
+}
+
+/// Whether the int4 VNNI kernel takes rows of `cols` columns in groups of `group`: a
+/// multiple of 128 columns, whole groups of 32 or 64 or of a multiple of 128 (a 128-column
+/// step then holds whole groups, or lies inside one).
+pub(crate) fn q4_group(group: usize, cols: usize) -> bool {
+    group > 0 && i4_bf16_group(group) && cols.is_multiple_of(group) && cols.is_multiple_of(Q4_STEP)
 }
 
 /// Whether the AVX-512 BF16 int4 kernel takes groups of `group` (a 16-lane register

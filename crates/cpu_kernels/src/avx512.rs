@@ -888,7 +888,8 @@ unsafe fn q8_rows<const R: usize>(a: &Q8Rows, r: usize) -> [f32; R] {
 /// avx512f, avx512bw, avx512vl and avx512vnni must be available; `w` readable for rows
 /// `0..r0 + out.len()` of `cols / 2` bytes, `s` for their `cols / group` bf16 scales
 /// each, `q` for `cols` bytes, `neg` and `scale` for `cols / 8` values; `cols` a
-/// multiple of 128 and `group` a multiple of 32.
+/// multiple of 128 and of `group`, `group` 32, 64 or a multiple of 128
+/// (`act::q4_group`).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")]
 #[allow(clippy::too_many_arguments)] // reason: the rows' layout and the prepared activation
 pub(crate) unsafe fn rows_i4_q4(

@@ -190,9 +190,11 @@ pub struct Dot {
 
 impl Dot {
     /// The dot product of `isa`, if this CPU can run it, computing `FLINT_CPU_ROWS` rows
-    /// at once in the rows kernels (default 4 on Intel CPUs, 1 elsewhere) and int4 rows
-    /// by the kernel `FLINT_CPU_INT4` names (`lanes` or `bf16`; default `lanes` on Intel
-    /// CPUs, `bf16` elsewhere).
+    /// at once in the rows kernels (default 4 on Intel CPUs, 1 elsewhere), int8 rows by
+    /// the kernel `FLINT_CPU_INT8` names (`vnni` or `f32`; default `vnni` where the CPU
+    /// has AVX-512 VNNI) and int4 rows by the one `FLINT_CPU_INT4` names (`vnni`, `lanes`
+    /// or `bf16`; default `vnni` on Intel CPUs with AVX-512 VNNI, `lanes` on other Intel
+    /// CPUs, `bf16` elsewhere). Any other value of either: the default.
     pub fn new(isa: Isa) -> Result<Self> {
         if isa.available() {
             let dot = Self {
@@ -267,10 +269,11 @@ impl Dot {
     }
 
     /// The variants it takes for rows of `kind` where the instruction set has a choice,
-    /// for run headers: `int4 lanes` or `int4 bf16` (int4 on AVX-512 BF16; `bf16` is the
+    /// for run headers: `int8 vnni` or `int4 vnni` (the VNNI kernels, for the shapes
+    /// they take), else `int4 lanes` or `int4 bf16` (int4 on AVX-512 BF16; `bf16` is the
     /// AVX-512 BF16 kernel for exactly-bf16 activations, the f32 int4 kernel for others),
     /// then `one row at a time` or `N rows at once` (int8 on AVX-512, int4 on AVX-512
-    /// BF16); empty elsewhere.
+    /// BF16 or through VNNI); empty elsewhere.
     pub fn variants(self, kind: WeightKind) -> String {
         let mut parts = Vec::new();
         if self.q8 && kind == WeightKind::Int8 {
@@ -324,7 +327,8 @@ impl Dot {
     }
 
     /// [`Self::dot`] of row `r` with each of `xs` (each result bit-identical to it),
-    /// reading and widening the row's weights once for all of them.
+    /// reading and widening the row's weights once for all of them (the VNNI kernels:
+    /// once per token).
     #[inline]
     pub fn dots(self, p: &Proj<'_>, r: usize, xs: [&[f32]; TOKENS]) -> [f32; TOKENS] {
         let acts = xs.map(|x| self.prepare(p.kind, x));
@@ -462,8 +466,7 @@ impl Dot {
         let (n, cols, rb) = (out.len(), p.cols, p.row_bytes());
         let sb = cols / group.max(1) * 2;
         let ok = self.q4
-            && group.is_multiple_of(crate::act::Q8_BLOCK)
-            && cols.is_multiple_of(crate::act::Q4_STEP)
+            && crate::act::q4_group(group, cols)
             && rb == cols / 2
             && a.q4.len() == cols
             && a.q4_neg.len() == cols / 8
@@ -544,6 +547,8 @@ impl Dot {
                     && a.i4_planes == acts[0].i4_planes
                     && a.i4.len() == acts[0].i4.len()
                     && a.i4l.len() == acts[0].i4l.len()
+                    && a.q8.len() == acts[0].q8.len()
+                    && a.q4.len() == acts[0].q4.len()
             });
             if !same {
                 return acts.map(|a| self.dot_act(p, r, a));

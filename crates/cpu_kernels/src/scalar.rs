@@ -48,7 +48,7 @@ pub fn dot(p: &Proj<'_>, r: usize, x: &[f32]) -> f32 {
 /// row's scale. None where the activation is not rounded (`with_q8`'s conditions).
 pub fn dot_q8(p: &Proj<'_>, r: usize, x: &[f32]) -> Option<f32> {
     let a = crate::act::Act::plain(x).with_q8();
-    if a.q8.len() != x.len() || p.kind != WeightKind::Int8 {
+    if a.q8.len() != x.len() || x.len() != p.cols || p.kind != WeightKind::Int8 {
         return None;
     }
     let (q, scale) = (a.q8.as_slice(), a.q8_scale.as_slice());
@@ -64,8 +64,8 @@ pub fn dot_q8(p: &Proj<'_>, r: usize, x: &[f32]) -> Option<f32> {
     Some(acc * le_f32(p.row_scales(r), 0))
 }
 
-/// The int4 VNNI scheme's reference: row `r` of int4 projection `p` (groups of a
-/// multiple of 32, a multiple of 128 columns) with `x` rounded to 8 bits as
+/// The int4 VNNI scheme's reference: row `r` of int4 projection `p` (the shapes
+/// `act::q4_group` takes) with `x` rounded to 8 bits as
 /// `Act::with_q8` rounds it: each 8 columns' integer sum (exact), times (their group's
 /// scale x their block's scale), added in column order (a multiply then an add). None
 /// where the kernel does not take the row or the activation.
@@ -73,9 +73,7 @@ pub fn dot_q4(p: &Proj<'_>, r: usize, x: &[f32]) -> Option<f32> {
     let WeightKind::Int4 { group } = p.kind else {
         return None;
     };
-    let ok = group.is_multiple_of(crate::act::Q8_BLOCK)
-        && p.cols.is_multiple_of(crate::act::Q4_STEP)
-        && x.len() == p.cols;
+    let ok = crate::act::q4_group(group, p.cols) && x.len() == p.cols;
     let (q, scales) = crate::act::quantize(x).filter(|_| ok)?;
     let (w, s) = (p.row(r), p.row_scales(r));
     let mut acc = 0.0f32;

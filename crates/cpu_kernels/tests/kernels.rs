@@ -1101,6 +1101,10 @@ fn layer_call_through_the_vnni_kernels() {
                 let mut k = Kernels::new(Isa::best(), threads).unwrap();
                 k.set_int8_vnni(true);
                 k.set_int4_vnni(true);
+                #[cfg(target_arch = "x86_64")]
+                if std::is_x86_feature_detected!("avx512vnni") {
+                    assert!(k.variants(kind).contains("vnni"), "{}", k.variants(kind));
+                }
                 let mut out = vec![0.0; layer.x.len()];
                 let (routing, experts) = (layer.routing(), layer.experts(|_| true));
                 k.moe_layer(&layer.format, &routing, &experts, &layer.weights, &mut out)
@@ -1143,6 +1147,8 @@ fn int4_vnni_kernel_matches_its_reference() {
         (32, 32, 2048),
         (16, 16, 128),
         (32, 32, 96),
+        (96, 96, 384), // a 128-column step across two groups: the other kernels
+        (192, 192, 768),
     ] {
         let kind = WeightKind::Int4 { group };
         let format = ExpertFormat::new(kind, [(rows, cols), (rows, cols), (cols, rows)]).unwrap();
@@ -1163,7 +1169,8 @@ fn int4_vnni_kernel_matches_its_reference() {
             }
             ran = true;
             let act = dot.prepare(kind, &x);
-            let vnni = group % 32 == 0 && cols % 128 == 0;
+            let vnni = matches!(group, 32 | 64) || group % 128 == 0;
+            let vnni = vnni && cols % 128 == 0 && cols % group == 0;
             assert_eq!(
                 act.prepared() == "int4-vnni",
                 vnni,
@@ -1224,5 +1231,61 @@ fn int4_vnni_kernel_matches_its_reference() {
     assert!(
         ran || !std::is_x86_feature_detected!("avx512vnni"),
         "the kernel never ran"
+    );
+}
+
+/// Four different tokens through the VNNI kernels, one of them with a NaN (which keeps
+/// the f32 kernels): each token's result is its one-token result, bit for bit.
+#[test]
+fn vnni_four_token_dots_follow_each_tokens_own_kernel() {
+    let mut rng = Rng(0x0b0b_0000_0000_0003);
+    for (kind, rows, cols) in [
+        (WeightKind::Int8, 8, 128),
+        (WeightKind::Int4 { group: 32 }, 32, 256),
+    ] {
+        let format = ExpertFormat::new(kind, [(rows, cols), (rows, cols), (cols, rows)]).unwrap();
+        let (bytes, _) = projection(&mut rng, kind, rows, cols);
+        let proj = format.view(0, &bytes).unwrap();
+        let mut xs: Vec<Vec<f32>> = (0..4)
+            .map(|_| (0..cols).map(|_| rng.f()).collect())
+            .collect();
+        xs[2][5] = f32::NAN;
+        for isa in available() {
+            let dot = cpu_kernels::Dot::new(isa)
+                .unwrap()
+                .with_int8_vnni(true)
+                .with_int4_vnni(true);
+            let four = dot.dots(&proj, 3, [&xs[0], &xs[1], &xs[2], &xs[3]]);
+            for (t, got) in four.iter().enumerate() {
+                let one = dot.dot(&proj, 3, &xs[t]);
+                assert_eq!(
+                    got.to_bits(),
+                    one.to_bits(),
+                    "{isa:?} {kind:?} token {t}: {got} vs {one}"
+                );
+            }
+        }
+    }
+}
+
+/// Activations far below f32's normal range round to zeros (127 / largest would
+/// overflow), not to +-127: the kernel and its reference stay within half a step.
+#[test]
+fn vnni_tiny_blocks_count_as_zeros() {
+    let kind = WeightKind::Int8;
+    let (rows, cols) = (2, 64);
+    let format = ExpertFormat::new(kind, [(rows, cols), (rows, cols), (cols, rows)]).unwrap();
+    let mut rng = Rng(0x0b0b_0000_0000_0004);
+    let (bytes, w) = projection(&mut rng, kind, rows, cols);
+    let proj = format.view(0, &bytes).unwrap();
+    let mut x = vec![1.0e-37f32; cols];
+    for v in x.iter_mut().skip(32) {
+        *v = 0.5; // the second block is ordinary
+    }
+    let want = cpu_kernels::dot_q8(&proj, 1, &x).unwrap();
+    let exact: f32 = (0..cols).map(|c| w[cols + c] * x[c]).sum();
+    assert!(
+        (want - exact).abs() <= 1e-3 * exact.abs().max(1e-30),
+        "{want} vs {exact}"
     );
 }
