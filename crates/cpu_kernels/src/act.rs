@@ -161,8 +161,9 @@ impl<'a> Act<'a> {
     }
 
     /// What was prepared, i.e. which kernel reads this row: `int8-vnni` / `int4-vnni`
-    /// (the VNNI kernels), `bf16` (AVX-512 BF16, bf16 rows), `int4-bf16` (AVX-512 BF16, int4 rows), `int4-lanes` (the int4 lanes
-    /// kernel), `int4` (AVX-512 int4 order) or `f32`.
+    /// (the VNNI kernels), `bf16` (AVX-512 BF16, bf16 rows), `int4-bf16` (AVX-512 BF16,
+    /// int4 rows), `int4-lanes` (the int4 lanes kernel), `int4` (AVX-512 int4 order) or
+    /// `f32`.
     pub fn prepared(&self) -> &'static str {
         if self.q8.len() > 0 {
             "int8-vnni"
@@ -277,8 +278,7 @@ pub(crate) const Q8_STEP: usize = 64;
 impl Act<'_> {
     /// With `x` rounded to 8 bits per [`Q8_BLOCK`] columns for the int8 VNNI kernel, if
     /// its length is a multiple of [`Q8_STEP`] and every value is finite (else as it
-    /// is: the f32 kernels). A block's scale is its largest |x| / 127 (0 for a block of
-    /// zeros), each q = x * (127 / largest) rounded to nearest, ties to even, in -127..=127.
+    /// is: the f32 kernels), as [`quantize`] rounds it.
     pub(crate) fn with_q8(mut self) -> Self {
         let n = self.x.len();
         if n == 0 || !n.is_multiple_of(Q8_STEP) {
@@ -389,8 +389,8 @@ pub(crate) fn quantize(x: &[f32]) -> Option<(Vec<i8>, Vec<f32>)> {
 /// Which preparation `kind` gets on an instruction set that has the BF16 dot product
 /// (`bf16`) and the AVX-512 int4 kernel (`i4`), int4 rows of groups the lanes kernel
 /// takes going to it where `lanes` (Intel CPUs with AVX-512 BF16: `Dot`), int8 rows to
-/// the VNNI kernel where `q8`, int4 rows (groups of a multiple of 32, rows of a multiple
-/// of 128 columns, finite activations) to theirs where `q4`.
+/// the VNNI kernel where `q8`, int4 rows of the shapes [`q4_group`] takes (and finite
+/// activations) to theirs where `q4`.
 pub(crate) fn prepare(
     x: &[f32],
     kind: WeightKind,

@@ -240,9 +240,10 @@ impl Dot {
         self.q8
     }
 
-    /// The same, int4 rows (groups of a multiple of 32, rows of a multiple of 128
-    /// columns) through the int4 VNNI kernel with the 8-bit activation, ahead of the
-    /// lanes and BF16 kernels (`scalar::dot_q4` is its reference).
+    /// The same, int4 rows (the shapes `act::q4_group` takes: groups of 32, 64 or a
+    /// multiple of 128, rows of whole groups and of a multiple of 128 columns) through
+    /// the int4 VNNI kernel with the 8-bit activation, ahead of the lanes and BF16
+    /// kernels (`scalar::dot_q4` is its reference).
     pub fn with_int4_vnni(self, vnni: bool) -> Self {
         let avx512 = matches!(self.isa, Isa::Avx512 | Isa::Avx512Bf16);
         Self {
