@@ -1681,8 +1681,21 @@ gpu107() {
   done
 }
 
+# Next session's first call: the VNNI kernels after the review's mends (`04a240c`, CPU
+# box only so far) on the Xeon: the CPU kernels' Rust tests (rebuild .device/rtests
+# first: `cargo test --release -p cpu_kernels --no-run`), issue 15's figure with the
+# final defaults, the GPU tests.
+gpu108() {
+  echo "== Rust unit tests"; timeout 60 .device/rtests/unit 2>&1 | grep -E "test result|FAILED|panicked" | head
+  echo "== Rust kernel tests"; timeout 100 .device/rtests/kernels 2>&1 | grep -E "test result|FAILED|panicked" | head
+  fig15 defaults "" "--threads 1,16"
+  fig15 defaults "" "--threads 16 --core"
+  gpu_tests
+}
+
 case $what in
   install) install ;;
+  gpu108) install; gpu108 ;;
   gpu107) install; gpu107 ;;
   gpu106) install; gpu106 ;;
   gpu105) install; gpu105 ;;
