@@ -1584,16 +1584,12 @@ gpu102() {
   r0 q30
 }
 
-# Next session, first call: the GPU tests on the session-18 commits that ran on the CPU
+# Session 19, first call: the GPU tests on the session-18 commits that ran on the CPU
 # only (the switches taken out, head_rope on one warp, the router's shared _top_k), R0
-# on both files and flint bench's resident rows.
+# on both files (gpu102's lines), then baselines of issue 15's figure, V1 and flint
+# bench's resident rows.
 gpu103() {
-  gpu_tests
-  synth30 q30d8 --dense-quant int8
-  r0 q30d8
-  rm -f "$DATA/q30d8.ftw"
-  synth30 q30
-  r0 q30
+  gpu102
   echo "== issue 15 figure (baseline)"
   timeout 90 python3 benches/cpu_kernels.py --x-bf16 --threads 1,16 --calls 40 --schemes int4,int8 \
     --round-hidden on 2>&1 | tail -12
@@ -1639,6 +1635,9 @@ gpu105() {
 # then the GPU tests with the VNNI kernels on.
 VNNI_ON="FLINT_CPU_INT8=vnni FLINT_CPU_INT4=vnni"
 VNNI_OFF="FLINT_CPU_INT8=f32 FLINT_CPU_INT4=lanes"
+vnni_env() {  # on|off -> the environment of that side
+  if [ "$1" = on ]; then echo "$VNNI_ON"; else echo "$VNNI_OFF"; fi
+}
 fig15() {  # label, env, cpu_kernels.py's thread flags
   echo "== figure $1 $3"
   env $2 timeout 80 python3 benches/cpu_kernels.py --x-bf16 $3 --calls 40 --schemes int4,int8 \
@@ -1655,14 +1654,12 @@ gpu106() {
   fig15 on "$VNNI_ON" "--threads 16"
   fig15 off "$VNNI_OFF" "--threads 16"
   for m in off on off on; do
-    [ $m = on ] && v=$VNNI_ON || v=$VNNI_OFF
     for k in int4 int8; do
-      echo "== call $m $k"; env $v timeout 30 .device/call_timeline 16 $k 8 0 200 on 2048 768 bf16 256 2>&1 | tail -1 | cut -c1-120
+      echo "== call $m $k"; env $(vnni_env $m) timeout 30 .device/call_timeline 16 $k 8 0 200 on 2048 768 bf16 256 2>&1 | tail -1 | cut -c1-120
     done
   done
   for m in off on; do
-    [ $m = on ] && v=$VNNI_ON || v=$VNNI_OFF
-    echo "== rows $m"; env $v timeout 30 .device/dot_speed 64 2048 400 16 2>&1 | grep -E "Int8|Int4"
+    echo "== rows $m"; env $(vnni_env $m) timeout 30 .device/dot_speed 64 2048 400 16 2>&1 | grep -E "Int8|Int4"
   done
   echo "== GPU tests, VNNI on"
   [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
@@ -1675,8 +1672,7 @@ gpu106() {
 gpu107() {
   synth30 q30
   for m in off on off on; do
-    [ $m = on ] && v=$VNNI_ON || v=$VNNI_OFF
-    echo "== V1 $m"; env $v timeout 70 flint bench "$DATA/q30.ftw" -p 0 -n 32 --tg-random -r 2 --mode full \
+    echo "== V1 $m"; env $(vnni_env $m) timeout 70 flint bench "$DATA/q30.ftw" -p 0 -n 32 --tg-random -r 2 --mode full \
       --ram-budget 20 --vram-budget 4 2>&1 | grep -E "q30.ftw \||rror|kernels"
   done
 }

@@ -174,6 +174,13 @@ fn exact_dot(isa: Isa) -> cpu_kernels::Dot {
         .with_int4_vnni(false)
 }
 
+/// The largest |a - b| over two results.
+fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    a.iter()
+        .zip(b)
+        .fold(0.0f32, |m, (x, y)| m.max((x - y).abs()))
+}
+
 fn available() -> Vec<Isa> {
     Isa::ALL.into_iter().filter(|i| i.available()).collect()
 }
@@ -363,6 +370,11 @@ impl Layer {
         k.set_int4_lanes(lanes);
         k.set_int8_vnni(false); // the exact kernels (the VNNI ones: their own tests)
         k.set_int4_vnni(false);
+        self.call(&k)
+    }
+
+    /// The layer through `k`'s `moe_layer`, every expert resident.
+    fn call(&self, k: &Kernels) -> Vec<f32> {
         let mut out = vec![0.0; self.x.len()];
         k.moe_layer(
             &self.format,
@@ -454,10 +466,7 @@ fn layer_call_through_the_int4_lanes_kernel_matches_the_reference() {
                     let one = layer.run_with(isa, 1, cpu_kernels::TILE_MIN_TOKENS, round, true);
                     let three = layer.run_with(isa, 3, cpu_kernels::TILE_MIN_TOKENS, round, true);
                     assert_eq!(one, three, "{isa:?} group {group}: thread count changed it");
-                    let err = one
-                        .iter()
-                        .zip(&want)
-                        .fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+                    let err = max_diff(&one, &want);
                     // A hidden value at a rounding tie may round the other way: one bf16
                     // step of one of down's inputs (as in the test of rounded rows).
                     let tol = if round { 2e-3 } else { 1e-4 };
@@ -493,10 +502,7 @@ fn layer_call_matches_the_reference_on_any_thread_count() {
                         "{kind:?}: scalar layer differs from the reference"
                     );
                 } else {
-                    let err = one
-                        .iter()
-                        .zip(&want)
-                        .fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+                    let err = max_diff(&one, &want);
                     assert!(
                         err <= 1e-4 * scale,
                         "{isa:?} {kind:?} T={tokens}: {err} vs {scale}"
@@ -542,10 +548,7 @@ fn prompt_path_matches_the_reference_on_odd_shapes() {
                             );
                         }
                         for (what, got) in [("reference", &want), ("row dots", &dots)] {
-                            let err = tiled
-                                .iter()
-                                .zip(got)
-                                .fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+                            let err = max_diff(&tiled, got);
                             assert!(
                                 err <= 1e-4 * scale,
                                 "{isa:?} {kind:?} {inter}x{hidden} T={tokens}: {err} vs {what} ({scale})"
@@ -590,10 +593,7 @@ fn rounded_hidden_rows_match_the_rounded_reference() {
                     );
                 }
                 for got in [one, layer.run_rounded(isa, 1, 1, true)] {
-                    let err = got
-                        .iter()
-                        .zip(&want)
-                        .fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+                    let err = max_diff(&got, &want);
                     // a hidden value at a rounding tie may round the other way: one
                     // bf16 step of one of down's inputs
                     assert!(
@@ -1105,21 +1105,14 @@ fn layer_call_through_the_vnni_kernels() {
                 if std::is_x86_feature_detected!("avx512vnni") {
                     assert!(k.variants(kind).contains("vnni"), "{}", k.variants(kind));
                 }
-                let mut out = vec![0.0; layer.x.len()];
-                let (routing, experts) = (layer.routing(), layer.experts(|_| true));
-                k.moe_layer(&layer.format, &routing, &experts, &layer.weights, &mut out)
-                    .unwrap();
-                out
+                layer.call(&k)
             };
             let (one, three) = (run(1), run(3));
             assert_eq!(
                 one, three,
                 "{inter}x{hidden} T={tokens}: thread count changed it"
             );
-            let err = one
-                .iter()
-                .zip(&want)
-                .fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+            let err = max_diff(&one, &want);
             assert!(
                 err <= 3e-2 * scale,
                 "{inter}x{hidden} T={tokens}: {err} vs {scale}"
