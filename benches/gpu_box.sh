@@ -1689,8 +1689,25 @@ gpu108() {
   gpu_tests
 }
 
+# Session 20, first call: what each kernel reads before its wait (moe_kernel.AHEAD),
+# all, none and all but one, in one process; int4 down's blocks with its rows read
+# ahead; the GPU tests (dependent launch against serial launch, bit for bit, covers the
+# early reads); R0 on both files.
+gpu109() {
+  synth30 q30d8 --dense-quant int8
+  timeout 250 python3 benches/step_ab.py "$DATA/q30d8.ftw" --configs base,no-ahead,\
+no-ahead-attention,no-ahead-down,no-ahead-linear,no-ahead-norm,no-ahead-rope,down-b8,down-b32-w8 \
+    2>&1 | tail -11
+  gpu_tests
+  r0 q30d8
+  rm -f "$DATA/q30d8.ftw"
+  synth30 q30
+  r0 q30
+}
+
 case $what in
   install) install ;;
+  gpu109) install; gpu109 ;;
   gpu108) install; gpu108 ;;
   gpu107) install; gpu107 ;;
   gpu106) install; gpu106 ;;

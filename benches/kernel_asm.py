@@ -2,7 +2,7 @@
 registers, shared memory, blocks per SM, load widths and instruction mix of each kernel
 as flint launches it (issue 10).
 
-Usage: python benches/kernel_asm.py [--arch 90] [--scheme int4] [--sass DIR]
+Usage: python benches/kernel_asm.py [--arch 90] [--scheme int4] [--sass DIR] [--ahead]
 
 The launches are flint's own (``moe_kernel.moe_experts`` on a 30B-A3B-shaped pool of
 random experts, ``fused.linear`` on q/k/v-, o- and router-shaped matrices, the norm in
@@ -15,7 +15,8 @@ SASS: global loads by width, shared-memory loads/stores and barriers (layout cha
 through shared memory), integer-to-float conversions, the instruction total, and the
 largest loop's body (one step of the K loop: divide by the weights a thread handles in
 a step for instructions per weight).
-Nothing runs, so nothing is timed: this answers "does this change reach the kernel the
+``--ahead`` compiles the kernels that read ahead of their wait (``moe_kernel.AHEAD``) in
+that form, as the resident step launches them. Nothing runs, so nothing is timed: this answers "does this change reach the kernel the
 way it should" before device time is spent measuring it. The Triton version here should
 be the GPU box's (``pip install --target DIR triton==X`` and ``PYTHONPATH=DIR``): other
 versions choose other layouts and registers.
@@ -216,6 +217,7 @@ def launches(scheme: str) -> list[tuple[str, Any]]:
 def _attention(fused: Any, q: torch.Tensor, cache: torch.Tensor, heads: int, dim: int) -> None:
     """``fused.decode_attention``'s kernel as the GPU runs it (bf16 products: on CPU
     tensors the wrapper takes the interpreter's fp32 path), one chunk."""
+    from flint.graphs import moe_kernel as mk
     from flint.graphs.triton_kernels import decode_attention_kernel
 
     kv = cache.shape[0]
@@ -225,7 +227,7 @@ def _attention(fused: Any, q: torch.Tensor, cache: torch.Tensor, heads: int, dim
         q, cache, cache, torch.tensor([5]), o, m, total, acc, cache.stride(0),
         cache.stride(1), cache.stride(0), cache.stride(1), heads, dim, dim**-0.5,
         GROUP=heads // kv, GP=max(16, heads // kv), DP=dim, BS=fused.ATTENTION_BLOCK,
-        CHUNK=fused.ATTENTION_CHUNK, SPLIT=False, F32=False,
+        CHUNK=fused.ATTENTION_CHUNK, SPLIT=False, F32=False, **mk.ahead("attention", q.device),
     )  # fmt: skip
 
 
@@ -242,7 +244,12 @@ def main() -> None:
     parser.add_argument("--arch", type=int, default=90, help="compute capability x10")
     parser.add_argument("--scheme", default="int4", choices=("int4", "int8", "raw"))
     parser.add_argument("--sass", type=Path, help="also write each kernel's SASS here")
+    parser.add_argument("--ahead", action="store_true", help="the kernels reading ahead")
     args = parser.parse_args()
+    if args.ahead:
+        from flint.graphs import moe_kernel
+
+        moe_kernel.AHEAD_WITHOUT_PDL = True
     os.environ.pop("TRITON_INTERPRET", None)  # compile for the GPU, not the interpreter
     stand_in_driver(args.arch)
     compile_only()

@@ -17,7 +17,9 @@ warps, fused.ROUTE_ONE_PASS off), ``no-pdl-two-pass``, ``attn-*`` (the attention
 positions per step and warps), ``blocks-before``, ``blocks-tuned`` and
 ``blocks-whole`` (the one-token products' block shapes), ``norm-launch``
 (decode.NORM_IN_ROUTER off), ``norm-w*``, ``nl-w8`` and ``rope-w*`` (the norms', the
-router-with-norm's and q/k/v RoPE's warps). ``--profile CONFIG`` then prints each
+router-with-norm's and q/k/v RoPE's warps), ``no-ahead`` and ``no-ahead-KERNEL`` (no
+kernel, or every kernel but one, reading ahead of its wait: moe_kernel.AHEAD),
+``down-b*`` (int4 down's blocks). ``--profile CONFIG`` then prints each
 kernel's time per step. (The sixteenth session's ``no-fold`` and ``serial`` rows, and
 the eighteenth's ``linear-ahead`` and ``ranked-in-norm``, measured switches since taken
 out: docs/benchmarks.md.)
@@ -64,6 +66,13 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "rope-w4": {"fused.ROPE_LAUNCH": {"num_warps": 4}},  # q/k/v RoPE's warps (default 1)
     "rope-w1": {"fused.ROPE_LAUNCH": {"num_warps": 1}},
     "rope-w2": {"fused.ROPE_LAUNCH": {"num_warps": 2}},
+    # what the kernels read before their wait (moe_kernel.AHEAD): none, or all but one
+    "no-ahead": {"AHEAD": frozenset()},
+    **{f"no-ahead-{k}": {"AHEAD": moe_kernel.AHEAD - {k}} for k in sorted(moe_kernel.AHEAD)},
+    # int4 down's blocks (rows, columns, warps; default (16, 256, 4)): reading its rows
+    # ahead takes registers, so fewer programs fit an SM
+    "down-b8": {"WORDS_DOWN_BLOCK": (8, 256, 4)},
+    "down-b32-w8": {"WORDS_DOWN_BLOCK": (32, 256, 8)},
 }
 _LINEAR_BLOCK = fused.linear_block
 

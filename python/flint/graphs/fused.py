@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from flint.graphs.moe_kernel import _DTYPES, on_device, pdl
+from flint.graphs.moe_kernel import _DTYPES, ahead, on_device, pdl
 from flint.graphs.triton_kernels import (
     attention_combine_kernel,
     decode_attention_kernel,
@@ -70,7 +70,7 @@ def rms_norm(
         rms_norm_kernel[(x.shape[0],)](
             x, x, x, weight, out, n, eps, x if eighths is None else eighths, e_stride,
             BLOCK=_block(n), W32=weight_in_fp32, ADD=False, EIGHTHS=eighths is not None,
-            **NORM_LAUNCH, **pdl(x.device),
+            **NORM_LAUNCH, **ahead("norm", x.device), **pdl(x.device),
         )  # fmt: skip
     return out
 
@@ -90,7 +90,7 @@ def add_rms_norm(
     with on_device(x.device):
         rms_norm_kernel[(x.shape[0],)](
             x, delta, total, weight, out, n, eps, x, 0, BLOCK=_block(n), W32=weight_in_fp32,
-            ADD=True, **NORM_LAUNCH, **pdl(x.device),
+            ADD=True, **NORM_LAUNCH, **ahead("norm", x.device), **pdl(x.device),
         )  # fmt: skip
     return total, out
 
@@ -146,7 +146,8 @@ def linear(
             x if bias is None else bias, x if residual is None else residual.contiguous(),
             out, rows, cols, ROUND=_DTYPES[x.dtype], SCHEME=int(int8),
             HAS_BIAS=bias is not None, HAS_RES=residual is not None,
-            BN=bn, BK=min(bk, _block(cols)), num_warps=warps, **pdl(x.device),
+            BN=bn, BK=min(bk, _block(cols)), num_warps=warps, **ahead("linear", x.device),
+            **pdl(x.device),
         )  # fmt: skip
     return out
 
@@ -181,7 +182,7 @@ def norm_linear(
             h if eighths is None else eighths, e_stride, rows, cols, eps,
             ROUND=_DTYPES[h.dtype], BN=NORM_LINEAR_ROWS, BLOCK=_block(cols),
             W32=weight_in_fp32, EIGHTHS=eighths is not None, num_warps=NORM_LINEAR_WARPS,
-            **pdl(h.device),
+            **ahead("norm", h.device), **pdl(h.device),
         )  # fmt: skip
     return out, normed
 
@@ -233,7 +234,8 @@ def qkv_rope(
             y, y if q_norm is None else q_norm, y if k_norm is None else k_norm, cos, sin,
             position, q, keys, values, keys.stride(0), keys.stride(1), values.stride(0),
             values.stride(1), heads, kv_heads, dim, eps, NORM=q_norm is not None,
-            ROT=cos.shape[-1], BLOCK=_block(dim), **ROPE_LAUNCH, **pdl(y.device),
+            ROT=cos.shape[-1], BLOCK=_block(dim), **ROPE_LAUNCH, **ahead("rope", y.device),
+            **pdl(y.device),
         )  # fmt: skip
 
 
@@ -280,7 +282,7 @@ def decode_attention(
             values.stride(0), values.stride(1), heads, dim, dim**-0.5, GROUP=group,
             GP=max(16, _block(group)), DP=max(16, _block(dim)), BS=ATTENTION_BLOCK,
             CHUNK=ATTENTION_CHUNK, SPLIT=splits > 1, F32=q.device.type == "cpu",
-            **ATTENTION_LAUNCH, **pdl(q.device),
+            **ATTENTION_LAUNCH, **ahead("attention", q.device), **pdl(q.device),
         )  # fmt: skip
         if splits > 1:
             attention_combine_kernel[(heads,)](

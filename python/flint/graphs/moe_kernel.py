@@ -105,6 +105,26 @@ def pdl(device: torch.device) -> dict[str, bool]:
     return {"GDC": True, "launch_pdl": True} if _pdl_capable(index) else {}
 
 
+# What each kernel of the resident step reads before its wait under dependent launch,
+# besides the constant weights it always reads there (``_await_inputs``: the kernel two
+# back has finished by then): "down" its expert id and whole rows (int4 words, rows of
+# at most four tiles), "attention" the position and the first block of cached keys and
+# values, "rope" the position, q/k norm weights, cos and sin, "norm" the norms'
+# weights, "linear" row scales and biases (and the residual as soon as the wait ends).
+# The same bits either way (the CUDA test of dependent launch compares the step with
+# and without it); a set for the benches' A/B (benches/step_ab.py).
+AHEAD = frozenset({"down", "attention", "rope", "norm", "linear"})
+# Read ahead without dependent launch too: the interpreter tests' A/B of the order.
+AHEAD_WITHOUT_PDL = False
+
+
+def ahead(kernel: str, device: torch.device) -> dict[str, bool]:
+    """``AHEAD=True`` for ``kernel``'s launch where it reads ahead (``AHEAD`` names it,
+    under dependent launch, or ``AHEAD_WITHOUT_PDL``), else nothing."""
+    on = kernel in AHEAD and (AHEAD_WITHOUT_PDL or bool(pdl(device)))
+    return {"AHEAD": True} if on else {}
+
+
 def available() -> str | None:
     """None when the kernels can run, else why not."""
     return None if triton is not None else "Triton is not installed"
@@ -368,10 +388,13 @@ def _pair_outputs(
         num_warps=warps, **pdl(x.device),
     )  # fmt: skip
     bn, bk, warps = down_block
+    bk = _cols(bk, group)
+    tiles = triton.cdiv(i_dim, bk)  # down's rows read ahead whole: int4 words, <= 4 tiles
+    read_ahead = tiles if words and tiles <= 4 and ahead("down", x.device) else 0
     down_kernel[(pairs, triton.cdiv(h_dim, bn))](
         hidden, ids, y, *_args(pool.down), down_b, h_dim, i_dim, hs,
-        OUT=_DTYPES[x.dtype], SCHEME=code, GROUP=group, BN=bn, BK=_cols(bk, group),
-        HAS_BIAS=has_bias, EVEN=_even(i_dim, _cols(bk, group)), WORDS=words,
+        OUT=_DTYPES[x.dtype], SCHEME=code, GROUP=group, BN=bn, BK=bk,
+        HAS_BIAS=has_bias, EVEN=_even(i_dim, bk), WORDS=words, AHEAD=read_ahead,
         num_warps=warps, **pdl(x.device),
     )  # fmt: skip
 

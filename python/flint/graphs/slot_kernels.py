@@ -143,6 +143,41 @@ if triton is not None:
         return part * s.to(tl.float32)
 
     @triton.jit
+    def _words_ahead(w_ptr, s_ptr, w_row, s_row, rows, row_ok, n_cols, GROUP: tl.constexpr,
+                     BK: tl.constexpr, EVEN: tl.constexpr, NT: tl.constexpr):  # fmt: skip
+        """The ``NT`` (1 to 4) word tiles and scales of whole rows at once
+        (``_i4_words`` at columns 0, BK, ...; past NT, tile 0 again, unused), for
+        ``_words_ahead_dot``: all their loads issued before any is used."""
+        w0, s0 = _i4_words(w_ptr, s_ptr, w_row, s_row, rows, row_ok, 0, n_cols, GROUP, BK, EVEN)
+        w1, s1, w2, s2, w3, s3 = w0, s0, w0, s0, w0, s0
+        if NT > 1:
+            w1, s1 = _i4_words(w_ptr, s_ptr, w_row, s_row, rows, row_ok, BK, n_cols, GROUP, BK,
+                               EVEN)  # fmt: skip
+        if NT > 2:
+            w2, s2 = _i4_words(w_ptr, s_ptr, w_row, s_row, rows, row_ok, 2 * BK, n_cols, GROUP,
+                               BK, EVEN)  # fmt: skip
+        if NT > 3:
+            w3, s3 = _i4_words(w_ptr, s_ptr, w_row, s_row, rows, row_ok, 3 * BK, n_cols, GROUP,
+                               BK, EVEN)  # fmt: skip
+        return w0, s0, w1, s1, w2, s2, w3, s3
+
+    @triton.jit
+    def _words_ahead_dot(w0, s0, w1, s1, w2, s2, w3, s3, v_ptr, stride, n_cols,
+                         BN: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr,
+                         EVEN: tl.constexpr, NT: tl.constexpr):  # fmt: skip
+        """[BN] fp32: ``_rows_dot``'s word dot of the tiles from ``_words_ahead``, in its
+        order (tile by tile, the groups summed once at the end): the same bits."""
+        groups = tl.zeros([BN, BK // GROUP], dtype=tl.float32)
+        groups += _words_dot(w0, s0, v_ptr, stride, 0, n_cols, BN, BK, GROUP, EVEN)
+        if NT > 1:
+            groups += _words_dot(w1, s1, v_ptr, stride, BK, n_cols, BN, BK, GROUP, EVEN)
+        if NT > 2:
+            groups += _words_dot(w2, s2, v_ptr, stride, 2 * BK, n_cols, BN, BK, GROUP, EVEN)
+        if NT > 3:
+            groups += _words_dot(w3, s3, v_ptr, stride, 3 * BK, n_cols, BN, BK, GROUP, EVEN)
+        return tl.sum(groups, axis=1)
+
+    @triton.jit
     def _x_pairs(v_ptr, k0, n_cols, BK: tl.constexpr):
         """The even and odd entries [BK/2] (fp32) of the vector's columns k0.."""
         j = k0 // 2 + tl.arange(0, BK // 2)
@@ -354,20 +389,35 @@ if triton is not None:
         HAS_BIAS: tl.constexpr,
         EVEN: tl.constexpr = False,
         WORDS: tl.constexpr = False,
+        AHEAD: tl.constexpr = 0,
         GDC: tl.constexpr = False,
     ):
         """y[pair, rows] (fp32, rounded to the model dtype) = down(h[pair]) (+ bias); h
-        in the eighths layout with ``WORDS`` (``gate_up_kernel``)."""
-        _await_inputs(GDC)
+        in the eighths layout with ``WORDS`` (``gate_up_kernel``). ``AHEAD`` (int4
+        words whose rows are 1 to 4 tiles, ``AHEAD`` of them): the pair's expert id
+        (the router's, two kernels back) and the program's whole rows read before
+        ``_await_inputs``, so that after it only h is read."""
         pair = tl.program_id(0)
-        expert = tl.load(ids_ptr + pair).to(tl.int64)
         rows = tl.program_id(1) * BN + tl.arange(0, BN)
         row_ok = rows < hid
         h = h_ptr + pair * (8 * h_stride if WORDS else inter)
-        y = _rows_dot(
-            d_ptr + expert * d_we, ds_ptr + expert * ds_e, d_wr, ds_r, h, h_stride,
-            rows, row_ok, inter, SCHEME, GROUP, BN, BK, EVEN, WORDS,
-        )  # fmt: skip
+        if AHEAD > 0:
+            expert = tl.load(ids_ptr + pair).to(tl.int64)
+            w0, s0, w1, s1, w2, s2, w3, s3 = _words_ahead(
+                d_ptr + expert * d_we, ds_ptr + expert * ds_e, d_wr, ds_r, rows, row_ok, inter,
+                GROUP, BK, EVEN, AHEAD,
+            )  # fmt: skip
+            _await_inputs(GDC)
+            y = _words_ahead_dot(
+                w0, s0, w1, s1, w2, s2, w3, s3, h, h_stride, inter, BN, BK, GROUP, EVEN, AHEAD
+            )
+        else:
+            _await_inputs(GDC)
+            expert = tl.load(ids_ptr + pair).to(tl.int64)
+            y = _rows_dot(
+                d_ptr + expert * d_we, ds_ptr + expert * ds_e, d_wr, ds_r, h, h_stride,
+                rows, row_ok, inter, SCHEME, GROUP, BN, BK, EVEN, WORDS,
+            )  # fmt: skip
         y = _round(y, OUT)
         if HAS_BIAS:
             bias = tl.load(db_ptr + expert * hid + rows, mask=row_ok, other=0.0)

@@ -51,7 +51,14 @@ if triton is not None:
         the stream still runs; here they wait until it has finished and its writes are
         visible, then let the next kernel's programs start. Every read of data an
         earlier kernel writes, and every store, comes after this; only constant weights
-        may be read before it. Each kernel waiting keeps the order transitive."""
+        may be read before it. Each kernel waiting keeps the order transitive.
+
+        So when a kernel's programs run, the kernel two before it has finished (the one
+        before lets them start only after its own wait): what that kernel and every
+        earlier one wrote (the router's ids for ``down``, the KV cache's earlier rows,
+        the step's position, copied in before the replay) may be read before the wait
+        too, with ``AHEAD`` (``moe_kernel.ahead``); only the kernel just before's
+        output, and every store, must come after it."""
         if GDC:
             tl.extra.cuda.gdc_wait()
             tl.extra.cuda.gdc_launch_dependents()
@@ -95,6 +102,14 @@ if triton is not None:
         return acc
 
     @triton.jit
+    def _row_values(ptr, rows, row_ok, READ: tl.constexpr):
+        """One value per row (fp32; 0 past the last) where ``READ``, else 0."""
+        if READ:
+            return tl.load(ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
+        else:
+            return 0.0
+
+    @triton.jit
     def linear_kernel(
         x_ptr,
         w_ptr,
@@ -111,26 +126,40 @@ if triton is not None:
         HAS_RES: tl.constexpr,
         BN: tl.constexpr,
         BK: tl.constexpr,
+        AHEAD: tl.constexpr = False,
         GDC: tl.constexpr = False,
     ):
         """out[rows] = x . w[rows] (+ bias, in fp32) rounded to ``ROUND`` (F.linear's
         output), then (+ residual) rounded again (torch's add): one token, rows ``BN``
         at a time; bf16 weights (``SCHEME`` 0) or int8 with fp32 row scales (1). The
         first step's weights are constant, so they are read before ``_await_inputs``:
-        they arrive while the kernel before finishes. The sum is ``_rows_dot``'s."""
+        they arrive while the kernel before finishes; with ``AHEAD`` the row scales and
+        biases too, and the residual as soon as the wait ends, not after the loop. The
+        sum is ``_rows_dot``'s."""
         rows = tl.program_id(0) * BN + tl.arange(0, BN)
         row_ok = rows < n_rows
         w = _w_tile(w_ptr, w_row, rows, row_ok, 0, n_cols, BK)
+        if AHEAD:
+            scale = _row_values(s_ptr, rows, row_ok, SCHEME == 1)
+            bias = _row_values(b_ptr, rows, row_ok, HAS_BIAS)
         _await_inputs(GDC)
+        if AHEAD:
+            res = _row_values(r_ptr, rows, row_ok, HAS_RES)
         acc = tl.sum(w.to(tl.float32) * _x_cols(x_ptr, 0, n_cols, BK)[None, :], axis=1)
         acc = _w_steps(w_ptr, w_row, x_ptr, rows, row_ok, BK, n_cols, acc, BK)
+        if not AHEAD:
+            scale = _row_values(s_ptr, rows, row_ok, SCHEME == 1)
         if SCHEME == 1:
-            acc = acc * tl.load(s_ptr + rows, mask=row_ok, other=0.0)
+            acc = acc * scale
         if HAS_BIAS:
-            acc = acc + tl.load(b_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
+            if not AHEAD:
+                bias = _row_values(b_ptr, rows, row_ok, True)
+            acc = acc + bias
         acc = _round(acc, ROUND)
         if HAS_RES:
-            acc = _round(acc + tl.load(r_ptr + rows, mask=row_ok, other=0.0).to(tl.float32), ROUND)
+            if not AHEAD:
+                res = _row_values(r_ptr, rows, row_ok, True)
+            acc = _round(acc + res, ROUND)
         out_type = out_ptr.dtype.element_ty
         tl.store(out_ptr + rows, acc.to(out_type), mask=row_ok)
 
@@ -149,34 +178,50 @@ if triton is not None:
         W32: tl.constexpr,
         ADD: tl.constexpr,
         EIGHTHS: tl.constexpr = False,
+        AHEAD: tl.constexpr = False,
         GDC: tl.constexpr = False,
     ):
         """One row as ``flint.models.norm.rms_norm``: ``w * (x / rms(x)).to(dtype)``, or
         with ``W32`` (GPT-OSS) the weight multiplied in fp32 before the one cast. With
         ``ADD``, x is first the residual sum ``x + d`` rounded to the dtype (torch's
         add), also written to ``sum_ptr``. With ``EIGHTHS``, the output is also written
-        in the word kernels' eighths layout at ``e_ptr`` (``eighths_kernel``'s bits)."""
-        _await_inputs(GDC)
+        in the word kernels' eighths layout at ``e_ptr`` (``eighths_kernel``'s bits).
+        ``AHEAD``: the weight read before ``_await_inputs``, not after the row's sum."""
         row = tl.program_id(0)
         cols = tl.arange(0, BLOCK)
         ok = cols < n
+        w = _norm_weight(w_ptr, cols, ok, AHEAD)
+        _await_inputs(GDC)
         x = tl.load(x_ptr + row * n + cols, mask=ok, other=0.0).to(tl.float32)
         out_type = out_ptr.dtype.element_ty
         if ADD:
             d = tl.load(d_ptr + row * n + cols, mask=ok, other=0.0).to(tl.float32)
             x = _round(x + d, out_type)
             tl.store(sum_ptr + row * n + cols, x.to(out_type), mask=ok)
-        y = _rms_normed(x, w_ptr, cols, ok, n, eps, W32, out_type)
+        y = _rms_normed(x, w, w_ptr, cols, ok, n, eps, W32, out_type, AHEAD)
         _store_normed(y, out_ptr + row * n, cols, ok, e_ptr + row * 8 * e_stride, e_stride, EIGHTHS)
 
     @triton.jit
-    def _rms_normed(x, w_ptr, cols, ok, n, eps, W32: tl.constexpr, OUT: tl.constexpr):
+    def _norm_weight(w_ptr, cols, ok, AHEAD: tl.constexpr):
+        """A norm's weight [BLOCK] (fp32) where ``AHEAD`` reads it before the wait, else
+        a placeholder (``_rms_normed`` reads it after the row's sum, as before)."""
+        if AHEAD:
+            return tl.load(w_ptr + cols, mask=ok, other=0.0).to(tl.float32)
+        else:
+            return 0.0
+
+    @triton.jit
+    def _rms_normed(
+        x, w, w_ptr, cols, ok, n, eps, W32: tl.constexpr, OUT: tl.constexpr, AHEAD: tl.constexpr
+    ):
         """``w * (x / rms(x)).to(OUT)`` of one row x [BLOCK] (fp32, 0 past n), rounded
-        to ``OUT``; with ``W32`` the weight multiplied in fp32 before the one cast."""
+        to ``OUT``; with ``W32`` the weight multiplied in fp32 before the one cast. The
+        weight ``w`` from ``_norm_weight``: read already with ``AHEAD``, else here."""
         normed = x * tl.rsqrt(tl.sum(x * x, axis=0) / n + eps)
         if not W32:
             normed = _round(normed, OUT)
-        w = tl.load(w_ptr + cols, mask=ok, other=0.0).to(tl.float32)
+        if not AHEAD:
+            w = tl.load(w_ptr + cols, mask=ok, other=0.0).to(tl.float32)
         return _round(w * normed, OUT)
 
     @triton.jit
@@ -207,6 +252,7 @@ if triton is not None:
         BLOCK: tl.constexpr,
         W32: tl.constexpr,
         EIGHTHS: tl.constexpr = False,
+        AHEAD: tl.constexpr = False,
         GDC: tl.constexpr = False,
     ):
         """One token's RMSNorm of h (``rms_norm_kernel``'s ops) and the product of w's
@@ -214,20 +260,48 @@ if triton is not None:
         dtype, no bias), in one launch: each program computes the norm itself (the
         same bits in each: the same code on the same row), program 0 also writes it
         to ``normed_ptr`` (and the eighths). Whole rows (``BLOCK`` >= n_cols) in one
-        step, read before ``_await_inputs``."""
+        step, read before ``_await_inputs``; with ``AHEAD`` the norm's weight too."""
         rows = tl.program_id(0) * BN + tl.arange(0, BN)
         row_ok = rows < n_rows
         cols = tl.arange(0, BLOCK)
         ok = cols < n_cols
         w_at = w_ptr + rows[:, None] * w_row + cols[None, :]
         w = tl.load(w_at, mask=row_ok[:, None] & ok[None, :], other=0.0)
+        nw = _norm_weight(nw_ptr, cols, ok, AHEAD)
         _await_inputs(GDC)
         x = tl.load(h_ptr + cols, mask=ok, other=0.0).to(tl.float32)
-        y = _rms_normed(x, nw_ptr, cols, ok, n_cols, eps, W32, normed_ptr.dtype.element_ty)
+        out_type = normed_ptr.dtype.element_ty
+        y = _rms_normed(x, nw, nw_ptr, cols, ok, n_cols, eps, W32, out_type, AHEAD)
         if tl.program_id(0) == 0:
             _store_normed(y, normed_ptr, cols, ok, e_ptr, e_stride, EIGHTHS)
         acc = _round(tl.sum(w.to(tl.float32) * y[None, :], axis=1), ROUND)
         tl.store(out_ptr + rows, acc.to(out_ptr.dtype.element_ty), mask=row_ok)
+
+    @triton.jit
+    def _rope_consts(w_ptr, cos_ptr, sin_ptr, pos, dim, NORM: tl.constexpr, ROT: tl.constexpr,
+                     BLOCK: tl.constexpr):  # fmt: skip
+        """A head's constants for ``_head_rope`` (fp32 [BLOCK] each): its norm weight,
+        the weight at each dim's RoPE partner, cos and sin at ``pos`` (1 or 0 where the
+        head has no norm or the dim no rotation)."""
+        d = tl.arange(0, BLOCK)
+        w = tl.full([BLOCK], 1.0, tl.float32)
+        wp = w
+        cos = w
+        sin = tl.zeros([BLOCK], dtype=tl.float32)
+        if NORM:
+            w = tl.load(w_ptr + d, mask=d < dim, other=0.0).to(tl.float32)
+        if ROT > 0:
+            rot = d < ROT
+            if NORM:
+                wp = tl.load(w_ptr + _partner(d, ROT), mask=rot, other=0.0).to(tl.float32)
+            cos = tl.load(cos_ptr + pos * ROT + d, mask=rot, other=1.0).to(tl.float32)
+            sin = tl.load(sin_ptr + pos * ROT + d, mask=rot, other=0.0).to(tl.float32)
+        return w, wp, cos, sin
+
+    @triton.jit
+    def _partner(d, ROT: tl.constexpr):
+        """The dim each of ``d`` is rotated with (RoPE's two halves)."""
+        return tl.where(d < ROT // 2, d + ROT // 2, d - ROT // 2)
 
     @triton.jit
     def _head_rope(
@@ -242,10 +316,17 @@ if triton is not None:
         NORM: tl.constexpr,
         ROT: tl.constexpr,
         BLOCK: tl.constexpr,
+        AHEAD: tl.constexpr,
+        w,
+        wp,
+        cos,
+        sin,
     ):
         """One head at ``y_ptr``: per-head RMSNorm (``NORM``), then RoPE on the first
         ``ROT`` dims at ``pos`` (the rest pass through), written at ``out_ptr``:
-        ``rms_norm`` and ``apply_rope``'s ops and roundings."""
+        ``rms_norm`` and ``apply_rope``'s ops and roundings. With ``AHEAD`` the head's
+        ``_rope_consts`` are w, wp, cos, sin, read already (before the wait); else
+        they are read here, each where it is first used."""
         d = tl.arange(0, BLOCK)
         ok = d < dim
         out_type = out_ptr.dtype.element_ty
@@ -253,18 +334,21 @@ if triton is not None:
         inv = 1.0
         if NORM:
             inv = tl.rsqrt(tl.sum(x * x, axis=0) / dim + eps)
-            w = tl.load(w_ptr + d, mask=ok, other=0.0).to(tl.float32)
+            if not AHEAD:
+                w = tl.load(w_ptr + d, mask=ok, other=0.0).to(tl.float32)
             x = _round(w * _round(x * inv, out_type), out_type)
         if ROT > 0:
             half = ROT // 2
             rot = d < ROT
-            partner = tl.where(d < half, d + half, d - half)
+            partner = _partner(d, ROT)
             px = tl.load(y_ptr + partner, mask=rot, other=0.0).to(tl.float32)
+            if not AHEAD:
+                if NORM:
+                    wp = tl.load(w_ptr + partner, mask=rot, other=0.0).to(tl.float32)
+                cos = tl.load(cos_ptr + pos * ROT + d, mask=rot, other=1.0).to(tl.float32)
+                sin = tl.load(sin_ptr + pos * ROT + d, mask=rot, other=0.0).to(tl.float32)
             if NORM:
-                wp = tl.load(w_ptr + partner, mask=rot, other=0.0).to(tl.float32)
                 px = _round(wp * _round(px * inv, out_type), out_type)
-            cos = tl.load(cos_ptr + pos * ROT + d, mask=rot, other=1.0).to(tl.float32)
-            sin = tl.load(sin_ptr + pos * ROT + d, mask=rot, other=0.0).to(tl.float32)
             rotated = tl.where(d < half, -px, px)
             y = _round(_round(x * cos, out_type) + _round(rotated * sin, out_type), out_type)
             x = tl.where(rot, y, x)
@@ -295,7 +379,10 @@ if triton is not None:
         pos = tl.load(pos_ptr)
         out = out_ptr + head * out_head + pos * out_pos
         y = y_ptr + head * dim
-        _head_rope(y, w_ptr, cos_ptr, sin_ptr, pos, out, dim, eps, NORM, ROT, BLOCK)
+        _head_rope(
+            y, w_ptr, cos_ptr, sin_ptr, pos, out, dim, eps, NORM, ROT, BLOCK, False, 0.0, 0.0,
+            0.0, 0.0,
+        )  # fmt: skip
 
     @triton.jit
     def qkv_rope_kernel(
@@ -319,24 +406,70 @@ if triton is not None:
         NORM: tl.constexpr,
         ROT: tl.constexpr,
         BLOCK: tl.constexpr,
+        AHEAD: tl.constexpr = False,
         GDC: tl.constexpr = False,
     ):
         """One launch for a token's stacked q, k, v projection [(Nq + 2 Nkv) D]: program
         h < Nq normalises and rotates query head h into ``q_ptr`` [Nq, D]; the next Nkv
-        the key heads into the cache row; the last Nkv copy the value heads into theirs."""
-        _await_inputs(GDC)
+        the key heads into the cache row; the last Nkv copy the value heads into theirs.
+        ``AHEAD``: the position, the head's norm weights and its cos and sin read before
+        ``_await_inputs`` (``_rope_consts``), not after the head's own values."""
         h = tl.program_id(0)
-        pos = tl.load(pos_ptr)
+        if AHEAD:
+            pos = tl.load(pos_ptr)
+            if h < heads:
+                w, wp, cos, sin = _rope_consts(qn_ptr, cos_ptr, sin_ptr, pos, dim, NORM, ROT, BLOCK)
+            else:
+                w, wp, cos, sin = _rope_consts(kn_ptr, cos_ptr, sin_ptr, pos, dim, NORM, ROT, BLOCK)
+            _await_inputs(GDC)
+        else:
+            _await_inputs(GDC)
+            pos = tl.load(pos_ptr)
+            w = 0.0
+            wp = 0.0
+            cos = 0.0
+            sin = 0.0
         y = y_ptr + h * dim
         if h < heads:
             out = q_ptr + h * dim
-            _head_rope(y, qn_ptr, cos_ptr, sin_ptr, pos, out, dim, eps, NORM, ROT, BLOCK)
+            _head_rope(
+                y, qn_ptr, cos_ptr, sin_ptr, pos, out, dim, eps, NORM, ROT, BLOCK, AHEAD, w, wp,
+                cos, sin,
+            )  # fmt: skip
         elif h < heads + kv_heads:
             out = k_ptr + (h - heads) * k_head + pos * k_pos
-            _head_rope(y, kn_ptr, cos_ptr, sin_ptr, pos, out, dim, eps, NORM, ROT, BLOCK)
+            _head_rope(
+                y, kn_ptr, cos_ptr, sin_ptr, pos, out, dim, eps, NORM, ROT, BLOCK, AHEAD, w, wp,
+                cos, sin,
+            )  # fmt: skip
         else:
             out = v_ptr + (h - heads - kv_heads) * v_head + pos * v_pos
-            _head_rope(y, kn_ptr, cos_ptr, sin_ptr, pos, out, dim, eps, False, 0, BLOCK)
+            _head_rope(
+                y, kn_ptr, cos_ptr, sin_ptr, pos, out, dim, eps, False, 0, BLOCK, AHEAD, w, wp,
+                cos, sin,
+            )  # fmt: skip
+
+    @triton.jit
+    def _scores(q, k, ok, m, total, scale, F32: tl.constexpr):
+        """One block of the online softmax: (p, alpha, the new max, the new sum) of the
+        query heads' scores against keys k [BS, DP] (positions ``ok``)."""
+        if F32:
+            k = k.to(tl.float32)
+        scores = tl.dot(q, tl.trans(k)) * scale  # [GP, BS]
+        scores = tl.where(ok[None, :], scores, float("-inf"))
+        m_new = tl.maximum(m, tl.max(scores, axis=1))
+        alpha = tl.exp(m - m_new)
+        p = tl.exp(scores - m_new[:, None])
+        return p, alpha, m_new, total * alpha + tl.sum(p, axis=1)
+
+    @triton.jit
+    def _weighted_values(p, v, acc, alpha, v_ptr, F32: tl.constexpr):
+        """acc rescaled by alpha plus p (cast to the cache's dtype) times values v."""
+        if F32:
+            pv = tl.dot(_round(p, v_ptr.dtype.element_ty), v.to(tl.float32))
+        else:
+            pv = tl.dot(p.to(v.dtype), v)
+        return acc * alpha[:, None] + pv
 
     @triton.jit
     def decode_attention_kernel(
@@ -362,6 +495,7 @@ if triton is not None:
         CHUNK: tl.constexpr,
         SPLIT: tl.constexpr,
         F32: tl.constexpr,
+        AHEAD: tl.constexpr = False,
         GDC: tl.constexpr = False,
     ):
         """One query token's attention for the ``GROUP`` query heads of key/value head
@@ -371,47 +505,63 @@ if triton is not None:
         False: the one chunk's result, normalised, into ``o_ptr`` [Nq * D]; True: the
         running max, sum and unnormalised output into ``m``, ``l`` [splits, Nq] and
         ``acc`` [splits, Nq, D] for ``attention_combine_kernel``. ``F32``: the products
-        on fp32 copies (Triton's CPU interpreter multiplies bf16 tiles wrongly)."""
-        _await_inputs(GDC)
+        on fp32 copies (Triton's CPU interpreter multiplies bf16 tiles wrongly).
+        ``AHEAD``: the position and the chunk's first block of keys and values before
+        the token's own row (written by the kernel before) read before
+        ``_await_inputs``; that row is read after it, into the same tiles."""
         kv = tl.program_id(0)
         split = tl.program_id(1)
         g = tl.arange(0, GP)
         d = tl.arange(0, DP)
         g_ok = g < GROUP
         d_ok = d < dim
+        start = split * CHUNK
+        if AHEAD:
+            pos = tl.load(pos_ptr).to(tl.int32)
+            end = tl.minimum(start + CHUNK, pos + 1)
+            s = start + tl.arange(0, BS)
+            early = ((s < end) & (s < pos))[:, None] & d_ok[None, :]  # rows cached before
+            k_first = tl.load(k_ptr + kv * k_head + s[:, None] * k_pos + d[None, :], mask=early,
+                              other=0.0)  # fmt: skip
+            v_first = tl.load(v_ptr + kv * v_head + s[:, None] * v_pos + d[None, :], mask=early,
+                              other=0.0)  # fmt: skip
+            _await_inputs(GDC)
+        else:
+            _await_inputs(GDC)
         head = kv * GROUP + g
         q_at = q_ptr + head[:, None] * dim + d[None, :]
         q = tl.load(q_at, mask=g_ok[:, None] & d_ok[None, :], other=0.0)
         if F32:
             q = q.to(tl.float32)
-        pos = tl.load(pos_ptr).to(tl.int32)
+        if not AHEAD:
+            pos = tl.load(pos_ptr).to(tl.int32)
+            end = tl.minimum(start + CHUNK, pos + 1)
         m = tl.full([GP], float("-inf"), dtype=tl.float32)
         total = tl.zeros([GP], dtype=tl.float32)
         acc = tl.zeros([GP, DP], dtype=tl.float32)
-        start = split * CHUNK
-        end = tl.minimum(start + CHUNK, pos + 1)
-        for s0 in range(start, end, BS):
+        first = start
+        if AHEAD:
+            first = start + BS
+            if start < end:  # the block read ahead, with the token's own row read now
+                s = start + tl.arange(0, BS)
+                ok = s < end
+                own = (s == pos)[:, None] & ok[:, None] & d_ok[None, :]
+                k_at = k_ptr + kv * k_head + s[:, None] * k_pos + d[None, :]
+                v_at = v_ptr + kv * v_head + s[:, None] * v_pos + d[None, :]
+                k = tl.where(own, tl.load(k_at, mask=own, other=0.0), k_first)
+                v = tl.where(own, tl.load(v_at, mask=own, other=0.0), v_first)
+                p, alpha, m, total = _scores(q, k, ok, m, total, scale, F32)
+                acc = _weighted_values(p, v, acc, alpha, v_ptr, F32)
+        for s0 in range(first, end, BS):
             s = s0 + tl.arange(0, BS)
             ok = s < end
             kv_mask = ok[:, None] & d_ok[None, :]
             k_at = k_ptr + kv * k_head + s[:, None] * k_pos + d[None, :]
             k = tl.load(k_at, mask=kv_mask, other=0.0)
-            if F32:
-                k = k.to(tl.float32)
-            scores = tl.dot(q, tl.trans(k)) * scale  # [GP, BS]
-            scores = tl.where(ok[None, :], scores, float("-inf"))
-            m_new = tl.maximum(m, tl.max(scores, axis=1))
-            alpha = tl.exp(m - m_new)
-            p = tl.exp(scores - m_new[:, None])
-            total = total * alpha + tl.sum(p, axis=1)
+            p, alpha, m, total = _scores(q, k, ok, m, total, scale, F32)
             v_at = v_ptr + kv * v_head + s[:, None] * v_pos + d[None, :]
             v = tl.load(v_at, mask=kv_mask, other=0.0)
-            if F32:
-                pv = tl.dot(_round(p, v_ptr.dtype.element_ty), v.to(tl.float32))
-            else:
-                pv = tl.dot(p.to(v.dtype), v)
-            acc = acc * alpha[:, None] + pv
-            m = m_new
+            acc = _weighted_values(p, v, acc, alpha, v_ptr, F32)
         out_mask = g_ok[:, None] & d_ok[None, :]
         if SPLIT:
             at = split * heads + head

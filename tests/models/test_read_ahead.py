@@ -1,0 +1,192 @@
+"""Reading ahead of the wait (issue 10, ``moe_kernel.AHEAD``): under dependent launch a
+kernel of the resident step reads what the kernels two or more back wrote (and its
+constants) before it waits for the kernel just before. Only when the loads are issued
+changes, so each kernel gives the same bits either way. In the interpreter there is no
+dependent launch: ``AHEAD_WITHOUT_PDL`` turns the early reads on alone (the CUDA test
+of dependent launch, test_graphs.py, compares the captured step with and without)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+from test_graphs import _decode, _slabs
+
+import flint
+from flint.graphs import fused, moe_kernel
+from flint.graphs.decode import GraphDecoder
+from flint.graphs.moe_kernel import moe_experts, slab_pool
+
+
+def _both(monkeypatch: pytest.MonkeyPatch, run: Callable[[], object]) -> tuple[object, object]:
+    """``run()`` reading ahead, then as before."""
+    got = []
+    for on in (True, False):
+        monkeypatch.setattr(moe_kernel, "AHEAD_WITHOUT_PDL", on)
+        got.append(run())
+    return got[0], got[1]
+
+
+def _same(a: object, b: object) -> None:
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor) and a.dtype == b.dtype
+        assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))  # NaN and -0 too
+    else:
+        assert isinstance(a, (tuple, list)) and isinstance(b, (tuple, list))
+        assert len(a) == len(b)
+        for x, y in zip(a, b, strict=True):
+            _same(x, y)
+
+
+def test_read_ahead_only_where_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``ahead`` names a kernel's early reads under dependent launch only (or with
+    ``AHEAD_WITHOUT_PDL``), and only for kernels in ``AHEAD``."""
+    monkeypatch.setattr(moe_kernel, "_pdl_capable", lambda index: True)
+    gpu, cpu = torch.device("cuda", 0), torch.device("cpu")
+    assert moe_kernel.ahead("down", gpu) == {}
+    with moe_kernel.dependent_launch():
+        assert moe_kernel.ahead("down", gpu) == {"AHEAD": True}
+        assert moe_kernel.ahead("down", cpu) == {}
+        monkeypatch.setattr(moe_kernel, "AHEAD", frozenset({"norm"}))
+        assert moe_kernel.ahead("down", gpu) == {}
+        assert moe_kernel.ahead("norm", gpu) == {"AHEAD": True}
+    monkeypatch.setattr(moe_kernel, "AHEAD_WITHOUT_PDL", True)
+    assert moe_kernel.ahead("norm", cpu) == {"AHEAD": True}
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize(
+    ("hidden", "inter", "group"),
+    [(32, 768, 32), (16, 1000, 8), (16, 1104, 8), (48, 40, 8)],
+)
+def test_down_reads_its_rows_ahead_to_the_same_bits(
+    hidden: int, inter: int, group: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """int4 words: down's rows read whole before the wait (3 whole tiles, 4 with a
+    masked last one, 1 masked) give the bits of the loop; rows of 5 tiles keep the loop."""
+    # fewer, larger programs than on a GPU: the interpreter's time goes by program
+    monkeypatch.setattr(moe_kernel, "WORDS_GATE_UP_BLOCK", (128, 512, 4))
+    monkeypatch.setattr(moe_kernel, "WORDS_DOWN_BLOCK", (64, 256, 4))
+    torch.manual_seed(inter)
+    experts, k = 3, 2
+    shapes = ((inter, hidden), (inter, hidden), (hidden, inter))
+    slabs, offsets, _ = _slabs("int4", experts, shapes, group)
+    pool = slab_pool(slabs, "int4", group, shapes, offsets)
+    x = (torch.randn(2, hidden) / hidden**0.5).bfloat16()
+    ids = torch.stack([torch.randperm(experts)[:k] for _ in range(2)])
+    w = torch.rand(2, k).bfloat16()
+    launched: list[int] = []
+    kernel = moe_kernel.down_kernel
+
+    class Spy:
+        def __getitem__(self, grid: object) -> Callable[..., None]:
+            def launch(*args: object, **kw: int) -> None:
+                launched.append(kw["AHEAD"])
+                kernel[grid](*args, **kw)
+
+            return launch
+
+    monkeypatch.setattr(moe_kernel, "down_kernel", Spy())
+    on, off = _both(monkeypatch, lambda: moe_experts(x, ids, w, pool))
+    assert isinstance(on, torch.Tensor) and torch.isfinite(on).all()
+    _same(on, off)
+    tiles = -(-inter // 256)
+    assert launched == [tiles if tiles <= 4 else 0, 0]
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_attention_reads_its_first_block_ahead_to_the_same_bits(
+    dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first block of each chunk read before the wait, the token's own row after:
+    the same bits at positions in the first block, at its edges, past it, and in a
+    later chunk (the chunks past the position empty)."""
+    heads, kv_heads, dim, ctx = 8, 2, 32, 800
+    torch.manual_seed(1)
+    q = torch.randn(heads, 1, dim).to(dtype)
+    keys, values = (torch.randn(kv_heads, ctx, dim).to(dtype) for _ in range(2))
+    parts = fused.attention_parts(heads, dim, ctx, torch.device("cpu"))
+    for position, span in [(0, 256), (5, 256), (63, 256), (64, 256), (130, 256), (300, 512),
+                           (511, 512), (520, 768)]:  # fmt: skip
+
+        def run(position: int = position, span: int = span) -> torch.Tensor:
+            out = torch.full((1, heads * dim), float("nan"), dtype=dtype)
+            at = torch.tensor([position])
+            return fused.decode_attention(q, keys, values, at, span, out, parts).clone()
+
+        on, off = _both(monkeypatch, run)
+        assert isinstance(on, torch.Tensor) and torch.isfinite(on).all(), position
+        _same(on, off)
+
+
+@pytest.mark.interpreter
+def test_rope_norms_and_products_read_ahead_to_the_same_bits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """q/k/v RoPE with its constants read ahead (with q/k norms and without, partial
+    rotation), the norms with their weights read ahead (GPT-OSS's fp32 weight too, the
+    residual add, the router's launch), int8 and bf16 products with scales, biases and
+    a residual: the same bits."""
+    torch.manual_seed(2)
+    heads, kv_heads, dim, eps = 4, 2, 24, 1e-6
+    y = torch.randn((heads + 2 * kv_heads) * dim).bfloat16()
+    norms = torch.randn(dim).bfloat16(), torch.randn(dim).bfloat16()
+    at = torch.tensor([7])
+    for rot, qk in ((dim, norms), (dim // 2, (None, None))):
+        cos, sin = torch.randn(10, rot).bfloat16(), torch.randn(10, rot).bfloat16()
+
+        def rope(cos: torch.Tensor = cos, sin: torch.Tensor = sin, qk: tuple = qk) -> list:
+            got = [torch.zeros(heads, 1, dim).bfloat16()]
+            got += torch.zeros(2, kv_heads, 10, dim).bfloat16()
+            fused.qkv_rope(y, *qk, cos, sin, at, *got, eps)
+            return got
+
+        _same(*_both(monkeypatch, rope))
+    h, delta = torch.randn(1, 200).bfloat16(), torch.randn(1, 200).bfloat16()
+    weight = torch.randn(200).bfloat16()
+    router = torch.randn(40, 200).bfloat16()
+    for w32 in (False, True):
+        _same(*_both(monkeypatch, lambda w32=w32: fused.rms_norm(h, weight, eps, w32)))
+        _same(*_both(monkeypatch, lambda w32=w32: fused.add_rms_norm(h, delta, weight, eps, w32)))
+        _same(*_both(monkeypatch, lambda w32=w32: fused.norm_linear(h, weight, eps, router, w32)))
+    x = torch.randn(1, 300).bfloat16()
+    w8 = torch.randint(-127, 128, (70, 300), dtype=torch.int8)
+    scale, bias = torch.rand(70) / 100, torch.randn(70).bfloat16()
+    residual = torch.randn(1, 70).bfloat16()
+    wb = torch.randn(70, 300).bfloat16()
+    _same(*_both(monkeypatch, lambda: fused.linear(x, w8, bias, residual, scale)))
+    _same(*_both(monkeypatch, lambda: fused.linear(x, wb, bias, residual)))
+    _same(*_both(monkeypatch, lambda: fused.linear(x, wb)))
+
+
+@pytest.mark.interpreter
+def test_the_int4_step_reads_ahead_to_the_same_bits(
+    wide_files: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The whole step on int4 slab experts (every kernel reading ahead): the same
+    tokens and logits, bit for bit, as the step without."""
+    from flint.graphs.slab_experts import SlabResidentExperts
+    from flint.models.loading import Placement
+
+    path = wide_files["int4"]
+    prompt = [5, 17, 250, 3, 99, 42, 7, 7, 120]
+    with flint.LLM(path, device="cpu", dtype="bfloat16", context_length=64) as plain:
+        config, source = plain.model.config, plain.source
+        backend = SlabResidentExperts(
+            config, source, Placement(torch.device("cpu"), torch.bfloat16)
+        )
+    with flint.LLM(
+        path, device="cpu", dtype="bfloat16", context_length=64, expert_backend=backend
+    ) as slabs:
+        model = slabs.model
+
+        def run() -> tuple[list[int], torch.Tensor]:
+            model.decoder = GraphDecoder(model, backend.pools, capture=False)
+            return _decode(model, prompt, 3)
+
+        on, off = _both(monkeypatch, run)
+    assert on[0] == off[0]
+    _same(on[1], off[1])
