@@ -790,7 +790,7 @@ synth30() {
 # R0 on $DATA/NAME.ftw: graph_decode's lines the docs keep.
 r0() {
   timeout 100 python3 benches/graph_decode.py "$DATA/$1.ftw" --tokens 128 --reps 2 --modes on 2>&1 \
-    | grep -E "tg_tok|_sd|roofline|bytes_per|copy_gb|Error"
+    | grep -E "tg_tok|_sd|roofline|bytes_per|copy_gb|replay_us|greedy_us|Error"
 }
 
 P8_FLAGS="-p 8192 -n 0 -r 2 --mode full --warm --ram-budget 20 --vram-budget 4"
@@ -1705,8 +1705,25 @@ no-ahead-attention,no-ahead-down,no-ahead-linear,no-ahead-norm,no-ahead-rope,dow
   r0 q30
 }
 
+# Session 20, second call: the reads ahead as kept (the attention's position only, no
+# RoPE), all but one again; int4 down's blocks; the step's kernels; R0 with the step
+# replayed alone and with its argmax (graph_decode's replay_us, greedy_us); GPU tests.
+gpu110() {
+  synth30 q30d8 --dense-quant int8
+  timeout 230 python3 benches/step_ab.py "$DATA/q30d8.ftw" --configs base,no-ahead,\
+no-ahead-attention,no-ahead-down,no-ahead-linear,no-ahead-norm,down-w8,down-k512 \
+    --profile base 2>&1 | tail -24
+  r0 q30d8
+  rm -f "$DATA/q30d8.ftw"
+  synth30 q30
+  timeout 80 python3 benches/step_ab.py "$DATA/q30.ftw" --configs base,no-ahead 2>&1 | tail -2
+  r0 q30
+  gpu_tests
+}
+
 case $what in
   install) install ;;
+  gpu110) install; gpu110 ;;
   gpu109) install; gpu109 ;;
   gpu108) install; gpu108 ;;
   gpu107) install; gpu107 ;;

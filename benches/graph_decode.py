@@ -12,6 +12,8 @@ bytes a decode token must read (every dense weight of the layers, the router, sh
 experts, the LM head, and top-k routed experts per MoE layer, as stored) over the
 device-to-device copy rate measured here (bytes read + written per second), which is
 the ceiling HBM allows. The routed-expert kernels alone are timed on one layer too.
+With graphs, ``replay_us`` and ``greedy_us`` time the step's graph replayed back to back
+at the same positions, without and with the greedy loop's argmax (``device_loops``).
 """
 
 from __future__ import annotations
@@ -115,6 +117,28 @@ def profile(llm: flint.LLM, ids: list[int], steps: int = 16) -> None:
     )
 
 
+def device_loops(decoder: Any, first: int, tokens: int, vocab: int) -> dict[str, float]:
+    """Microseconds per token of the graph step replayed back to back at the generate
+    loop's positions (``replay_us``), and of the step with its argmax into the next
+    step's input as the greedy loop queues it (``greedy_us``): with ``1e6 /
+    tg_tok_s``, the host's and the token's own work apart from the step's."""
+    out = {}
+    for name, one in (
+        ("replay_us", decoder._replay),
+        ("greedy_us", lambda p: decoder.launch_greedy(p, vocab)),
+    ):
+        one(first)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        start.record()
+        for position in range(first, first + tokens):
+            one(position)
+        end.record()
+        end.synchronize()
+        out[name] = round(start.elapsed_time(end) * 1e3 / tokens, 1)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model")
@@ -191,6 +215,8 @@ def main() -> None:
                     first = min(pools)
                     rate = kernel_rate(pools[first], model.config.top_k, llm.dtype, device)
                     result["moe_kernel_gb_s"] = round(rate / 1e9, 1)
+            if isinstance(model.decoder, decode.GraphDecoder) and model.decoder.capture:
+                row.update(device_loops(model.decoder, args.prompt, args.tokens, vocab))
             result[mode] = row
             if args.profile and mode == args.modes.split(",")[0]:
                 profile(llm, ids)

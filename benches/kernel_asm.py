@@ -16,10 +16,11 @@ through shared memory), integer-to-float conversions, the instruction total, and
 largest loop's body (one step of the K loop: divide by the weights a thread handles in
 a step for instructions per weight).
 ``--ahead`` compiles the kernels that read ahead of their wait (``moe_kernel.AHEAD``) in
-that form, as the resident step launches them. Nothing runs, so nothing is timed: this answers "does this change reach the kernel the
-way it should" before device time is spent measuring it. The Triton version here should
-be the GPU box's (``pip install --target DIR triton==X`` and ``PYTHONPATH=DIR``): other
-versions choose other layouts and registers.
+that form, as the resident step launches them. Nothing runs, so nothing is timed: this
+answers "does this change reach the kernel the way it should" before device time is
+spent measuring it. The Triton version here should be the GPU box's (``pip install
+--target DIR triton==X`` and ``PYTHONPATH=DIR``): other versions choose other layouts
+and registers.
 """
 
 from __future__ import annotations

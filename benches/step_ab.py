@@ -73,6 +73,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
     # ahead takes registers, so fewer programs fit an SM
     "down-b8": {"WORDS_DOWN_BLOCK": (8, 256, 4)},
     "down-b32-w8": {"WORDS_DOWN_BLOCK": (32, 256, 8)},
+    "down-w8": {"WORDS_DOWN_BLOCK": (16, 256, 8)},
+    "down-k512": {"WORDS_DOWN_BLOCK": (16, 512, 4)},
 }
 _LINEAR_BLOCK = fused.linear_block
 

@@ -234,8 +234,7 @@ def qkv_rope(
             y, y if q_norm is None else q_norm, y if k_norm is None else k_norm, cos, sin,
             position, q, keys, values, keys.stride(0), keys.stride(1), values.stride(0),
             values.stride(1), heads, kv_heads, dim, eps, NORM=q_norm is not None,
-            ROT=cos.shape[-1], BLOCK=_block(dim), **ROPE_LAUNCH, **ahead("rope", y.device),
-            **pdl(y.device),
+            ROT=cos.shape[-1], BLOCK=_block(dim), **ROPE_LAUNCH, **pdl(y.device),
         )  # fmt: skip
 
 

@@ -108,12 +108,17 @@ def pdl(device: torch.device) -> dict[str, bool]:
 # What each kernel of the resident step reads before its wait under dependent launch,
 # besides the constant weights it always reads there (``_await_inputs``: the kernel two
 # back has finished by then): "down" its expert id and whole rows (int4 words, rows of
-# at most four tiles), "attention" the position and the first block of cached keys and
-# values, "rope" the position, q/k norm weights, cos and sin, "norm" the norms'
-# weights, "linear" row scales and biases (and the residual as soon as the wait ends).
-# The same bits either way (the CUDA test of dependent launch compares the step with
-# and without it); a set for the benches' A/B (benches/step_ab.py).
-AHEAD = frozenset({"down", "attention", "rope", "norm", "linear"})
+# at most four tiles), "attention" the position, "norm" the norms' weights, "linear"
+# row scales and biases (and the residual as soon as the wait ends). The same bits
+# either way (the CUDA test of dependent launch compares the step with and without
+# it). On the H200, 30B-A3B with int8 attention, one process (benches/step_ab.py,
+# gpu109): all 1,756.0 us a step against 1,883.5 with none; without down's 1,875.1,
+# without the products' 1,791.7, without the norms' 1,776.6. Measured and taken out:
+# the attention's first block of keys and values read ahead as well (1,697.9 us
+# without it: its loop's pipelined loads then started only after that block), q/k/v
+# RoPE's position, norm weights, cos and sin (1,749.2 without). A set for the benches'
+# A/B.
+AHEAD = frozenset({"down", "attention", "norm", "linear"})
 # Read ahead without dependent launch too: the interpreter tests' A/B of the order.
 AHEAD_WITHOUT_PDL = False
 

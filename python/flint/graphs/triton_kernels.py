@@ -278,32 +278,6 @@ if triton is not None:
         tl.store(out_ptr + rows, acc.to(out_ptr.dtype.element_ty), mask=row_ok)
 
     @triton.jit
-    def _rope_consts(w_ptr, cos_ptr, sin_ptr, pos, dim, NORM: tl.constexpr, ROT: tl.constexpr,
-                     BLOCK: tl.constexpr):  # fmt: skip
-        """A head's constants for ``_head_rope`` (fp32 [BLOCK] each): its norm weight,
-        the weight at each dim's RoPE partner, cos and sin at ``pos`` (1 or 0 where the
-        head has no norm or the dim no rotation)."""
-        d = tl.arange(0, BLOCK)
-        w = tl.full([BLOCK], 1.0, tl.float32)
-        wp = w
-        cos = w
-        sin = tl.zeros([BLOCK], dtype=tl.float32)
-        if NORM:
-            w = tl.load(w_ptr + d, mask=d < dim, other=0.0).to(tl.float32)
-        if ROT > 0:
-            rot = d < ROT
-            if NORM:
-                wp = tl.load(w_ptr + _partner(d, ROT), mask=rot, other=0.0).to(tl.float32)
-            cos = tl.load(cos_ptr + pos * ROT + d, mask=rot, other=1.0).to(tl.float32)
-            sin = tl.load(sin_ptr + pos * ROT + d, mask=rot, other=0.0).to(tl.float32)
-        return w, wp, cos, sin
-
-    @triton.jit
-    def _partner(d, ROT: tl.constexpr):
-        """The dim each of ``d`` is rotated with (RoPE's two halves)."""
-        return tl.where(d < ROT // 2, d + ROT // 2, d - ROT // 2)
-
-    @triton.jit
     def _head_rope(
         y_ptr,
         w_ptr,
@@ -316,17 +290,10 @@ if triton is not None:
         NORM: tl.constexpr,
         ROT: tl.constexpr,
         BLOCK: tl.constexpr,
-        AHEAD: tl.constexpr,
-        w,
-        wp,
-        cos,
-        sin,
     ):
         """One head at ``y_ptr``: per-head RMSNorm (``NORM``), then RoPE on the first
         ``ROT`` dims at ``pos`` (the rest pass through), written at ``out_ptr``:
-        ``rms_norm`` and ``apply_rope``'s ops and roundings. With ``AHEAD`` the head's
-        ``_rope_consts`` are w, wp, cos, sin, read already (before the wait); else
-        they are read here, each where it is first used."""
+        ``rms_norm`` and ``apply_rope``'s ops and roundings."""
         d = tl.arange(0, BLOCK)
         ok = d < dim
         out_type = out_ptr.dtype.element_ty
@@ -334,21 +301,18 @@ if triton is not None:
         inv = 1.0
         if NORM:
             inv = tl.rsqrt(tl.sum(x * x, axis=0) / dim + eps)
-            if not AHEAD:
-                w = tl.load(w_ptr + d, mask=ok, other=0.0).to(tl.float32)
+            w = tl.load(w_ptr + d, mask=ok, other=0.0).to(tl.float32)
             x = _round(w * _round(x * inv, out_type), out_type)
         if ROT > 0:
             half = ROT // 2
             rot = d < ROT
-            partner = _partner(d, ROT)
+            partner = tl.where(d < half, d + half, d - half)
             px = tl.load(y_ptr + partner, mask=rot, other=0.0).to(tl.float32)
-            if not AHEAD:
-                if NORM:
-                    wp = tl.load(w_ptr + partner, mask=rot, other=0.0).to(tl.float32)
-                cos = tl.load(cos_ptr + pos * ROT + d, mask=rot, other=1.0).to(tl.float32)
-                sin = tl.load(sin_ptr + pos * ROT + d, mask=rot, other=0.0).to(tl.float32)
             if NORM:
+                wp = tl.load(w_ptr + partner, mask=rot, other=0.0).to(tl.float32)
                 px = _round(wp * _round(px * inv, out_type), out_type)
+            cos = tl.load(cos_ptr + pos * ROT + d, mask=rot, other=1.0).to(tl.float32)
+            sin = tl.load(sin_ptr + pos * ROT + d, mask=rot, other=0.0).to(tl.float32)
             rotated = tl.where(d < half, -px, px)
             y = _round(_round(x * cos, out_type) + _round(rotated * sin, out_type), out_type)
             x = tl.where(rot, y, x)
@@ -379,10 +343,7 @@ if triton is not None:
         pos = tl.load(pos_ptr)
         out = out_ptr + head * out_head + pos * out_pos
         y = y_ptr + head * dim
-        _head_rope(
-            y, w_ptr, cos_ptr, sin_ptr, pos, out, dim, eps, NORM, ROT, BLOCK, False, 0.0, 0.0,
-            0.0, 0.0,
-        )  # fmt: skip
+        _head_rope(y, w_ptr, cos_ptr, sin_ptr, pos, out, dim, eps, NORM, ROT, BLOCK)
 
     @triton.jit
     def qkv_rope_kernel(
@@ -406,70 +367,24 @@ if triton is not None:
         NORM: tl.constexpr,
         ROT: tl.constexpr,
         BLOCK: tl.constexpr,
-        AHEAD: tl.constexpr = False,
         GDC: tl.constexpr = False,
     ):
         """One launch for a token's stacked q, k, v projection [(Nq + 2 Nkv) D]: program
         h < Nq normalises and rotates query head h into ``q_ptr`` [Nq, D]; the next Nkv
-        the key heads into the cache row; the last Nkv copy the value heads into theirs.
-        ``AHEAD``: the position, the head's norm weights and its cos and sin read before
-        ``_await_inputs`` (``_rope_consts``), not after the head's own values."""
+        the key heads into the cache row; the last Nkv copy the value heads into theirs."""
+        _await_inputs(GDC)
         h = tl.program_id(0)
-        if AHEAD:
-            pos = tl.load(pos_ptr)
-            if h < heads:
-                w, wp, cos, sin = _rope_consts(qn_ptr, cos_ptr, sin_ptr, pos, dim, NORM, ROT, BLOCK)
-            else:
-                w, wp, cos, sin = _rope_consts(kn_ptr, cos_ptr, sin_ptr, pos, dim, NORM, ROT, BLOCK)
-            _await_inputs(GDC)
-        else:
-            _await_inputs(GDC)
-            pos = tl.load(pos_ptr)
-            w = 0.0
-            wp = 0.0
-            cos = 0.0
-            sin = 0.0
+        pos = tl.load(pos_ptr)
         y = y_ptr + h * dim
         if h < heads:
             out = q_ptr + h * dim
-            _head_rope(
-                y, qn_ptr, cos_ptr, sin_ptr, pos, out, dim, eps, NORM, ROT, BLOCK, AHEAD, w, wp,
-                cos, sin,
-            )  # fmt: skip
+            _head_rope(y, qn_ptr, cos_ptr, sin_ptr, pos, out, dim, eps, NORM, ROT, BLOCK)
         elif h < heads + kv_heads:
             out = k_ptr + (h - heads) * k_head + pos * k_pos
-            _head_rope(
-                y, kn_ptr, cos_ptr, sin_ptr, pos, out, dim, eps, NORM, ROT, BLOCK, AHEAD, w, wp,
-                cos, sin,
-            )  # fmt: skip
+            _head_rope(y, kn_ptr, cos_ptr, sin_ptr, pos, out, dim, eps, NORM, ROT, BLOCK)
         else:
             out = v_ptr + (h - heads - kv_heads) * v_head + pos * v_pos
-            _head_rope(
-                y, kn_ptr, cos_ptr, sin_ptr, pos, out, dim, eps, False, 0, BLOCK, AHEAD, w, wp,
-                cos, sin,
-            )  # fmt: skip
-
-    @triton.jit
-    def _scores(q, k, ok, m, total, scale, F32: tl.constexpr):
-        """One block of the online softmax: (p, alpha, the new max, the new sum) of the
-        query heads' scores against keys k [BS, DP] (positions ``ok``)."""
-        if F32:
-            k = k.to(tl.float32)
-        scores = tl.dot(q, tl.trans(k)) * scale  # [GP, BS]
-        scores = tl.where(ok[None, :], scores, float("-inf"))
-        m_new = tl.maximum(m, tl.max(scores, axis=1))
-        alpha = tl.exp(m - m_new)
-        p = tl.exp(scores - m_new[:, None])
-        return p, alpha, m_new, total * alpha + tl.sum(p, axis=1)
-
-    @triton.jit
-    def _weighted_values(p, v, acc, alpha, v_ptr, F32: tl.constexpr):
-        """acc rescaled by alpha plus p (cast to the cache's dtype) times values v."""
-        if F32:
-            pv = tl.dot(_round(p, v_ptr.dtype.element_ty), v.to(tl.float32))
-        else:
-            pv = tl.dot(p.to(v.dtype), v)
-        return acc * alpha[:, None] + pv
+            _head_rope(y, kn_ptr, cos_ptr, sin_ptr, pos, out, dim, eps, False, 0, BLOCK)
 
     @triton.jit
     def decode_attention_kernel(
@@ -506,28 +421,17 @@ if triton is not None:
         running max, sum and unnormalised output into ``m``, ``l`` [splits, Nq] and
         ``acc`` [splits, Nq, D] for ``attention_combine_kernel``. ``F32``: the products
         on fp32 copies (Triton's CPU interpreter multiplies bf16 tiles wrongly).
-        ``AHEAD``: the position and the chunk's first block of keys and values before
-        the token's own row (written by the kernel before) read before
-        ``_await_inputs``; that row is read after it, into the same tiles."""
+        ``AHEAD``: the position read before ``_await_inputs``, so that the loop's first
+        loads of keys and values are issued as soon as the wait ends."""
         kv = tl.program_id(0)
         split = tl.program_id(1)
         g = tl.arange(0, GP)
         d = tl.arange(0, DP)
         g_ok = g < GROUP
         d_ok = d < dim
-        start = split * CHUNK
         if AHEAD:
             pos = tl.load(pos_ptr).to(tl.int32)
-            end = tl.minimum(start + CHUNK, pos + 1)
-            s = start + tl.arange(0, BS)
-            early = ((s < end) & (s < pos))[:, None] & d_ok[None, :]  # rows cached before
-            k_first = tl.load(k_ptr + kv * k_head + s[:, None] * k_pos + d[None, :], mask=early,
-                              other=0.0)  # fmt: skip
-            v_first = tl.load(v_ptr + kv * v_head + s[:, None] * v_pos + d[None, :], mask=early,
-                              other=0.0)  # fmt: skip
-            _await_inputs(GDC)
-        else:
-            _await_inputs(GDC)
+        _await_inputs(GDC)
         head = kv * GROUP + g
         q_at = q_ptr + head[:, None] * dim + d[None, :]
         q = tl.load(q_at, mask=g_ok[:, None] & d_ok[None, :], other=0.0)
@@ -535,33 +439,33 @@ if triton is not None:
             q = q.to(tl.float32)
         if not AHEAD:
             pos = tl.load(pos_ptr).to(tl.int32)
-            end = tl.minimum(start + CHUNK, pos + 1)
         m = tl.full([GP], float("-inf"), dtype=tl.float32)
         total = tl.zeros([GP], dtype=tl.float32)
         acc = tl.zeros([GP, DP], dtype=tl.float32)
-        first = start
-        if AHEAD:
-            first = start + BS
-            if start < end:  # the block read ahead, with the token's own row read now
-                s = start + tl.arange(0, BS)
-                ok = s < end
-                own = (s == pos)[:, None] & ok[:, None] & d_ok[None, :]
-                k_at = k_ptr + kv * k_head + s[:, None] * k_pos + d[None, :]
-                v_at = v_ptr + kv * v_head + s[:, None] * v_pos + d[None, :]
-                k = tl.where(own, tl.load(k_at, mask=own, other=0.0), k_first)
-                v = tl.where(own, tl.load(v_at, mask=own, other=0.0), v_first)
-                p, alpha, m, total = _scores(q, k, ok, m, total, scale, F32)
-                acc = _weighted_values(p, v, acc, alpha, v_ptr, F32)
-        for s0 in range(first, end, BS):
+        start = split * CHUNK
+        end = tl.minimum(start + CHUNK, pos + 1)
+        for s0 in range(start, end, BS):
             s = s0 + tl.arange(0, BS)
             ok = s < end
             kv_mask = ok[:, None] & d_ok[None, :]
             k_at = k_ptr + kv * k_head + s[:, None] * k_pos + d[None, :]
             k = tl.load(k_at, mask=kv_mask, other=0.0)
-            p, alpha, m, total = _scores(q, k, ok, m, total, scale, F32)
+            if F32:
+                k = k.to(tl.float32)
+            scores = tl.dot(q, tl.trans(k)) * scale  # [GP, BS]
+            scores = tl.where(ok[None, :], scores, float("-inf"))
+            m_new = tl.maximum(m, tl.max(scores, axis=1))
+            alpha = tl.exp(m - m_new)
+            p = tl.exp(scores - m_new[:, None])
+            total = total * alpha + tl.sum(p, axis=1)
             v_at = v_ptr + kv * v_head + s[:, None] * v_pos + d[None, :]
             v = tl.load(v_at, mask=kv_mask, other=0.0)
-            acc = _weighted_values(p, v, acc, alpha, v_ptr, F32)
+            if F32:
+                pv = tl.dot(_round(p, v_ptr.dtype.element_ty), v.to(tl.float32))
+            else:
+                pv = tl.dot(p.to(v.dtype), v)
+            acc = acc * alpha[:, None] + pv
+            m = m_new
         out_mask = g_ok[:, None] & d_ok[None, :]
         if SPLIT:
             at = split * heads + head
