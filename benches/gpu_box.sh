@@ -1721,8 +1721,20 @@ no-ahead-attention,no-ahead-down,no-ahead-linear,no-ahead-norm,down-w8,down-k512
   gpu_tests
 }
 
+# Session 20, third call: int4 down's blocks on fewer warps (one wave with its rows
+# read ahead); what the GPU does between two decode steps of the greedy loop
+# (graph_decode --between), R0 with it on q30d8.
+gpu111() {
+  synth30 q30d8 --dense-quant int8
+  timeout 120 python3 benches/step_ab.py "$DATA/q30d8.ftw" --configs base,down-w2,down-b8-w2 \
+    2>&1 | tail -3
+  timeout 150 python3 benches/graph_decode.py "$DATA/q30d8.ftw" --tokens 128 --reps 2 --modes on \
+    --between 2>&1 | grep -E "token|median|tg_tok|_sd|roofline|replay_us|greedy_us|Error"
+}
+
 case $what in
   install) install ;;
+  gpu111) install; gpu111 ;;
   gpu110) install; gpu110 ;;
   gpu109) install; gpu109 ;;
   gpu108) install; gpu108 ;;

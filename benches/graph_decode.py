@@ -2,7 +2,7 @@
 general eager path, with the HBM roofline of flint's own bytes (issue 10, R0).
 
 Usage: python benches/graph_decode.py MODEL [--tokens 128] [--prompt 64] [--reps 3]
-       [--modes on,eager,off] [--profile] [--torch-dense]
+       [--modes on,eager,off] [--profile] [--between] [--torch-dense]
        [--torch-attention] [--no-ahead] [--no-pdl]
 
 Each mode loads the model once (resident, cuda:0) and decodes ``--tokens`` greedy
@@ -19,6 +19,7 @@ at the same positions, without and with the greedy loop's argmax (``device_loops
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 from typing import Any
@@ -117,6 +118,43 @@ def profile(llm: flint.LLM, ids: list[int], steps: int = 16) -> None:
     )
 
 
+def between_steps(llm: flint.LLM, ids: list[int], tokens: int = 24) -> None:
+    """What the GPU does between two decode steps of ``llm.generate`` (torch.profiler,
+    CUPTI): each token's period (LM head to LM head: the step's last kernel, the only
+    product over 50 us), and the work and idle time from one LM head's end to the next
+    step's first kernel (the embedding's index_select), for three tokens, with the
+    median of that interval over all."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    llm.generate(ids, max_tokens=4, temperature=0.0, ignore_eos=True)
+    with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
+        llm.generate(ids, max_tokens=tokens, temperature=0.0, ignore_eos=True)
+        torch.cuda.synchronize()
+    events = sorted(
+        (e.time_range.start, e.time_range.end, e.name)
+        for e in prof.events()
+        if e.device_type == torch.autograd.DeviceType.CUDA
+    )
+    heads = [i for i, (a, b, n) in enumerate(events) if "linear_kernel" in n and b - a > 50]
+    periods = [events[j][0] - events[i][0] for i, j in itertools.pairwise(heads)]
+    gaps = []
+    for k, (i, j) in enumerate(itertools.pairwise(heads)):
+        first = next(m for m in range(i + 1, j) if "indexSelect" in events[m][2])
+        gaps.append(events[first][0] - events[i][1])
+        if k in (4, 10, 16):
+            at = events[i][1]
+            parts = []
+            for a, b, name in events[i + 1 : first + 1]:
+                parts.append(f"idle {a - at:.1f} | {name[:40]} {b - a:.1f}")
+                at = b
+            print(json.dumps({"token": k, "between": parts}))
+    print(json.dumps({
+        "period_us_median": round(statistics.median(periods), 1),
+        "between_us_median": round(statistics.median(gaps), 1),
+    }))  # fmt: skip
+
+
 def device_loops(decoder: Any, first: int, tokens: int, vocab: int) -> dict[str, float]:
     """Microseconds per token of the graph step replayed back to back at the generate
     loop's positions (``replay_us``), and of the step with its argmax into the next
@@ -148,6 +186,11 @@ def main() -> None:
     parser.add_argument("--modes", default="on,eager,off")
     parser.add_argument(
         "--profile", action="store_true", help="print the first mode's kernels per token"
+    )
+    parser.add_argument(
+        "--between",
+        action="store_true",
+        help="print what the GPU does between the first mode's decode steps",
     )
     parser.add_argument(
         "--torch-dense",
@@ -220,6 +263,8 @@ def main() -> None:
             result[mode] = row
             if args.profile and mode == args.modes.split(",")[0]:
                 profile(llm, ids)
+            if args.between and mode == args.modes.split(",")[0]:
+                between_steps(llm, ids)
         torch.cuda.empty_cache()
     print(json.dumps(result, indent=2))
 

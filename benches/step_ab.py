@@ -75,6 +75,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "down-b32-w8": {"WORDS_DOWN_BLOCK": (32, 256, 8)},
     "down-w8": {"WORDS_DOWN_BLOCK": (16, 256, 8)},
     "down-k512": {"WORDS_DOWN_BLOCK": (16, 512, 4)},
+    "down-w2": {"WORDS_DOWN_BLOCK": (16, 256, 2)},
+    "down-b8-w2": {"WORDS_DOWN_BLOCK": (8, 256, 2)},
 }
 _LINEAR_BLOCK = fused.linear_block
 
