@@ -140,7 +140,7 @@ def between_steps(llm: flint.LLM, ids: list[int], tokens: int = 24) -> None:
     periods = [events[j][0] - events[i][0] for i, j in itertools.pairwise(heads)]
     gaps = []
     for k, (i, j) in enumerate(itertools.pairwise(heads)):
-        first = next(m for m in range(i + 1, j) if "indexSelect" in events[m][2])
+        first = next((m for m in range(i + 1, j) if "indexSelect" in events[m][2]), j)
         gaps.append(events[first][0] - events[i][1])
         if k in (4, 10, 16):
             at = events[i][1]
