@@ -1732,8 +1732,26 @@ gpu111() {
     --between 2>&1 | grep -E "token|median|tg_tok|_sd|roofline|replay_us|greedy_us|Error"
 }
 
+# Session 20, last call: the router's top-k made by the expert kernels against its own
+# launch; the GPU tests (a greedy loop that never synchronises among them); R0 on both
+# files with the host loop's cache write no longer waiting for the queued step; the
+# flint bench R0 row.
+gpu112() {
+  synth30 q30d8 --dense-quant int8
+  timeout 120 python3 benches/step_ab.py "$DATA/q30d8.ftw" --configs base,route-launch,no-ahead \
+    2>&1 | tail -3
+  gpu_tests
+  r0 q30d8
+  rm -f "$DATA/q30d8.ftw"
+  synth30 q30
+  r0 q30
+  echo "== flint bench R0"; timeout 120 flint bench "$DATA/q30.ftw" -p 512 -n 128 -r 2 \
+    --mode resident 2>&1 | tail -4
+}
+
 case $what in
   install) install ;;
+  gpu112) install; gpu112 ;;
   gpu111) install; gpu111 ;;
   gpu110) install; gpu110 ;;
   gpu109) install; gpu109 ;;

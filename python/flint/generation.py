@@ -271,7 +271,11 @@ def _greedy_ahead(
             yield chunk
             if chunk.finish_reason is not None:
                 return
-        model.cache.tokens[position] = token
+        # a kernel with the id as its argument: assigning the int would copy it from
+        # pageable memory, which waits for the stream, so for the step queued ahead
+        # (the host then queued each next step only after the GPU had finished the
+        # last: 45-170 us idle a token on the H200, docs/benchmarks.md, gpu111)
+        model.cache.tokens[position].fill_(token)
         model.cache.length = position + 1
 
 

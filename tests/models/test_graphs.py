@@ -4,6 +4,7 @@ fixed-address step. Without a GPU the Triton kernels run in Triton's CPU interpr
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -928,6 +929,34 @@ def test_greedy_ahead_through_graphs_gives_the_plain_loops_tokens(
             length = llm.model.cache.length
             runs.append((out.token_ids, length, llm.model.cache.tokens[:length].tolist()))
         assert runs[0] == runs[1]
+
+
+@pytest.mark.gpu
+def test_greedy_ahead_makes_no_synchronising_call(
+    tiny_ftw: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The loop one step ahead waits only on the event of the token it reads: with
+    torch's sync debug mode raising inside it, a reply decodes (a cache write that
+    copied the id from pageable memory waited for the queued step every token, so
+    the next was queued only after the GPU had finished: docs/benchmarks.md, gpu111).
+    Within the span captured at load: capturing another synchronises by design."""
+    from flint import generation
+
+    ahead = generation._greedy_ahead
+
+    def strict(*args: object, **kw: object) -> Iterator[object]:
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            yield from ahead(*args, **kw)  # type: ignore[arg-type]
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+
+    monkeypatch.setattr(generation, "_greedy_ahead", strict)
+    prompt = [(7 * i + 3) % 300 + 2 for i in range(16)]
+    with flint.LLM(tiny_ftw["qwen3_moe"], device="cuda:0", context_length=128) as llm:
+        out = llm.generate(prompt, max_tokens=24, temperature=0.0, ignore_eos=True)
+        assert len(out.token_ids) == 24 and llm.model.cache.length == 16 + 23
+        assert llm.model.cache.tokens[16:39].tolist() == list(out.token_ids[:23])
 
 
 @pytest.mark.gpu
