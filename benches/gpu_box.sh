@@ -1749,8 +1749,20 @@ gpu112() {
     --mode resident 2>&1 | tail -4
 }
 
+# Session 20, after gpu112 (the router's top-k in the expert kernels slower: taken
+# out): R0 on the final code, the GPU tests.
+gpu113() {
+  synth30 q30d8 --dense-quant int8
+  r0 q30d8
+  gpu_tests
+  rm -f "$DATA/q30d8.ftw"
+  synth30 q30
+  r0 q30
+}
+
 case $what in
   install) install ;;
+  gpu113) install; gpu113 ;;
   gpu112) install; gpu112 ;;
   gpu111) install; gpu111 ;;
   gpu110) install; gpu110 ;;

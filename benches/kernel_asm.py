@@ -183,9 +183,6 @@ def launches(scheme: str) -> list[tuple[str, Any]]:
     w = torch.rand(1, TOP_K).bfloat16()
     out = []
     out.append(("experts", lambda: mk.moe_experts(x, ids, w, pool)))
-    logits = torch.randn(1, EXPERTS).bfloat16()
-    routing = mk.Routing(logits, TOP_K, True, torch.bfloat16)
-    out.append(("experts routed", lambda: mk.moe_experts(x, routing, None, pool)))
     for label, rows, cols in (("qkv", QKV_ROWS, HIDDEN), ("o", HIDDEN, O_COLS)):
         xv = torch.randn(1, cols).bfloat16()
         bf = torch.randn(rows, cols).bfloat16()
@@ -212,6 +209,7 @@ def launches(scheme: str) -> list[tuple[str, Any]]:
     out.append(("attention", lambda: _attention(fused, q, cache, heads, dim)))
     per_rank = torch.randn(TOP_K, HIDDEN)
     out.append(("ranked sum", lambda: mk.ranked_sum(per_rank, w, torch.bfloat16)))
+    logits = torch.randn(1, EXPERTS).bfloat16()
     for ranks in (False, True):  # two passes on four warps, then one on one (fused.ROUTE_ONE_PASS)
         out.append((f"route one_pass={ranks}", lambda r=ranks: _route(fused, logits, r)))
     return out

@@ -19,8 +19,7 @@ positions per step and warps), ``blocks-before``, ``blocks-tuned`` and
 (decode.NORM_IN_ROUTER off), ``norm-w*``, ``nl-w8`` and ``rope-w*`` (the norms', the
 router-with-norm's and q/k/v RoPE's warps), ``no-ahead`` and ``no-ahead-KERNEL`` (no
 kernel, or every kernel but one, reading ahead of its wait: moe_kernel.AHEAD),
-``down-*`` (int4 down's blocks), ``route-launch`` (the router's top-k in its own
-launch: decode.ROUTE_IN_EXPERTS off). ``--profile CONFIG`` then prints each
+``down-b*`` (int4 down's blocks). ``--profile CONFIG`` then prints each
 kernel's time per step. (The sixteenth session's ``no-fold`` and ``serial`` rows, and
 the eighteenth's ``linear-ahead`` and ``ranked-in-norm``, measured switches since taken
 out: docs/benchmarks.md.)
@@ -78,8 +77,6 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "down-k512": {"WORDS_DOWN_BLOCK": (16, 512, 4)},
     "down-w2": {"WORDS_DOWN_BLOCK": (16, 256, 2)},
     "down-b8-w2": {"WORDS_DOWN_BLOCK": (8, 256, 2)},
-    # the router's top-k in a launch of its own, not made by the expert kernels
-    "route-launch": {"decode.ROUTE_IN_EXPERTS": False},
 }
 _LINEAR_BLOCK = fused.linear_block
 

@@ -15,7 +15,6 @@ import torch
 from test_graphs import _decode, _slabs
 
 import flint
-from flint.graphs import decode as decode_module
 from flint.graphs import fused, moe_kernel
 from flint.graphs.decode import GraphDecoder
 from flint.graphs.moe_kernel import moe_experts, slab_pool
@@ -149,12 +148,11 @@ def test_norms_and_products_read_ahead_to_the_same_bits(
 
 
 @pytest.mark.interpreter
-def test_the_int4_step_reads_ahead_and_routes_in_its_experts_to_the_same_bits(
+def test_the_int4_step_reads_ahead_to_the_same_bits(
     wide_files: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The whole step on int4 slab experts, every kernel reading ahead and the experts
-    making the router's top-k (``decode.ROUTE_IN_EXPERTS``), against the step with
-    neither: the same tokens and logits, bit for bit."""
+    """The whole step on int4 slab experts (every kernel reading ahead): the same
+    tokens and logits, bit for bit, as the step without."""
     from flint.graphs.slab_experts import SlabResidentExperts
     from flint.models.loading import Placement
 
@@ -169,15 +167,11 @@ def test_the_int4_step_reads_ahead_and_routes_in_its_experts_to_the_same_bits(
         path, device="cpu", dtype="bfloat16", context_length=64, expert_backend=backend
     ) as slabs:
         model = slabs.model
-        runs = []
-        route, routes = fused.route, []
-        monkeypatch.setattr(fused, "route", lambda *a, **k: routes.append(1) or route(*a, **k))
-        for on in (True, False):
-            monkeypatch.setattr(moe_kernel, "AHEAD_WITHOUT_PDL", on)
-            monkeypatch.setattr(decode_module, "ROUTE_IN_EXPERTS", on)
-            routes.clear()
+
+        def run() -> tuple[list[int], torch.Tensor]:
             model.decoder = GraphDecoder(model, backend.pools, capture=False)
-            runs.append(_decode(model, prompt, 3))
-            assert bool(routes) != on  # the router's own launch only without
-    assert runs[0][0] == runs[1][0]
-    _same(runs[0][1], runs[1][1])
+            return _decode(model, prompt, 3)
+
+        on, off = _both(monkeypatch, run)
+    assert on[0] == off[0]
+    _same(on[1], off[1])

@@ -32,7 +32,6 @@ import torch.nn.functional as F
 from flint.graphs import fused
 from flint.graphs.moe_kernel import (
     ExpertPool,
-    Routing,
     available,
     dependent_launch,
     eighths_buffer,
@@ -69,12 +68,6 @@ FUSED_SDPA = True
 # instead of waiting for the norm's own launch: one launch fewer per MoE layer. False
 # for an A/B in benches.
 NORM_IN_ROUTER = True
-# A softmax router's top-k made by the expert kernels from its logits (each gate/up
-# and down program picks its pair's expert, the ranked sum makes the weights:
-# ``moe_kernel.Routing``) instead of in a launch of its own before them; the same
-# picks and weights (the router's kernel makes them with the same code). False for an
-# A/B in benches.
-ROUTE_IN_EXPERTS = True
 
 
 def expert_pools(backend: object) -> dict[int, ExpertPool] | None:
@@ -416,14 +409,9 @@ class GraphDecoder:
         h = self._attended(layer, x, cos, sin, mask, span, normed_x=xs)
         if not isinstance(mlp, MoEBlock):
             return h, mlp(self._norm(layer.norm, h, layer.post_norm, layer.eps))
+        normed, ids, weights = self._moe_input(layer, mlp, h, eighths)
         pool = self.pools[layer.index]
-        normed, logits = self._moe_logits(layer, mlp, h, eighths)
-        if logits is not None and ROUTE_IN_EXPERTS:
-            routing = self._routing(logits)
-            out = moe_experts(normed, routing, None, pool, self.scratch, self.moe_out, eighths)
-        else:
-            ids, weights = self._top_k(logits) if logits is not None else mlp.route(normed)
-            out = moe_experts(normed, ids, weights, pool, self.scratch, self.moe_out, eighths)
+        out = moe_experts(normed, ids, weights, pool, self.scratch, self.moe_out, eighths)
         if mlp.shared is not None:
             out = out + mlp._shared(normed)
         return h, out
@@ -452,39 +440,26 @@ class GraphDecoder:
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The MoE block's input from the residual after attention h: (its post-attention
         norm [1, H], also into ``eighths`` when given; the router's ids and weights)."""
-        normed, logits = self._moe_logits(layer, mlp, h, eighths)
-        if logits is not None:
-            return normed, *self._top_k(logits)
-        return normed, *mlp.route(normed)
-
-    def _moe_logits(
-        self, layer: DecoderLayer, mlp: MoEBlock, h: torch.Tensor, eighths: torch.Tensor | None
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """(the post-attention norm of h [1, H], also into ``eighths`` when given; the
-        router's logits [1, E] where the step makes its top-k, else None)."""
         fold = NORM_IN_ROUTER and self.fused_norm and self.fused_router
         if fold and self._fits(h, mlp.router) and h.shape[1] <= fused.NORM_LINEAR_COLS:
             logits, normed = fused.norm_linear(
                 h, layer.post_norm, layer.eps, mlp.router, self.norm_fp32, eighths
             )
-            return normed, logits
+            return normed, *self._top_k(logits)
         normed = self._norm(layer.norm, h, layer.post_norm, layer.eps, eighths)
-        if self.fused_router:
-            return normed, self._linear(normed, mlp.router)
-        return normed, None
+        return normed, *self._route(mlp, normed)
 
-    def _weights_dtype(self, logits: torch.Tensor) -> torch.dtype:
-        return torch.float32 if self.model.config.router_weights_fp32 else logits.dtype
+    def _route(self, mlp: MoEBlock, normed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The router's (ids [1, K], weights [1, K]), on the GPU."""
+        if self.fused_router:
+            return self._top_k(self._linear(normed, mlp.router))  # logits [1, E]
+        return mlp.route(normed)
 
     def _top_k(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """A softmax router's (ids, weights) from its logits [1, E] (``fused.route``)."""
         cfg = self.model.config
-        return fused.route(logits, cfg.top_k, cfg.norm_topk_prob, self._weights_dtype(logits))
-
-    def _routing(self, logits: torch.Tensor) -> Routing:
-        """The same top-k for the expert kernels to make themselves (``_top_k``'s)."""
-        cfg = self.model.config
-        return Routing(logits, cfg.top_k, cfg.norm_topk_prob, self._weights_dtype(logits))
+        dtype = torch.float32 if cfg.router_weights_fp32 else logits.dtype
+        return fused.route(logits, cfg.top_k, cfg.norm_topk_prob, dtype)
 
     def _attention(
         self,

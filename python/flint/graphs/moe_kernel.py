@@ -315,23 +315,10 @@ def _cols(block: int, group: int) -> int:
     return max(block, group)  # an int4 tile holds whole groups
 
 
-@dataclass(slots=True, frozen=True)
-class Routing:
-    """A softmax router's logits [T, E], for the expert kernels to pick each pair's
-    expert (``_pick``) and the ranked sum to weigh them (``_route_weights``) from, as
-    ``fused.route`` would: ``top_k`` picks, renormalised when ``norm``, weights
-    rounded to ``dtype``."""
-
-    logits: torch.Tensor
-    top_k: int
-    norm: bool
-    dtype: torch.dtype
-
-
 def moe_experts(
     x: torch.Tensor,  # [T, H] in the model dtype
-    ids: torch.Tensor | Routing,  # [T, K] int64, router-rank order; or the router's logits
-    weights: torch.Tensor | None,  # [T, K] routing weights (None with a Routing)
+    ids: torch.Tensor,  # [T, K] int64, router-rank order
+    weights: torch.Tensor,  # [T, K] routing weights
     pool: ExpertPool,
     scratch: tuple[torch.Tensor, torch.Tensor] | None = None,  # [T*K, I], [T*K, H] f32
     out: torch.Tensor | None = None,  # [T, H] result (fixed address for graphs)
@@ -339,10 +326,7 @@ def moe_experts(
 ) -> torch.Tensor:
     """sum over k of weights[t, k] * expert_{ids[t, k]}(x[t]) -> [T, H] in x's dtype.
     ``scratch``: the activations and per-rank outputs (given: fixed addresses; the word
-    kernels keep their activations in the eighths layout, in a buffer of their own).
-    With a ``Routing`` the kernels choose and weigh the experts from the router's
-    logits themselves: the router's own launch (``fused.route``) is not needed, and
-    the result has its bits."""
+    kernels keep their activations in the eighths layout, in a buffer of their own)."""
     assert triton is not None, "check available() first"
     with on_device(x.device):
         return _launch(x, ids, weights, pool, scratch, out, x_eighths)
@@ -350,21 +334,14 @@ def moe_experts(
 
 def _launch(
     x: torch.Tensor,
-    ids: torch.Tensor | Routing,
-    weights: torch.Tensor | None,
+    ids: torch.Tensor,
+    weights: torch.Tensor,
     pool: ExpertPool,
     scratch: tuple[torch.Tensor, torch.Tensor] | None,
     out: torch.Tensor | None,
     x_eighths: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    routing: Routing | None
-    if isinstance(ids, Routing):
-        routing, ids = ids, ids.logits.contiguous()
-        tokens, top_k = ids.shape[0], routing.top_k
-    else:
-        routing = None
-        assert weights is not None
-        tokens, top_k = ids.shape
+    tokens, top_k = ids.shape
     h_dim, i_dim = pool.hidden, pool.inter
     if scratch is None:
         scratch = (
@@ -374,28 +351,23 @@ def _launch(
     hidden, per_rank = scratch
     if out is None:
         out = torch.empty(tokens, h_dim, dtype=x.dtype, device=x.device)
-    x, ids = x.contiguous(), ids.contiguous()
-    _pair_outputs(x, ids, pool, hidden, per_rank, x_eighths, top_k if routing else 0)
-    if routing is not None:
-        return _ranked_sum(per_rank, ids, out, routing)
-    assert weights is not None
-    return _ranked_sum(per_rank, weights.contiguous(), out)
+    x, ids, weights = x.contiguous(), ids.contiguous(), weights.contiguous()
+    _pair_outputs(x, ids, pool, hidden, per_rank, x_eighths)
+    return _ranked_sum(per_rank, weights, out)
 
 
 def _pair_outputs(
     x: torch.Tensor,  # [T, H] in the model dtype
-    ids: torch.Tensor,  # [T, K] int64 pool slots, or with ``picks`` the logits [T, E]
+    ids: torch.Tensor,  # [T, K] int64 pool slots
     pool: ExpertPool,
     hidden: torch.Tensor | None,  # [T*K, I] in x's dtype: the activations (None: made)
     y: torch.Tensor,  # [T*K, H] fp32: each pair's expert output, rounded to x's dtype
     x_eighths: torch.Tensor | None = None,  # ``eighths(x)``, where the caller has it
-    picks: int = 0,  # > 0: the top-k, each pair's expert picked from the logits ``ids``
 ) -> None:
     """gate/up, then down, of every (token, rank) pair: two launches. The word kernels
     keep x and the activations in the eighths layout (a buffer of their own, not
     ``hidden``)."""
-    tokens, top_k = (ids.shape[0], picks) if picks else ids.shape
-    n_e, eb = (ids.shape[1], triton.next_power_of_2(ids.shape[1])) if picks else (1, 0)
+    tokens, top_k = ids.shape
     h_dim, i_dim = pool.hidden, pool.inter
     pairs, code, group = tokens * top_k, pool.scheme, pool.group
     gate_b, up_b, down_b = pool.biases or (x, x, x)  # x: never read without biases
@@ -417,7 +389,7 @@ def _pair_outputs(
         vector, ids, hidden, *_args(pool.gate), *_args(pool.up), gate_b, up_b, h_dim,
         i_dim, xs, hs, pool.alpha, pool.limit, OUT=_DTYPES[x.dtype], TOPK=top_k,
         SCHEME=code, GROUP=group, BN=bn, BK=_cols(bk, group), HAS_BIAS=has_bias,
-        ACT=pool.act, EVEN=_even(h_dim, _cols(bk, group)), WORDS=words, n_e=n_e, EB=eb,
+        ACT=pool.act, EVEN=_even(h_dim, _cols(bk, group)), WORDS=words,
         num_warps=warps, **pdl(x.device),
     )  # fmt: skip
     bn, bk, warps = down_block
@@ -428,31 +400,20 @@ def _pair_outputs(
         hidden, ids, y, *_args(pool.down), down_b, h_dim, i_dim, hs,
         OUT=_DTYPES[x.dtype], SCHEME=code, GROUP=group, BN=bn, BK=bk,
         HAS_BIAS=has_bias, EVEN=_even(i_dim, bk), WORDS=words, AHEAD=read_ahead,
-        TOPK=top_k, n_e=n_e, EB=eb, num_warps=warps, **pdl(x.device),
+        num_warps=warps, **pdl(x.device),
     )  # fmt: skip
 
 
 def _ranked_sum(
     per_rank: torch.Tensor,  # [T*K, H] fp32, pair t*K + k
-    weights: torch.Tensor,  # [T, K] contiguous; with ``routing``, its logits [T, E]
+    weights: torch.Tensor,  # [T, K] contiguous
     out: torch.Tensor,  # [T, H]
-    routing: Routing | None = None,
 ) -> torch.Tensor:
+    tokens, top_k = weights.shape
     h_dim = out.shape[1]
-    if routing is None:
-        tokens, top_k = weights.shape
-        ranked_sum_kernel[(tokens, triton.cdiv(h_dim, SUM_BLOCK))](
-            per_rank, weights, out, h_dim, TOPK=top_k, BS=SUM_BLOCK, **pdl(out.device)
-        )
-        return out
-    tokens, n_e = weights.shape
-    top_k = routing.top_k
-    # one warp, as the router's kernel (fused.route): the weights' softmax sums alike
     ranked_sum_kernel[(tokens, triton.cdiv(h_dim, SUM_BLOCK))](
-        per_rank, weights, out, h_dim, TOPK=top_k, BS=SUM_BLOCK, n_e=n_e,
-        EB=triton.next_power_of_2(n_e), NORM=routing.norm, W_TYPE=_DTYPES[routing.dtype],
-        KP=triton.next_power_of_2(top_k), num_warps=1, **pdl(out.device),
-    )  # fmt: skip
+        per_rank, weights, out, h_dim, TOPK=top_k, BS=SUM_BLOCK, **pdl(out.device)
+    )
     return out
 
 

@@ -24,9 +24,7 @@ if triton is not None:
         _await_inputs,
         _eighth_exp,
         _eighths_index,
-        _pick,
         _round,
-        _route_weights,
         _times_2_to,
         _w_steps,
         _w_tile,
@@ -300,16 +298,6 @@ if triton is not None:
         return acc_a, acc_b
 
     @triton.jit
-    def _expert(ids_ptr, pair, TOPK: tl.constexpr, n_e, EB: tl.constexpr):
-        """The pool slot of (token, rank) ``pair``: its id, or with ``EB`` > 0 its pick
-        from the token's router logits at ``ids_ptr`` (``_pick``)."""
-        if EB > 0:
-            token = pair // TOPK
-            return _pick(ids_ptr + token * n_e, n_e, pair % TOPK, TOPK, EB).to(tl.int64)
-        else:
-            return tl.load(ids_ptr + pair).to(tl.int64)
-
-    @triton.jit
     def gate_up_kernel(
         x_ptr,
         ids_ptr,
@@ -344,19 +332,16 @@ if triton is not None:
         ACT: tl.constexpr,
         EVEN: tl.constexpr = False,
         WORDS: tl.constexpr = False,
-        n_e=1,
-        EB: tl.constexpr = 0,
         GDC: tl.constexpr = False,
     ):
         """h[pair, rows] = act(gate(x) (+ bias), up(x) (+ bias)) for one (token, rank)
         pair (``_activate``), each op rounded to ``OUT``. With ``WORDS`` (int4): x and h
         in the eighths layout (rows of ``x_stride`` and ``h_stride``), h as ``down``
-        reads it. ``EB`` > 0: ``ids_ptr`` holds the router's logits [T, n_e] instead of
-        ids, and the pair's expert is picked from them here (``_pick``, lanes ``EB``)."""
+        reads it."""
         _await_inputs(GDC)
         pair = tl.program_id(0)
         token = pair // TOPK
-        expert = _expert(ids_ptr, pair, TOPK, n_e, EB)
+        expert = tl.load(ids_ptr + pair).to(tl.int64)
         rows = tl.program_id(1) * BN + tl.arange(0, BN)
         row_ok = rows < inter
         x = x_ptr + token * (8 * x_stride if WORDS else hid)
@@ -405,23 +390,19 @@ if triton is not None:
         EVEN: tl.constexpr = False,
         WORDS: tl.constexpr = False,
         AHEAD: tl.constexpr = 0,
-        TOPK: tl.constexpr = 1,
-        n_e=1,
-        EB: tl.constexpr = 0,
         GDC: tl.constexpr = False,
     ):
         """y[pair, rows] (fp32, rounded to the model dtype) = down(h[pair]) (+ bias); h
         in the eighths layout with ``WORDS`` (``gate_up_kernel``). ``AHEAD`` (int4
         words whose rows are 1 to 4 tiles, ``AHEAD`` of them): the pair's expert id
         (the router's, two kernels back) and the program's whole rows read before
-        ``_await_inputs``, so that after it only h is read. ``EB`` > 0: the expert
-        picked from the router's logits at ``ids_ptr`` (``gate_up_kernel``)."""
+        ``_await_inputs``, so that after it only h is read."""
         pair = tl.program_id(0)
         rows = tl.program_id(1) * BN + tl.arange(0, BN)
         row_ok = rows < hid
         h = h_ptr + pair * (8 * h_stride if WORDS else inter)
         if AHEAD > 0:
-            expert = _expert(ids_ptr, pair, TOPK, n_e, EB)
+            expert = tl.load(ids_ptr + pair).to(tl.int64)
             w0, s0, w1, s1, w2, s2, w3, s3 = _words_ahead(
                 d_ptr + expert * d_we, ds_ptr + expert * ds_e, d_wr, ds_r, rows, row_ok, inter,
                 GROUP, BK, EVEN, AHEAD,
@@ -432,7 +413,7 @@ if triton is not None:
             )
         else:
             _await_inputs(GDC)
-            expert = _expert(ids_ptr, pair, TOPK, n_e, EB)
+            expert = tl.load(ids_ptr + pair).to(tl.int64)
             y = _rows_dot(
                 d_ptr + expert * d_we, ds_ptr + expert * ds_e, d_wr, ds_r, h, h_stride,
                 rows, row_ok, inter, SCHEME, GROUP, BN, BK, EVEN, WORDS,
@@ -445,32 +426,18 @@ if triton is not None:
 
     @triton.jit
     def ranked_sum_kernel(
-        y_ptr, rw_ptr, out_ptr, hid, TOPK: tl.constexpr, BS: tl.constexpr, n_e=1,
-        EB: tl.constexpr = 0, NORM: tl.constexpr = False, W_TYPE: tl.constexpr = None,
-        KP: tl.constexpr = 1, GDC: tl.constexpr = False,
-    ):  # fmt: skip
-        """out[token] = sum over ranks, in rank order, of weight * y (fp32), cast once.
-        ``EB`` > 0: ``rw_ptr`` holds the router's logits [T, n_e], and the weights are
-        made from them here as the router's kernel makes them (``_route_weights``,
-        rounded to ``W_TYPE``; launched on one warp as it is), before the wait: the
-        logits are three kernels back."""
-        token = tl.program_id(0)
-        if EB > 0:
-            k = tl.arange(0, KP)
-            _, routed = _route_weights(rw_ptr + token * n_e, n_e, TOPK, NORM, EB, KP)
-            routed = _round(routed, W_TYPE)
+        y_ptr, rw_ptr, out_ptr, hid, TOPK: tl.constexpr, BS: tl.constexpr, GDC: tl.constexpr = False
+    ):
+        """out[token] = sum over ranks, in rank order, of weight * y (fp32), cast once."""
         _await_inputs(GDC)
+        token = tl.program_id(0)
         cols = tl.program_id(1) * BS + tl.arange(0, BS)
         ok = cols < hid
         total = tl.zeros([BS], dtype=tl.float32)
         for rank in tl.static_range(TOPK):
             pair = token * TOPK + rank
             y = tl.load(y_ptr + pair * hid + cols, mask=ok, other=0.0)
-            if EB > 0:
-                weight = tl.sum(tl.where(k == rank, routed, 0.0), axis=0)  # one lane's
-            else:
-                weight = tl.load(rw_ptr + pair).to(tl.float32)
-            total = total + y * weight
+            total = total + y * tl.load(rw_ptr + pair).to(tl.float32)
         out_type = out_ptr.dtype.element_ty
         tl.store(out_ptr + token * hid + cols, _round(total, out_type).to(out_type), mask=ok)
 

@@ -14,9 +14,7 @@ __all__ = [
     "_await_inputs",
     "_eighth_exp",
     "_eighths_index",
-    "_pick",
     "_round",
-    "_route_weights",
     "_times_2_to",
     "_w_steps",
     "_w_tile",
@@ -33,7 +31,6 @@ __all__ = [
 ]
 
 if triton is not None:
-    _TAKEN = tl.constexpr(-(2**63))  # ``_keys``' least: lanes past n, and picks taken
 
     @triton.jit
     def _round(x, OUT: tl.constexpr):
@@ -524,64 +521,6 @@ if triton is not None:
         return tl.where(ok, p, -1.0), e
 
     @triton.jit
-    def _keys(logits_ptr, n, BLOCK: tl.constexpr):
-        """(keys, e) [BLOCK]: each expert's logit and id as one int64 whose order is the
-        router's (the logit's fp32 bits made to order as signed integers, then the
-        inverted id: equal logits put the lower id first; a lane past n is the least,
-        ``_TAKEN``), and the lanes' ids. Exact integers: every kernel orders them alike,
-        whatever its warps (a softmax's sum is not)."""
-        e = tl.arange(0, BLOCK)
-        ok = e < n
-        lg = tl.load(logits_ptr + e, mask=ok, other=0.0).to(tl.float32)
-        bits = tl.where(lg == 0.0, 0.0, lg).to(tl.int32, bitcast=True)  # -0 as +0
-        ordered = tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF).to(tl.int64)
-        keys = (ordered << 32) | (BLOCK - 1 - e).to(tl.int64)
-        return tl.where(ok, keys, _TAKEN), e
-
-    @triton.jit
-    def _next_pick(keys, n, BLOCK: tl.constexpr):
-        """(the expert of the greatest key, the keys with it taken out): one reduction."""
-        best = tl.max(keys, axis=0)
-        pick = BLOCK - 1 - (best & 0xFFFFFFFF).to(tl.int32)
-        return tl.minimum(pick, n - 1), tl.where(keys == best, _TAKEN, keys)
-
-    @triton.jit
-    def _pick(logits_ptr, n, rank, TOPK: tl.constexpr, BLOCK: tl.constexpr):
-        """The expert at ``rank`` (< TOPK) of the router's top-k from its logits: the
-        picks ``_route_weights`` makes, in its order."""
-        keys, _ = _keys(logits_ptr, n, BLOCK)
-        chosen = 0
-        for i in tl.static_range(TOPK):
-            pick, keys = _next_pick(keys, n, BLOCK)
-            chosen = tl.where(rank == i, pick, chosen)
-        return chosen
-
-    @triton.jit
-    def _route_weights(logits_ptr, n, TOPK: tl.constexpr, NORM: tl.constexpr,
-                       BLOCK: tl.constexpr, KP: tl.constexpr):  # fmt: skip
-        """(picks, weights) [KP] of one token's softmax router: the top-k by
-        ``_keys`` (descending logit, ties to the lower id), their fp32 softmax
-        probabilities, renormalised when ``NORM`` by their sum added in pick order.
-        Launched on one warp wherever it runs (the router's kernel, the ranked sum's),
-        so that the softmax's sum, and with it every weight, has the same bits in
-        each."""
-        keys, e = _keys(logits_ptr, n, BLOCK)
-        p, _ = _router_softmax(logits_ptr, n, BLOCK)
-        k = tl.arange(0, KP)
-        picks = tl.zeros([KP], dtype=tl.int32)
-        best = tl.zeros([KP], dtype=tl.float32)
-        total = 0.0
-        for i in tl.static_range(TOPK):
-            pick, keys = _next_pick(keys, n, BLOCK)
-            value = tl.sum(tl.where(e == pick, p, 0.0), axis=0)  # one lane's: exact
-            picks = tl.where(k == i, pick, picks)
-            best = tl.where(k == i, value, best)
-            total += value
-        if NORM:
-            best = best / total
-        return picks, best
-
-    @triton.jit
     def route_kernel(
         logits_ptr,
         ids_ptr,
@@ -597,22 +536,32 @@ if triton is not None:
         """One token's softmax router (``flint.models.moe.route``): fp32 softmax over the
         n experts, the top-k in descending order (ties: the lower id), renormalised when
         ``NORM`` (by their sum in fp32, added in pick order), weights written in
-        ``w_ptr``'s dtype. ``ONE_PASS``: the picks by the logits' order and the sum
-        added as they are picked (``_route_weights``, which the ranked sum shares: KP =
-        TOPK rounded up to a power of two holds the picks); else two reductions per
-        pick and a second pass for the sum. Either way the same picks and weights for
-        the same probabilities, but for logits whose probabilities round to a tie
-        (the one pass keeps the higher logit first, the two passes the lower id)."""
+        ``w_ptr``'s dtype. ``ONE_PASS``: one (value, index) reduction per pick and the
+        sum added as they are picked (KP = TOPK rounded up to a power of two holds the
+        picks); else two reductions per pick and a second pass for the sum. Either way
+        the same picks and weights for the same probabilities."""
         _await_inputs(GDC)
         token = tl.program_id(0)
+        p, e = _router_softmax(logits_ptr + token * n, n, BLOCK)
         w_type = w_ptr.dtype.element_ty
         if ONE_PASS:
             k = tl.arange(0, KP)
-            picks, best = _route_weights(logits_ptr + token * n, n, TOPK, NORM, BLOCK, KP)
+            picks = tl.zeros([KP], dtype=tl.int32)
+            best = tl.zeros([KP], dtype=tl.float32)
+            total = 0.0
+            for i in tl.static_range(TOPK):
+                value, pick = tl.max(
+                    p, axis=0, return_indices=True, return_indices_tie_break_left=True
+                )
+                picks = tl.where(k == i, pick, picks)
+                best = tl.where(k == i, value, best)
+                total += value
+                p = tl.where(e == pick, -1.0, p)
+            if NORM:
+                best = best / total
             tl.store(ids_ptr + token * TOPK + k, picks.to(tl.int64), mask=k < TOPK)
             tl.store(w_ptr + token * TOPK + k, _round(best, w_type).to(w_type), mask=k < TOPK)
         else:
-            p, e = _router_softmax(logits_ptr + token * n, n, BLOCK)
             total = 1.0
             if NORM:  # the sum of the top-k probabilities, in fp32
                 total = 0.0
