@@ -115,9 +115,9 @@ def pdl(device: torch.device) -> dict[str, bool]:
 # gpu109): all 1,756.0 us a step against 1,883.5 with none; without down's 1,875.1,
 # without the products' 1,791.7, without the norms' 1,776.6. Measured and taken out:
 # the attention's first block of keys and values read ahead as well (1,697.9 us
-# without it: its loop's pipelined loads then started only after that block), q/k/v
-# RoPE's position, norm weights, cos and sin (1,749.2 without). A set for the benches'
-# A/B.
+# without it: its loop's pipelined loads then started only after that block; its
+# position alone 1,695.9 against 1,699.3, gpu110), q/k/v RoPE's position, norm
+# weights, cos and sin (1,749.2 without). A set for the benches' A/B.
 AHEAD = frozenset({"down", "attention", "norm", "linear"})
 # Read ahead without dependent launch too: the interpreter tests' A/B of the order.
 AHEAD_WITHOUT_PDL = False

@@ -102,10 +102,12 @@ if triton is not None:
         return acc
 
     @triton.jit
-    def _row_values(ptr, rows, row_ok, READ: tl.constexpr):
-        """One value per row (fp32; 0 past the last) where ``READ``, else 0."""
+    def _read_if(ptr, at, ok, READ: tl.constexpr):
+        """The values at ``ptr + at`` (fp32; 0 where not ``ok``) where ``READ``, else 0
+        (a placeholder: a read ahead of the wait, or a row scale or bias, the kernel
+        may not have)."""
         if READ:
-            return tl.load(ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
+            return tl.load(ptr + at, mask=ok, other=0.0).to(tl.float32)
         else:
             return 0.0
 
@@ -140,25 +142,25 @@ if triton is not None:
         row_ok = rows < n_rows
         w = _w_tile(w_ptr, w_row, rows, row_ok, 0, n_cols, BK)
         if AHEAD:
-            scale = _row_values(s_ptr, rows, row_ok, SCHEME == 1)
-            bias = _row_values(b_ptr, rows, row_ok, HAS_BIAS)
+            scale = _read_if(s_ptr, rows, row_ok, SCHEME == 1)
+            bias = _read_if(b_ptr, rows, row_ok, HAS_BIAS)
         _await_inputs(GDC)
         if AHEAD:
-            res = _row_values(r_ptr, rows, row_ok, HAS_RES)
+            res = _read_if(r_ptr, rows, row_ok, HAS_RES)
         acc = tl.sum(w.to(tl.float32) * _x_cols(x_ptr, 0, n_cols, BK)[None, :], axis=1)
         acc = _w_steps(w_ptr, w_row, x_ptr, rows, row_ok, BK, n_cols, acc, BK)
         if not AHEAD:
-            scale = _row_values(s_ptr, rows, row_ok, SCHEME == 1)
+            scale = _read_if(s_ptr, rows, row_ok, SCHEME == 1)
         if SCHEME == 1:
             acc = acc * scale
         if HAS_BIAS:
             if not AHEAD:
-                bias = _row_values(b_ptr, rows, row_ok, True)
+                bias = _read_if(b_ptr, rows, row_ok, True)
             acc = acc + bias
         acc = _round(acc, ROUND)
         if HAS_RES:
             if not AHEAD:
-                res = _row_values(r_ptr, rows, row_ok, True)
+                res = _read_if(r_ptr, rows, row_ok, True)
             acc = _round(acc + res, ROUND)
         out_type = out_ptr.dtype.element_ty
         tl.store(out_ptr + rows, acc.to(out_type), mask=row_ok)
@@ -190,7 +192,7 @@ if triton is not None:
         row = tl.program_id(0)
         cols = tl.arange(0, BLOCK)
         ok = cols < n
-        w = _norm_weight(w_ptr, cols, ok, AHEAD)
+        w = _read_if(w_ptr, cols, ok, AHEAD)  # the weight ahead of the wait
         _await_inputs(GDC)
         x = tl.load(x_ptr + row * n + cols, mask=ok, other=0.0).to(tl.float32)
         out_type = out_ptr.dtype.element_ty
@@ -202,26 +204,17 @@ if triton is not None:
         _store_normed(y, out_ptr + row * n, cols, ok, e_ptr + row * 8 * e_stride, e_stride, EIGHTHS)
 
     @triton.jit
-    def _norm_weight(w_ptr, cols, ok, AHEAD: tl.constexpr):
-        """A norm's weight [BLOCK] (fp32) where ``AHEAD`` reads it before the wait, else
-        a placeholder (``_rms_normed`` reads it after the row's sum, as before)."""
-        if AHEAD:
-            return tl.load(w_ptr + cols, mask=ok, other=0.0).to(tl.float32)
-        else:
-            return 0.0
-
-    @triton.jit
     def _rms_normed(
         x, w, w_ptr, cols, ok, n, eps, W32: tl.constexpr, OUT: tl.constexpr, AHEAD: tl.constexpr
     ):
         """``w * (x / rms(x)).to(OUT)`` of one row x [BLOCK] (fp32, 0 past n), rounded
         to ``OUT``; with ``W32`` the weight multiplied in fp32 before the one cast. The
-        weight ``w`` from ``_norm_weight``: read already with ``AHEAD``, else here."""
+        weight ``w``: read already with ``AHEAD`` (``_read_if``), else here."""
         normed = x * tl.rsqrt(tl.sum(x * x, axis=0) / n + eps)
         if not W32:
             normed = _round(normed, OUT)
         if not AHEAD:
-            w = tl.load(w_ptr + cols, mask=ok, other=0.0).to(tl.float32)
+            w = _read_if(w_ptr, cols, ok, True)
         return _round(w * normed, OUT)
 
     @triton.jit
@@ -267,7 +260,7 @@ if triton is not None:
         ok = cols < n_cols
         w_at = w_ptr + rows[:, None] * w_row + cols[None, :]
         w = tl.load(w_at, mask=row_ok[:, None] & ok[None, :], other=0.0)
-        nw = _norm_weight(nw_ptr, cols, ok, AHEAD)
+        nw = _read_if(nw_ptr, cols, ok, AHEAD)
         _await_inputs(GDC)
         x = tl.load(h_ptr + cols, mask=ok, other=0.0).to(tl.float32)
         out_type = normed_ptr.dtype.element_ty
