@@ -103,9 +103,9 @@ if triton is not None:
 
     @triton.jit
     def _read_if(ptr, at, ok, READ: tl.constexpr):
-        """The values at ``ptr + at`` (fp32; 0 where not ``ok``) where ``READ``, else 0
-        (a placeholder: a read ahead of the wait, or a row scale or bias, the kernel
-        may not have)."""
+        """The values at ``ptr + at`` (fp32; 0 where not ``ok``) where ``READ``, else the
+        scalar 0, which the caller does not use: a value read after the wait instead of
+        before it, or a row scale, bias or residual the kernel does not have."""
         if READ:
             return tl.load(ptr + at, mask=ok, other=0.0).to(tl.float32)
         else:
