@@ -1760,8 +1760,27 @@ gpu113() {
   r0 q30
 }
 
+# Session 21: a --dense-quant int8 file's LM head read as stored (int8_head) and the
+# greedy argmax inside the step (fused.argmax): GPU tests, the step's A/B of each,
+# the int8 head's block shapes, R0 on q30d8 and q30.
+gpu114() {
+  gpu_tests
+  synth30 q30d8 --dense-quant int8
+  timeout 150 python3 benches/step_ab.py "$DATA/q30d8.ftw" --configs base,bf16-head,no-argmax \
+    2>&1 | tail -4
+  r0 q30d8
+  echo "== int8 head blocks"
+  timeout 120 python3 benches/linear_tune.py --shapes head \
+    --blocks "16,512,8;8,1024,8;16,1024,8;32,512,8;8,2048,8;4,2048,4;32,1024,8;16,2048,8" \
+    2>&1 | grep -E '"int8"|best|error'
+  rm -f "$DATA/q30d8.ftw"
+  synth30 q30
+  r0 q30
+}
+
 case $what in
   install) install ;;
+  gpu114) install; gpu114 ;;
   gpu113) install; gpu113 ;;
   gpu112) install; gpu112 ;;
   gpu111) install; gpu111 ;;

@@ -68,6 +68,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "rope-w2": {"fused.ROPE_LAUNCH": {"num_warps": 2}},
     # what the kernels read before their wait (moe_kernel.AHEAD): none, or all but one
     "no-ahead": {"AHEAD": frozenset()},
+    "bf16-head": {"decode.INT8_HEAD": False},  # a --dense-quant int8 file's head as bf16
+    "no-argmax": {"decode.ARGMAX_IN_STEP": False},  # the greedy argmax out of the step
     **{f"no-ahead-{k}": {"AHEAD": moe_kernel.AHEAD - {k}} for k in sorted(moe_kernel.AHEAD)},
     # int4 down's blocks (rows, columns, warps; default (16, 256, 4)): reading its rows
     # ahead takes registers, so fewer programs fit an SM

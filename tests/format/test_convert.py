@@ -156,14 +156,18 @@ def test_bad_options_are_rejected(checkpoints: dict[str, Path], tmp_path: Path) 
         convert(str(checkpoints["mixtral"]), tmp_path / "x.ftw", ConvertOptions(quant="int3"))
 
 
-def test_dense_int8_quantizes_attention_only(checkpoints: dict[str, Path], tmp_path: Path) -> None:
+def test_dense_int8_quantizes_the_dense_matrices(
+    checkpoints: dict[str, Path], tmp_path: Path
+) -> None:
+    """Attention, shared experts and the LM head; not the embedding or the router."""
     out = tmp_path / "d.ftw"
     convert(str(checkpoints["qwen2_moe"]), out, ConvertOptions(dense_quant="int8"))
     with FtwFile(out) as f:
         q = f.metadata["quant"]["dense"]["tensors"]
         assert "model.layers.0.self_attn.q_proj.weight" in q
         assert "model.layers.0.mlp.shared_expert.up_proj.weight" in q
-        assert all("embed" not in n and "lm_head" not in n and "mlp.gate." not in n for n in q)
+        assert ("lm_head.weight" in q) == ("lm_head.weight" in f.tensors)
+        assert all("embed" not in n and "mlp.gate." not in n for n in q)
         assert f.tensors["model.layers.0.self_attn.q_proj.weight"].dtype == "i8"
         assert f.tensors["model.layers.0.self_attn.q_proj.weight_scale"].dtype == "f32"
 

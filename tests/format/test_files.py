@@ -73,7 +73,10 @@ def test_synth_stores_dense_int8_as_convert_does(tmp_path: Path) -> None:
         assert q.dtype == torch.int8 and q.shape == dense_shapes(GEOMETRIES["tiny"])[name]
         assert q.min() >= -127 and scale.shape == (q.shape[0],)
         assert torch.equal(source.tensor(name), q.float() * scale[:, None])
-        assert source.int8_matrix("lm_head.weight") is None  # not a --dense-quant part
+        head = source.int8_matrix("lm_head.weight")  # the untied LM head is int8 too
+        assert (
+            head is not None and head[0].shape == dense_shapes(GEOMETRIES["tiny"])["lm_head.weight"]
+        )
         assert source.int8_matrix("model.layers.1.mlp.gate.weight") is None  # the router
     finally:
         source.close()

@@ -50,7 +50,8 @@ def wide_files(
     tiny_tokenizer_json: str, tmp_path_factory: pytest.TempPathFactory
 ) -> dict[str, Path]:
     """A tiny random Qwen3-MoE whose experts fit torch's int4 kernels (K % 32 == 0,
-    N % 16 == 0), converted with --quant none, int8 and int4."""
+    N % 16 == 0), converted with --quant none, int8 and int4, and ("dense-int8") with
+    --quant none --dense-quant int8 (its LM head is not tied: stored int8 too)."""
     import transformers as tf
 
     from flint.convert import ConvertOptions, convert
@@ -81,4 +82,6 @@ def wide_files(
     for quant in ("none", "int8", "int4"):
         files[quant] = root / f"{quant}.ftw"
         convert(str(root / "ckpt"), files[quant], ConvertOptions(quant=quant))
+    files["dense-int8"] = root / "dense-int8.ftw"
+    convert(str(root / "ckpt"), files["dense-int8"], ConvertOptions(dense_quant="int8"))
     return files

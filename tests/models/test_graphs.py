@@ -17,7 +17,7 @@ import flint
 from flint.format.quant import decode_projection, encode_projection
 from flint.graphs import decode as decode_module
 from flint.graphs import fused, moe_kernel
-from flint.graphs.decode import SPAN_STEP, GraphDecoder, expert_pools
+from flint.graphs.decode import SPAN_STEP, GraphDecoder, expert_pools, int8_head
 from flint.graphs.moe_kernel import moe_experts, slab_pool, stacked_pool
 from flint.graphs.setup import family_unsupported
 from flint.models.ftw_source import FtwSource
@@ -418,6 +418,43 @@ def test_fused_linear_follows_torch(rows: int, cols: int) -> None:
         fused.linear(x, w, out=torch.empty(1, rows - 1))  # an output too short
 
 
+def _argmax_picks_as_torch(device: torch.device) -> None:
+    """``fused.argmax`` against ``torch.argmax`` on the same device: one block and
+    several, ties across and within blocks, -0 against +0, NaN (of either sign),
+    infinities, every entry -inf."""
+    from flint.graphs import fused
+
+    torch.manual_seed(0)
+    for n in (1, 7, fused.ARGMAX_BLOCK, fused.ARGMAX_BLOCK + 1, 3 * fused.ARGMAX_BLOCK + 5):
+        cases = [torch.randn(n), torch.zeros(n), torch.full((n,), float("-inf"))]
+        if n > 3:
+            for at, value in (((n - 1, n // 2), 9.0), ((n - 1, 2), float("nan"))):
+                x = torch.randn(n)
+                x[list(at)] = value
+                cases.append(x)
+            x = -torch.rand(n) - 1
+            x[[1, n - 2]] = torch.tensor([-0.0, 0.0])
+            cases += [x, -x.flip(0).abs()]
+            x = torch.randn(n)
+            x[[3, n - 1]] = torch.tensor([float("inf"), -float("nan")])
+            cases.append(x)
+        parts = fused.argmax_parts(n, device)
+        out = torch.empty(1, dtype=torch.int64, device=device)
+        for x in cases:
+            x = x.to(device)
+            assert fused.argmax(x, out, parts).item() == torch.argmax(x).item(), (n, x)
+
+
+@pytest.mark.interpreter
+def test_fused_argmax_picks_as_torch() -> None:
+    _argmax_picks_as_torch(torch.device("cpu"))
+
+
+@pytest.mark.gpu
+def test_fused_argmax_picks_as_torch_on_cuda() -> None:
+    _argmax_picks_as_torch(torch.device("cuda:0"))
+
+
 @pytest.mark.interpreter
 @pytest.mark.parametrize(
     "heads,kv_heads,dim,position,span",
@@ -593,6 +630,42 @@ def test_the_step_reads_int8_attention_as_stored(
         assert (got - want).abs().max().item() <= 1e-4 * want.abs().max().item()
     else:
         assert_follows(got_tokens, got, want_tokens, want)
+
+
+@pytest.mark.interpreter
+def test_the_step_reads_the_int8_lm_head_as_stored(wide_files: dict[str, Path]) -> None:
+    """A --dense-quant int8 file with its own LM head: the step's head product reads
+    the stored int8 matrix and row scales (fp32: the model's own decode's tokens, logits
+    within 1e-4 of their scale); a file without one (tied or bf16) has none."""
+    path = wide_files["dense-int8"]
+    with flint.LLM(
+        path, device="cpu", dtype="float32", context_length=64, expert_kernels="torch"
+    ) as llm:
+        model = llm.model
+        pools = expert_pools(model.experts)
+        assert pools is not None
+        prompt = [5, 17, 250, 3, 99, 42, 7, 7, 120]
+        want_tokens, want = _decode(model, prompt, 6)
+        source = FtwSource(path)
+        try:
+            model.decoder = decoder = GraphDecoder(model, pools, capture=False, source=source)
+        finally:
+            source.close()
+        assert decoder.int8_head is not None
+        q, scale = decoder.int8_head
+        assert q.dtype == torch.int8 and q.shape == model.lm_head.shape
+        assert scale.dtype == torch.float32 and scale.shape == (q.shape[0],)
+        got_tokens, got = _decode(model, prompt, 6)
+        scale[: q.shape[0] // 2].zero_()  # the step reads these: half the logits drop to 0
+        zeroed = _decode(model, prompt, 1)[1][0]
+        assert bool((zeroed[: q.shape[0] // 2] == 0).all()) and bool(zeroed.abs().max() > 0)
+    assert got_tokens == want_tokens
+    assert (got - want).abs().max().item() <= 1e-4 * want.abs().max().item()
+    source = FtwSource(wide_files["none"])
+    try:
+        assert int8_head(model, source) is None
+    finally:
+        source.close()
 
 
 @pytest.mark.interpreter

@@ -41,15 +41,17 @@ def register(app: typer.Typer, console: Any) -> None:
         dense_quant: Annotated[
             str,
             typer.Option(
-                help="Attention (DeltaNet too), shared-expert and dense-layer matrices:"
-                " none or int8."
+                help="Attention (DeltaNet too), shared-expert, dense-layer and LM head"
+                " matrices: none or int8 (row scales; the embedding and router stay as"
+                " they are)."
             ),
         ] = "none",
         group_size: Annotated[int, typer.Option(help="int4 group size.")] = 32,
     ) -> None:
         """Convert a Hugging Face MoE checkpoint to one .ftw file.
 
-        Architectures: Qwen3-MoE, Qwen2-MoE, Mixtral, OLMoE. Works offline.
+        Architectures: Qwen3-MoE, Qwen2-MoE, Mixtral, OLMoE, DeepSeek-V2/V3 (Kimi K2),
+        GLM-4.5 (Ling 2.0), GPT-OSS, Qwen3-Next. Works offline.
         """
         from flint.convert import ConvertOptions
         from flint.convert import convert as run
@@ -122,8 +124,8 @@ def register(app: typer.Typer, console: Any) -> None:
         dense_quant: Annotated[
             str,
             typer.Option(
-                help="Dense attention and MLP matrices: none (bf16) or int8 (row scales), "
-                "as `flint convert --dense-quant` stores them."
+                help="Dense attention, MLP and LM head matrices: none (bf16) or int8 (row"
+                " scales), as `flint convert --dense-quant` stores them."
             ),
         ] = "none",
     ) -> None:

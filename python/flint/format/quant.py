@@ -31,7 +31,9 @@ def int4_bytes(rows: int, cols: int, group: int) -> int:
 
 # Dense matrices that --dense-quant int8 quantizes: attention (Qwen3-Next's DeltaNet
 # projections included; its conv, decay and norm weights are not matrices), shared
-# experts, dense MLPs. Not the router, the embedding or the LM head.
+# experts, dense MLPs, and the LM head (``LM_HEAD``; llama.cpp's Q4_0/Q8_0 files store
+# their output matrix in 8 bits too). Not the router (its top-k picks the experts) or
+# the embedding (one row is read per token: int8 would save no bandwidth).
 _DENSE_QUANT_PARTS = (
     "self_attn.",
     "linear_attn.in_proj_qkvz.",
@@ -44,13 +46,16 @@ _DENSE_QUANT_PARTS = (
 )
 
 
+LM_HEAD = "lm_head.weight"  # an untied head; a tied one is the embedding, kept as is
+
+
 def dense_quantized(name: str, dense_quant: str) -> bool:
     """Whether ``dense_quant`` stores the dense matrix ``name`` as int8 (with row
     scales in ``name + "_scale"``); the caller checks it is a matrix."""
     return (
         dense_quant == "int8"
         and name.endswith(".weight")
-        and any(p in name for p in _DENSE_QUANT_PARTS)
+        and (name == LM_HEAD or any(p in name for p in _DENSE_QUANT_PARTS))
     )
 
 

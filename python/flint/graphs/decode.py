@@ -29,6 +29,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from flint.format.quant import LM_HEAD
 from flint.graphs import fused
 from flint.graphs.moe_kernel import (
     ExpertPool,
@@ -68,6 +69,15 @@ FUSED_SDPA = True
 # instead of waiting for the norm's own launch: one launch fewer per MoE layer. False
 # for an A/B in benches.
 NORM_IN_ROUTER = True
+# A --dense-quant int8 file's LM head read as stored (``int8_head``), half the bytes of
+# the bf16 copy: False for an A/B in benches.
+INT8_HEAD = True
+# The step ends with the argmax of its logits into its own input buffer
+# (``fused.argmax``: two small launches inside the graph, under dependent launch), so
+# the greedy loop's next step follows with no launch of its own between the graphs.
+# A caller that samples writes its token into the buffer before each step, as always.
+# False for an A/B in benches.
+ARGMAX_IN_STEP = True
 
 
 def expert_pools(backend: object) -> dict[int, ExpertPool] | None:
@@ -157,6 +167,18 @@ def int8_attention(model: MoEModel, source: object) -> dict[int, tuple[Int8, Int
     return out
 
 
+def int8_head(model: MoEModel, source: object) -> Int8 | None:
+    """The LM head as the file stores it, where it stores it as int8 (``--dense-quant
+    int8``; a tied head is the embedding, never int8), on the model's device; None
+    otherwise. The model keeps the dequantized matrix for its other paths."""
+    read = getattr(source, "int8_matrix", None)
+    stored = None if read is None else read(LM_HEAD)
+    if stored is None or stored[0].shape != model.lm_head.shape:
+        return None
+    device = model.place.device
+    return stored[0].to(device), stored[1].to(device)
+
+
 class GraphDecoder:
     """Decodes one token at a time for ``model`` (resident, one GPU)."""
 
@@ -172,7 +194,8 @@ class GraphDecoder:
         source: object = None,
     ):
         """``source``: the model's weight source; where it stores the attention's
-        matrices as int8, the step reads those (``int8_attention``)."""
+        matrices or the LM head as int8, the step reads those (``int8_attention``,
+        ``int8_head``)."""
         self.model, self.pools, self.capture = model, pools, capture
         cfg, device = model.config, model.place.device
         self.device = device
@@ -219,6 +242,11 @@ class GraphDecoder:
         self.int8: dict[int, tuple[Int8, Int8]] = {}
         if self.fused_attention and self.fused_dense and source is not None:
             self.int8 = int8_attention(model, source)
+        self.int8_head = int8_head(model, source) if self.fused_dense and INT8_HEAD else None
+        # the streamed step's hops read the router's ids on the host: no greedy ahead
+        self.argmax_in_step = ARGMAX_IN_STEP and self.device_greedy
+        if self.argmax_in_step:
+            self.argmax_parts = fused.argmax_parts(cfg.vocab_size, device)
         if self.fused_norm and EIGHTHS_IN_NORM:
             for index, pool in pools.items():
                 buffer = eighths_buffer(pool, 1, device)
@@ -264,10 +292,13 @@ class GraphDecoder:
         """Enqueues the step of the token in the input buffer at ``position``, then the
         argmax of its logits into that buffer (the next step's input), and returns
         without waiting for either: the host reads a token while the GPU computes the
-        next (``flint.generation``). The same kernels on the same inputs as a call."""
+        next (``flint.generation``). The same kernels on the same inputs as a call.
+        With ``argmax_in_step`` the step itself ends with that argmax (``fused.argmax``
+        picks as ``torch.argmax`` does) when ``vocab`` is the logits' whole width."""
         with on_device(self.device):
             self._replay(position)
-            torch.argmax(self.logits[0, :vocab], dim=0, keepdim=True, out=self.token)
+            if not (self.argmax_in_step and vocab == self.logits.shape[1]):
+                torch.argmax(self.logits[0, :vocab], dim=0, keepdim=True, out=self.token)
 
     def _replay(self, position: int) -> None:
         """The step at ``position`` on the token in the input buffer."""
@@ -323,6 +354,8 @@ class GraphDecoder:
             for layer in model.layers:
                 x, delta = self._layer(layer, x, delta, cos, sin, mask, span)
             self._head(x, delta)
+            if self.argmax_in_step:  # the greedy next token, into the input buffer
+                fused.argmax(self.logits[0], self.token, self.argmax_parts)
 
     def _inputs(self, span: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """RoPE rows cos, sin [1, D] at ``position`` and the span's mask [1, S]."""
@@ -337,7 +370,10 @@ class GraphDecoder:
         eps = model.config.rms_norm_eps
         _, normed = self._add_norm(model.final_norm, x, delta, model.norm, eps)
         head = model.lm_head
-        if self._fits(normed, head) and head.shape[0] == self.logits.shape[1]:
+        if self.int8_head is not None and normed.shape[0] == 1:
+            q, scale = self.int8_head
+            fused.linear(normed, q, scale=scale, out=self.logits)
+        elif self._fits(normed, head) and head.shape[0] == self.logits.shape[1]:
             fused.linear(normed, head, out=self.logits)
         else:
             self.logits.copy_(F.linear(normed, model.lm_head))

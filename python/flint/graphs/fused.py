@@ -13,6 +13,8 @@ import torch
 
 from flint.graphs.moe_kernel import _DTYPES, ahead, on_device, pdl
 from flint.graphs.triton_kernels import (
+    argmax_blocks_kernel,
+    argmax_kernel,
     attention_combine_kernel,
     decode_attention_kernel,
     head_rope_kernel,
@@ -305,3 +307,35 @@ def route(
             num_warps=1 if ROUTE_ONE_PASS else 4, **pdl(logits.device),
         )  # fmt: skip
     return ids, weights
+
+
+ARGMAX_BLOCK = 2048  # entries per program of ``argmax``'s first launch
+
+
+def argmax_parts(n: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Scratch for ``argmax`` over ``n`` entries: each block's largest key and the first
+    entry holding it (int32 each)."""
+    blocks = -(-n // ARGMAX_BLOCK)
+    return (
+        torch.empty(blocks, dtype=torch.int32, device=device),
+        torch.empty(blocks, dtype=torch.int32, device=device),
+    )
+
+
+def argmax(
+    x: torch.Tensor, out: torch.Tensor, parts: tuple[torch.Tensor, torch.Tensor]
+) -> torch.Tensor:
+    """``torch.argmax(x)`` of fp32 x [n] into ``out`` [1] (int64) in two launches: the
+    first of the largest entries (-0 equal to +0, NaN above everything, the first NaN
+    if any), as torch picks. For the greedy step's next token, on the device."""
+    (n,) = x.shape
+    assert x.dtype == torch.float32 and x.is_contiguous() and out.dtype == torch.int64
+    keys, first = parts
+    blocks = keys.shape[0]
+    assert blocks == -(-n // ARGMAX_BLOCK), (blocks, n)
+    with on_device(x.device):
+        argmax_blocks_kernel[(blocks,)](x, keys, first, n, BLOCK=ARGMAX_BLOCK, **pdl(x.device))
+        argmax_kernel[(1,)](
+            keys, first, out, blocks, n, BLOCK=_block(blocks), **pdl(x.device)
+        )  # fmt: skip
+    return out

@@ -19,6 +19,8 @@ __all__ = [
     "_w_steps",
     "_w_tile",
     "_x_cols",
+    "argmax_blocks_kernel",
+    "argmax_kernel",
     "attention_combine_kernel",
     "decode_attention_kernel",
     "head_rope_kernel",
@@ -570,3 +572,47 @@ if triton is not None:
                 weight = best / total if NORM else best
                 tl.store(w_ptr + token * TOPK + k, _round(weight, w_type).to(w_type))
                 p = tl.where(e == pick, -1.0, p)
+
+    @triton.jit
+    def _argmax_key(v):
+        """fp32 -> int32 keys in the order ``torch.argmax`` compares: -0 and +0 equal,
+        NaN above everything (every NaN alike)."""
+        bits = v.to(tl.int32, bitcast=True)
+        key = tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits)  # negatives: larger below
+        key = tl.where((bits & 0x7FFFFFFF) == 0, 0, key)  # -0 as +0
+        return tl.where(v != v, 0x7FFFFFFF, key)
+
+    @triton.jit
+    def _first_max(key, index, none):
+        """(the largest key, the lowest index holding it; ``none`` above every index)."""
+        best = tl.max(key, axis=0)
+        return best, tl.min(tl.where(key == best, index, none), axis=0)
+
+    @triton.jit
+    def argmax_blocks_kernel(
+        x_ptr, keys_ptr, first_ptr, n, BLOCK: tl.constexpr, GDC: tl.constexpr = False
+    ):
+        """Each program: the largest key of its ``BLOCK`` entries of x and the first
+        entry holding it (lanes past n: below every key, -inf's included)."""
+        _await_inputs(GDC)
+        block = tl.program_id(0)
+        i = block * BLOCK + tl.arange(0, BLOCK)
+        ok = i < n
+        key = tl.where(ok, _argmax_key(tl.load(x_ptr + i, mask=ok, other=0.0)), -0x7FFFFFFF)
+        best, first = _first_max(key, i, n)
+        tl.store(keys_ptr + block, best)
+        tl.store(first_ptr + block, first)
+
+    @triton.jit
+    def argmax_kernel(
+        keys_ptr, first_ptr, out_ptr, blocks, n, BLOCK: tl.constexpr, GDC: tl.constexpr = False
+    ):
+        """One program: the blocks' largest key and, of the blocks holding it, the
+        first one's entry (blocks are in entry order), written as int64."""
+        _await_inputs(GDC)
+        b = tl.arange(0, BLOCK)
+        ok = b < blocks
+        key = tl.load(keys_ptr + b, mask=ok, other=-0x7FFFFFFF)
+        first = tl.load(first_ptr + b, mask=ok, other=n)
+        _, token = _first_max(key, first, n)
+        tl.store(out_ptr, token.to(tl.int64))
