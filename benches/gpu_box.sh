@@ -1778,8 +1778,22 @@ gpu114() {
   r0 q30
 }
 
+# Session 21, after gpu114 (the capture's eager run overwrote the step's input with its
+# argmax: the token is now put back): GPU tests, the attention's chunk of positions
+# per program, R0 and flint bench's row on q30d8.
+gpu115() {
+  gpu_tests
+  synth30 q30d8 --dense-quant int8
+  timeout 150 python3 benches/step_ab.py "$DATA/q30d8.ftw" \
+    --configs base,attn-chunk64,attn-chunk128,attn-chunk64-b32 2>&1 | tail -5
+  r0 q30d8
+  echo "== flint bench R0"; timeout 150 flint bench "$DATA/q30d8.ftw" -p 512 -n 128 -r 3 \
+    --mode resident 2>&1 | tail -4
+}
+
 case $what in
   install) install ;;
+  gpu115) install; gpu115 ;;
   gpu114) install; gpu114 ;;
   gpu113) install; gpu113 ;;
   gpu112) install; gpu112 ;;

@@ -13,7 +13,8 @@ experts, the LM head, and top-k routed experts per MoE layer, as stored) over th
 device-to-device copy rate measured here (bytes read + written per second), which is
 the ceiling HBM allows. The routed-expert kernels alone are timed on one layer too.
 With graphs, ``replay_us`` and ``greedy_us`` time the step's graph replayed back to back
-at the same positions, without and with the greedy loop's argmax (``device_loops``).
+at the same positions, without and with the greedy loop's argmax (``device_loops``;
+the same graph since the argmax is made inside the step).
 """
 
 from __future__ import annotations
@@ -59,15 +60,24 @@ def pool_bytes(pool: ExpertPool) -> int:
     return total
 
 
-def token_bytes(model: MoEModel, pools: dict[int, ExpertPool], int8: dict | None = None) -> int:
+def token_bytes(
+    model: MoEModel,
+    pools: dict[int, ExpertPool],
+    int8: dict | None = None,
+    int8_head: tuple | None = None,
+) -> int:
     """``int8``: the step's int8 attention matrices (``GraphDecoder.int8``), read in
-    place of the model's dequantized q/k/v/o."""
+    place of the model's dequantized q/k/v/o; ``int8_head`` its int8 LM head
+    (``GraphDecoder.int8_head``), read in place of ``model.lm_head``."""
     seen: set[int] = {model.embed.data_ptr()}  # one row of it is read
     stored = 0
     for index, matrices in (int8 or {}).items():
         attn = model.layers[index].attn
         seen.update(t.data_ptr() for t in (attn.q_w, attn.k_w, attn.v_w, attn.o_w))
         stored += tensor_bytes(matrices, set())
+    if int8_head is not None:
+        seen.add(model.lm_head.data_ptr())
+        stored += tensor_bytes(int8_head, set())
     dense = stored + tensor_bytes(model.layers, seen) + tensor_bytes(model.lm_head, seen)
     experts = sum(model.config.top_k * pool_bytes(p) for p in pools.values())
     return dense + experts
@@ -120,7 +130,7 @@ def profile(llm: flint.LLM, ids: list[int], steps: int = 16) -> None:
 
 def between_steps(llm: flint.LLM, ids: list[int], tokens: int = 24) -> None:
     """What the GPU does between two decode steps of ``llm.generate`` (torch.profiler,
-    CUPTI): each token's period (LM head to LM head: the step's last kernel, the only
+    CUPTI): each token's period (LM head to LM head: the step's last product, the only
     product over 50 us), and the work and idle time from one LM head's end to the next
     step's first kernel (the embedding's index_select), for three tokens, with the
     median of that interval over all."""
@@ -158,7 +168,8 @@ def between_steps(llm: flint.LLM, ids: list[int], tokens: int = 24) -> None:
 def device_loops(decoder: Any, first: int, tokens: int, vocab: int) -> dict[str, float]:
     """Microseconds per token of the graph step replayed back to back at the generate
     loop's positions (``replay_us``), and of the step with its argmax into the next
-    step's input as the greedy loop queues it (``greedy_us``): with ``1e6 /
+    step's input as the greedy loop queues it (``greedy_us``; with the argmax inside
+    the step, ``decode.ARGMAX_IN_STEP``, both replay the same graph): with ``1e6 /
     tg_tok_s``, the host's and the token's own work apart from the step's."""
     out = {}
     for name, one in (
@@ -249,7 +260,13 @@ def main() -> None:
             }
             pools = expert_pools(model.experts)
             if pools is not None:
-                nbytes = token_bytes(model, pools, getattr(model.decoder, "int8", None))
+                decoder = model.decoder
+                nbytes = token_bytes(
+                    model,
+                    pools,
+                    getattr(decoder, "int8", None),
+                    getattr(decoder, "int8_head", None),
+                )
                 roof = result["copy_gb_s"] * 1e9 / nbytes
                 row["bytes_per_token_mib"] = round(nbytes / 2**20, 1)
                 row["roofline_tok_s"] = round(roof, 1)

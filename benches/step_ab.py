@@ -70,6 +70,10 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "no-ahead": {"AHEAD": frozenset()},
     "bf16-head": {"decode.INT8_HEAD": False},  # a --dense-quant int8 file's head as bf16
     "no-argmax": {"decode.ARGMAX_IN_STEP": False},  # the greedy argmax out of the step
+    # the attention's cache positions per program (a second launch merges the chunks)
+    "attn-chunk64": {"fused.ATTENTION_CHUNK": 64},
+    "attn-chunk128": {"fused.ATTENTION_CHUNK": 128},
+    "attn-chunk64-b32": {"fused.ATTENTION_CHUNK": 64, "fused.ATTENTION_BLOCK": 32},
     **{f"no-ahead-{k}": {"AHEAD": moe_kernel.AHEAD - {k}} for k in sorted(moe_kernel.AHEAD)},
     # int4 down's blocks (rows, columns, warps; default (16, 256, 4)): reading its rows
     # ahead takes registers, so fewer programs fit an SM

@@ -319,8 +319,12 @@ class GraphDecoder:
         self.memory = None
 
     def _record(self, span: int) -> Any:
-        """Captures the step for ``span``."""
+        """Captures the step for ``span``. The capture's eager run computes the step,
+        whose argmax (``argmax_in_step``) overwrites its input token: the token is put
+        back for the replay that follows."""
+        token = self.token.clone()
         graph = self._capture(lambda: self._step(span))
+        self.token.copy_(token)
         self.graphs[span] = graph
         return graph
 
