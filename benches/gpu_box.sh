@@ -1791,8 +1791,22 @@ gpu115() {
     --mode resident 2>&1 | tail -4
 }
 
+# Session 21: one token's int4 down and ranked sum in one launch (moe_kernel.DOWN_SUM,
+# down_sum_kernel): the step's A/B and blocks, R0 on q30d8 and q30, the GPU tests.
+gpu116() {
+  synth30 q30d8 --dense-quant int8
+  timeout 200 python3 benches/step_ab.py "$DATA/q30d8.ftw" \
+    --configs base,no-down-sum,down-sum-b4,down-sum-w8,down-sum-b2 2>&1 | tail -6
+  r0 q30d8
+  gpu_tests
+  rm -f "$DATA/q30d8.ftw"
+  synth30 q30
+  r0 q30
+}
+
 case $what in
   install) install ;;
+  gpu116) install; gpu116 ;;
   gpu115) install; gpu115 ;;
   gpu114) install; gpu114 ;;
   gpu113) install; gpu113 ;;
