@@ -1793,6 +1793,8 @@ gpu115() {
 
 # Session 21: one token's int4 down and ranked sum in one launch (moe_kernel.DOWN_SUM,
 # down_sum_kernel): the step's A/B and blocks, R0 on q30d8 and q30, the GPU tests.
+# Slower in every block (docs/benchmarks.md): taken out with its step_ab configurations
+# (no-down-sum, down-sum-*), which this call names as it ran at 091e1eb.
 gpu116() {
   synth30 q30d8 --dense-quant int8
   timeout 200 python3 benches/step_ab.py "$DATA/q30d8.ftw" \

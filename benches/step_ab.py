@@ -70,11 +70,6 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "no-ahead": {"AHEAD": frozenset()},
     "bf16-head": {"decode.INT8_HEAD": False},  # a --dense-quant int8 file's head as bf16
     "no-argmax": {"decode.ARGMAX_IN_STEP": False},  # the greedy argmax out of the step
-    # down and the ranked sum in two launches, or in one with other blocks (BN, cols, warps)
-    "no-down-sum": {"DOWN_SUM": False},
-    "down-sum-b4": {"DOWN_SUM_BLOCK": (4, 256, 4)},
-    "down-sum-w8": {"DOWN_SUM_BLOCK": (8, 256, 8)},
-    "down-sum-b2": {"DOWN_SUM_BLOCK": (2, 256, 4)},
     # the attention's cache positions per program (a second launch merges the chunks)
     "attn-chunk64": {"fused.ATTENTION_CHUNK": 64},
     "attn-chunk128": {"fused.ATTENTION_CHUNK": 128},

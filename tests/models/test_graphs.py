@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
 
 import pytest
 import torch
@@ -132,58 +131,6 @@ def test_int4_words_and_bytes_agree(
     # 0 to 1.5e-4 in the interpreter, 1.6e-5 on the H200)
     scale = runs[False].abs().max().item()
     torch.testing.assert_close(runs[True], runs[False], rtol=2**-7, atol=2**-8 * scale)
-
-
-def _down_sum_agrees(
-    hidden: int, inter: int, group: int, k: int, device: torch.device, monkeypatch: Any
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """One token's int4 experts with down and the ranked sum in one launch
-    (``moe_kernel.DOWN_SUM``) and in two: (fused, apart), both checked against the
-    per-expert torch path; the eighths buffers' padding is NaN."""
-    monkeypatch.setattr(moe_kernel, "_eighths_empty", _nan_eighths)
-    torch.manual_seed(hidden + k)
-    experts = 2 * k + 1
-    shapes = ((inter, hidden), (inter, hidden), (hidden, inter))
-    slabs, offsets, dense = _slabs("int4", experts, shapes, group)
-    pool = slab_pool(slabs.to(device), "int4", group, shapes, offsets)
-    x = (torch.randn(1, hidden) / hidden**0.5).bfloat16()
-    ids = torch.randperm(experts)[:k][None]
-    w = torch.rand(1, k).bfloat16()
-    runs = {}
-    for fused_sum in (True, False):
-        monkeypatch.setattr(moe_kernel, "DOWN_SUM", fused_sum)
-        assert moe_kernel._down_sums(pool, 1, k) == (fused_sum and k & (k - 1) == 0)
-        runs[fused_sum] = moe_experts(x.to(device), ids.to(device), w.to(device), pool).cpu()
-    want = _reference(x, ids, w, dense).float()
-    for got in runs.values():
-        assert ((got.float() - want).norm() / want.norm()).item() <= 1.5e-2
-    return runs[True], runs[False]
-
-
-@pytest.mark.interpreter
-@pytest.mark.parametrize(
-    ("hidden", "inter", "group", "k", "rows"),
-    [(1024, 256, 32, 8, 8), (200, 24, 8, 4, 16), (160, 768, 32, 2, 8), (72, 40, 8, 3, 8)],
-)
-def test_down_and_ranked_sum_in_one_launch(
-    hidden: int, inter: int, group: int, k: int, rows: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """``down_sum_kernel`` (each program some output rows of every rank, each row with
-    its rank's expert and h) gives the bits of ``down_kernel`` then ``ranked_sum_kernel``
-    in the interpreter: one to three column tiles, rows past the hidden size (200 rows
-    in blocks of 16), a top-k that is not a power of two (the two launches then)."""
-    monkeypatch.setattr(moe_kernel, "DOWN_SUM_BLOCK", (rows, *moe_kernel.DOWN_SUM_BLOCK[1:]))
-    fused_sum, apart = _down_sum_agrees(hidden, inter, group, k, torch.device("cpu"), monkeypatch)
-    assert torch.equal(fused_sum, apart)
-
-
-@pytest.mark.gpu
-def test_down_and_ranked_sum_in_one_launch_on_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
-    """On CUDA, the 30B-A3B's expert shapes: the one launch within a rounding of the
-    model dtype of the two (their sums of groups may run in another order)."""
-    fused_sum, apart = _down_sum_agrees(2048, 768, 32, 8, torch.device("cuda:0"), monkeypatch)
-    scale = apart.float().abs().max().item()
-    torch.testing.assert_close(fused_sum.float(), apart.float(), rtol=2**-7, atol=2**-8 * scale)
 
 
 @pytest.mark.interpreter

@@ -37,7 +37,6 @@ from flint.format.constants import SCALE_ALIGN
 from flint.graphs.slot_kernels import (
     dequant_kernel,
     down_kernel,
-    down_sum_kernel,
     eighths_kernel,
     gate_up_kernel,
     ranked_sum_kernel,
@@ -258,11 +257,6 @@ EVEN_TILES = True
 WORDS = True
 WORDS_GATE_UP_BLOCK = (8, 512, 4)
 WORDS_DOWN_BLOCK = (16, 256, 4)
-# One token's int4 words: down and the ranked sum in one launch (``down_sum_kernel``:
-# each program BN output rows of every rank, a tile of top-k * BN rows), one launch
-# fewer per MoE layer; (BN, columns, warps). False: down and the ranked sum apart.
-DOWN_SUM = True
-DOWN_SUM_BLOCK = (8, 256, 4)
 
 
 def _even(cols: int, block: int) -> bool:
@@ -358,44 +352,8 @@ def _launch(
     if out is None:
         out = torch.empty(tokens, h_dim, dtype=x.dtype, device=x.device)
     x, ids, weights = x.contiguous(), ids.contiguous(), weights.contiguous()
-    if _down_sums(pool, tokens, top_k):
-        h = _pair_outputs(x, ids, pool, hidden, per_rank, x_eighths, down=False)
-        return _down_sum(h, ids, weights, pool, out)
     _pair_outputs(x, ids, pool, hidden, per_rank, x_eighths)
     return _ranked_sum(per_rank, weights, out)
-
-
-def _down_sums(pool: ExpertPool, tokens: int, top_k: int) -> bool:
-    """Whether ``down_sum_kernel`` makes down and the ranked sum: one token, int4
-    words without biases, a power-of-two top-k, rows of at most four column tiles."""
-    bk = _cols(DOWN_SUM_BLOCK[1], pool.group)
-    return (
-        DOWN_SUM
-        and tokens == 1
-        and _words(pool)
-        and pool.biases is None
-        and top_k & (top_k - 1) == 0
-        and triton.cdiv(pool.inter, bk) <= 4
-    )
-
-
-def _down_sum(
-    h: torch.Tensor,  # [K, 8 * stride] fp32: the activations in the eighths layout
-    ids: torch.Tensor,  # [1, K]
-    weights: torch.Tensor,  # [1, K]
-    pool: ExpertPool,
-    out: torch.Tensor,  # [1, H]
-) -> torch.Tensor:
-    top_k = ids.shape[1]
-    bn, bk, warps = DOWN_SUM_BLOCK
-    bk = _cols(bk, pool.group)
-    down_sum_kernel[(triton.cdiv(pool.hidden, bn),)](
-        h, ids, weights, out, *_args(pool.down), pool.hidden, pool.inter,
-        _eighths_stride(pool.inter), OUT=_DTYPES[out.dtype], TOPK=top_k, GROUP=pool.group,
-        BN=bn, BK=bk, EVEN=_even(pool.inter, bk), NT=triton.cdiv(pool.inter, bk),
-        num_warps=warps, **pdl(out.device),
-    )  # fmt: skip
-    return out
 
 
 def _pair_outputs(
@@ -405,11 +363,10 @@ def _pair_outputs(
     hidden: torch.Tensor | None,  # [T*K, I] in x's dtype: the activations (None: made)
     y: torch.Tensor,  # [T*K, H] fp32: each pair's expert output, rounded to x's dtype
     x_eighths: torch.Tensor | None = None,  # ``eighths(x)``, where the caller has it
-    down: bool = True,  # False: gate/up only (``_down_sum`` follows)
-) -> torch.Tensor:
+) -> None:
     """gate/up, then down, of every (token, rank) pair: two launches. The word kernels
     keep x and the activations in the eighths layout (a buffer of their own, not
-    ``hidden``). Returns the activations."""
+    ``hidden``)."""
     tokens, top_k = ids.shape
     h_dim, i_dim = pool.hidden, pool.inter
     pairs, code, group = tokens * top_k, pool.scheme, pool.group
@@ -435,8 +392,6 @@ def _pair_outputs(
         ACT=pool.act, EVEN=_even(h_dim, _cols(bk, group)), WORDS=words,
         num_warps=warps, **pdl(x.device),
     )  # fmt: skip
-    if not down:
-        return hidden
     bn, bk, warps = down_block
     bk = _cols(bk, group)
     tiles = triton.cdiv(i_dim, bk)  # down's rows read ahead whole: int4 words, <= 4 tiles
@@ -447,7 +402,6 @@ def _pair_outputs(
         HAS_BIAS=has_bias, EVEN=_even(i_dim, bk), WORDS=words, AHEAD=read_ahead,
         num_warps=warps, **pdl(x.device),
     )  # fmt: skip
-    return hidden
 
 
 def _ranked_sum(

@@ -12,7 +12,6 @@ __all__ = [
     "_activate",
     "dequant_kernel",
     "down_kernel",
-    "down_sum_kernel",
     "eighths_kernel",
     "gate_up_kernel",
     "ranked_sum_kernel",
@@ -124,31 +123,22 @@ if triton is not None:
 
     @triton.jit
     def _words_dot(words, s, v_ptr, stride, k0, n_cols, BN: tl.constexpr, BK: tl.constexpr,
-                   GROUP: tl.constexpr, EVEN: tl.constexpr,
-                   ROWS: tl.constexpr = False):  # fmt: skip
+                   GROUP: tl.constexpr, EVEN: tl.constexpr):  # fmt: skip
         """[BN, BK/GROUP] fp32: a word tile from ``_i4_words`` dotted with columns k0..
         of a vector in the eighths layout at ``v_ptr`` (``eighths_kernel``), group by
         group: every product exact, each word's eight summed in nibble order, then each
         group's words, times its scale. (The caller adds the groups across steps and
-        sums them once at the end: one cross-thread sum per dot, not one per step.)
-        ``ROWS``: ``v_ptr`` is [BN, 1], each row's own vector (``down_sum_kernel``)."""
+        sums them once at the end: one cross-thread sum per dot, not one per step.)"""
         m = k0 // 8 + tl.arange(0, BK // 8)
         # 0x3F800000 (stride >= 0), from a run-time value so that it stays in a register
         one = tl.minimum(stride, 0) | 0x3F800000
         part = tl.zeros([BN, BK // 8], dtype=tl.float32)
         for k in tl.static_range(8):
-            if ROWS:  # noqa: SIM108 - a compile-time branch
-                at = v_ptr + k * stride + m[None, :]
+            if EVEN:
+                x = tl.load(v_ptr + k * stride + m)
             else:
-                at = v_ptr + k * stride + m
-            if EVEN:  # noqa: SIM108 - a compile-time branch
-                x = tl.load(at)
-            else:
-                x = tl.load(at, mask=m < n_cols // 8, other=0.0)
-            if ROWS:
-                part += _nibble(words, one, k) * x
-            else:
-                part += _nibble(words, one, k) * x[None, :]
+                x = tl.load(v_ptr + k * stride + m, mask=m < n_cols // 8, other=0.0)
+            part += _nibble(words, one, k) * x[None, :]
         part = tl.sum(tl.reshape(part, (BN, BK // GROUP, GROUP // 8)), axis=2)
         return part * s.to(tl.float32)
 
@@ -174,21 +164,17 @@ if triton is not None:
     @triton.jit
     def _words_ahead_dot(w0, s0, w1, s1, w2, s2, w3, s3, v_ptr, stride, n_cols,
                          BN: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr,
-                         EVEN: tl.constexpr, NT: tl.constexpr,
-                         ROWS: tl.constexpr = False):  # fmt: skip
+                         EVEN: tl.constexpr, NT: tl.constexpr):  # fmt: skip
         """[BN] fp32: ``_rows_dot``'s word dot of the tiles from ``_words_ahead``, in its
-        order (tile by tile, the groups summed once at the end): the same bits.
-        ``ROWS``: each row against its own vector (``_words_dot``)."""
+        order (tile by tile, the groups summed once at the end): the same bits."""
         groups = tl.zeros([BN, BK // GROUP], dtype=tl.float32)
-        groups += _words_dot(w0, s0, v_ptr, stride, 0, n_cols, BN, BK, GROUP, EVEN, ROWS)
+        groups += _words_dot(w0, s0, v_ptr, stride, 0, n_cols, BN, BK, GROUP, EVEN)
         if NT > 1:
-            groups += _words_dot(w1, s1, v_ptr, stride, BK, n_cols, BN, BK, GROUP, EVEN, ROWS)
+            groups += _words_dot(w1, s1, v_ptr, stride, BK, n_cols, BN, BK, GROUP, EVEN)
         if NT > 2:
-            groups += _words_dot(w2, s2, v_ptr, stride, 2 * BK, n_cols, BN, BK, GROUP, EVEN,
-                                 ROWS)  # fmt: skip
+            groups += _words_dot(w2, s2, v_ptr, stride, 2 * BK, n_cols, BN, BK, GROUP, EVEN)
         if NT > 3:
-            groups += _words_dot(w3, s3, v_ptr, stride, 3 * BK, n_cols, BN, BK, GROUP, EVEN,
-                                 ROWS)  # fmt: skip
+            groups += _words_dot(w3, s3, v_ptr, stride, 3 * BK, n_cols, BN, BK, GROUP, EVEN)
         return tl.sum(groups, axis=1)
 
     @triton.jit
@@ -439,64 +425,6 @@ if triton is not None:
         tl.store(y_ptr + pair * hid + rows, y, mask=row_ok)
 
     @triton.jit
-    def down_sum_kernel(
-        h_ptr,
-        ids_ptr,
-        rw_ptr,
-        out_ptr,
-        d_ptr,
-        d_we,
-        d_wr,
-        ds_ptr,
-        ds_e,
-        ds_r,
-        hid,
-        inter,
-        h_stride,
-        OUT: tl.constexpr,
-        TOPK: tl.constexpr,
-        GROUP: tl.constexpr,
-        BN: tl.constexpr,
-        BK: tl.constexpr,
-        EVEN: tl.constexpr,
-        NT: tl.constexpr,
-        GDC: tl.constexpr = False,
-    ):
-        """One token's int4 ``down`` for every rank and its ranked sum in one launch:
-        each program takes ``BN`` output rows of all ``TOPK`` ranks (a power of two) as
-        one tile of TOPK * BN rows, rank-major, each row with its rank's expert and its
-        own h (eighths layout); each rank's output rounded to the model dtype as
-        ``down_kernel`` rounds it, then out = sum over ranks, in rank order, of weight *
-        output in fp32, cast once (``ranked_sum_kernel``'s adds). The experts' ids and
-        weights (the router's, two kernels back) and the whole rows (``NT`` word tiles)
-        are read before ``_await_inputs``; after it only h."""
-        c = tl.arange(0, TOPK * BN)
-        rank = c // BN
-        rows = tl.program_id(0) * BN + c % BN
-        row_ok = rows < hid
-        expert = tl.load(ids_ptr + rank).to(tl.int64)
-        k = tl.arange(0, TOPK)
-        weight = tl.load(rw_ptr + k).to(tl.float32)
-        w0, s0, w1, s1, w2, s2, w3, s3 = _words_ahead(
-            (d_ptr + expert * d_we)[:, None], (ds_ptr + expert * ds_e)[:, None], d_wr, ds_r,
-            rows, row_ok, inter, GROUP, BK, EVEN, NT,
-        )  # fmt: skip
-        _await_inputs(GDC)
-        h = (h_ptr + rank * (8 * h_stride))[:, None]
-        y = _words_ahead_dot(
-            w0, s0, w1, s1, w2, s2, w3, s3, h, h_stride, inter, TOPK * BN, BK, GROUP, EVEN,
-            NT, True,
-        )  # fmt: skip
-        y = tl.reshape(_round(y, OUT), (TOPK, BN))
-        total = tl.zeros([BN], dtype=tl.float32)
-        for r in tl.static_range(TOPK):  # rank order; picking a row out of y is exact
-            y_r = tl.sum(tl.where(k[:, None] == r, y, 0.0), axis=0)
-            total = total + y_r * tl.sum(tl.where(k == r, weight, 0.0), axis=0)
-        out_rows = tl.program_id(0) * BN + tl.arange(0, BN)
-        out_type = out_ptr.dtype.element_ty
-        tl.store(out_ptr + out_rows, _round(total, out_type).to(out_type), mask=out_rows < hid)
-
-    @triton.jit
     def ranked_sum_kernel(
         y_ptr, rw_ptr, out_ptr, hid, TOPK: tl.constexpr, BS: tl.constexpr, GDC: tl.constexpr = False
     ):
@@ -540,7 +468,7 @@ if triton is not None:
         tl.store(at, _round(q * s, out_type).to(out_type), mask=ok)
 
 else:  # pragma: no cover - depends on the environment
-    gate_up_kernel = down_kernel = down_sum_kernel = ranked_sum_kernel = None
+    gate_up_kernel = down_kernel = ranked_sum_kernel = None
     dequant_kernel = None
     rms_norm_kernel = head_rope_kernel = route_kernel = linear_kernel = None
     qkv_rope_kernel = decode_attention_kernel = attention_combine_kernel = None
