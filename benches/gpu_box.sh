@@ -1806,8 +1806,21 @@ gpu116() {
   r0 q30
 }
 
+# Session 21, final code (7862968's kernels): flint bench's R0 rows with --warm (one
+# model per mode after a warm-up; gpu115's cold runs timed the prompt kernels' compile).
+gpu117() {
+  synth30 q30d8 --dense-quant int8
+  echo "== flint bench q30d8"; timeout 150 flint bench "$DATA/q30d8.ftw" -p 512 -n 128 -r 3 \
+    --mode resident --warm 2>&1 | tail -4
+  rm -f "$DATA/q30d8.ftw"
+  synth30 q30
+  echo "== flint bench q30"; timeout 150 flint bench "$DATA/q30.ftw" -p 512 -n 128 -r 3 \
+    --mode resident --warm 2>&1 | tail -4
+}
+
 case $what in
   install) install ;;
+  gpu117) install; gpu117 ;;
   gpu116) install; gpu116 ;;
   gpu115) install; gpu115 ;;
   gpu114) install; gpu114 ;;
