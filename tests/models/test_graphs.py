@@ -576,6 +576,17 @@ def test_the_step_follows_the_eager_layer_loop(
         assert torch.isfinite(tail).all()
 
 
+def _eager_step_from(model: MoEModel, pools: dict, path: Path) -> GraphDecoder:
+    """The step, launched op by op, made with ``path``'s file as its weight source (its
+    int8 matrices as stored), set as ``model``'s decoder."""
+    source = FtwSource(path)
+    try:
+        model.decoder = decoder = GraphDecoder(model, pools, capture=False, source=source)
+    finally:
+        source.close()
+    return decoder
+
+
 @pytest.fixture(scope="module")
 def int8_dense_ftw(tiny_models: dict, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """qwen3_moe (q/k norms) and qwen2_moe (q/k/v biases, a shared expert) converted with
@@ -610,11 +621,7 @@ def test_the_step_reads_int8_attention_as_stored(
         assert pools is not None
         prompt = [(5 * i + 1) % 300 + 2 for i in range(20)]
         want_tokens, want = _decode(model, prompt, 8)
-        source = FtwSource(path)
-        try:
-            model.decoder = decoder = GraphDecoder(model, pools, capture=False, source=source)
-        finally:
-            source.close()
+        decoder = _eager_step_from(model, pools, path)
         assert sorted(decoder.int8) == [layer.index for layer in model.layers]
         (qkv, qkv_scale), (o, o_scale) = decoder.int8[0]
         assert qkv.dtype == o.dtype == torch.int8
@@ -646,11 +653,7 @@ def test_the_step_reads_the_int8_lm_head_as_stored(wide_files: dict[str, Path]) 
         assert pools is not None
         prompt = [5, 17, 250, 3, 99, 42, 7, 7, 120]
         want_tokens, want = _decode(model, prompt, 6)
-        source = FtwSource(path)
-        try:
-            model.decoder = decoder = GraphDecoder(model, pools, capture=False, source=source)
-        finally:
-            source.close()
+        decoder = _eager_step_from(model, pools, path)
         assert decoder.int8_head is not None
         q, scale = decoder.int8_head
         assert q.dtype == torch.int8 and q.shape == model.lm_head.shape
