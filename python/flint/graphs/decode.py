@@ -374,9 +374,9 @@ class GraphDecoder:
         eps = model.config.rms_norm_eps
         _, normed = self._add_norm(model.final_norm, x, delta, model.norm, eps)
         head = model.lm_head
-        if self.int8_head is not None and normed.shape[0] == 1:
-            q, scale = self.int8_head
-            fused.linear(normed, q, scale=scale, out=self.logits)
+        int8 = self.int8_head
+        if int8 is not None and normed.shape[0] == 1 and int8[0].shape[0] == self.logits.shape[1]:
+            fused.linear(normed, int8[0], scale=int8[1], out=self.logits)
         elif self._fits(normed, head) and head.shape[0] == self.logits.shape[1]:
             fused.linear(normed, head, out=self.logits)
         else:
