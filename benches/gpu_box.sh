@@ -1818,8 +1818,23 @@ gpu117() {
     --mode resident --warm 2>&1 | tail -4
 }
 
+# Session 21: the layer's input norm made by the q/k/v product's launch
+# (decode.NORM_IN_QKV, fused.add_norm_linear): the step's A/B and blocks, the GPU
+# tests, R0 on q30d8 and q30 (in order of need: the device time left is short).
+gpu118() {
+  synth30 q30d8 --dense-quant int8
+  timeout 150 python3 benches/step_ab.py "$DATA/q30d8.ftw" \
+    --configs base,no-norm-qkv,norm-qkv-r4,norm-qkv-r8-w8,norm-qkv-r16-w8 2>&1 | tail -6
+  gpu_tests
+  r0 q30d8
+  rm -f "$DATA/q30d8.ftw"
+  synth30 q30
+  r0 q30
+}
+
 case $what in
   install) install ;;
+  gpu118) install; gpu118 ;;
   gpu117) install; gpu117 ;;
   gpu116) install; gpu116 ;;
   gpu115) install; gpu115 ;;
