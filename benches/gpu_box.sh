@@ -1821,6 +1821,8 @@ gpu117() {
 # Session 21: the layer's input norm made by the q/k/v product's launch
 # (decode.NORM_IN_QKV, fused.add_norm_linear): the step's A/B and blocks, the GPU
 # tests, R0 on q30d8 and q30 (in order of need: the device time left is short).
+# Slower in every block (docs/benchmarks.md): taken out with its step_ab configurations
+# (no-norm-qkv, norm-qkv-*), which this call names as it ran at 3576142.
 gpu118() {
   synth30 q30d8 --dense-quant int8
   timeout 150 python3 benches/step_ab.py "$DATA/q30d8.ftw" \

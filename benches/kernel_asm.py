@@ -6,9 +6,9 @@ Usage: python benches/kernel_asm.py [--arch 90] [--scheme int4] [--sass DIR] [--
 
 The launches are flint's own (``moe_kernel.moe_experts`` on a 30B-A3B-shaped pool of
 random experts, ``fused.linear`` on q/k/v-, o- and router-shaped matrices, the norm in
-the router's launch and in the q/k/v product's, the norms, q/k/v RoPE, the attention,
-the ranked sum and the router's top-k both ways), made on CPU tensors under a stand-in
-Triton driver whose target is the GPU asked for: each kernel
+the router's launch, the norms, q/k/v RoPE, the attention, the ranked sum and the
+router's top-k both ways), made on CPU
+tensors under a stand-in Triton driver whose target is the GPU asked for: each kernel
 compiles as it would there (same arguments, same specialisation), then the launch is
 stopped. Rows print the cubin's resources (``cuobjdump -res-usage``) and counts from its
 SASS: global loads by width, shared-memory loads/stores and barriers (layout changes
@@ -197,13 +197,6 @@ def launches(scheme: str) -> list[tuple[str, Any]]:
     out.append(("norm + router", lambda: fused.norm_linear(x, nw, 1e-6, router, eighths=e8)))
     out.append(("norm eighths", lambda: fused.rms_norm(x, nw, 1e-6, eighths=e8)))
     out.append(("add norm", lambda: fused.add_rms_norm(x, x, nw, 1e-6)))
-    qkv16 = torch.randn(QKV_ROWS, HIDDEN).bfloat16()
-    qkv8 = torch.randint(-127, 127, (QKV_ROWS, HIDDEN), dtype=torch.int8)
-    s8 = torch.rand(QKV_ROWS)
-    out.append(("add norm qkv bf16", lambda: fused.add_norm_linear(x, x, nw, 1e-6, qkv16)))
-    out.append((
-        "add norm qkv int8", lambda: fused.add_norm_linear(x, x, nw, 1e-6, qkv8, scale=s8)
-    ))  # fmt: skip
     heads, kv, dim, ctx = 32, 4, 128, 256
     y = torch.randn((heads + 2 * kv) * dim).bfloat16()
     cos, sin = torch.randn(ctx, dim).bfloat16(), torch.randn(ctx, dim).bfloat16()

@@ -70,12 +70,6 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "no-ahead": {"AHEAD": frozenset()},
     "bf16-head": {"decode.INT8_HEAD": False},  # a --dense-quant int8 file's head as bf16
     "no-argmax": {"decode.ARGMAX_IN_STEP": False},  # the greedy argmax out of the step
-    # the layer's input norm in its own launch, or made by the q/k/v product's with
-    # other (rows per program, warps)
-    "no-norm-qkv": {"decode.NORM_IN_QKV": False},
-    "norm-qkv-r4": {"fused.ADD_NORM_LINEAR": (4, 4)},
-    "norm-qkv-r8-w8": {"fused.ADD_NORM_LINEAR": (8, 8)},
-    "norm-qkv-r16-w8": {"fused.ADD_NORM_LINEAR": (16, 8)},
     # the attention's cache positions per program (a second launch merges the chunks)
     "attn-chunk64": {"fused.ATTENTION_CHUNK": 64},
     "attn-chunk128": {"fused.ATTENTION_CHUNK": 128},

@@ -4,7 +4,6 @@ fixed-address step. Without a GPU the Triton kernels run in Triton's CPU interpr
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -379,33 +378,6 @@ def test_the_norm_in_the_routers_launch(rows: int, cols: int) -> None:
         assert torch.equal(got_e8[real], want_e8[real])
         ref = fused.linear(want, w).float()
         assert (logits.float() - ref).abs().max() <= 8e-3 * ref.abs().max()
-
-
-@pytest.mark.interpreter
-@pytest.mark.parametrize("rows,cols", [(130, 1030), (37, 200)])
-def test_the_input_norm_in_the_qkv_launch(rows: int, cols: int) -> None:
-    """``fused.add_norm_linear``: the residual sum as ``fused.add_rms_norm`` writes it,
-    and the product of its norm as ``fused.linear`` makes it from ``add_rms_norm``'s
-    norm, bit for bit in the interpreter (one order of sums): bf16 and int8 rows, with
-    and without a bias, a delta and W32; without a delta the sum is x itself."""
-    from flint.graphs import fused
-
-    torch.manual_seed(rows)
-    x, d = torch.randn(1, cols).bfloat16(), torch.randn(1, cols).bfloat16()
-    nw, bias = torch.randn(cols).bfloat16(), torch.randn(rows).bfloat16()
-    w = torch.randn(rows, cols).bfloat16()
-    q8, scale = torch.randint(-127, 128, (rows, cols), dtype=torch.int8), torch.rand(rows) / 50
-    for int8, b, w32, delta in itertools.product((False, True), (None, bias), *[(False, True)] * 2):
-        weight, s = (q8, scale) if int8 else (w, None)
-        got, total = fused.add_norm_linear(x, d if delta else None, nw, 1e-6, weight, b, s, w32)
-        if delta:
-            want_total, normed = fused.add_rms_norm(x, d, nw, 1e-6, w32)
-            assert torch.equal(total, want_total)
-        else:
-            normed = fused.rms_norm(x, nw, 1e-6, w32)
-            assert total is x
-        want = fused.linear(normed, weight, b, scale=s)
-        assert torch.equal(got, want), (int8, b is None, w32, delta)
 
 
 @pytest.mark.interpreter

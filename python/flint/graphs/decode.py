@@ -78,11 +78,6 @@ INT8_HEAD = True
 # A caller that samples writes its token into the buffer before each step, as always.
 # False for an A/B in benches.
 ARGMAX_IN_STEP = True
-# The q/k/v product computes the layer's input norm (and the residual add before it)
-# itself (``fused.add_norm_linear``) instead of waiting for the norm's own launch: one
-# launch fewer per layer. The streamed step's layers use it too, so both normalise
-# with the same code. False for an A/B in benches.
-NORM_IN_QKV = True
 
 
 def expert_pools(backend: object) -> dict[int, ExpertPool] | None:
@@ -448,9 +443,10 @@ class GraphDecoder:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The layer on its input x + delta: (the residual after attention, the MLP's
         output), whose sum is the layer's output (added by the next norm's kernel)."""
+        x, xs = self._add_norm(layer.norm, x, delta, layer.input_norm, layer.eps)
         eighths = self.eighths.get(layer.index)
         mlp = layer.mlp
-        h = self._attended(layer, x, cos, sin, mask, span, delta=delta)
+        h = self._attended(layer, x, cos, sin, mask, span, normed_x=xs)
         if not isinstance(mlp, MoEBlock):
             return h, mlp(self._norm(layer.norm, h, layer.post_norm, layer.eps))
         normed, ids, weights = self._moe_input(layer, mlp, h, eighths)
@@ -469,34 +465,15 @@ class GraphDecoder:
         mask: torch.Tensor,
         span: int,
         h: torch.Tensor | None = None,
-        delta: torch.Tensor | None = None,
+        normed_x: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """The layer up to its post-attention norm on its input x + delta (x when no
-        delta): the residual after attention h [1, H] (written into ``h`` when given).
-        (A dense layer's norm follows; a MoE layer's: ``_moe_input``.)"""
-        if self._norm_in_qkv(layer, x):
-            w, b = self.qkv[layer.index]
-            int8 = self._stored(layer.index, 0)
-            if int8 is not None:
-                w, scale = int8
-            else:
-                scale = None
-            y, x = fused.add_norm_linear(
-                x, delta, layer.input_norm, layer.eps, w, b, scale, self.norm_fp32
-            )
-            return self._attention(layer.attn, x, cos, sin, mask, span, x, h, qkv=y[0])
-        x, xs = self._add_norm(layer.norm, x, delta, layer.input_norm, layer.eps)
+        """The layer up to its post-attention norm: the residual after attention h [1, H]
+        (written into ``h`` when given). ``normed_x``: x's input norm, when the caller
+        has it. (A dense layer's norm follows; a MoE layer's: ``_moe_input``.)"""
+        xs = normed_x
+        if xs is None:
+            xs = self._norm(layer.norm, x, layer.input_norm, layer.eps)
         return self._attention(layer.attn, xs, cos, sin, mask, span, x, h)
-
-    def _norm_in_qkv(self, layer: DecoderLayer, x: torch.Tensor) -> bool:
-        """Whether the layer's q/k/v product makes its input norm (``NORM_IN_QKV``)."""
-        if not (NORM_IN_QKV and self.fused_norm and self.fused_attention):
-            return False
-        if layer.index not in self.qkv or not isinstance(layer.attn, Attention):
-            return False
-        w = self.qkv[layer.index][0]
-        stored = self._stored(layer.index, 0) is not None
-        return x.shape[1] <= fused.NORM_LINEAR_COLS and (stored or self._fits(x, w))
 
     def _moe_input(
         self, layer: DecoderLayer, mlp: MoEBlock, h: torch.Tensor, eighths: torch.Tensor | None
@@ -534,7 +511,6 @@ class GraphDecoder:
         span: int,
         residual: torch.Tensor,  # [1, H], the layer's input
         h: torch.Tensor | None,  # where the result goes, if given
-        qkv: torch.Tensor | None = None,  # [(Nq + 2 Nkv) D]: x's q/k/v product, if made
     ) -> torch.Tensor:
         """The residual after the layer's attention for the token at ``position``: its
         key and value written into the cache row, the query against the span's filled
@@ -545,7 +521,7 @@ class GraphDecoder:
         assert isinstance(attn, Attention)
         cfg, cache = attn.cfg, self.model.cache
         if self.fused_attention:
-            q = self._project_fused(attn, x, qkv)
+            q = self._project_fused(attn, x)
         else:
             q = self._project(attn, x, cos, sin)
         keys, values = cache.keys[attn.layer], cache.values[attn.layer]  # [Nkv, ctx, D]
@@ -573,17 +549,14 @@ class GraphDecoder:
         stored = self.int8.get(layer)
         return None if stored is None else stored[part]
 
-    def _project_fused(
-        self, attn: Attention, x: torch.Tensor, y: torch.Tensor | None = None
-    ) -> torch.Tensor:
+    def _project_fused(self, attn: Attention, x: torch.Tensor) -> torch.Tensor:
         """q [Nq, 1, D], each head normed (q/k norms: both or neither, ``Attention``)
         and rotated in one launch for q, k and v; the key and value go straight into
-        the cache row. ``y``: x's q/k/v product where the caller made it."""
+        the cache row."""
         cfg, cache = attn.cfg, self.model.cache
         heads, dim = cfg.num_heads, cfg.head_dim
         q = torch.empty(heads, 1, dim, dtype=x.dtype, device=x.device)  # [Nq, 1, D]
-        if y is None:
-            y = self._linear(x, *self.qkv[attn.layer], int8=self._stored(attn.layer, 0))[0]
+        y = self._linear(x, *self.qkv[attn.layer], int8=self._stored(attn.layer, 0))[0]
         keys, values = cache.keys[attn.layer], cache.values[attn.layer]  # [Nkv, ctx, D]
         fused.qkv_rope(
             y, attn.q_norm, attn.k_norm, self.cos_table, self.sin_table, self.position, q,

@@ -171,73 +171,22 @@ def norm_linear(
     every program normalises h itself, so no launch of its own waits for the norm (the
     router after the post-attention norm). The norm's sum and the product's are added
     in this kernel's order, not ``rms_norm``'s and ``linear``'s."""
-    out, normed, _ = _norm_linear(h, None, norm_weight, eps, weight, weight_in_fp32, eighths)
-    return out, normed
-
-
-# ``add_norm_linear``'s (rows per program, warps): the input norm made by the q/k/v
-# product's launch (decode.NORM_IN_QKV)
-ADD_NORM_LINEAR: tuple[int, int] = (2, 4)
-
-
-def add_norm_linear(
-    x: torch.Tensor,  # [1, K] in the model dtype: the residual stream
-    delta: torch.Tensor | None,  # [1, K]: the last MLP's output, not yet added (or None)
-    norm_weight: torch.Tensor,  # [K]
-    eps: float,
-    weight: torch.Tensor,  # [N, K] in x's dtype, or int8 with ``scale``
-    bias: torch.Tensor | None = None,  # [N]
-    scale: torch.Tensor | None = None,  # [N] fp32 row scales of int8 weights
-    weight_in_fp32: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(``linear(normed, weight, bias)``, s) for s = x + delta (torch's add; x itself
-    without delta) and normed = ``rms_norm(s, norm_weight, eps, weight_in_fp32)``, in
-    one launch (``norm_linear``'s: every program normalises s itself; program 0 writes
-    s). The layer's input norm and its q/k/v product: no launch of its own waits for
-    the norm."""
-    out, _, total = _norm_linear(
-        x, delta, norm_weight, eps, weight, weight_in_fp32, None, scale, bias, ADD_NORM_LINEAR
-    )
-    return out, x if total is None else total
-
-
-def _norm_linear(
-    h: torch.Tensor,
-    delta: torch.Tensor | None,
-    norm_weight: torch.Tensor,
-    eps: float,
-    weight: torch.Tensor,
-    weight_in_fp32: bool,
-    eighths: torch.Tensor | None,
-    scale: torch.Tensor | None = None,
-    bias: torch.Tensor | None = None,
-    block: tuple[int, int] | None = None,  # (rows per program, warps)
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """(out, normed, the residual sum or None) of ``norm_linear_kernel``."""
     rows, cols = weight.shape
-    int8 = weight.dtype == torch.int8
-    assert int8 == (scale is not None), "int8 weights take row scales (and only they)"
-    assert h.shape == (1, cols) and weight.stride(1) == 1
-    assert int8 or weight.dtype == h.dtype, (weight.dtype, h.dtype)
+    assert h.shape == (1, cols) and weight.dtype == h.dtype and weight.stride(1) == 1
     assert cols <= NORM_LINEAR_COLS, cols
     h = h.contiguous()
     normed = torch.empty_like(h)
-    total = None if delta is None else torch.empty_like(h)
     out = torch.empty(1, rows, dtype=h.dtype, device=h.device)
     e_stride = 0 if eighths is None else eighths.shape[1] // 8
-    bn, warps = block or (NORM_LINEAR_ROWS, NORM_LINEAR_WARPS)
     with on_device(h.device):
-        norm_linear_kernel[(triton.cdiv(rows, bn),)](
+        norm_linear_kernel[(triton.cdiv(rows, NORM_LINEAR_ROWS),)](
             h, weight, weight.stride(0), norm_weight, out, normed,
             h if eighths is None else eighths, e_stride, rows, cols, eps,
-            h if delta is None else delta.contiguous(), h if total is None else total,
-            h if scale is None else scale, h if bias is None else bias,
-            ROUND=_DTYPES[h.dtype], BN=bn, BLOCK=_block(cols), W32=weight_in_fp32,
-            EIGHTHS=eighths is not None, ADD=delta is not None, SCHEME=int(int8),
-            HAS_BIAS=bias is not None, num_warps=warps, **ahead("norm", h.device),
-            **pdl(h.device),
+            ROUND=_DTYPES[h.dtype], BN=NORM_LINEAR_ROWS, BLOCK=_block(cols),
+            W32=weight_in_fp32, EIGHTHS=eighths is not None, num_warps=NORM_LINEAR_WARPS,
+            **ahead("norm", h.device), **pdl(h.device),
         )  # fmt: skip
-    return out, normed, total
+    return out, normed
 
 
 def head_rope(

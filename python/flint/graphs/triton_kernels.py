@@ -242,32 +242,20 @@ if triton is not None:
         n_rows,
         n_cols,
         eps,
-        d_ptr,
-        sum_ptr,
-        s_ptr,
-        b_ptr,
         ROUND: tl.constexpr,
         BN: tl.constexpr,
         BLOCK: tl.constexpr,
         W32: tl.constexpr,
         EIGHTHS: tl.constexpr = False,
-        ADD: tl.constexpr = False,
-        SCHEME: tl.constexpr = 0,
-        HAS_BIAS: tl.constexpr = False,
         AHEAD: tl.constexpr = False,
         GDC: tl.constexpr = False,
     ):
         """One token's RMSNorm of h (``rms_norm_kernel``'s ops) and the product of w's
-        rows ``BN`` at a time with it (``linear_kernel``'s roundings: weights in h's
-        dtype, or int8 with fp32 row scales with ``SCHEME`` 1; a bias with
-        ``HAS_BIAS``), in one launch: each program computes the norm itself (the same
-        bits in each: the same code on the same row), program 0 also writes it to
-        ``normed_ptr`` (and the eighths). With ``ADD`` h is first the residual sum h + d
-        rounded to the dtype (torch's add), which program 0 writes to ``sum_ptr``; h
-        then comes from a kernel at least two back, so with ``AHEAD`` it is read before
-        ``_await_inputs`` and only d after. Whole rows (``BLOCK`` >= n_cols) in one step,
-        read before ``_await_inputs``; with ``AHEAD`` the norm's weight, row scales and
-        biases too."""
+        rows ``BN`` at a time with it (``linear_kernel``'s roundings, weights in h's
+        dtype, no bias), in one launch: each program computes the norm itself (the
+        same bits in each: the same code on the same row), program 0 also writes it
+        to ``normed_ptr`` (and the eighths). Whole rows (``BLOCK`` >= n_cols) in one
+        step, read before ``_await_inputs``; with ``AHEAD`` the norm's weight too."""
         rows = tl.program_id(0) * BN + tl.arange(0, BN)
         row_ok = rows < n_rows
         cols = tl.arange(0, BLOCK)
@@ -275,31 +263,13 @@ if triton is not None:
         w_at = w_ptr + rows[:, None] * w_row + cols[None, :]
         w = tl.load(w_at, mask=row_ok[:, None] & ok[None, :], other=0.0)
         nw = _read_if(nw_ptr, cols, ok, AHEAD)
-        scale = _read_if(s_ptr, rows, row_ok, AHEAD and SCHEME == 1)
-        bias = _read_if(b_ptr, rows, row_ok, AHEAD and HAS_BIAS)
-        x = _read_if(h_ptr, cols, ok, AHEAD and ADD)
         _await_inputs(GDC)
-        if not (AHEAD and ADD):
-            x = tl.load(h_ptr + cols, mask=ok, other=0.0).to(tl.float32)
+        x = tl.load(h_ptr + cols, mask=ok, other=0.0).to(tl.float32)
         out_type = normed_ptr.dtype.element_ty
-        if ADD:
-            d = tl.load(d_ptr + cols, mask=ok, other=0.0).to(tl.float32)
-            x = _round(x + d, out_type)
-            if tl.program_id(0) == 0:
-                tl.store(sum_ptr + cols, x.to(out_type), mask=ok)
         y = _rms_normed(x, nw, nw_ptr, cols, ok, n_cols, eps, W32, out_type, AHEAD)
         if tl.program_id(0) == 0:
             _store_normed(y, normed_ptr, cols, ok, e_ptr, e_stride, EIGHTHS)
-        acc = tl.sum(w.to(tl.float32) * y[None, :], axis=1)
-        if SCHEME == 1:
-            if not AHEAD:
-                scale = _read_if(s_ptr, rows, row_ok, True)
-            acc = acc * scale
-        if HAS_BIAS:
-            if not AHEAD:
-                bias = _read_if(b_ptr, rows, row_ok, True)
-            acc = acc + bias
-        acc = _round(acc, ROUND)
+        acc = _round(tl.sum(w.to(tl.float32) * y[None, :], axis=1), ROUND)
         tl.store(out_ptr + rows, acc.to(out_ptr.dtype.element_ty), mask=row_ok)
 
     @triton.jit
