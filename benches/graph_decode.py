@@ -217,7 +217,8 @@ def main() -> None:
         "--no-ahead",
         action="store_true",
         help="greedy decode reads each token before the next step (the A/B of the "
-        "one-step-ahead loop, flint.generation._greedy_ahead)",
+        "one-step-ahead loop, flint.generation._greedy_ahead; it also takes the argmax "
+        "out of the step, decode.ARGMAX_IN_STEP)",
     )
     parser.add_argument(
         "--no-pdl",

@@ -166,7 +166,7 @@ def test_dense_int8_quantizes_the_dense_matrices(
         q = f.metadata["quant"]["dense"]["tensors"]
         assert "model.layers.0.self_attn.q_proj.weight" in q
         assert "model.layers.0.mlp.shared_expert.up_proj.weight" in q
-        assert ("lm_head.weight" in q) == ("lm_head.weight" in f.tensors)
+        assert "lm_head.weight" in q and f.tensors["lm_head.weight"].dtype == "i8"
         assert all("embed" not in n and "mlp.gate." not in n for n in q)
         assert f.tensors["model.layers.0.self_attn.q_proj.weight"].dtype == "i8"
         assert f.tensors["model.layers.0.self_attn.q_proj.weight_scale"].dtype == "f32"

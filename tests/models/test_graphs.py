@@ -623,6 +623,7 @@ def test_the_step_reads_int8_attention_as_stored(
         want_tokens, want = _decode(model, prompt, 8)
         decoder = _eager_step_from(model, pools, path)
         assert sorted(decoder.int8) == [layer.index for layer in model.layers]
+        assert decoder.int8_head is not None  # their heads are not tied: int8 too
         (qkv, qkv_scale), (o, o_scale) = decoder.int8[0]
         assert qkv.dtype == o.dtype == torch.int8
         assert qkv_scale.dtype == o_scale.dtype == torch.float32
@@ -640,10 +641,14 @@ def test_the_step_reads_int8_attention_as_stored(
 
 
 @pytest.mark.interpreter
-def test_the_step_reads_the_int8_lm_head_as_stored(wide_files: dict[str, Path]) -> None:
+def test_the_step_reads_the_int8_lm_head_as_stored(
+    wide_files: dict[str, Path], tiny_models: dict, tmp_path: Path
+) -> None:
     """A --dense-quant int8 file with its own LM head: the step's head product reads
     the stored int8 matrix and row scales (fp32: the model's own decode's tokens, logits
-    within 1e-4 of their scale); a file without one (tied or bf16) has none."""
+    within 1e-4 of their scale); a bf16 file and a tied model's int8 file have none."""
+    from flint.convert import ConvertOptions, convert
+
     path = wide_files["dense-int8"]
     with flint.LLM(
         path, device="cpu", dtype="float32", context_length=64, expert_kernels="torch"
@@ -664,11 +669,15 @@ def test_the_step_reads_the_int8_lm_head_as_stored(wide_files: dict[str, Path]) 
         assert bool((zeroed[: q.shape[0] // 2] == 0).all()) and bool(zeroed.abs().max() > 0)
     assert got_tokens == want_tokens
     assert (got - want).abs().max().item() <= 1e-4 * want.abs().max().item()
-    source = FtwSource(wide_files["none"])
-    try:
-        assert int8_head(model, source) is None
-    finally:
-        source.close()
+    tied = tmp_path / "tied.ftw"  # tiny Mixtral ties its head to the embedding
+    convert(str(tiny_models["mixtral"][0]), tied, ConvertOptions(dense_quant="int8"))
+    for path in (wide_files["none"], tied):
+        source = FtwSource(path)
+        try:  # nothing stored as int8 under the head's name
+            assert source.int8_matrix("lm_head.weight") is None
+            assert int8_head(model, source) is None
+        finally:
+            source.close()
 
 
 @pytest.mark.interpreter

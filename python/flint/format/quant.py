@@ -46,7 +46,9 @@ _DENSE_QUANT_PARTS = (
 )
 
 
-LM_HEAD = "lm_head.weight"  # an untied head; a tied one is the embedding, kept as is
+# The LM head: a tied model's is the embedding, kept as is, unless its checkpoint also
+# stores ``lm_head.weight`` (the model then loads that tensor, quantized like the rest).
+LM_HEAD = "lm_head.weight"
 
 
 def dense_quantized(name: str, dense_quant: str) -> bool:
