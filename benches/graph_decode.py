@@ -60,15 +60,12 @@ def pool_bytes(pool: ExpertPool) -> int:
     return total
 
 
-def token_bytes(
-    model: MoEModel,
-    pools: dict[int, ExpertPool],
-    int8: dict | None = None,
-    int8_head: tuple | None = None,
-) -> int:
-    """``int8``: the step's int8 attention matrices (``GraphDecoder.int8``), read in
-    place of the model's dequantized q/k/v/o; ``int8_head`` its int8 LM head
-    (``GraphDecoder.int8_head``), read in place of ``model.lm_head``."""
+def token_bytes(model: MoEModel, pools: dict[int, ExpertPool], decoder: object = None) -> int:
+    """``decoder``'s int8 attention matrices and LM head (``GraphDecoder.int8``,
+    ``int8_head``), where it has them, are read in place of the model's dequantized
+    q/k/v/o and ``model.lm_head``."""
+    int8 = getattr(decoder, "int8", None)
+    int8_head = getattr(decoder, "int8_head", None)
     seen: set[int] = {model.embed.data_ptr()}  # one row of it is read
     stored = 0
     for index, matrices in (int8 or {}).items():
@@ -261,13 +258,7 @@ def main() -> None:
             }
             pools = expert_pools(model.experts)
             if pools is not None:
-                decoder = model.decoder
-                nbytes = token_bytes(
-                    model,
-                    pools,
-                    getattr(decoder, "int8", None),
-                    getattr(decoder, "int8_head", None),
-                )
+                nbytes = token_bytes(model, pools, model.decoder)
                 roof = result["copy_gb_s"] * 1e9 / nbytes
                 row["bytes_per_token_mib"] = round(nbytes / 2**20, 1)
                 row["roofline_tok_s"] = round(roof, 1)

@@ -170,10 +170,12 @@ def int8_attention(model: MoEModel, source: object) -> dict[int, tuple[Int8, Int
 def int8_head(model: MoEModel, source: object) -> Int8 | None:
     """The LM head as the file stores it, where it stores it as int8 (``--dense-quant
     int8``; a tied head is the embedding, never int8), on the model's device; None
-    otherwise. The model keeps the dequantized matrix for its other paths."""
+    otherwise, or where its rows are not the logits' (the vocabulary's). The model
+    keeps the dequantized matrix for its other paths."""
     read = getattr(source, "int8_matrix", None)
     stored = None if read is None else read(LM_HEAD)
-    if stored is None or stored[0].shape != model.lm_head.shape:
+    shape = model.lm_head.shape
+    if stored is None or stored[0].shape != shape or shape[0] != model.config.vocab_size:
         return None
     device = model.place.device
     return stored[0].to(device), stored[1].to(device)
@@ -375,7 +377,7 @@ class GraphDecoder:
         _, normed = self._add_norm(model.final_norm, x, delta, model.norm, eps)
         head = model.lm_head
         int8 = self.int8_head
-        if int8 is not None and normed.shape[0] == 1 and int8[0].shape[0] == self.logits.shape[1]:
+        if int8 is not None and normed.shape[0] == 1:
             fused.linear(normed, int8[0], scale=int8[1], out=self.logits)
         elif self._fits(normed, head) and head.shape[0] == self.logits.shape[1]:
             fused.linear(normed, head, out=self.logits)
