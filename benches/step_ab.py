@@ -19,7 +19,8 @@ positions per step and warps), ``blocks-before``, ``blocks-tuned`` and
 (decode.NORM_IN_ROUTER off), ``norm-w*``, ``nl-w8`` and ``rope-w*`` (the norms', the
 router-with-norm's and q/k/v RoPE's warps), ``no-ahead`` and ``no-ahead-KERNEL`` (no
 kernel, or every kernel but one, reading ahead of its wait: moe_kernel.AHEAD),
-``down-b*`` (int4 down's blocks). ``--profile CONFIG`` then prints each
+``down-b*`` (int4 down's blocks), ``gu-*`` (int4 gate/up's blocks, and its rows
+loaded at once: moe_kernel.WHOLE_GATE_UP). ``--profile CONFIG`` then prints each
 kernel's time per step. (The sixteenth session's ``no-fold`` and ``serial`` rows, and
 the eighteenth's ``linear-ahead`` and ``ranked-in-norm``, measured switches since taken
 out: docs/benchmarks.md.)
@@ -83,6 +84,14 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "down-k512": {"WORDS_DOWN_BLOCK": (16, 512, 4)},
     "down-w2": {"WORDS_DOWN_BLOCK": (16, 256, 2)},
     "down-b8-w2": {"WORDS_DOWN_BLOCK": (8, 256, 2)},
+    # int4 gate/up: every tile of a program's rows loaded at once (WHOLE_GATE_UP), and
+    # its blocks (rows, columns, warps; default (8, 512, 4), a loop of four tiles)
+    "gu-whole": {"WHOLE_GATE_UP": True},
+    "gu-whole-b4": {"WHOLE_GATE_UP": True, "WORDS_GATE_UP_BLOCK": (4, 512, 4)},
+    "gu-whole-b2-w2": {"WHOLE_GATE_UP": True, "WORDS_GATE_UP_BLOCK": (2, 512, 2)},
+    "gu-whole-b4-k1024": {"WHOLE_GATE_UP": True, "WORDS_GATE_UP_BLOCK": (4, 1024, 4)},
+    "gu-b4": {"WORDS_GATE_UP_BLOCK": (4, 512, 4)},
+    "gu-k1024": {"WORDS_GATE_UP_BLOCK": (8, 1024, 4)},
 }
 _LINEAR_BLOCK = fused.linear_block
 

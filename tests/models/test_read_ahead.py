@@ -175,3 +175,62 @@ def test_the_int4_step_reads_ahead_to_the_same_bits(
         on, off = _both(monkeypatch, run)
     assert on[0] == off[0]
     _same(on[1], off[1])
+
+
+def _gate_up_whole_agrees(
+    hidden: int, inter: int, group: int, device: torch.device, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """int4 words: gate/up with every tile of its rows loaded at once
+    (``WHOLE_GATE_UP``) and with the loop, the same bits; rows of five tiles keep the
+    loop."""
+    torch.manual_seed(hidden + group)
+    experts, k, tokens = 3, 2, 2
+    shapes = ((inter, hidden), (inter, hidden), (hidden, inter))
+    slabs, offsets, _ = _slabs("int4", experts, shapes, group)
+    pool = slab_pool(slabs.to(device), "int4", group, shapes, offsets)
+    x = (torch.randn(tokens, hidden) / hidden**0.5).bfloat16().to(device)
+    ids = torch.stack([torch.randperm(experts)[:k] for _ in range(tokens)]).to(device)
+    w = torch.rand(tokens, k).bfloat16().to(device)
+    launched: list[int] = []
+    kernel = moe_kernel.gate_up_kernel
+
+    class Spy:
+        def __getitem__(self, grid: object) -> Callable[..., None]:
+            def launch(*args: object, **kw: int) -> None:
+                launched.append(kw["WHOLE"])
+                kernel[grid](*args, **kw)
+
+            return launch
+
+    monkeypatch.setattr(moe_kernel, "gate_up_kernel", Spy())
+    got = []
+    for whole in (True, False):
+        monkeypatch.setattr(moe_kernel, "WHOLE_GATE_UP", whole)
+        got.append(moe_experts(x, ids, w, pool))
+    assert torch.isfinite(got[0]).all()
+    _same(got[0], got[1])
+    tiles = -(-hidden // max(moe_kernel.WORDS_GATE_UP_BLOCK[1], group))
+    assert launched == [tiles if tiles <= 4 else 0, 0]
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize(
+    ("hidden", "inter", "group"),
+    [(2048, 32, 32), (1000, 16, 8), (1536, 64, 64), (24, 48, 8), (2560, 32, 32)],
+)
+def test_gate_up_loads_its_rows_at_once_to_the_same_bits(
+    hidden: int, inter: int, group: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Four whole tiles, a masked last one, three whole ones, one masked one, and
+    rows of five tiles (the loop)."""
+    monkeypatch.setattr(moe_kernel, "WORDS_DOWN_BLOCK", (64, 256, 4))
+    _gate_up_whole_agrees(hidden, inter, group, torch.device("cpu"), monkeypatch)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("hidden", "inter", "group"), [(2048, 768, 32), (1000, 64, 8)])
+def test_gate_up_loads_its_rows_at_once_to_the_same_bits_on_cuda(
+    hidden: int, inter: int, group: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same compiled: the tiles' layouts, and so the sums' order, must not change."""
+    _gate_up_whole_agrees(hidden, inter, group, torch.device("cuda"), monkeypatch)

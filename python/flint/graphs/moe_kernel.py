@@ -257,6 +257,11 @@ EVEN_TILES = True
 WORDS = True
 WORDS_GATE_UP_BLOCK = (8, 512, 4)
 WORDS_DOWN_BLOCK = (16, 256, 4)
+# int4 words: each gate/up program loads every tile of its gate and up rows at once
+# (rows of at most four tiles), then dots them in the loop's order: the same bits, one
+# memory round trip instead of one per tile (the ids it needs come from the kernel just
+# before, so unlike down's rows these cannot be read ahead of the wait).
+WHOLE_GATE_UP = False
 
 
 def _even(cols: int, block: int) -> bool:
@@ -385,11 +390,14 @@ def _pair_outputs(
     elif hidden is None:
         hidden = torch.empty(pairs, i_dim, dtype=x.dtype, device=x.device)
     (bn, bk, warps), down_block = _blocks(words)
+    bk = _cols(bk, group)
+    tiles = triton.cdiv(h_dim, bk)  # gate/up's rows loaded at once: int4 words, <= 4 tiles
+    whole = tiles if words and tiles <= 4 and WHOLE_GATE_UP else 0
     gate_up_kernel[(pairs, triton.cdiv(i_dim, bn))](
         vector, ids, hidden, *_args(pool.gate), *_args(pool.up), gate_b, up_b, h_dim,
         i_dim, xs, hs, pool.alpha, pool.limit, OUT=_DTYPES[x.dtype], TOPK=top_k,
-        SCHEME=code, GROUP=group, BN=bn, BK=_cols(bk, group), HAS_BIAS=has_bias,
-        ACT=pool.act, EVEN=_even(h_dim, _cols(bk, group)), WORDS=words,
+        SCHEME=code, GROUP=group, BN=bn, BK=bk, HAS_BIAS=has_bias,
+        ACT=pool.act, EVEN=_even(h_dim, bk), WORDS=words, WHOLE=whole,
         num_warps=warps, **pdl(x.device),
     )  # fmt: skip
     bn, bk, warps = down_block

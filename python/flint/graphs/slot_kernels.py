@@ -332,12 +332,15 @@ if triton is not None:
         ACT: tl.constexpr,
         EVEN: tl.constexpr = False,
         WORDS: tl.constexpr = False,
+        WHOLE: tl.constexpr = 0,
         GDC: tl.constexpr = False,
     ):
         """h[pair, rows] = act(gate(x) (+ bias), up(x) (+ bias)) for one (token, rank)
         pair (``_activate``), each op rounded to ``OUT``. With ``WORDS`` (int4): x and h
         in the eighths layout (rows of ``x_stride`` and ``h_stride``), h as ``down``
-        reads it."""
+        reads it. ``WHOLE`` (int4 words whose rows are 1 to 4 tiles, ``WHOLE`` of them):
+        every tile of the program's gate and up rows loaded at once, then dotted in
+        ``_rows_dot2``'s order (one memory round trip, not one per tile)."""
         _await_inputs(GDC)
         pair = tl.program_id(0)
         token = pair // TOPK
@@ -345,11 +348,27 @@ if triton is not None:
         rows = tl.program_id(1) * BN + tl.arange(0, BN)
         row_ok = rows < inter
         x = x_ptr + token * (8 * x_stride if WORDS else hid)
-        gate, up = _rows_dot2(
-            g_ptr + expert * g_we, gs_ptr + expert * gs_e, g_wr, gs_r,
-            u_ptr + expert * u_we, us_ptr + expert * us_e, u_wr, us_r, x, x_stride, rows,
-            row_ok, hid, SCHEME, GROUP, BN, BK, EVEN, WORDS,
-        )  # fmt: skip
+        if WHOLE > 0:
+            a0, as0, a1, as1, a2, as2, a3, as3 = _words_ahead(
+                g_ptr + expert * g_we, gs_ptr + expert * gs_e, g_wr, gs_r, rows, row_ok, hid,
+                GROUP, BK, EVEN, WHOLE,
+            )  # fmt: skip
+            b0, bs0, b1, bs1, b2, bs2, b3, bs3 = _words_ahead(
+                u_ptr + expert * u_we, us_ptr + expert * us_e, u_wr, us_r, rows, row_ok, hid,
+                GROUP, BK, EVEN, WHOLE,
+            )  # fmt: skip
+            gate = _words_ahead_dot(
+                a0, as0, a1, as1, a2, as2, a3, as3, x, x_stride, hid, BN, BK, GROUP, EVEN, WHOLE
+            )
+            up = _words_ahead_dot(
+                b0, bs0, b1, bs1, b2, bs2, b3, bs3, x, x_stride, hid, BN, BK, GROUP, EVEN, WHOLE
+            )
+        else:
+            gate, up = _rows_dot2(
+                g_ptr + expert * g_we, gs_ptr + expert * gs_e, g_wr, gs_r,
+                u_ptr + expert * u_we, us_ptr + expert * us_e, u_wr, us_r, x, x_stride, rows,
+                row_ok, hid, SCHEME, GROUP, BN, BK, EVEN, WORDS,
+            )  # fmt: skip
         out_type: tl.constexpr = OUT
         gate = _round(gate, out_type)  # F.linear's output dtype
         up = _round(up, out_type)
