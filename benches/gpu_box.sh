@@ -1834,8 +1834,24 @@ gpu118() {
   r0 q30
 }
 
+# Session 22, first call: int4 gate/up with every tile of its rows loaded at once
+# (moe_kernel.WHOLE_GATE_UP) and its blocks, in one process on both files; the GPU
+# tests (the new ones: WHOLE against the loop bit for bit, the int8 LM head of a
+# 20011-row vocabulary through captured graphs).
+gpu119() {
+  synth30 q30d8 --dense-quant int8
+  timeout 200 python3 benches/step_ab.py "$DATA/q30d8.ftw" --configs \
+base,gu-whole,gu-whole-b4,gu-whole-b2-w2,gu-whole-b4-k1024,gu-b4,gu-k1024 2>&1 | tail -9
+  gpu_tests
+  rm -f "$DATA/q30d8.ftw"
+  synth30 q30
+  timeout 120 python3 benches/step_ab.py "$DATA/q30.ftw" --configs base,gu-whole,gu-whole-b4 \
+    2>&1 | tail -5
+}
+
 case $what in
   install) install ;;
+  gpu119) install; gpu119 ;;
   gpu118) install; gpu118 ;;
   gpu117) install; gpu117 ;;
   gpu116) install; gpu116 ;;
