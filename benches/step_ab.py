@@ -84,14 +84,16 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "down-k512": {"WORDS_DOWN_BLOCK": (16, 512, 4)},
     "down-w2": {"WORDS_DOWN_BLOCK": (16, 256, 2)},
     "down-b8-w2": {"WORDS_DOWN_BLOCK": (8, 256, 2)},
-    # int4 gate/up: every tile of a program's rows loaded at once (WHOLE_GATE_UP), and
-    # its blocks (rows, columns, warps; default (8, 512, 4), a loop of four tiles)
-    "gu-whole": {"WHOLE_GATE_UP": True},
-    "gu-whole-b4": {"WHOLE_GATE_UP": True, "WORDS_GATE_UP_BLOCK": (4, 512, 4)},
-    "gu-whole-b2-w2": {"WHOLE_GATE_UP": True, "WORDS_GATE_UP_BLOCK": (2, 512, 2)},
-    "gu-whole-b4-k1024": {"WHOLE_GATE_UP": True, "WORDS_GATE_UP_BLOCK": (4, 1024, 4)},
-    "gu-b4": {"WORDS_GATE_UP_BLOCK": (4, 512, 4)},
-    "gu-k1024": {"WORDS_GATE_UP_BLOCK": (8, 1024, 4)},
+    # int4 gate/up: the loop of tiles instead of every tile of a program's rows loaded
+    # at once (WHOLE_GATE_UP), and its blocks (rows, columns, warps; default (4, 512, 4))
+    "gu-loop": {"WHOLE_GATE_UP": False},
+    "gu-loop-b8": {"WHOLE_GATE_UP": False, "WORDS_GATE_UP_BLOCK": (8, 512, 4)},
+    "gu-b8": {"WORDS_GATE_UP_BLOCK": (8, 512, 4)},
+    "gu-b2-w2": {"WORDS_GATE_UP_BLOCK": (2, 512, 2)},
+    "gu-b2": {"WORDS_GATE_UP_BLOCK": (2, 512, 4)},
+    "gu-w8": {"WORDS_GATE_UP_BLOCK": (4, 512, 8)},
+    "gu-k1024": {"WORDS_GATE_UP_BLOCK": (4, 1024, 4)},
+    "gu-loop-b8-k1024": {"WHOLE_GATE_UP": False, "WORDS_GATE_UP_BLOCK": (8, 1024, 4)},
 }
 _LINEAR_BLOCK = fused.linear_block
 
