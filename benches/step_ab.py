@@ -41,6 +41,7 @@ from flint.graphs.decode import GraphDecoder, expert_pools
 
 # name -> moe_kernel switches; "no-int8" builds the decoder without the file's int8
 # attention matrices (the dequantized ones instead)
+_LINEAR_BLOCK = fused.linear_block
 CONFIGS: dict[str, dict[str, Any]] = {
     "base": {},
     "no-pdl": {"PDL": False},
@@ -94,8 +95,23 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "gu-w8": {"WORDS_GATE_UP_BLOCK": (4, 512, 8)},
     "gu-k1024": {"WORDS_GATE_UP_BLOCK": (4, 1024, 4)},
     "gu-loop-b8-k1024": {"WHOLE_GATE_UP": False, "WORDS_GATE_UP_BLOCK": (8, 1024, 4)},
+    # gate/up, down and the ranked sum as three launches, not one (FUSED), and the one
+    # launch with its registers capped (more programs resident: FUSED_MAXNREG)
+    "no-fused": {"FUSED": False},
+    "fused-r72": {"FUSED_MAXNREG": 72},
+    "fused-r64": {"FUSED_MAXNREG": 64},
+    "fused-r56": {"FUSED_MAXNREG": 56},
+    # int8 one-token products (q/k/v, o) four rows a program: all in one wave
+    "lin8-b4": {"fused.linear_block": lambda r, c, i8: _lin8(r, c, i8, (4, 2048, 4))},
+    "lin8-b4-w8": {"fused.linear_block": lambda r, c, i8: _lin8(r, c, i8, (4, 2048, 8))},
 }
-_LINEAR_BLOCK = fused.linear_block
+
+
+def _lin8(rows: int, cols: int, int8: bool, block: tuple[int, int, int]) -> tuple[int, int, int]:
+    """``block`` for the int8 products of more than 1,024 rows but the LM head."""
+    if int8 and 1024 < rows <= 16384:
+        return block
+    return _LINEAR_BLOCK(rows, cols, int8)
 
 
 def _blocks_before(rows: int, cols: int, int8: bool) -> tuple[int, int, int]:
