@@ -1849,8 +1849,21 @@ base,gu-whole,gu-whole-b4,gu-whole-b2-w2,gu-whole-b4-k1024,gu-b4,gu-k1024 2>&1 |
     2>&1 | tail -5
 }
 
+# Session 22, second call: the experts in one launch (fused_experts; registers capped
+# or not) against three launches; int8 products four rows a program; gate/up's blocks
+# under the new default; GPU tests (the one launch against the three, bit for bit, and
+# every step test through it); R0 on q30d8.
+gpu120() {
+  synth30 q30d8 --dense-quant int8
+  timeout 250 python3 benches/step_ab.py "$DATA/q30d8.ftw" --configs \
+base,no-fused,fused-r72,fused-r64,fused-r56,lin8-b4,lin8-b4-w8,gu-b2,gu-w8 2>&1 | tail -11
+  gpu_tests
+  r0 q30d8
+}
+
 case $what in
   install) install ;;
+  gpu120) install; gpu120 ;;
   gpu119) install; gpu119 ;;
   gpu118) install; gpu118 ;;
   gpu117) install; gpu117 ;;
