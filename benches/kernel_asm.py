@@ -79,10 +79,10 @@ def compile_only() -> None:
 
 def compiled() -> dict[int, tuple[str, Any]]:
     """id -> (name, compiled kernel) of every kernel compiled so far."""
-    from flint.graphs import fused_experts, slot_kernels, triton_kernels
+    from flint.graphs import slot_kernels, triton_kernels
 
     got = {}
-    for module in (slot_kernels, triton_kernels, fused_experts):
+    for module in (slot_kernels, triton_kernels):
         for name in module.__all__:
             fn = getattr(module, name, None)
             for caches in getattr(fn, "device_caches", {}).values():
@@ -183,16 +183,6 @@ def launches(scheme: str) -> list[tuple[str, Any]]:
     w = torch.rand(1, TOP_K).bfloat16()
     out = []
     out.append(("experts", lambda: mk.moe_experts(x, ids, w, pool)))
-    if scheme == "int4":  # the one launch of the resident step (fused_experts)
-        from flint.graphs import fused_experts
-
-        cnt = fused_experts.counters(TOP_K, 1, HIDDEN, mk.SUM_BLOCK, cpu)
-        scratch = (torch.empty(TOP_K, 768).bfloat16(), torch.empty(TOP_K, HIDDEN))
-        y = torch.empty(1, HIDDEN).bfloat16()
-        out.append((
-            "experts, one launch",
-            lambda: mk.moe_experts(x, ids, w, pool, scratch, y, counters=cnt),
-        ))  # fmt: skip
     for label, rows, cols in (("qkv", QKV_ROWS, HIDDEN), ("o", HIDDEN, O_COLS)):
         xv = torch.randn(1, cols).bfloat16()
         bf = torch.randn(rows, cols).bfloat16()

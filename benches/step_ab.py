@@ -95,12 +95,6 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "gu-w8": {"WORDS_GATE_UP_BLOCK": (4, 512, 8)},
     "gu-k1024": {"WORDS_GATE_UP_BLOCK": (4, 1024, 4)},
     "gu-loop-b8-k1024": {"WHOLE_GATE_UP": False, "WORDS_GATE_UP_BLOCK": (8, 1024, 4)},
-    # gate/up, down and the ranked sum as three launches, not one (FUSED), and the one
-    # launch with its registers capped (more programs resident: FUSED_MAXNREG)
-    "no-fused": {"FUSED": False},
-    "fused-r72": {"FUSED_MAXNREG": 72},
-    "fused-r64": {"FUSED_MAXNREG": 64},
-    "fused-r56": {"FUSED_MAXNREG": 56},
     # int8 one-token products (q/k/v, o) four rows a program: all in one wave
     "lin8-b4": {"fused.linear_block": lambda r, c, i8: _lin8(r, c, i8, (4, 2048, 4))},
     "lin8-b4-w8": {"fused.linear_block": lambda r, c, i8: _lin8(r, c, i8, (4, 2048, 8))},
@@ -112,8 +106,6 @@ def _lin8(rows: int, cols: int, int8: bool, block: tuple[int, int, int]) -> tupl
     if int8 and 1024 < rows <= 16384:
         return block
     return _LINEAR_BLOCK(rows, cols, int8)
-
-
 def _blocks_before(rows: int, cols: int, int8: bool) -> tuple[int, int, int]:
     """``fused.linear_block`` of the seventeenth session."""
     if rows > 16384:

@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from flint.format.quant import LM_HEAD
-from flint.graphs import fused, fused_experts, moe_kernel
+from flint.graphs import fused
 from flint.graphs.moe_kernel import (
     ExpertPool,
     available,
@@ -211,10 +211,6 @@ class GraphDecoder:
             torch.empty(top_k, cfg.hidden_size, dtype=torch.float32, device=device),
         )
         self.moe_out = torch.empty(1, cfg.hidden_size, dtype=model.place.dtype, device=device)
-        # the experts' one launch waits on these (moe_kernel.FUSED; every layer's in turn)
-        self.moe_counters = fused_experts.counters(
-            top_k, 1, cfg.hidden_size, moe_kernel.SUM_BLOCK, device
-        )
         # MoE layer -> its experts' input in the eighths layout, where the norm writes it
         self.eighths: dict[int, torch.Tensor] = {}
         # the small ops fused into one kernel each where the family's ops are the plain ones
@@ -274,11 +270,6 @@ class GraphDecoder:
         self(torch.zeros(1, dtype=torch.int64, device=self.device), 0)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
-        if fused_experts.stuck(self.moe_counters):  # a wait gave up: not every program ran
-            raise RuntimeError(
-                "the experts' one launch (flint.graphs.fused_experts) did not complete on "
-                "this GPU: set flint.graphs.moe_kernel.FUSED = False (and report it)"
-            )
 
     def span(self, position: int) -> int:
         """Cache positions a step at ``position`` attends over (a multiple of SPAN_STEP)."""
@@ -462,9 +453,7 @@ class GraphDecoder:
             return h, mlp(self._norm(layer.norm, h, layer.post_norm, layer.eps))
         normed, ids, weights = self._moe_input(layer, mlp, h, eighths)
         pool = self.pools[layer.index]
-        out = moe_experts(
-            normed, ids, weights, pool, self.scratch, self.moe_out, eighths, self.moe_counters
-        )
+        out = moe_experts(normed, ids, weights, pool, self.scratch, self.moe_out, eighths)
         if mlp.shared is not None:
             out = out + mlp._shared(normed)
         return h, out

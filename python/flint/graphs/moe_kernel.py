@@ -34,7 +34,6 @@ from typing import Any
 import torch
 
 from flint.format.constants import SCALE_ALIGN
-from flint.graphs import fused_experts
 from flint.graphs.slot_kernels import (
     dequant_kernel,
     down_kernel,
@@ -333,101 +332,13 @@ def moe_experts(
     scratch: tuple[torch.Tensor, torch.Tensor] | None = None,  # [T*K, I], [T*K, H] f32
     out: torch.Tensor | None = None,  # [T, H] result (fixed address for graphs)
     x_eighths: torch.Tensor | None = None,  # ``eighths(x)``, where the caller has it
-    counters: torch.Tensor | None = None,  # ``fused_experts.counters``: one launch
 ) -> torch.Tensor:
     """sum over k of weights[t, k] * expert_{ids[t, k]}(x[t]) -> [T, H] in x's dtype.
     ``scratch``: the activations and per-rank outputs (given: fixed addresses; the word
-    kernels keep their activations in the eighths layout, in a buffer of their own).
-    With ``counters`` (zeroed, and left so), int4 word pools whose rows fit
-    ``WHOLE_GATE_UP`` and down's read ahead are computed in one launch
-    (``fused_experts``) where ``FUSED`` is set: the same bits."""
+    kernels keep their activations in the eighths layout, in a buffer of their own)."""
     assert triton is not None, "check available() first"
     with on_device(x.device):
-        if counters is not None and FUSED and _fused(x, ids, weights, pool, out, x_eighths,
-                                                     scratch, counters):  # fmt: skip
-            assert out is not None
-            return out
         return _launch(x, ids, weights, pool, scratch, out, x_eighths)
-
-
-# Gate/up, down and the ranked sum in one launch where the caller gives counters (the
-# resident step): ``fused_experts``.
-FUSED = True
-_FUSED_GRIDS: dict[tuple[Any, ...], int] = {}  # launch shape -> programs
-FUSED_MAXNREG: int | None = None  # a register cap (more programs resident), for an A/B
-
-
-def _fused(
-    x: torch.Tensor,
-    ids: torch.Tensor,
-    weights: torch.Tensor,
-    pool: ExpertPool,
-    out: torch.Tensor | None,
-    x_eighths: torch.Tensor | None,
-    scratch: tuple[torch.Tensor, torch.Tensor] | None,
-    counters: torch.Tensor,
-) -> bool:
-    """``fused_experts.experts_kernel`` where it applies (else False, nothing done)."""
-    tokens, top_k = ids.shape
-    h_dim, i_dim = pool.hidden, pool.inter
-    (gu_bn, gu_bk, gu_warps), (d_bn, d_bk, d_warps) = _blocks(True)
-    gu_bk, d_bk = _cols(gu_bk, pool.group), _cols(d_bk, pool.group)
-    gu_tiles, d_tiles = triton.cdiv(h_dim, gu_bk), triton.cdiv(i_dim, d_bk)
-    if not (
-        _words(pool) and WHOLE_GATE_UP and gu_tiles <= 4 and d_tiles <= 4
-        and gu_warps == d_warps == 4 and SUM_BLOCK % d_bn == 0
-        and out is not None and scratch is not None and x.device.type == counters.device.type
-    ):  # fmt: skip
-        return False
-    pairs = tokens * top_k
-    assert counters.numel() == pairs + tokens * triton.cdiv(h_dim, SUM_BLOCK) + 2, counters.shape
-    if x_eighths is None:
-        x_eighths = eighths(x)
-    xs, hs = _eighths_stride(h_dim), _eighths_stride(i_dim)
-    hidden = _eighths_empty(pairs, i_dim, x.device)
-    gate_b, up_b, down_b = pool.biases or (x, x, x)
-    args = (
-        x_eighths,
-        ids.contiguous(),
-        weights.contiguous(),
-        hidden,
-        scratch[1],
-        out,
-        counters,
-        *_args(pool.gate),
-        *_args(pool.up),
-        *_args(pool.down),
-        gate_b,
-        up_b,
-        down_b,
-        h_dim,
-        i_dim,
-        xs,
-        hs,
-        pool.alpha,
-        pool.limit,
-        pairs,
-    )
-    consts = dict(
-        OUT=_DTYPES[x.dtype], TOPK=top_k, GROUP=pool.group, GU_BN=gu_bn, GU_BK=gu_bk,
-        GU_TILES=gu_tiles, GU_EVEN=_even(h_dim, gu_bk), D_BN=d_bn, D_BK=d_bk,
-        D_TILES=d_tiles, D_EVEN=_even(i_dim, d_bk), BS=SUM_BLOCK,
-        HAS_BIAS=pool.biases is not None, ACT=pool.act, num_warps=4, **pdl(x.device),
-    )  # fmt: skip
-    if FUSED_MAXNREG and x.device.type == "cuda":
-        consts["maxnreg"] = FUSED_MAXNREG
-    grid = 1
-    if x.device.type == "cuda":
-        key = (x.device.index, pairs, h_dim, i_dim, tuple(sorted(consts.items())))
-        if key not in _FUSED_GRIDS:
-            kernel = fused_experts.experts_kernel.warmup(*args, grid=(1,), **consts)
-            items = pairs * triton.cdiv(i_dim, gu_bn)
-            _FUSED_GRIDS[key] = fused_experts.programs(kernel, x.device, items)
-        grid = _FUSED_GRIDS[key]
-        if grid == 0:
-            return False
-    fused_experts.experts_kernel[(grid,)](*args, **consts)
-    return True
 
 
 def _launch(

@@ -10,10 +10,6 @@ from flint.graphs.triton_kernels import triton
 
 __all__ = [
     "_activate",
-    "_down_finish",
-    "_down_rows",
-    "_gate_up_item",
-    "_ranked_block",
     "dequant_kernel",
     "down_kernel",
     "eighths_kernel",
@@ -340,32 +336,16 @@ if triton is not None:
         GDC: tl.constexpr = False,
     ):
         """h[pair, rows] = act(gate(x) (+ bias), up(x) (+ bias)) for one (token, rank)
-        pair and block of rows a program (``_gate_up_item``)."""
+        pair (``_activate``), each op rounded to ``OUT``. With ``WORDS`` (int4): x and h
+        in the eighths layout (rows of ``x_stride`` and ``h_stride``), h as ``down``
+        reads it. ``WHOLE`` (int4 words whose rows are 1 to 4 tiles, ``WHOLE`` of them):
+        every tile of the program's gate and up rows loaded at once, then dotted in
+        ``_rows_dot2``'s order (one memory round trip, not one per tile)."""
         _await_inputs(GDC)
-        _gate_up_item(
-            x_ptr, ids_ptr, h_ptr, g_ptr, g_we, g_wr, gs_ptr, gs_e, gs_r, u_ptr, u_we, u_wr,
-            us_ptr, us_e, us_r, gb_ptr, ub_ptr, hid, inter, x_stride, h_stride, alpha, limit,
-            tl.program_id(0), tl.program_id(1), OUT, TOPK, SCHEME, GROUP, BN, BK, HAS_BIAS,
-            ACT, EVEN, WORDS, WHOLE,
-        )  # fmt: skip
-
-    @triton.jit
-    def _gate_up_item(
-        x_ptr, ids_ptr, h_ptr, g_ptr, g_we, g_wr, gs_ptr, gs_e, gs_r, u_ptr, u_we, u_wr,
-        us_ptr, us_e, us_r, gb_ptr, ub_ptr, hid, inter, x_stride, h_stride, alpha, limit,
-        pair, block, OUT: tl.constexpr, TOPK: tl.constexpr, SCHEME: tl.constexpr,
-        GROUP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, HAS_BIAS: tl.constexpr,
-        ACT: tl.constexpr, EVEN: tl.constexpr, WORDS: tl.constexpr, WHOLE: tl.constexpr,
-    ):  # fmt: skip
-        """Rows ``block * BN ..`` of h[pair] = act(gate(x) (+ bias), up(x) (+ bias))
-        (``_activate``), each op rounded to ``OUT``. With ``WORDS`` (int4): x and h in
-        the eighths layout (rows of ``x_stride`` and ``h_stride``), h as ``down`` reads
-        it. ``WHOLE`` (int4 words whose rows are 1 to 4 tiles, ``WHOLE`` of them): every
-        tile of the rows of gate and up loaded at once, then dotted in ``_rows_dot2``'s
-        order (one memory round trip, not one per tile)."""
+        pair = tl.program_id(0)
         token = pair // TOPK
         expert = tl.load(ids_ptr + pair).to(tl.int64)
-        rows = block * BN + tl.arange(0, BN)
+        rows = tl.program_id(1) * BN + tl.arange(0, BN)
         row_ok = rows < inter
         x = x_ptr + token * (8 * x_stride if WORDS else hid)
         if WHOLE > 0:
@@ -435,58 +415,28 @@ if triton is not None:
         in the eighths layout with ``WORDS`` (``gate_up_kernel``). ``AHEAD`` (int4
         words whose rows are 1 to 4 tiles, ``AHEAD`` of them): the pair's expert id
         (the router's, two kernels back) and the program's whole rows read before
-        ``_await_inputs`` (``_down_rows``), so that after it only h is read."""
+        ``_await_inputs``, so that after it only h is read."""
         pair = tl.program_id(0)
         rows = tl.program_id(1) * BN + tl.arange(0, BN)
         row_ok = rows < hid
+        h = h_ptr + pair * (8 * h_stride if WORDS else inter)
         if AHEAD > 0:
-            expert, w0, s0, w1, s1, w2, s2, w3, s3 = _down_rows(
-                ids_ptr, d_ptr, d_we, d_wr, ds_ptr, ds_e, ds_r, inter, pair, rows, row_ok,
+            expert = tl.load(ids_ptr + pair).to(tl.int64)
+            w0, s0, w1, s1, w2, s2, w3, s3 = _words_ahead(
+                d_ptr + expert * d_we, ds_ptr + expert * ds_e, d_wr, ds_r, rows, row_ok, inter,
                 GROUP, BK, EVEN, AHEAD,
             )  # fmt: skip
             _await_inputs(GDC)
-            _down_finish(
-                h_ptr, y_ptr, db_ptr, hid, inter, h_stride, pair, expert, rows, row_ok,
-                w0, s0, w1, s1, w2, s2, w3, s3, OUT, GROUP, BN, BK, HAS_BIAS, EVEN, AHEAD,
-            )  # fmt: skip
+            y = _words_ahead_dot(
+                w0, s0, w1, s1, w2, s2, w3, s3, h, h_stride, inter, BN, BK, GROUP, EVEN, AHEAD
+            )
         else:
             _await_inputs(GDC)
             expert = tl.load(ids_ptr + pair).to(tl.int64)
-            h = h_ptr + pair * (8 * h_stride if WORDS else inter)
             y = _rows_dot(
                 d_ptr + expert * d_we, ds_ptr + expert * ds_e, d_wr, ds_r, h, h_stride,
                 rows, row_ok, inter, SCHEME, GROUP, BN, BK, EVEN, WORDS,
             )  # fmt: skip
-            _down_store(y, y_ptr, db_ptr, hid, pair, expert, rows, row_ok, OUT, HAS_BIAS)
-
-    @triton.jit
-    def _down_rows(ids_ptr, d_ptr, d_we, d_wr, ds_ptr, ds_e, ds_r, inter, pair, rows, row_ok,
-                   GROUP: tl.constexpr, BK: tl.constexpr, EVEN: tl.constexpr,
-                   TILES: tl.constexpr):  # fmt: skip
-        """The pair's expert id and the int4 word tiles of its down rows ``rows``
-        (``TILES`` of them, ``_words_ahead``): all loads issued, none used."""
-        expert = tl.load(ids_ptr + pair).to(tl.int64)
-        w0, s0, w1, s1, w2, s2, w3, s3 = _words_ahead(
-            d_ptr + expert * d_we, ds_ptr + expert * ds_e, d_wr, ds_r, rows, row_ok, inter,
-            GROUP, BK, EVEN, TILES,
-        )  # fmt: skip
-        return expert, w0, s0, w1, s1, w2, s2, w3, s3
-
-    @triton.jit
-    def _down_finish(h_ptr, y_ptr, db_ptr, hid, inter, h_stride, pair, expert, rows, row_ok,
-                     w0, s0, w1, s1, w2, s2, w3, s3, OUT: tl.constexpr, GROUP: tl.constexpr,
-                     BN: tl.constexpr, BK: tl.constexpr, HAS_BIAS: tl.constexpr,
-                     EVEN: tl.constexpr, TILES: tl.constexpr):  # fmt: skip
-        """``_down_rows``'s tiles dotted with h[pair] (the eighths layout) and stored."""
-        h = h_ptr + pair * 8 * h_stride
-        y = _words_ahead_dot(w0, s0, w1, s1, w2, s2, w3, s3, h, h_stride, inter, BN, BK, GROUP,
-                             EVEN, TILES)  # fmt: skip
-        _down_store(y, y_ptr, db_ptr, hid, pair, expert, rows, row_ok, OUT, HAS_BIAS)
-
-    @triton.jit
-    def _down_store(y, y_ptr, db_ptr, hid, pair, expert, rows, row_ok, OUT: tl.constexpr,
-                    HAS_BIAS: tl.constexpr):  # fmt: skip
-        """y (fp32) rounded to ``OUT`` (+ the expert's bias, rounded again) into y[pair]."""
         y = _round(y, OUT)
         if HAS_BIAS:
             bias = tl.load(db_ptr + expert * hid + rows, mask=row_ok, other=0.0)
@@ -499,13 +449,8 @@ if triton is not None:
     ):
         """out[token] = sum over ranks, in rank order, of weight * y (fp32), cast once."""
         _await_inputs(GDC)
-        _ranked_block(y_ptr, rw_ptr, out_ptr, hid, tl.program_id(0), tl.program_id(1), TOPK, BS)
-
-    @triton.jit
-    def _ranked_block(y_ptr, rw_ptr, out_ptr, hid, token, block, TOPK: tl.constexpr,
-                      BS: tl.constexpr):  # fmt: skip
-        """Columns ``block * BS ..`` of ``ranked_sum_kernel``'s out[token]."""
-        cols = block * BS + tl.arange(0, BS)
+        token = tl.program_id(0)
+        cols = tl.program_id(1) * BS + tl.arange(0, BS)
         ok = cols < hid
         total = tl.zeros([BS], dtype=tl.float32)
         for rank in tl.static_range(TOPK):
