@@ -106,6 +106,8 @@ def _lin8(rows: int, cols: int, int8: bool, block: tuple[int, int, int]) -> tupl
     if int8 and 1024 < rows <= 16384:
         return block
     return _LINEAR_BLOCK(rows, cols, int8)
+
+
 def _blocks_before(rows: int, cols: int, int8: bool) -> tuple[int, int, int]:
     """``fused.linear_block`` of the seventeenth session."""
     if rows > 16384:
