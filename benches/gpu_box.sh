@@ -1861,8 +1861,23 @@ base,no-fused,fused-r72,fused-r64,fused-r56,lin8-b4,lin8-b4-w8,gu-b2,gu-w8 2>&1 
   r0 q30d8
 }
 
+# Session 22, third call (the experts' one launch taken out): the kept default
+# against the loop of before; int4 down's blocks beside the new gate/up; GPU tests;
+# R0 on both files.
+gpu121() {
+  synth30 q30d8 --dense-quant int8
+  timeout 220 python3 benches/step_ab.py "$DATA/q30d8.ftw" --configs \
+base,gu-loop-b8,down-b8,down-w8,down-b32-w8,down-w2,down-b8-w2 2>&1 | tail -9
+  gpu_tests
+  r0 q30d8
+  rm -f "$DATA/q30d8.ftw"
+  synth30 q30
+  r0 q30
+}
+
 case $what in
   install) install ;;
+  gpu121) install; gpu121 ;;
   gpu120) install; gpu120 ;;
   gpu119) install; gpu119 ;;
   gpu118) install; gpu118 ;;
