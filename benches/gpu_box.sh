@@ -1875,8 +1875,23 @@ base,gu-loop-b8,down-b8,down-w8,down-b32-w8,down-w2,down-b8-w2 2>&1 | tail -9
   r0 q30
 }
 
+# Session 22, fourth call: the one-token products asking the L2 for the rest of their
+# rows before the wait (fused.L2_REST, on in this wheel) against not, on both files;
+# GPU tests with it on; R0 on both files.
+gpu122() {
+  synth30 q30d8 --dense-quant int8
+  timeout 120 python3 benches/step_ab.py "$DATA/q30d8.ftw" --configs base,no-l2-rest 2>&1 | tail -4
+  gpu_tests
+  r0 q30d8
+  rm -f "$DATA/q30d8.ftw"
+  synth30 q30
+  timeout 120 python3 benches/step_ab.py "$DATA/q30.ftw" --configs base,no-l2-rest 2>&1 | tail -4
+  r0 q30
+}
+
 case $what in
   install) install ;;
+  gpu122) install; gpu122 ;;
   gpu121) install; gpu121 ;;
   gpu120) install; gpu120 ;;
   gpu119) install; gpu119 ;;
