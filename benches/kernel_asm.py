@@ -190,7 +190,6 @@ def launches(scheme: str) -> list[tuple[str, Any]]:
         s8 = torch.rand(rows)
         out.append((f"{label} bf16", lambda xv=xv, bf=bf: fused.linear(xv, bf)))
         out.append((f"{label} int8", lambda xv=xv, q8=q8, s8=s8: fused.linear(xv, q8, scale=s8)))
-        out.append((f"{label} bf16, L2 rest", lambda xv=xv, bf=bf: _l2_rest(fused, xv, bf)))
     router = torch.randn(EXPERTS, HIDDEN).bfloat16()
     out.append(("router", lambda: fused.linear(x, router)))
     nw = torch.randn(HIDDEN).bfloat16()
@@ -231,17 +230,6 @@ def _attention(fused: Any, q: torch.Tensor, cache: torch.Tensor, heads: int, dim
         GROUP=heads // kv, GP=max(16, heads // kv), DP=dim, BS=fused.ATTENTION_BLOCK,
         CHUNK=fused.ATTENTION_CHUNK, SPLIT=False, F32=False, **mk.ahead("attention", q.device),
     )  # fmt: skip
-
-
-def _l2_rest(fused: Any, x: torch.Tensor, w: torch.Tensor) -> None:
-    """``fused.linear`` asking the L2 for the rest of its rows, as on a GPU under
-    dependent launch (``fused.L2_REST``; the CPU tensors pass for a GPU's)."""
-    saved = fused.L2_REST, fused.pdl
-    fused.L2_REST, fused.pdl = True, lambda device: {"GDC": True}
-    try:
-        fused.linear(x, w)
-    finally:
-        fused.L2_REST, fused.pdl = saved
 
 
 def _route(fused: Any, logits: torch.Tensor, ranks: bool) -> None:

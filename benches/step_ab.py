@@ -95,8 +95,6 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "gu-w8": {"WORDS_GATE_UP_BLOCK": (4, 512, 8)},
     "gu-k1024": {"WORDS_GATE_UP_BLOCK": (4, 1024, 4)},
     "gu-loop-b8-k1024": {"WHOLE_GATE_UP": False, "WORDS_GATE_UP_BLOCK": (8, 1024, 4)},
-    # the one-token products not asking the L2 for the rest of their rows before the wait
-    "no-l2-rest": {"fused.L2_REST": False},
     # int8 one-token products (q/k/v, o) four rows a program: all in one wave
     "lin8-b4": {"fused.linear_block": lambda r, c, i8: _lin8(r, c, i8, (4, 2048, 4))},
     "lin8-b4-w8": {"fused.linear_block": lambda r, c, i8: _lin8(r, c, i8, (4, 2048, 8))},

@@ -141,26 +141,17 @@ def linear(
         out = torch.empty(1, rows, dtype=x.dtype, device=x.device)
     assert out.shape == (1, rows) and out.is_contiguous(), (out.shape, rows)
     bn, bk, warps = LINEAR_BLOCK.get("int8" if int8 else "bf16") or linear_block(rows, cols, int8)
-    bk = min(bk, _block(cols))
     x = x.contiguous()
-    # the rest of the rows asked of the L2 before the wait: under dependent launch only
-    rest = L2_REST and bk < cols and rows <= 16384 and bool(pdl(x.device))
     with on_device(x.device):
         linear_kernel[(triton.cdiv(rows, bn),)](
             x, weight, weight.stride(0), x if scale is None else scale,
             x if bias is None else bias, x if residual is None else residual.contiguous(),
             out, rows, cols, ROUND=_DTYPES[x.dtype], SCHEME=int(int8),
             HAS_BIAS=bias is not None, HAS_RES=residual is not None,
-            BN=bn, BK=bk, num_warps=warps, **ahead("linear", x.device),
-            **({"L2_REST": True} if rest else {}), **pdl(x.device),
+            BN=bn, BK=min(bk, _block(cols)), num_warps=warps, **ahead("linear", x.device),
+            **pdl(x.device),
         )  # fmt: skip
     return out
-
-
-# The one-token products of more than one tile a row (bf16 q/k/v and o, int8 o) ask the
-# L2 for the rest of their rows before their wait (``linear_kernel``'s ``L2_REST``, Hopper
-# under dependent launch; not the LM head): those bytes then come from the L2 after it.
-L2_REST = True
 
 
 NORM_LINEAR_ROWS = 2  # rows per program of ``norm_linear`` (whole rows)

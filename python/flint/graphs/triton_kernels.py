@@ -14,7 +14,6 @@ __all__ = [
     "_await_inputs",
     "_eighth_exp",
     "_eighths_index",
-    "_l2_ask",
     "_round",
     "_times_2_to",
     "_w_steps",
@@ -65,25 +64,6 @@ if triton is not None:
         if GDC:
             tl.extra.cuda.gdc_wait()
             tl.extra.cuda.gdc_launch_dependents()
-
-    @triton.jit
-    def _l2_ask(at, size):
-        """Asks the L2 cache for ``size`` bytes at the byte address ``at`` (scalars),
-        from one thread of the program (Hopper's bulk prefetch,
-        ``cp.async.bulk.prefetch.L2``: issued and not waited for; a hint that changes no
-        result). ``at`` 16-byte aligned, ``size`` a multiple of 16 (0 or less: nothing
-        asked). CUDA sm_90 and later only (inline PTX): the interpreter has no such
-        instruction."""
-        return tl.inline_asm_elementwise(
-            "{ .reg .pred p; .reg .u32 t; mov.u32 t, %tid.x; setp.eq.u32 p, t, 0;"
-            " setp.gt.and.s32 p, $2, 0, p;"
-            " @p cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
-            "=r,l,r",
-            [at, size],
-            dtype=tl.int32,
-            is_pure=False,
-            pack=1,
-        )
 
     @triton.jit
     def _eighth_exp(k):
@@ -151,7 +131,6 @@ if triton is not None:
         BN: tl.constexpr,
         BK: tl.constexpr,
         AHEAD: tl.constexpr = False,
-        L2_REST: tl.constexpr = False,
         GDC: tl.constexpr = False,
     ):
         """out[rows] = x . w[rows] (+ bias, in fp32) rounded to ``ROUND`` (F.linear's
@@ -159,20 +138,11 @@ if triton is not None:
         at a time; bf16 weights (``SCHEME`` 0) or int8 with fp32 row scales (1). The
         first step's weights are constant, so they are read before ``_await_inputs``:
         they arrive while the kernel before finishes; with ``AHEAD`` the row scales and
-        biases too, and the residual as soon as the wait ends, not after the loop. With
-        ``L2_REST`` the L2 is asked there for the rest of the rows (``_l2_ask``: the
-        program's rows are one run of bytes), which the loop reads after the wait. The
+        biases too, and the residual as soon as the wait ends, not after the loop. The
         sum is ``_rows_dot``'s."""
         rows = tl.program_id(0) * BN + tl.arange(0, BN)
         row_ok = rows < n_rows
         w = _w_tile(w_ptr, w_row, rows, row_ok, 0, n_cols, BK)
-        if L2_REST:
-            first = tl.program_id(0).to(tl.int64) * BN
-            last = tl.minimum(first + BN, n_rows) - 1
-            start = first * w_row + BK  # elements: the first row's second tile on
-            count = last * w_row + n_cols - start
-            size = w_ptr.dtype.element_ty.primitive_bitwidth // 8
-            _l2_ask(w_ptr + start, (count * size).to(tl.int32) // 16 * 16)
         if AHEAD:
             scale = _read_if(s_ptr, rows, row_ok, SCHEME == 1)
             bias = _read_if(b_ptr, rows, row_ok, HAS_BIAS)
