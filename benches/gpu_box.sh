@@ -1889,8 +1889,17 @@ gpu122() {
   r0 q30
 }
 
+# Session 22, last call (little device time left): flint bench on q30d8 with the
+# session's final code.
+gpu123() {
+  synth30 q30d8 --dense-quant int8
+  echo "== flint bench q30d8"; timeout 150 flint bench "$DATA/q30d8.ftw" -p 512 -n 128 -r 3 \
+    --mode resident --warm 2>&1 | tail -4
+}
+
 case $what in
   install) install ;;
+  gpu123) install; gpu123 ;;
   gpu122) install; gpu122 ;;
   gpu121) install; gpu121 ;;
   gpu120) install; gpu120 ;;
