@@ -1834,6 +1834,10 @@ gpu118() {
   r0 q30
 }
 
+# Session 22's calls as they ran: gpu119's gu-* names meant the loaded-at-once variants
+# of that commit (since renamed: the default now loads at once, gu-loop* is the loop),
+# gpu120's no-fused and fused-r* and gpu122's no-l2-rest name configurations since
+# taken out with their code (docs/benchmarks.md, "Twenty-second session").
 # Session 22, first call: int4 gate/up with every tile of its rows loaded at once
 # (moe_kernel.WHOLE_GATE_UP) and its blocks, in one process on both files; the GPU
 # tests (the new ones: WHOLE against the loop bit for bit, the int8 LM head of a

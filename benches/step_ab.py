@@ -19,8 +19,9 @@ positions per step and warps), ``blocks-before``, ``blocks-tuned`` and
 (decode.NORM_IN_ROUTER off), ``norm-w*``, ``nl-w8`` and ``rope-w*`` (the norms', the
 router-with-norm's and q/k/v RoPE's warps), ``no-ahead`` and ``no-ahead-KERNEL`` (no
 kernel, or every kernel but one, reading ahead of its wait: moe_kernel.AHEAD),
-``down-b*`` (int4 down's blocks), ``gu-*`` (int4 gate/up's blocks, and its rows
-loaded at once: moe_kernel.WHOLE_GATE_UP). ``--profile CONFIG`` then prints each
+``down-b*`` (int4 down's blocks), ``gu-*`` (int4 gate/up's blocks, and the loop
+instead of its rows loaded at once: moe_kernel.WHOLE_GATE_UP), ``lin8-b4*`` (the int8
+products four rows a program). ``--profile CONFIG`` then prints each
 kernel's time per step. (The sixteenth session's ``no-fold`` and ``serial`` rows, and
 the eighteenth's ``linear-ahead`` and ``ranked-in-norm``, measured switches since taken
 out: docs/benchmarks.md.)
@@ -39,9 +40,9 @@ import flint
 from flint.graphs import decode, fused, moe_kernel
 from flint.graphs.decode import GraphDecoder, expert_pools
 
+_LINEAR_BLOCK = fused.linear_block
 # name -> moe_kernel switches; "no-int8" builds the decoder without the file's int8
 # attention matrices (the dequantized ones instead)
-_LINEAR_BLOCK = fused.linear_block
 CONFIGS: dict[str, dict[str, Any]] = {
     "base": {},
     "no-pdl": {"PDL": False},

@@ -40,6 +40,24 @@ def _same(a: object, b: object) -> None:
             _same(x, y)
 
 
+def _spy(monkeypatch: pytest.MonkeyPatch, name: str, switch: str) -> list[int]:
+    """The ``switch`` argument of each launch of moe_kernel's kernel ``name`` from here
+    on (each launch then made as asked)."""
+    launched: list[int] = []
+    kernel = getattr(moe_kernel, name)
+
+    class Spy:
+        def __getitem__(self, grid: object) -> Callable[..., None]:
+            def launch(*args: object, **kw: int) -> None:
+                launched.append(kw[switch])
+                kernel[grid](*args, **kw)
+
+            return launch
+
+    monkeypatch.setattr(moe_kernel, name, Spy())
+    return launched
+
+
 def test_read_ahead_only_where_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     """``ahead`` names a kernel's early reads under dependent launch only (or with
     ``AHEAD_WITHOUT_PDL``), and only for kernels in ``AHEAD``."""
@@ -77,18 +95,7 @@ def test_down_reads_its_rows_ahead_to_the_same_bits(
     x = (torch.randn(2, hidden) / hidden**0.5).bfloat16()
     ids = torch.stack([torch.randperm(experts)[:k] for _ in range(2)])
     w = torch.rand(2, k).bfloat16()
-    launched: list[int] = []
-    kernel = moe_kernel.down_kernel
-
-    class Spy:
-        def __getitem__(self, grid: object) -> Callable[..., None]:
-            def launch(*args: object, **kw: int) -> None:
-                launched.append(kw["AHEAD"])
-                kernel[grid](*args, **kw)
-
-            return launch
-
-    monkeypatch.setattr(moe_kernel, "down_kernel", Spy())
+    launched = _spy(monkeypatch, "down_kernel", "AHEAD")
     on, off = _both(monkeypatch, lambda: moe_experts(x, ids, w, pool))
     assert isinstance(on, torch.Tensor) and torch.isfinite(on).all()
     _same(on, off)
@@ -178,31 +185,26 @@ def test_the_int4_step_reads_ahead_to_the_same_bits(
 
 
 def _gate_up_whole_agrees(
-    hidden: int, inter: int, group: int, device: torch.device, monkeypatch: pytest.MonkeyPatch
+    hidden: int,
+    inter: int,
+    group: int,
+    device: torch.device,
+    monkeypatch: pytest.MonkeyPatch,
+    dtype: torch.dtype = torch.bfloat16,
 ) -> None:
     """int4 words: gate/up with every tile of its rows loaded at once
     (``WHOLE_GATE_UP``) and with the loop, the same bits; rows of five tiles keep the
-    loop."""
+    loop, and byte tiles (groups under 8) never load at once. In fp32 gate and up
+    reach the output unrounded, so a changed order of their sums would show."""
     torch.manual_seed(hidden + group)
     experts, k, tokens = 3, 2, 2
     shapes = ((inter, hidden), (inter, hidden), (hidden, inter))
     slabs, offsets, _ = _slabs("int4", experts, shapes, group)
     pool = slab_pool(slabs.to(device), "int4", group, shapes, offsets)
-    x = (torch.randn(tokens, hidden) / hidden**0.5).bfloat16().to(device)
+    x = (torch.randn(tokens, hidden) / hidden**0.5).to(dtype).to(device)
     ids = torch.stack([torch.randperm(experts)[:k] for _ in range(tokens)]).to(device)
-    w = torch.rand(tokens, k).bfloat16().to(device)
-    launched: list[int] = []
-    kernel = moe_kernel.gate_up_kernel
-
-    class Spy:
-        def __getitem__(self, grid: object) -> Callable[..., None]:
-            def launch(*args: object, **kw: int) -> None:
-                launched.append(kw["WHOLE"])
-                kernel[grid](*args, **kw)
-
-            return launch
-
-    monkeypatch.setattr(moe_kernel, "gate_up_kernel", Spy())
+    w = torch.rand(tokens, k).to(dtype).to(device)
+    launched = _spy(monkeypatch, "gate_up_kernel", "WHOLE")
     got = []
     for whole in (True, False):
         monkeypatch.setattr(moe_kernel, "WHOLE_GATE_UP", whole)
@@ -210,27 +212,31 @@ def _gate_up_whole_agrees(
     assert torch.isfinite(got[0]).all()
     _same(got[0], got[1])
     tiles = -(-hidden // max(moe_kernel.WORDS_GATE_UP_BLOCK[1], group))
-    assert launched == [tiles if tiles <= 4 else 0, 0]
+    assert launched == [tiles if tiles <= 4 and group >= 8 else 0, 0]
 
 
 @pytest.mark.interpreter
 @pytest.mark.parametrize(
     ("hidden", "inter", "group"),
-    [(2048, 32, 32), (1000, 16, 8), (1536, 64, 64), (24, 48, 8), (2560, 32, 32)],
+    [(2048, 32, 32), (1000, 16, 8), (1536, 64, 64), (24, 48, 8), (2560, 32, 32), (64, 32, 4)],
 )
 def test_gate_up_loads_its_rows_at_once_to_the_same_bits(
     hidden: int, inter: int, group: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Four whole tiles, a masked last one, three whole ones, one masked one, and
-    rows of five tiles (the loop)."""
+    """Four whole tiles; two, the last masked; three whole ones; one masked one; rows
+    of five tiles (the loop); byte tiles (the loop)."""
     monkeypatch.setattr(moe_kernel, "WORDS_DOWN_BLOCK", (64, 256, 4))
     _gate_up_whole_agrees(hidden, inter, group, torch.device("cpu"), monkeypatch)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize(("hidden", "inter", "group"), [(2048, 768, 32), (1000, 64, 8)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize(
+    ("hidden", "inter", "group"), [(2048, 768, 32), (1536, 64, 64), (1000, 64, 8)]
+)
 def test_gate_up_loads_its_rows_at_once_to_the_same_bits_on_cuda(
-    hidden: int, inter: int, group: int, monkeypatch: pytest.MonkeyPatch
+    hidden: int, inter: int, group: int, dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The same compiled: the tiles' layouts, and so the sums' order, must not change."""
-    _gate_up_whole_agrees(hidden, inter, group, torch.device("cuda"), monkeypatch)
+    """The same compiled: the tiles' layouts, and so the sums' order, must not change
+    (four, three, and two tiles, the last masked)."""
+    _gate_up_whole_agrees(hidden, inter, group, torch.device("cuda"), monkeypatch, dtype)

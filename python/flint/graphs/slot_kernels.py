@@ -349,6 +349,7 @@ if triton is not None:
         row_ok = rows < inter
         x = x_ptr + token * (8 * x_stride if WORDS else hid)
         if WHOLE > 0:
+            tl.static_assert(WORDS and SCHEME == 2 and WHOLE <= 4, "WHOLE: int4 words, 1-4 tiles")
             a0, as0, a1, as1, a2, as2, a3, as3 = _words_ahead(
                 g_ptr + expert * g_we, gs_ptr + expert * gs_e, g_wr, gs_r, rows, row_ok, hid,
                 GROUP, BK, EVEN, WHOLE,
@@ -421,6 +422,7 @@ if triton is not None:
         row_ok = rows < hid
         h = h_ptr + pair * (8 * h_stride if WORDS else inter)
         if AHEAD > 0:
+            tl.static_assert(WORDS and SCHEME == 2 and AHEAD <= 4, "AHEAD: int4 words, 1-4 tiles")
             expert = tl.load(ids_ptr + pair).to(tl.int64)
             w0, s0, w1, s1, w2, s2, w3, s3 = _words_ahead(
                 d_ptr + expert * d_we, ds_ptr + expert * ds_e, d_wr, ds_r, rows, row_ok, inter,
