@@ -7,8 +7,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
-from tiny import FAMILY_NAMES, SEEDS, SPECIAL_TOKENS, build, save_tokenizer, tokenizer_json
+from tiny import (
+    FAMILY_NAMES,
+    SEEDS,
+    SPECIAL_TOKENS,
+    build,
+    save_tokenizer,
+    save_wide_qwen3,
+    tokenizer_json,
+)
 
 
 @pytest.fixture(scope="session")
@@ -52,32 +59,11 @@ def wide_files(
     """A tiny random Qwen3-MoE whose experts fit torch's int4 kernels (K % 32 == 0,
     N % 16 == 0), converted with --quant none, int8 and int4, and ("dense-int8") with
     --quant none --dense-quant int8 (its LM head is not tied: stored int8 too)."""
-    import transformers as tf
-
     from flint.convert import ConvertOptions, convert
 
-    torch.manual_seed(0)
-    config = tf.Qwen3MoeConfig(
-        vocab_size=len(SPECIAL_TOKENS) + 300,
-        hidden_size=64,
-        head_dim=16,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        moe_intermediate_size=32,
-        num_experts=8,
-        num_experts_per_tok=2,
-        max_position_embeddings=64,
-        eos_token_id=2,
-    )
-    model = tf.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if name.endswith("mlp.gate.weight"):
-                param.normal_(0.0, 1.0)  # routers far from near-ties
     root = tmp_path_factory.mktemp("wide")
-    model.save_pretrained(root / "ckpt")
-    save_tokenizer(root / "ckpt", tiny_tokenizer_json)
+    vocab = len(SPECIAL_TOKENS) + 300
+    save_wide_qwen3(root / "ckpt", tiny_tokenizer_json, vocab, positions=64, seed=0)
     files = {}
     for quant in ("none", "int8", "int4"):
         files[quant] = root / f"{quant}.ftw"

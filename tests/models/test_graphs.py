@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.nn.functional as F
-from tiny import assert_follows, greedy_decode, save_tokenizer
+from tiny import assert_follows, greedy_decode, save_wide_qwen3
 
 import flint
 from flint.format.quant import decode_projection, encode_projection
@@ -989,23 +989,9 @@ def test_a_captured_int8_head_of_a_wide_vocabulary(
     graphs and through the same step launched op by op give the same bits, with the
     head read as stored; the model's own decode (the dequantized head) the same tokens
     up to a flipped tie."""
-    import transformers as tf
-
     from flint.convert import ConvertOptions, convert
 
-    torch.manual_seed(3)
-    config = tf.Qwen3MoeConfig(
-        vocab_size=20011, hidden_size=64, head_dim=16, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, moe_intermediate_size=32,
-        num_experts=8, num_experts_per_tok=2, max_position_embeddings=128, eos_token_id=2,
-    )  # fmt: skip
-    model = tf.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if name.endswith("mlp.gate.weight"):
-                param.normal_(0.0, 1.0)
-    model.save_pretrained(tmp_path / "ckpt")
-    save_tokenizer(tmp_path / "ckpt", tiny_tokenizer_json)
+    save_wide_qwen3(tmp_path / "ckpt", tiny_tokenizer_json, 20011, positions=128, seed=3)
     path = tmp_path / "wide-vocab.ftw"
     convert(str(tmp_path / "ckpt"), path, ConvertOptions(quant="int4", dense_quant="int8"))
     prompt = [5, 17, 250, 3, 99, 42, 7, 7, 120]

@@ -317,6 +317,36 @@ def save_tokenizer(path: Path, tok_json: str) -> None:
     (path / "tokenizer_config.json").write_text(json.dumps(config), "utf-8")
 
 
+def save_wide_qwen3(path: Path, tok_json: str, vocab_size: int, positions: int, seed: int) -> Path:
+    """A tiny random Qwen3-MoE whose experts fit torch's int4 kernels (K % 32 == 0,
+    N % 16 == 0), its routers far from near-ties, saved with the tiny tokenizer as a
+    checkpoint in ``path`` (returned)."""
+    import transformers as tf
+
+    torch.manual_seed(seed)
+    config = tf.Qwen3MoeConfig(
+        vocab_size=vocab_size,
+        hidden_size=64,
+        head_dim=16,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        moe_intermediate_size=32,
+        num_experts=8,
+        num_experts_per_tok=2,
+        max_position_embeddings=positions,
+        eos_token_id=2,
+    )
+    model = tf.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith("mlp.gate.weight"):
+                param.normal_(0.0, 1.0)  # routers far from near-ties
+    model.save_pretrained(path)
+    save_tokenizer(path, tok_json)
+    return path
+
+
 def greedy_decode(model: Any, prompt: list[int], steps: int) -> tuple[list[int], torch.Tensor]:
     """Greedy tokens and their logits [steps, V] (fp32, CPU) after an eager prefill of
     ``prompt`` (``model``: a ``flint.models.transformer.MoEModel``)."""
