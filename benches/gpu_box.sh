@@ -1901,8 +1901,24 @@ gpu123() {
     --mode resident --warm 2>&1 | tail -4
 }
 
+# Session 23, first call: GPU tests (the new CUDA cases of session 22 and this one);
+# the one-token products' tiles after the first loaded at once (fused.LINEAR_AT_ONCE)
+# and the attention's first blocks of keys and values read before its wait
+# (fused.ATTENTION_KV_AHEAD), each against before, on both files.
+gpu124() {
+  gpu_tests
+  synth30 q30
+  timeout 170 python3 benches/step_ab.py "$DATA/q30.ftw" --configs \
+base,lin-loop,attn-kv0,attn-kv1,attn-kv2-w8,lin-qkv-b8,lin-o-b2 2>&1 | tail -9
+  rm -f "$DATA/q30.ftw"
+  synth30 q30d8 --dense-quant int8
+  timeout 130 python3 benches/step_ab.py "$DATA/q30d8.ftw" --configs \
+base,lin-loop,lin-loop-int8,attn-kv0,lin-head 2>&1 | tail -7
+}
+
 case $what in
   install) install ;;
+  gpu124) install; gpu124 ;;
   gpu123) install; gpu123 ;;
   gpu122) install; gpu122 ;;
   gpu121) install; gpu121 ;;
