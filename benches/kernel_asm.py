@@ -228,7 +228,7 @@ def _attention(fused: Any, q: torch.Tensor, cache: torch.Tensor, heads: int, dim
         q, cache, cache, torch.tensor([5]), o, m, total, acc, cache.stride(0),
         cache.stride(1), cache.stride(0), cache.stride(1), heads, dim, dim**-0.5,
         GROUP=heads // kv, GP=max(16, heads // kv), DP=dim, BS=fused.ATTENTION_BLOCK,
-        CHUNK=fused.ATTENTION_CHUNK, SPLIT=False, F32=False, **fused._attention_ahead(q.device),
+        CHUNK=fused.ATTENTION_CHUNK, SPLIT=False, F32=False, **mk.ahead("attention", q.device),
     )  # fmt: skip
 
 

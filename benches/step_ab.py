@@ -21,9 +21,7 @@ router-with-norm's and q/k/v RoPE's warps), ``no-ahead`` and ``no-ahead-KERNEL``
 kernel, or every kernel but one, reading ahead of its wait: moe_kernel.AHEAD),
 ``down-b*`` (int4 down's blocks), ``gu-*`` (int4 gate/up's blocks, and the loop
 instead of its rows loaded at once: moe_kernel.WHOLE_GATE_UP), ``lin8-b4*`` (the int8
-products four rows a program), ``lin-*`` (the products' tiles after the first in a
-loop, or the LM head's at once too), ``attn-kv*`` (the attention's blocks of keys and
-values read before its wait). ``--profile CONFIG`` then prints each
+products four rows a program). ``--profile CONFIG`` then prints each
 kernel's time per step. (The sixteenth session's ``no-fold`` and ``serial`` rows, and
 the eighteenth's ``linear-ahead`` and ``ranked-in-norm``, measured switches since taken
 out: docs/benchmarks.md.)
@@ -101,34 +99,12 @@ CONFIGS: dict[str, dict[str, Any]] = {
     # int8 one-token products (q/k/v, o) four rows a program: all in one wave
     "lin8-b4": {"fused.linear_block": lambda r, c, i8: _lin8(r, c, i8, (4, 2048, 4))},
     "lin8-b4-w8": {"fused.linear_block": lambda r, c, i8: _lin8(r, c, i8, (4, 2048, 8))},
-    # the one-token products' tiles after the first: in a loop (all, or int8 only), or
-    # the LM head's at once too (fused.LINEAR_AT_ONCE, LINEAR_AT_ONCE_HEAD)
-    "lin-loop": {"fused.LINEAR_AT_ONCE": frozenset()},
-    "lin-loop-int8": {"fused.LINEAR_AT_ONCE": frozenset({"bf16"})},
-    "lin-head": {"fused.LINEAR_AT_ONCE_HEAD": True},
-    # bf16 q/k/v eight rows a program (640 programs: one wave at 93 registers, where
-    # four rows at once take 56 and 1,188 of 1,280 fit), bf16 o two rows (1,024)
-    "lin-qkv-b8": {"fused.linear_block": lambda r, c, i8: _bf16(r, c, i8, 2048, (8, 512, 4))},
-    "lin-o-b2": {"fused.linear_block": lambda r, c, i8: _bf16(r, c, i8, 4096, (2, 1024, 4))},
-    # blocks of keys and values the attention reads before its wait (default 2)
-    "attn-kv0": {"fused.ATTENTION_KV_AHEAD": 0},
-    "attn-kv1": {"fused.ATTENTION_KV_AHEAD": 1},
-    "attn-kv2-w8": {"fused.ATTENTION_LAUNCH": {"num_warps": 8}},
 }
 
 
 def _lin8(rows: int, cols: int, int8: bool, block: tuple[int, int, int]) -> tuple[int, int, int]:
     """``block`` for the int8 products of more than 1,024 rows but the LM head."""
     if int8 and 1024 < rows <= 16384:
-        return block
-    return _LINEAR_BLOCK(rows, cols, int8)
-
-
-def _bf16(
-    rows: int, cols: int, int8: bool, width: int, block: tuple[int, int, int]
-) -> tuple[int, int, int]:
-    """``block`` for the bf16 products of ``width`` columns but the LM head."""
-    if not int8 and cols == width and 1024 < rows <= 16384:
         return block
     return _LINEAR_BLOCK(rows, cols, int8)
 

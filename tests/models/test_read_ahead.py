@@ -18,7 +18,6 @@ import flint
 from flint.graphs import fused, moe_kernel
 from flint.graphs.decode import GraphDecoder
 from flint.graphs.moe_kernel import moe_experts, slab_pool
-from flint.graphs.triton_kernels import linear_kernel
 
 
 def _both(monkeypatch: pytest.MonkeyPatch, run: Callable[[], object]) -> tuple[object, object]:
@@ -104,52 +103,29 @@ def test_down_reads_its_rows_ahead_to_the_same_bits(
     assert launched == [tiles if tiles <= 4 else 0, 0]
 
 
-def _attention_ahead_agrees(
-    heads: int, kv_heads: int, dim: int, dtype: torch.dtype, device: torch.device,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
-    """``fused.decode_attention`` reading ahead and not, the same bits, with the token
-    in the first block, at its edges, in the second, past both, and in a later chunk
-    (the chunks past the position empty)."""
-    ctx = 800
+@pytest.mark.interpreter
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_attention_reads_its_position_ahead_to_the_same_bits(
+    dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The position read before the wait: the same bits in the first block, at its
+    edges, past it, and in a later chunk (the chunks past the position empty)."""
+    heads, kv_heads, dim, ctx = 8, 2, 32, 800
     torch.manual_seed(1)
-    q = torch.randn(heads, 1, dim).to(dtype).to(device)
-    keys, values = (torch.randn(kv_heads, ctx, dim).to(dtype).to(device) for _ in range(2))
-    parts = fused.attention_parts(heads, dim, ctx, device)
-    for position, span in [(0, 256), (5, 256), (63, 256), (64, 256), (100, 256), (127, 256),
-                           (128, 256), (130, 256), (255, 256), (300, 512), (511, 512),
-                           (520, 768)]:  # fmt: skip
+    q = torch.randn(heads, 1, dim).to(dtype)
+    keys, values = (torch.randn(kv_heads, ctx, dim).to(dtype) for _ in range(2))
+    parts = fused.attention_parts(heads, dim, ctx, torch.device("cpu"))
+    for position, span in [(0, 256), (5, 256), (63, 256), (64, 256), (130, 256), (300, 512),
+                           (511, 512), (520, 768)]:  # fmt: skip
 
         def run(position: int = position, span: int = span) -> torch.Tensor:
-            out = torch.full((1, heads * dim), float("nan"), dtype=dtype, device=device)
-            at = torch.tensor([position], device=device)
+            out = torch.full((1, heads * dim), float("nan"), dtype=dtype)
+            at = torch.tensor([position])
             return fused.decode_attention(q, keys, values, at, span, out, parts).clone()
 
         on, off = _both(monkeypatch, run)
         assert isinstance(on, torch.Tensor) and torch.isfinite(on).all(), position
         _same(on, off)
-
-
-@pytest.mark.interpreter
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("kv_ahead", [0, 1, 2])
-def test_attention_reads_its_position_ahead_to_the_same_bits(
-    dtype: torch.dtype, kv_ahead: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The position, and ``kv_ahead`` blocks of keys and values but the token's own
-    row, read before the wait."""
-    monkeypatch.setattr(fused, "ATTENTION_KV_AHEAD", kv_ahead)
-    _attention_ahead_agrees(8, 2, 32, dtype, torch.device("cpu"), monkeypatch)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("kv_ahead", [1, 2])
-def test_attention_reads_its_keys_ahead_to_the_same_bits_on_cuda(
-    kv_ahead: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The same compiled (bf16 products on tensor cores), the 30B-A3B's heads."""
-    monkeypatch.setattr(fused, "ATTENTION_KV_AHEAD", kv_ahead)
-    _attention_ahead_agrees(32, 4, 128, torch.bfloat16, torch.device("cuda"), monkeypatch)
 
 
 @pytest.mark.interpreter
@@ -264,68 +240,3 @@ def test_gate_up_loads_its_rows_at_once_to_the_same_bits_on_cuda(
     """The same compiled: the tiles' layouts, and so the sums' order, must not change
     (four, three, and two tiles, the last masked)."""
     _gate_up_whole_agrees(hidden, inter, group, torch.device("cuda"), monkeypatch, dtype)
-
-
-def _products_at_once_agree(
-    shapes: list[tuple[int, int]], device: torch.device, dtype: torch.dtype,
-    monkeypatch: pytest.MonkeyPatch,
-) -> list[int]:  # fmt: skip
-    """bf16 (or ``dtype``) and int8 one-token products of each (rows, cols) with bias
-    and residual, their tiles after the first loaded at once (``LINEAR_AT_ONCE``) and
-    in the loop: the same bits. In fp32 the product reaches the output unrounded, so a
-    changed order of the tiles' sums would show. The ``REST`` of each launch."""
-    torch.manual_seed(len(shapes))
-    rests: list[int] = []
-    kernel, schemes = linear_kernel, frozenset({"bf16", "int8"})
-
-    class Spy:
-        def __getitem__(self, grid: object) -> Callable[..., None]:
-            def launch(*args: object, **kw: int) -> None:
-                rests.append(kw["REST"])
-                kernel[grid](*args, **kw)
-
-            return launch
-
-    monkeypatch.setattr(fused, "linear_kernel", Spy())
-    for rows, cols in shapes:
-        x = torch.randn(1, cols).to(dtype).to(device)
-        wf = (torch.randn(rows, cols) / cols**0.5).to(dtype).to(device)
-        w8 = torch.randint(-127, 128, (rows, cols), dtype=torch.int8).to(device)
-        scale = (torch.rand(rows) / 100).to(device)
-        bias, residual = torch.randn(rows).to(dtype).to(device), torch.randn(1, rows).to(device)
-        for args in ((wf, bias, residual.to(dtype)), (w8, None, None, scale), (wf,)):
-            got = []
-            for at_once in (schemes, frozenset()):
-                monkeypatch.setattr(fused, "LINEAR_AT_ONCE", at_once)
-                got.append(fused.linear(x, *args))  # type: ignore[arg-type]
-            assert torch.isfinite(got[0]).all()
-            _same(got[0], got[1])
-    return rests
-
-
-@pytest.mark.interpreter
-def test_products_load_their_rows_at_once_to_the_same_bits(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Rows of four whole tiles, four with the last masked, three, two with the last
-    masked: at once; five tiles and one keep the loop (each shape bf16 with bias and
-    residual, int8 with scales, bf16 plain, then the same in the loop)."""
-    monkeypatch.setattr(fused, "LINEAR_BLOCK", {"bf16": (4, 64, 4), "int8": (2, 64, 4)})
-    shapes = [(9, 256), (6, 200), (5, 150), (7, 100), (4, 320), (3, 64)]
-    for dtype in (torch.bfloat16, torch.float32):
-        rests = _products_at_once_agree(shapes, torch.device("cpu"), dtype, monkeypatch)
-        assert rests == [v for r in (3, 3, 2, 1, 0, 0) for v in (r, 0) * 3]
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-def test_products_load_their_rows_at_once_to_the_same_bits_on_cuda(
-    dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The same compiled, in the step's block shapes: the 30B-A3B's q/k/v (four tiles)
-    and o (four bf16, two int8), a masked last tile; an LM head keeps its loop."""
-    shapes = [(5120, 2048), (2048, 4096), (700, 1500), (20000, 2048)]
-    rests = _products_at_once_agree(shapes, torch.device("cuda"), dtype, monkeypatch)
-    assert rests[:6] == [3, 0, 0, 0, 3, 0]  # int8 q/k/v: one tile of 2048
-    assert rests[6:12] == [3, 0, 1, 0, 3, 0]
-    assert rests[-6:] == [0] * 6

@@ -119,22 +119,6 @@ def linear_block(rows: int, cols: int, int8: bool) -> tuple[int, int, int]:
     return (4, 1024, 8) if cols >= 4096 else (4, 512, 4)
 
 
-# Which one-token products load a row's tiles after the first at once as their wait
-# ends (``linear_kernel``'s ``REST``), by weight scheme; the LM head (many waves of
-# programs) only with LINEAR_AT_ONCE_HEAD. Sets for the benches' A/B.
-LINEAR_AT_ONCE: frozenset[str] = frozenset({"bf16", "int8"})
-LINEAR_AT_ONCE_HEAD = False
-
-
-def linear_rest(rows: int, cols: int, bk: int, int8: bool) -> int:
-    """``linear_kernel``'s ``REST``: the tiles after a row's first loaded at once (rows
-    of 2 to 4 tiles, where ``LINEAR_AT_ONCE`` names the scheme), else 0 (a loop)."""
-    tiles = -(-cols // bk)
-    if ("int8" if int8 else "bf16") not in LINEAR_AT_ONCE or not 2 <= tiles <= 4:
-        return 0
-    return tiles - 1 if rows <= 16384 or LINEAR_AT_ONCE_HEAD else 0
-
-
 def linear(
     x: torch.Tensor,  # [1, K] in the model dtype
     weight: torch.Tensor,  # [N, K]: the model dtype, or int8 with ``scale``
@@ -157,7 +141,6 @@ def linear(
         out = torch.empty(1, rows, dtype=x.dtype, device=x.device)
     assert out.shape == (1, rows) and out.is_contiguous(), (out.shape, rows)
     bn, bk, warps = LINEAR_BLOCK.get("int8" if int8 else "bf16") or linear_block(rows, cols, int8)
-    bk = min(bk, _block(cols))
     x = x.contiguous()
     with on_device(x.device):
         linear_kernel[(triton.cdiv(rows, bn),)](
@@ -165,8 +148,8 @@ def linear(
             x if bias is None else bias, x if residual is None else residual.contiguous(),
             out, rows, cols, ROUND=_DTYPES[x.dtype], SCHEME=int(int8),
             HAS_BIAS=bias is not None, HAS_RES=residual is not None,
-            BN=bn, BK=bk, REST=linear_rest(rows, cols, bk, int8), num_warps=warps,
-            **ahead("linear", x.device), **pdl(x.device),
+            BN=bn, BK=min(bk, _block(cols)), num_warps=warps, **ahead("linear", x.device),
+            **pdl(x.device),
         )  # fmt: skip
     return out
 
@@ -260,9 +243,6 @@ def qkv_rope(
 ATTENTION_CHUNK = 256  # cache positions per program of decode_attention (a split)
 ATTENTION_BLOCK = 64  # positions per step within one
 ATTENTION_LAUNCH: dict[str, int] = {}  # num_warps / num_stages when set (an A/B; Triton's defaults)
-# Blocks of keys and values a program reads before its wait where it reads ahead
-# (``decode_attention_kernel``'s ``KV_AHEAD``: 0, 1 or 2)
-ATTENTION_KV_AHEAD = 2
 Parts = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 
@@ -276,13 +256,6 @@ def attention_parts(heads: int, dim: int, context: int, device: torch.device) ->
         torch.empty(splits, heads, dtype=f32, device=device),
         torch.empty(splits, heads, dim, dtype=f32, device=device),
     )
-
-
-def _attention_ahead(device: torch.device) -> dict[str, object]:
-    """``decode_attention_kernel``'s early reads: the position, and with it
-    ``ATTENTION_KV_AHEAD`` blocks of keys and values."""
-    on = ahead("attention", device)
-    return {**on, "KV_AHEAD": ATTENTION_KV_AHEAD} if on else {}
 
 
 def decode_attention(
@@ -310,7 +283,7 @@ def decode_attention(
             values.stride(0), values.stride(1), heads, dim, dim**-0.5, GROUP=group,
             GP=max(16, _block(group)), DP=max(16, _block(dim)), BS=ATTENTION_BLOCK,
             CHUNK=ATTENTION_CHUNK, SPLIT=splits > 1, F32=q.device.type == "cpu",
-            **ATTENTION_LAUNCH, **_attention_ahead(q.device), **pdl(q.device),
+            **ATTENTION_LAUNCH, **ahead("attention", q.device), **pdl(q.device),
         )  # fmt: skip
         if splits > 1:
             attention_combine_kernel[(heads,)](

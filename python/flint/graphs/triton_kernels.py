@@ -104,30 +104,6 @@ if triton is not None:
         return acc
 
     @triton.jit
-    def _w_rest(w_ptr, w_row, rows, row_ok, n_cols, BK: tl.constexpr, REST: tl.constexpr):
-        """The ``REST`` (1 to 3) float or int8 tiles after a row's first, at columns BK,
-        2 BK, .. (past REST, tile 1 again, unused), for ``_w_rest_dot``: all their loads
-        issued before any is used (one memory round trip, not one per tile)."""
-        w1 = _w_tile(w_ptr, w_row, rows, row_ok, BK, n_cols, BK)
-        w2, w3 = w1, w1
-        if REST > 1:
-            w2 = _w_tile(w_ptr, w_row, rows, row_ok, 2 * BK, n_cols, BK)
-        if REST > 2:
-            w3 = _w_tile(w_ptr, w_row, rows, row_ok, 3 * BK, n_cols, BK)
-        return w1, w2, w3
-
-    @triton.jit
-    def _w_rest_dot(w1, w2, w3, v_ptr, n_cols, acc, BK: tl.constexpr, REST: tl.constexpr):
-        """``acc`` plus the dots of ``_w_rest``'s tiles with the vector, in
-        ``_w_steps``' order (tile by tile): the same bits."""
-        acc += tl.sum(w1.to(tl.float32) * _x_cols(v_ptr, BK, n_cols, BK)[None, :], axis=1)
-        if REST > 1:
-            acc += tl.sum(w2.to(tl.float32) * _x_cols(v_ptr, 2 * BK, n_cols, BK)[None, :], axis=1)
-        if REST > 2:
-            acc += tl.sum(w3.to(tl.float32) * _x_cols(v_ptr, 3 * BK, n_cols, BK)[None, :], axis=1)
-        return acc
-
-    @triton.jit
     def _read_if(ptr, at, ok, READ: tl.constexpr):
         """The values at ``ptr + at`` (fp32; 0 where not ``ok``) where ``READ``, else the
         scalar 0, which the caller does not use: a value read after the wait instead of
@@ -155,7 +131,6 @@ if triton is not None:
         BN: tl.constexpr,
         BK: tl.constexpr,
         AHEAD: tl.constexpr = False,
-        REST: tl.constexpr = 0,
         GDC: tl.constexpr = False,
     ):
         """out[rows] = x . w[rows] (+ bias, in fp32) rounded to ``ROUND`` (F.linear's
@@ -163,9 +138,8 @@ if triton is not None:
         at a time; bf16 weights (``SCHEME`` 0) or int8 with fp32 row scales (1). The
         first step's weights are constant, so they are read before ``_await_inputs``:
         they arrive while the kernel before finishes; with ``AHEAD`` the row scales and
-        biases too, and the residual as soon as the wait ends, not after the loop.
-        ``REST`` (1 to 3, rows of exactly REST + 1 tiles): the tiles after the first
-        loaded at once as the wait ends, not one per step. The sum is ``_rows_dot``'s."""
+        biases too, and the residual as soon as the wait ends, not after the loop. The
+        sum is ``_rows_dot``'s."""
         rows = tl.program_id(0) * BN + tl.arange(0, BN)
         row_ok = rows < n_rows
         w = _w_tile(w_ptr, w_row, rows, row_ok, 0, n_cols, BK)
@@ -173,16 +147,10 @@ if triton is not None:
             scale = _read_if(s_ptr, rows, row_ok, SCHEME == 1)
             bias = _read_if(b_ptr, rows, row_ok, HAS_BIAS)
         _await_inputs(GDC)
-        if REST > 0:
-            tl.static_assert(REST <= 3, "REST: rows of 2 to 4 tiles")
-            w1, w2, w3 = _w_rest(w_ptr, w_row, rows, row_ok, n_cols, BK, REST)
         if AHEAD:
             res = _read_if(r_ptr, rows, row_ok, HAS_RES)
         acc = tl.sum(w.to(tl.float32) * _x_cols(x_ptr, 0, n_cols, BK)[None, :], axis=1)
-        if REST > 0:
-            acc = _w_rest_dot(w1, w2, w3, x_ptr, n_cols, acc, BK, REST)
-        else:
-            acc = _w_steps(w_ptr, w_row, x_ptr, rows, row_ok, BK, n_cols, acc, BK)
+        acc = _w_steps(w_ptr, w_row, x_ptr, rows, row_ok, BK, n_cols, acc, BK)
         if not AHEAD:
             scale = _read_if(s_ptr, rows, row_ok, SCHEME == 1)
         if SCHEME == 1:
@@ -414,29 +382,6 @@ if triton is not None:
             _head_rope(y, kn_ptr, cos_ptr, sin_ptr, pos, out, dim, eps, False, 0, BLOCK)
 
     @triton.jit
-    def _attend_block(q, k, v, ok, m, total, acc, scale, F32: tl.constexpr):
-        """One block of positions (``ok``: those up to the token's) of
-        ``decode_attention_kernel``'s online softmax: (m, total, acc) updated."""
-        if F32:
-            k = k.to(tl.float32)
-        scores = tl.dot(q, tl.trans(k)) * scale  # [GP, BS]
-        scores = tl.where(ok[None, :], scores, float("-inf"))
-        m_new = tl.maximum(m, tl.max(scores, axis=1))
-        alpha = tl.exp(m - m_new)
-        p = tl.exp(scores - m_new[:, None])
-        total = total * alpha + tl.sum(p, axis=1)
-        if F32:  # noqa: SIM108 - a compile-time branch
-            pv = tl.dot(_round(p, v.dtype), v.to(tl.float32))
-        else:
-            pv = tl.dot(p.to(v.dtype), v)
-        return m_new, total, acc * alpha[:, None] + pv
-
-    @triton.jit
-    def _kv_tile(ptr, at_head, at_pos, s, d, mask):
-        """Keys or values [BS, DP] of positions ``s`` (0 where not ``mask``)."""
-        return tl.load(ptr + at_head + s[:, None] * at_pos + d[None, :], mask=mask, other=0.0)
-
-    @triton.jit
     def decode_attention_kernel(
         q_ptr,
         k_ptr,
@@ -461,7 +406,6 @@ if triton is not None:
         SPLIT: tl.constexpr,
         F32: tl.constexpr,
         AHEAD: tl.constexpr = False,
-        KV_AHEAD: tl.constexpr = 0,
         GDC: tl.constexpr = False,
     ):
         """One query token's attention for the ``GROUP`` query heads of key/value head
@@ -473,31 +417,15 @@ if triton is not None:
         ``acc`` [splits, Nq, D] for ``attention_combine_kernel``. ``F32``: the products
         on fp32 copies (Triton's CPU interpreter multiplies bf16 tiles wrongly).
         ``AHEAD``: the position read before ``_await_inputs``, so that the loop's first
-        loads of keys and values are issued as soon as the wait ends. ``KV_AHEAD``
-        (with ``AHEAD``; 1 or 2): the keys and values of the chunk's first blocks read
-        before the wait too, all but the token's own row, which the kernel just before
-        writes (earlier rows are earlier steps'); that row is read after it."""
+        loads of keys and values are issued as soon as the wait ends."""
         kv = tl.program_id(0)
         split = tl.program_id(1)
         g = tl.arange(0, GP)
         d = tl.arange(0, DP)
         g_ok = g < GROUP
         d_ok = d < dim
-        start = split * CHUNK
-        k_at, v_at = kv * k_head, kv * v_head
         if AHEAD:
             pos = tl.load(pos_ptr).to(tl.int32)
-        if KV_AHEAD > 0:
-            tl.static_assert(AHEAD and KV_AHEAD <= 2 and KV_AHEAD * BS <= CHUNK, "KV_AHEAD")
-            s = start + tl.arange(0, BS)
-            early = (s < pos)[:, None] & d_ok[None, :]
-            k0 = _kv_tile(k_ptr, k_at, k_pos, s, d, early)
-            v0 = _kv_tile(v_ptr, v_at, v_pos, s, d, early)
-            k1, v1 = k0, v0
-            if KV_AHEAD > 1:
-                early = (s + BS < pos)[:, None] & d_ok[None, :]
-                k1 = _kv_tile(k_ptr, k_at, k_pos, s + BS, d, early)
-                v1 = _kv_tile(v_ptr, v_at, v_pos, s + BS, d, early)
         _await_inputs(GDC)
         head = kv * GROUP + g
         q_at = q_ptr + head[:, None] * dim + d[None, :]
@@ -509,24 +437,30 @@ if triton is not None:
         m = tl.full([GP], float("-inf"), dtype=tl.float32)
         total = tl.zeros([GP], dtype=tl.float32)
         acc = tl.zeros([GP, DP], dtype=tl.float32)
+        start = split * CHUNK
         end = tl.minimum(start + CHUNK, pos + 1)
-        for b in tl.static_range(KV_AHEAD):
-            s = start + b * BS + tl.arange(0, BS)
-            if start + b * BS < end:
-                k, v = k0, v0
-                if b == 1:
-                    k, v = k1, v1
-                own = (s == pos)[:, None] & d_ok[None, :]  # the token's row, if here
-                k = tl.where(own, _kv_tile(k_ptr, k_at, k_pos, s, d, own), k)
-                v = tl.where(own, _kv_tile(v_ptr, v_at, v_pos, s, d, own), v)
-                m, total, acc = _attend_block(q, k, v, s < end, m, total, acc, scale, F32)
-        for s0 in range(start + KV_AHEAD * BS, end, BS):
+        for s0 in range(start, end, BS):
             s = s0 + tl.arange(0, BS)
             ok = s < end
             kv_mask = ok[:, None] & d_ok[None, :]
-            k = _kv_tile(k_ptr, k_at, k_pos, s, d, kv_mask)
-            v = _kv_tile(v_ptr, v_at, v_pos, s, d, kv_mask)
-            m, total, acc = _attend_block(q, k, v, ok, m, total, acc, scale, F32)
+            k_at = k_ptr + kv * k_head + s[:, None] * k_pos + d[None, :]
+            k = tl.load(k_at, mask=kv_mask, other=0.0)
+            if F32:
+                k = k.to(tl.float32)
+            scores = tl.dot(q, tl.trans(k)) * scale  # [GP, BS]
+            scores = tl.where(ok[None, :], scores, float("-inf"))
+            m_new = tl.maximum(m, tl.max(scores, axis=1))
+            alpha = tl.exp(m - m_new)
+            p = tl.exp(scores - m_new[:, None])
+            total = total * alpha + tl.sum(p, axis=1)
+            v_at = v_ptr + kv * v_head + s[:, None] * v_pos + d[None, :]
+            v = tl.load(v_at, mask=kv_mask, other=0.0)
+            if F32:
+                pv = tl.dot(_round(p, v_ptr.dtype.element_ty), v.to(tl.float32))
+            else:
+                pv = tl.dot(p.to(v.dtype), v)
+            acc = acc * alpha[:, None] + pv
+            m = m_new
         out_mask = g_ok[:, None] & d_ok[None, :]
         if SPLIT:
             at = split * heads + head
