@@ -1916,8 +1916,22 @@ base,lin-loop,attn-kv0,attn-kv1,attn-kv2-w8,lin-qkv-b8,lin-o-b2 2>&1 | tail -9
 base,lin-loop,lin-loop-int8,attn-kv0,lin-head 2>&1 | tail -7
 }
 
+# Session 23, second call: R0 with bf16 experts (57 GiB file; the disk has 64G free),
+# its blocks' A/B (the float pools use blocks tuned on int4 bytes), flint bench.
+gpu125() {
+  /usr/bin/time -f "synth %e s, max RSS %M KB" flint synth --geometry qwen3-30b-a3b \
+    --quant none -o "$DATA/q30bf.ftw" 2>&1 | tail -2
+  df -h "$DATA" | tail -1
+  r0 q30bf
+  timeout 170 python3 benches/step_ab.py "$DATA/q30bf.ftw" --configs \
+base,f-gu-b4,f-down-b32-w8,f-gu-b4-down-b32-w8,f-down-b8 2>&1 | tail -7
+  echo "== flint bench q30bf"; timeout 150 flint bench "$DATA/q30bf.ftw" -p 512 -n 128 -r 3 \
+    --mode resident --warm 2>&1 | tail -4
+}
+
 case $what in
   install) install ;;
+  gpu125) install; gpu125 ;;
   gpu124) install; gpu124 ;;
   gpu123) install; gpu123 ;;
   gpu122) install; gpu122 ;;

@@ -21,10 +21,11 @@ router-with-norm's and q/k/v RoPE's warps), ``no-ahead`` and ``no-ahead-KERNEL``
 kernel, or every kernel but one, reading ahead of its wait: moe_kernel.AHEAD),
 ``down-b*`` (int4 down's blocks), ``gu-*`` (int4 gate/up's blocks, and the loop
 instead of its rows loaded at once: moe_kernel.WHOLE_GATE_UP), ``lin8-b4*`` (the int8
-products four rows a program). ``--profile CONFIG`` then prints each
-kernel's time per step. (The sixteenth session's ``no-fold`` and ``serial`` rows, and
-the eighteenth's ``linear-ahead`` and ``ranked-in-norm``, measured switches since taken
-out: docs/benchmarks.md.)
+products four rows a program), ``f-*`` (bf16 expert pools' blocks). ``--profile
+CONFIG`` then prints each kernel's time per step. (The sixteenth session's ``no-fold``
+and ``serial`` rows, the eighteenth's ``linear-ahead`` and ``ranked-in-norm``, and the
+twenty-third's ``lin-*`` and ``attn-kv*``, measured switches since taken out:
+docs/benchmarks.md.)
 """
 
 from __future__ import annotations
@@ -99,6 +100,12 @@ CONFIGS: dict[str, dict[str, Any]] = {
     # int8 one-token products (q/k/v, o) four rows a program: all in one wave
     "lin8-b4": {"fused.linear_block": lambda r, c, i8: _lin8(r, c, i8, (4, 2048, 4))},
     "lin8-b4-w8": {"fused.linear_block": lambda r, c, i8: _lin8(r, c, i8, (4, 2048, 8))},
+    # float (bf16) expert pools' blocks (GATE_UP_BLOCK (8, 1024, 4) and DOWN_BLOCK
+    # (16, 256, 4), tuned on int4 byte tiles): fewer rows a program, or more
+    "f-gu-b4": {"GATE_UP_BLOCK": (4, 1024, 4)},
+    "f-down-b32-w8": {"DOWN_BLOCK": (32, 256, 8)},
+    "f-gu-b4-down-b32-w8": {"GATE_UP_BLOCK": (4, 1024, 4), "DOWN_BLOCK": (32, 256, 8)},
+    "f-down-b8": {"DOWN_BLOCK": (8, 256, 4)},
 }
 
 
