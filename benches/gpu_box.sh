@@ -1929,8 +1929,24 @@ base,f-gu-b4,f-down-b32-w8,f-gu-b4-down-b32-w8,f-down-b8 2>&1 | tail -7
     --mode resident --warm 2>&1 | tail -4
 }
 
+# Session 23, last call: the graph tests on CUDA with float pools' gate/up at four rows
+# a program (moe_kernel.FLOAT_GATE_UP_BLOCK); R0 with bf16 experts (gpu125's r0 ran
+# past its 100 s and printed nothing: a longer limit, and any error shown).
+gpu126() {
+  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
+  echo "== GPU tests (graphs)"; timeout 80 python3 -m pytest tests/models/test_graphs.py \
+    tests/models/test_read_ahead.py -q -p no:cacheprovider --tb=short -rf -m gpu 2>&1 \
+    | grep -E "passed|failed|FAILED|Error|assert" | head -20
+  /usr/bin/time -f "synth %e s" flint synth --geometry qwen3-30b-a3b --quant none \
+    -o "$DATA/q30bf.ftw" 2>&1 | tail -2
+  /usr/bin/time -f "r0 %e s" timeout 320 python3 benches/graph_decode.py "$DATA/q30bf.ftw" \
+    --tokens 128 --reps 2 --modes on 2>&1 | grep -E \
+    "tg_tok|_sd|roofline|bytes_per|copy_gb|replay_us|greedy_us|moe_kernel|rror|Killed|r0 "
+}
+
 case $what in
   install) install ;;
+  gpu126) install; gpu126 ;;
   gpu125) install; gpu125 ;;
   gpu124) install; gpu124 ;;
   gpu123) install; gpu123 ;;

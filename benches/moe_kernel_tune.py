@@ -111,11 +111,11 @@ def main() -> None:
     if args.variants:
         variants(layers, device, args.rounds)
         return
-    # the blocks the pools' kernels use: the word kernels' own for int4 (moe_kernel.WORDS)
+    # the blocks the pools' kernels use: the word kernels' own for int4 (moe_kernel.WORDS),
+    # float pools' own gate/up
     words = mk._words(layers[0])
-    names = (
-        ("WORDS_GATE_UP_BLOCK", "WORDS_DOWN_BLOCK") if words else ("GATE_UP_BLOCK", "DOWN_BLOCK")
-    )
+    gate_up = "FLOAT_GATE_UP_BLOCK" if layers[0].scheme == mk.RAW else "GATE_UP_BLOCK"
+    names = ("WORDS_GATE_UP_BLOCK", "WORDS_DOWN_BLOCK") if words else (gate_up, "DOWN_BLOCK")
     base_gu, base_d = (getattr(mk, n) for n in names)
     rows = []
     tried = [(base_gu, base_d)]

@@ -100,11 +100,11 @@ CONFIGS: dict[str, dict[str, Any]] = {
     # int8 one-token products (q/k/v, o) four rows a program: all in one wave
     "lin8-b4": {"fused.linear_block": lambda r, c, i8: _lin8(r, c, i8, (4, 2048, 4))},
     "lin8-b4-w8": {"fused.linear_block": lambda r, c, i8: _lin8(r, c, i8, (4, 2048, 8))},
-    # float (bf16) expert pools' blocks (GATE_UP_BLOCK (8, 1024, 4) and DOWN_BLOCK
-    # (16, 256, 4), tuned on int4 byte tiles): fewer rows a program, or more
-    "f-gu-b4": {"GATE_UP_BLOCK": (4, 1024, 4)},
+    # float (bf16) expert pools' blocks (FLOAT_GATE_UP_BLOCK (4, 1024, 4), and
+    # DOWN_BLOCK (16, 256, 4), tuned on int4 byte tiles): gate/up's eight rows a program
+    # of before, down's rows
+    "f-gu-b8": {"FLOAT_GATE_UP_BLOCK": (8, 1024, 4)},
     "f-down-b32-w8": {"DOWN_BLOCK": (32, 256, 8)},
-    "f-gu-b4-down-b32-w8": {"GATE_UP_BLOCK": (4, 1024, 4), "DOWN_BLOCK": (32, 256, 8)},
     "f-down-b8": {"DOWN_BLOCK": (8, 256, 4)},
 }
 

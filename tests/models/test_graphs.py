@@ -160,6 +160,30 @@ def test_slot_outputs_are_moe_experts_rank_rows(scheme: str) -> None:
     assert out[[1, 3]].isnan().all()
 
 
+@pytest.mark.interpreter
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_float_pools_rows_a_program_keep_the_bits(
+    dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Float pools' gate/up (``FLOAT_GATE_UP_BLOCK``, four rows a program since gpu125):
+    the rows a program do not change a row's sum, so 4, 8 and 16 give the same bits,
+    with masked rows and a masked last tile (fp32: nothing rounded away)."""
+    torch.manual_seed(12)
+    experts, inter, hidden, k = 4, 40, 200, 2
+    shapes = ((inter, hidden), (inter, hidden), (hidden, inter))
+    pool = stacked_pool(*(torch.randn(experts, *sh).to(dtype) for sh in shapes))
+    x = torch.randn(2, hidden).to(dtype)
+    ids = torch.stack([torch.randperm(experts)[:k] for _ in range(2)])
+    w = torch.rand(2, k).to(dtype)
+    got = []
+    for rows in (4, 8, 16):
+        monkeypatch.setattr(moe_kernel, "FLOAT_GATE_UP_BLOCK", (rows, 64, 4))
+        got.append(moe_experts(x, ids, w, pool))
+    assert torch.isfinite(got[0]).all()
+    for other in got[1:]:
+        assert torch.equal(got[0].view(torch.uint8), other.view(torch.uint8))
+
+
 def _nan_eighths(rows: int, cols: int, device: torch.device) -> torch.Tensor:
     stride = moe_kernel._eighths_stride(cols)
     return torch.full((rows, 8 * stride), float("nan"), device=device)
