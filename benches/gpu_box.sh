@@ -1944,8 +1944,25 @@ gpu126() {
     "tg_tok|_sd|roofline|bytes_per|copy_gb|replay_us|greedy_us|moe_kernel|rror|Killed|r0 "
 }
 
+# Session 23, a check: gpu126 ran test_graphs.py and test_read_ahead.py alone and
+# test_greedy_ahead_makes_no_synchronising_call raised (sync debug mode), its mode then
+# left on for the tests after it. The test alone, with its traceback, with the float
+# gate/up block as now and as before; then every GPU test as in the earlier calls.
+gpu127() {
+  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
+  local t=tests/models/test_graphs.py::test_greedy_ahead_makes_no_synchronising_call
+  echo "== alone, FLOAT_GATE_UP_BLOCK as now"
+  timeout 60 python3 -m pytest "$t" -q -p no:cacheprovider --tb=long -m gpu 2>&1 | tail -60
+  echo "== alone, FLOAT_GATE_UP_BLOCK (8, 1024, 4)"
+  timeout 60 python3 -c "import sys, pytest; from flint.graphs import moe_kernel as m; \
+m.FLOAT_GATE_UP_BLOCK = (8, 1024, 4); sys.exit(pytest.main(['$t', '-q', '-p', \
+'no:cacheprovider', '--tb=line', '-m', 'gpu']))" 2>&1 | tail -8
+  gpu_tests
+}
+
 case $what in
   install) install ;;
+  gpu127) install; gpu127 ;;
   gpu126) install; gpu126 ;;
   gpu125) install; gpu125 ;;
   gpu124) install; gpu124 ;;
