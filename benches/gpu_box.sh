@@ -1960,8 +1960,17 @@ m.FLOAT_GATE_UP_BLOCK = (8, 1024, 4); sys.exit(pytest.main(['$t', '-q', '-p', \
   gpu_tests
 }
 
+# Session 23, the fix checked: the sync test alone (the once-a-process warning now
+# ignored, the mode reset if it fails), then test_read_ahead's CUDA tests after it.
+gpu128() {
+  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
+  timeout 90 python3 -m pytest tests/models/test_graphs.py::test_greedy_ahead_makes_no_synchronising_call \
+    tests/models/test_read_ahead.py -q -p no:cacheprovider --tb=short -rf -m gpu 2>&1 | tail -15
+}
+
 case $what in
   install) install ;;
+  gpu128) install; gpu128 ;;
   gpu127) install; gpu127 ;;
   gpu126) install; gpu126 ;;
   gpu125) install; gpu125 ;;
