@@ -1917,7 +1917,9 @@ base,lin-loop,lin-loop-int8,attn-kv0,lin-head 2>&1 | tail -7
 }
 
 # Session 23, second call: R0 with bf16 experts (57 GiB file; the disk has 64G free),
-# its blocks' A/B (the float pools use blocks tuned on int4 bytes), flint bench.
+# its blocks' A/B (the float pools use blocks tuned on int4 bytes), flint bench. Ran at
+# 7bab4a3, whose f-gu-b4* set GATE_UP_BLOCK; (4, 1024, 4) is now FLOAT_GATE_UP_BLOCK's
+# default and those names are gone (f-gu-b8 is the block of before).
 gpu125() {
   /usr/bin/time -f "synth %e s, max RSS %M KB" flint synth --geometry qwen3-30b-a3b \
     --quant none -o "$DATA/q30bf.ftw" 2>&1 | tail -2
@@ -1929,9 +1931,9 @@ base,f-gu-b4,f-down-b32-w8,f-gu-b4-down-b32-w8,f-down-b8 2>&1 | tail -7
     --mode resident --warm 2>&1 | tail -4
 }
 
-# Session 23, last call: the graph tests on CUDA with float pools' gate/up at four rows
-# a program (moe_kernel.FLOAT_GATE_UP_BLOCK); R0 with bf16 experts (gpu125's r0 ran
-# past its 100 s and printed nothing: a longer limit, and any error shown).
+# Session 23, third call: the graph tests on CUDA with float pools' gate/up at four
+# rows a program (moe_kernel.FLOAT_GATE_UP_BLOCK); R0 with bf16 experts (gpu125's r0
+# printed nothing, no error caught by its grep: a longer limit, and errors shown).
 gpu126() {
   [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
   echo "== GPU tests (graphs)"; timeout 80 python3 -m pytest tests/models/test_graphs.py \
@@ -1968,8 +1970,16 @@ gpu128() {
     tests/models/test_read_ahead.py -q -p no:cacheprovider --tb=short -rf -m gpu 2>&1 | tail -15
 }
 
+# Session 23, last: float pools' gate/up at 4, 8 and 16 rows a program on CUDA, the
+# same bits (the interpreter cannot show a layout's order of sums).
+gpu129() {
+  timeout 60 python3 -m pytest tests/models/test_graphs.py -k float_pools_rows -q \
+    -p no:cacheprovider --tb=short -rf -m gpu 2>&1 | tail -8
+}
+
 case $what in
   install) install ;;
+  gpu129) install; gpu129 ;;
   gpu128) install; gpu128 ;;
   gpu127) install; gpu127 ;;
   gpu126) install; gpu126 ;;

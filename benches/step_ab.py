@@ -24,8 +24,8 @@ instead of its rows loaded at once: moe_kernel.WHOLE_GATE_UP), ``lin8-b4*`` (the
 products four rows a program), ``f-*`` (bf16 expert pools' blocks). ``--profile
 CONFIG`` then prints each kernel's time per step. (The sixteenth session's ``no-fold``
 and ``serial`` rows, the eighteenth's ``linear-ahead`` and ``ranked-in-norm``, and the
-twenty-third's ``lin-*`` and ``attn-kv*``, measured switches since taken out:
-docs/benchmarks.md.)
+twenty-third's ``lin-*`` and ``attn-kv*``, measured switches since taken out; gpu125's
+``f-gu-b4*`` set the block that is now the float pools' default: docs/benchmarks.md.)
 """
 
 from __future__ import annotations

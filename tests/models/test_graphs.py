@@ -160,28 +160,48 @@ def test_slot_outputs_are_moe_experts_rank_rows(scheme: str) -> None:
     assert out[[1, 3]].isnan().all()
 
 
+def _float_rows_agree(
+    experts: int, inter: int, hidden: int, cols: int, dtype: torch.dtype,
+    device: torch.device, monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """Float pools' gate/up at 4, 8 and 16 rows a program (``FLOAT_GATE_UP_BLOCK``,
+    ``cols`` columns a step, four warps): the same bits."""
+    torch.manual_seed(12)
+    k = 2
+    shapes = ((inter, hidden), (inter, hidden), (hidden, inter))
+    weights = (torch.randn(experts, *sh) / sh[1] ** 0.5 for sh in shapes)
+    pool = stacked_pool(*(t.to(dtype).to(device) for t in weights))
+    x = torch.randn(2, hidden).to(dtype).to(device)
+    ids = torch.stack([torch.randperm(experts)[:k] for _ in range(2)]).to(device)
+    w = torch.rand(2, k).to(dtype).to(device)
+    got = []
+    for rows in (4, 8, 16):
+        monkeypatch.setattr(moe_kernel, "FLOAT_GATE_UP_BLOCK", (rows, cols, 4))
+        got.append(moe_experts(x, ids, w, pool))
+    assert torch.isfinite(got[0]).all()
+    for other in got[1:]:
+        assert torch.equal(got[0].view(torch.uint8), other.view(torch.uint8))
+
+
 @pytest.mark.interpreter
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_float_pools_rows_a_program_keep_the_bits(
     dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Float pools' gate/up (``FLOAT_GATE_UP_BLOCK``, four rows a program since gpu125):
-    the rows a program do not change a row's sum, so 4, 8 and 16 give the same bits,
-    with masked rows and a masked last tile (fp32: nothing rounded away)."""
-    torch.manual_seed(12)
-    experts, inter, hidden, k = 4, 40, 200, 2
-    shapes = ((inter, hidden), (inter, hidden), (hidden, inter))
-    pool = stacked_pool(*(torch.randn(experts, *sh).to(dtype) for sh in shapes))
-    x = torch.randn(2, hidden).to(dtype)
-    ids = torch.stack([torch.randperm(experts)[:k] for _ in range(2)])
-    w = torch.rand(2, k).to(dtype)
-    got = []
-    for rows in (4, 8, 16):
-        monkeypatch.setattr(moe_kernel, "FLOAT_GATE_UP_BLOCK", (rows, 64, 4))
-        got.append(moe_experts(x, ids, w, pool))
-    assert torch.isfinite(got[0]).all()
-    for other in got[1:]:
-        assert torch.equal(got[0].view(torch.uint8), other.view(torch.uint8))
+    """Float pools' gate/up (four rows a program since gpu125): the rows a program do
+    not change a row's sum, with masked rows and a masked last tile (fp32: nothing
+    rounded away)."""
+    _float_rows_agree(4, 40, 200, 64, dtype, torch.device("cpu"), monkeypatch)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_float_pools_rows_a_program_keep_the_bits_on_cuda(
+    dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same compiled, in the 30B-A3B's shapes and block columns: a tile's layout
+    along its columns, and so a row's order of sums, must not follow the rows."""
+    _float_rows_agree(8, 768, 2048, 1024, dtype, torch.device("cuda"), monkeypatch)
 
 
 def _nan_eighths(rows: int, cols: int, device: torch.device) -> torch.Tensor:
@@ -1068,8 +1088,8 @@ def test_greedy_ahead_through_graphs_gives_the_plain_loops_tokens(
         assert runs[0] == runs[1]
 
 
-# torch warns once a process when the mode is first set (tests/models/test_gpu_waves.py
-# sets it first in a whole run, where its warnings are caught; alone, this test does)
+# torch warns once a process when the mode is first set, after setting it (an error
+# here; in a whole run tests/models/test_gpu_waves.py sets it first, catching warnings)
 @pytest.mark.gpu
 @pytest.mark.filterwarnings("ignore:Synchronization debug mode is a prototype:UserWarning")
 def test_greedy_ahead_makes_no_synchronising_call(
@@ -1096,7 +1116,7 @@ def test_greedy_ahead_makes_no_synchronising_call(
     with flint.LLM(tiny_ftw["qwen3_moe"], device="cuda:0", context_length=128) as llm:
         try:
             out = llm.generate(prompt, max_tokens=24, temperature=0.0, ignore_eos=True)
-        finally:  # a failure leaves the generator suspended: the mode off for later tests
+        finally:  # the mode off for later tests, whatever happened in the generator
             torch.cuda.set_sync_debug_mode("default")
         assert len(out.token_ids) == 24 and llm.model.cache.length == 16 + 23
         assert llm.model.cache.tokens[16:39].tolist() == list(out.token_ids[:23])

@@ -248,9 +248,9 @@ def slab_pool(
 GATE_UP_BLOCK = (8, 1024, 4)
 DOWN_BLOCK = (16, 256, 4)
 # Float (bf16) pools' gate/up: four rows a program (1,536 programs of 40 registers, 12
-# an SM, on the 30B-A3B; eight rows take 68 and 7): the bf16-expert step 2,373.2 us
-# against 2,421.0 (gpu125; int8 and int4 byte tiles keep GATE_UP_BLOCK, unmeasured).
-# Rows a program do not change a row's sum: the same bits.
+# an SM, on the 30B-A3B, compiled by benches/kernel_asm.py; eight rows take 68 and 7):
+# the bf16-expert step 2,373.2 us against 2,421.0 (gpu125; int8 and int4 byte tiles keep
+# GATE_UP_BLOCK, unmeasured). The same bits at any rows a program (tests, CUDA too).
 FLOAT_GATE_UP_BLOCK = (4, 1024, 4)
 SUM_BLOCK = 256
 # Whole tiles read without a column mask where the row is a whole number of them: int4
