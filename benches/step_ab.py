@@ -22,7 +22,9 @@ kernel, or every kernel but one, reading ahead of its wait: moe_kernel.AHEAD),
 ``down-b*`` (int4 down's blocks), ``gu-*`` (int4 gate/up's blocks, and the loop
 instead of its rows loaded at once: moe_kernel.WHOLE_GATE_UP), ``lin8-b4*`` (the int8
 products four rows a program), ``f-*`` (bf16 expert pools' blocks). ``--profile
-CONFIG`` then prints each kernel's time per step. (The sixteenth session's ``no-fold``
+CONFIG`` then prints each kernel's time per step, and its share of the stream's time
+(under dependent launch, kernels overlap: a kernel's share is its end less the later
+of its start and the end of the kernel before). (The sixteenth session's ``no-fold``
 and ``serial`` rows, the eighteenth's ``linear-ahead`` and ``ranked-in-norm``, and the
 twenty-third's ``lin-*`` and ``attn-kv*``, measured switches since taken out; gpu125's
 ``f-gu-b4*`` set the block that is now the float pools' default: docs/benchmarks.md.)
@@ -179,8 +181,9 @@ def timed(graph: Any, replays: int) -> float:
 
 def kernels(graph: Any, replays: int) -> None:
     """Each kernel's GPU time per replay of ``graph`` (CUPTI traces a graph's kernels one
-    by one), largest first: name, us per step, launches per step."""
-    from torch.profiler import ProfilerActivity, profile
+    by one), largest first: name, us per step, launches per step; then each kernel's
+    share of the stream's time (``critical_shares``), largest first."""
+    from torch.profiler import DeviceType, ProfilerActivity, profile
 
     graph.replay()
     torch.cuda.synchronize()
@@ -197,6 +200,38 @@ def kernels(graph: Any, replays: int) -> None:
     print(json.dumps({"profile_us_per_step": round(total, 1)}))
     for name, us, count in sorted(rows, key=lambda r: -r[1])[:16]:
         print(json.dumps({"kernel": name[:60], "us": round(us, 1), "launches": round(count, 1)}))
+    spans = [
+        (e.name, e.time_range.start, e.time_range.end)
+        for e in prof.events()
+        if e.device_type == DeviceType.CUDA and e.time_range.end > e.time_range.start
+    ]
+    shares = critical_shares(spans)
+    busy = sum(share for share, _, _ in shares.values())
+    print(json.dumps({"stream_busy_us_per_step": round(busy / replays, 1)}))
+    for name, (share, beside, count) in sorted(shares.items(), key=lambda r: -r[1][0])[:16]:
+        row = {"kernel": name[:60], "share_us": round(share / replays, 1)}
+        row |= {"beside_us": round(beside / replays, 1), "launches": round(count / replays, 1)}
+        print(json.dumps(row))
+
+
+def critical_shares(
+    spans: list[tuple[str, float, float]],
+) -> dict[str, tuple[float, float, int]]:
+    """Kernels of one stream as (name, start, end) -> by name: (share, beside, count).
+    Under dependent launch a kernel starts before the one before it has ended, so its
+    own time overlaps that one's. Its *share* is what it adds to the stream: its end
+    less the later of its start and the end before it (idle time between kernels is
+    nobody's). *beside*: how long it ran while the one before had not ended (started
+    early, mostly waiting). The shares sum to the stream's busy time."""
+    out: dict[str, tuple[float, float, int]] = {}
+    last_end = float("-inf")
+    for name, start, end in sorted(spans, key=lambda s: (s[1], s[2])):
+        share = max(0.0, end - max(start, last_end))
+        beside = max(0.0, min(end, last_end) - start)
+        old = out.get(name, (0.0, 0.0, 0))
+        out[name] = (old[0] + share, old[1] + beside, old[2] + 1)
+        last_end = max(last_end, end)
+    return out
 
 
 def main() -> None:
@@ -210,7 +245,8 @@ def main() -> None:
         "--profile",
         metavar="CONFIG",
         help="then each kernel's GPU time per step of this configuration (torch.profiler; "
-        "with PDL on, kernels overlap and each one's time includes its wait)",
+        "with PDL on, kernels overlap and each one's time includes its wait), and each "
+        "kernel's share of the stream's time (what it adds after the kernel before ends)",
     )
     args = parser.parse_args()
     names = args.configs.split(",")
