@@ -217,13 +217,14 @@ def _random_bf16(n: int, gen: torch.Generator) -> torch.Tensor:
     from random bits, ~10x faster than normal_() on a small CPU. The sign comes from bit
     8 of each 16-bit word: ``random_`` never sets an int64's top bit, so bit 15 of every
     fourth word is 0 (using it biased a quarter of the weights positive, and routing
-    collapsed onto a few experts per layer)."""
+    collapsed onto a few experts per layer). The sign is shifted into place, not made
+    through a mask of booleans: the same bits, ~4x faster on the CPU box (0.5 GB/s of
+    bf16 against 0.13)."""
     bits = torch.empty((n + 3) // 4, dtype=torch.int64).random_(generator=gen)
     x = bits.view(torch.int16)[:n]
-    negative = x.bitwise_and(0x100).ne(0)
+    sign = torch.bitwise_left_shift(x, 7).bitwise_and_(-32768)  # bit 8 to bit 15
     x.bitwise_and_(0x7F).bitwise_or_(120 << 7)  # mantissa, exponent 120: [2^-7, 2^-6)
-    x.bitwise_or_(negative.to(torch.int16) * -32768)  # the sign bit
-    return x.view(torch.bfloat16)
+    return x.bitwise_or_(sign).view(torch.bfloat16)
 
 
 def _random_bytes(n: int, gen: torch.Generator) -> torch.Tensor:

@@ -57,6 +57,23 @@ def test_synth_tiny_matches_its_geometry(tiny: Path) -> None:
     assert torch.isfinite(gate).all() and gate.abs().max() < 0.1
 
 
+def test_synth_random_bf16_keeps_its_bits() -> None:
+    """The weights' bits as first written (WEIGHTS_REVISION 2): the sign from bit 8 of
+    each 16-bit word, the mantissa from its low 7 bits, exponent 120. The function now
+    shifts the sign into place; files synthesised before are still the same."""
+    from flint.synth import _random_bf16
+
+    for n in (1, 3, 4, 1001, 1 << 16):
+        gen = torch.Generator().manual_seed(n)
+        bits = torch.empty((n + 3) // 4, dtype=torch.int64).random_(generator=gen)
+        x = bits.view(torch.int16)[:n].to(torch.int32)
+        want = (x & 0x7F) | (120 << 7) | ((x >> 8) & 1) << 15
+        got = _random_bf16(n, torch.Generator().manual_seed(n)).view(torch.int16)
+        assert torch.equal(got.to(torch.int32) & 0xFFFF, want), n
+        values = got.view(torch.bfloat16).float().abs()
+        assert ((values >= 2.0**-7) & (values < 2.0**-6)).all()
+
+
 def test_synth_stores_dense_int8_as_convert_does(tmp_path: Path) -> None:
     from flint.models.ftw_source import FtwSource
 
