@@ -218,8 +218,9 @@ def _random_bf16(n: int, gen: torch.Generator) -> torch.Tensor:
     8 of each 16-bit word: ``random_`` never sets an int64's top bit, so bit 15 of every
     fourth word is 0 (using it biased a quarter of the weights positive, and routing
     collapsed onto a few experts per layer). The sign is shifted into place, not made
-    through a mask of booleans: the same bits, ~4x faster on the CPU box (0.5 GB/s of
-    bf16 against 0.13)."""
+    through a mask of booleans: the same bits in fewer passes (0.51-0.68 GB/s of bf16
+    against 0.39-0.47 on the CPU box; ``flint synth`` as a whole unchanged there,
+    docs/benchmarks.md "flint synth")."""
     bits = torch.empty((n + 3) // 4, dtype=torch.int64).random_(generator=gen)
     x = bits.view(torch.int16)[:n]
     sign = torch.bitwise_left_shift(x, 7).bitwise_and_(-32768)  # bit 8 to bit 15
