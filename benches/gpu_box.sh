@@ -1977,8 +1977,26 @@ gpu129() {
     -p no:cacheprovider --tb=short -rf -m gpu 2>&1 | tail -8
 }
 
+# Session 24, first call: each kernel's share of the stream under dependent launch
+# (step_ab --profile: critical_shares, unrun until now) on q30 and q30d8; the output
+# projection's whole rows read before its wait (o-whole*), bf16 q/k/v's alone
+# (qkv-whole), L2 eviction policies (evict-w, keep, evict-keep); their CUDA bits test.
+gpu130() {
+  synth30 q30
+  timeout 230 python3 benches/step_ab.py "$DATA/q30.ftw" --configs \
+base,o-whole-1,o-whole,qkv-whole,evict-w,keep,evict-keep --profile base 2>&1 | tail -45
+  rm -f "$DATA/q30.ftw"
+  synth30 q30d8 --dense-quant int8
+  timeout 180 python3 benches/step_ab.py "$DATA/q30d8.ftw" --configs \
+base,o-whole-2,o-whole,evict-w,evict-keep --profile base 2>&1 | tail -43
+  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
+  timeout 70 python3 -m pytest tests/models/test_graphs.py -k eviction -q \
+    -p no:cacheprovider --tb=short -rf -m gpu 2>&1 | tail -6
+}
+
 case $what in
   install) install ;;
+  gpu130) install; gpu130 ;;
   gpu129) install; gpu129 ;;
   gpu128) install; gpu128 ;;
   gpu127) install; gpu127 ;;

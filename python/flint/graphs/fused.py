@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from flint.graphs.moe_kernel import _DTYPES, ahead, on_device, pdl
+from flint.graphs.moe_kernel import _DTYPES, ahead, eviction, on_device, pdl
 from flint.graphs.triton_kernels import (
     argmax_blocks_kernel,
     argmax_kernel,
@@ -149,7 +149,7 @@ def linear(
             out, rows, cols, ROUND=_DTYPES[x.dtype], SCHEME=int(int8),
             HAS_BIAS=bias is not None, HAS_RES=residual is not None,
             BN=bn, BK=min(bk, _block(cols)), num_warps=warps, **ahead("linear", x.device),
-            **pdl(x.device),
+            **eviction("weights", x.device), **pdl(x.device),
         )  # fmt: skip
     return out
 
@@ -184,7 +184,7 @@ def norm_linear(
             h if eighths is None else eighths, e_stride, rows, cols, eps,
             ROUND=_DTYPES[h.dtype], BN=NORM_LINEAR_ROWS, BLOCK=_block(cols),
             W32=weight_in_fp32, EIGHTHS=eighths is not None, num_warps=NORM_LINEAR_WARPS,
-            **ahead("norm", h.device), **pdl(h.device),
+            **ahead("norm", h.device), **eviction("keep", h.device), **pdl(h.device),
         )  # fmt: skip
     return out, normed
 
@@ -283,7 +283,8 @@ def decode_attention(
             values.stride(0), values.stride(1), heads, dim, dim**-0.5, GROUP=group,
             GP=max(16, _block(group)), DP=max(16, _block(dim)), BS=ATTENTION_BLOCK,
             CHUNK=ATTENTION_CHUNK, SPLIT=splits > 1, F32=q.device.type == "cpu",
-            **ATTENTION_LAUNCH, **ahead("attention", q.device), **pdl(q.device),
+            **ATTENTION_LAUNCH, **ahead("attention", q.device), **eviction("keep", q.device),
+            **pdl(q.device),
         )  # fmt: skip
         if splits > 1:
             attention_combine_kernel[(heads,)](
