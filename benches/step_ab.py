@@ -21,15 +21,14 @@ router-with-norm's and q/k/v RoPE's warps), ``no-ahead`` and ``no-ahead-KERNEL``
 kernel, or every kernel but one, reading ahead of its wait: moe_kernel.AHEAD),
 ``down-b*`` (int4 down's blocks), ``gu-*`` (int4 gate/up's blocks, and the loop
 instead of its rows loaded at once: moe_kernel.WHOLE_GATE_UP), ``lin8-b4*`` (the int8
-products four rows a program), ``o-whole-*`` and ``qkv-whole`` (the output projection's
-or bf16 q/k/v's whole rows in one tile, read before the wait), ``evict-w``, ``keep``
-and ``evict-keep`` (L2 eviction policies: moe_kernel.WEIGHT_EVICTION, KEEP_EVICTION),
-``f-*`` (bf16 expert pools' blocks). ``--profile
+products four rows a program), ``qkv-tiles`` (bf16 q/k/v in tiles of 512 columns, as
+before gpu130), ``f-*`` (bf16 expert pools' blocks). ``--profile
 CONFIG`` then prints each kernel's time per step, and its share of the stream's time
 (under dependent launch, kernels overlap: a kernel's share is its end less the later
 of its start and the end of the kernel before). (The sixteenth session's ``no-fold``
 and ``serial`` rows, the eighteenth's ``linear-ahead`` and ``ranked-in-norm``, and the
-twenty-third's ``lin-*`` and ``attn-kv*``, measured switches since taken out; gpu125's
+twenty-third's ``lin-*`` and ``attn-kv*``, the twenty-fourth's ``o-whole*``,
+``evict-w``, ``keep`` and ``evict-keep``, measured switches since taken out; gpu125's
 ``f-gu-b4*`` set the block that is now the float pools' default: docs/benchmarks.md.)
 """
 
@@ -105,18 +104,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
     # int8 one-token products (q/k/v, o) four rows a program: all in one wave
     "lin8-b4": {"fused.linear_block": lambda r, c, i8: _lin8(r, c, i8, (4, 2048, 4))},
     "lin8-b4-w8": {"fused.linear_block": lambda r, c, i8: _lin8(r, c, i8, (4, 2048, 8))},
-    # L2 eviction policies: weights let go first, the KV cache and router rows kept
-    "evict-w": {"WEIGHT_EVICTION": "evict_first"},
-    "keep": {"KEEP_EVICTION": "evict_last"},
-    "evict-keep": {"WEIGHT_EVICTION": "evict_first", "KEEP_EVICTION": "evict_last"},
-    # the output projection's whole rows in one tile, so read before its wait (while
-    # the attention runs); or q/k/v's alone (both were in gpu101's "whole rows")
-    # (compiled, Triton 3.6 sm_90: bf16 one row 32 registers, 16 programs an SM, so the
-    # 2,048 programs fit at once; int8 two rows 56 registers, 9 an SM, 1,024 programs)
-    "o-whole-1": {"fused.linear_block": lambda r, c, i8: _o_whole(r, c, i8, 1)},
-    "o-whole-2": {"fused.linear_block": lambda r, c, i8: _o_whole(r, c, i8, 2)},
-    "o-whole": {"fused.linear_block": lambda r, c, i8: _o_whole(r, c, i8, 2 if i8 else 1)},
-    "qkv-whole": {"fused.linear_block": lambda r, c, i8: _qkv_whole(r, c, i8)},
+    # bf16 q/k/v's rows in tiles of 512 columns, as before gpu130 (whole rows now)
+    "qkv-tiles": {"fused.linear_block": lambda r, c, i8: _qkv_tiles(r, c, i8)},
     # float (bf16) expert pools' blocks (FLOAT_GATE_UP_BLOCK (4, 1024, 4), and
     # DOWN_BLOCK (16, 256, 4), tuned on int4 byte tiles): gate/up's eight rows a program
     # of before, down's rows
@@ -133,20 +122,11 @@ def _lin8(rows: int, cols: int, int8: bool, block: tuple[int, int, int]) -> tupl
     return _LINEAR_BLOCK(rows, cols, int8)
 
 
-def _o_whole(rows: int, cols: int, int8: bool, n: int) -> tuple[int, int, int]:
-    """``n`` rows a program of the output projection (fewer rows than columns, not the
-    router) in one tile of all its columns, four warps; the other products as by
-    default."""
-    if 1024 < rows < cols:
-        return (n, cols, 4)
-    return _LINEAR_BLOCK(rows, cols, int8)
-
-
-def _qkv_whole(rows: int, cols: int, int8: bool) -> tuple[int, int, int]:
-    """bf16 q/k/v (more rows than columns, not an LM head) two rows and all its columns a
-    program; the other products as by default."""
+def _qkv_tiles(rows: int, cols: int, int8: bool) -> tuple[int, int, int]:
+    """bf16 q/k/v (more rows than columns, not an LM head) four rows a program and 512
+    columns a step (the block before gpu130); the other products as by default."""
     if not int8 and cols < rows <= 16384:
-        return (2, cols, 4)
+        return (4, 512, 4)
     return _LINEAR_BLOCK(rows, cols, int8)
 
 

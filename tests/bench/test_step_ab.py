@@ -1,7 +1,7 @@
 """``benches/step_ab.py``'s stream shares (``critical_shares``): under dependent launch
 a kernel of the step starts before the one before it has ended, so a profile's kernel
-times overlap; each kernel's share is what it adds to the stream's time. And its
-block-shape configurations: each changes the products it names and no other."""
+times overlap; each kernel's share is what it adds to the stream's time. And a
+block-shape configuration: it changes the product it names and no other."""
 
 from __future__ import annotations
 
@@ -39,22 +39,15 @@ def test_serial_kernels_share_their_own_time(critical_shares: Shares) -> None:
     assert critical_shares(spans) == {"x": (5.0, 0.0, 2), "y": (1.5, 0.0, 1)}
 
 
-def test_whole_row_configs_change_only_their_product() -> None:
-    """``o-whole*`` give the output projection (2048 x 4096 on the 30B-A3B) one tile of
-    all its columns and leave q/k/v, the router and the LM head as by default;
-    ``qkv-whole`` gives bf16 q/k/v whole rows and leaves int8 q/k/v and o."""
+def test_qkv_tiles_config_changes_only_bf16_qkv() -> None:
+    """``qkv-tiles`` gives bf16 q/k/v (5120 x 2048 on the 30B-A3B) the block of before
+    gpu130 and leaves int8 q/k/v, o, the router and the LM head as by default, where
+    bf16 q/k/v is now two whole rows a program."""
     from flint.graphs import fused
 
-    ns = runpy.run_path(str(STEP_AB))
-    configs = ns["CONFIGS"]
-    shapes = {"qkv": (5120, 2048), "o": (2048, 4096), "router": (128, 2048), "head": (151936, 2048)}
-    for name, want in (("o-whole-1", (1, 1)), ("o-whole-2", (2, 2)), ("o-whole", (1, 2))):
-        block = configs[name]["fused.linear_block"]
-        for int8, rows in ((False, want[0]), (True, want[1])):
-            assert block(*shapes["o"], int8) == (rows, 4096, 4)
-            for other in ("qkv", "router", "head"):
-                assert block(*shapes[other], int8) == fused.linear_block(*shapes[other], int8)
-    block = configs["qkv-whole"]["fused.linear_block"]
-    assert block(*shapes["qkv"], False) == (2, 2048, 4)
-    for shape, int8 in ((shapes["qkv"], True), (shapes["o"], False), (shapes["head"], False)):
+    block = runpy.run_path(str(STEP_AB))["CONFIGS"]["qkv-tiles"]["fused.linear_block"]
+    qkv, o, router, head = (5120, 2048), (2048, 4096), (128, 2048), (151936, 2048)
+    assert fused.linear_block(*qkv, False) == (2, 2048, 4)
+    assert block(*qkv, False) == (4, 512, 4)
+    for shape, int8 in ((qkv, True), (o, False), (o, True), (router, False), (head, False)):
         assert block(*shape, int8) == fused.linear_block(*shape, int8)

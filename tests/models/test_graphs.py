@@ -1024,37 +1024,6 @@ def test_dependent_launch_gives_the_serial_launchs_bits(
     assert torch.equal(runs[True][1], runs[False][1])
 
 
-def test_eviction_policies_reach_cuda_launches_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``moe_kernel.eviction``: the weights' policy as ``EVICT``, the kept data's as
-    ``KEEP``, on CUDA launches; nothing by default or on the CPU (the interpreter)."""
-    cuda, cpu = torch.device("cuda", 0), torch.device("cpu")
-    assert moe_kernel.eviction("weights", cuda) == moe_kernel.eviction("keep", cuda) == {}
-    monkeypatch.setattr(moe_kernel, "WEIGHT_EVICTION", "evict_first")
-    monkeypatch.setattr(moe_kernel, "KEEP_EVICTION", "evict_last")
-    assert moe_kernel.eviction("weights", cuda) == {"EVICT": "evict_first"}
-    assert moe_kernel.eviction("keep", cuda) == {"KEEP": "evict_last"}
-    assert moe_kernel.eviction("weights", cpu) == moe_kernel.eviction("keep", cpu) == {}
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("family", COVERED)
-def test_eviction_policies_keep_the_bits(
-    family: str, tiny_ftw: dict[str, Path], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The step with the weights loaded "evict_first" and the KV cache and router rows
-    "evict_last" (hints to the L2) and with the default policy: the same bits over 40
-    tokens."""
-    prompt = [(7 * i + 3) % 300 + 2 for i in range(24)]
-    runs = {}
-    for on in (True, False):
-        monkeypatch.setattr(moe_kernel, "WEIGHT_EVICTION", "evict_first" if on else "")
-        monkeypatch.setattr(moe_kernel, "KEEP_EVICTION", "evict_last" if on else "")
-        with flint.LLM(tiny_ftw[family], device="cuda:0", context_length=128, graphs="on") as llm:
-            runs[on] = _decode(llm.model, prompt, 40)
-    assert runs[True][0] == runs[False][0]
-    assert torch.equal(runs[True][1], runs[False][1])
-
-
 @pytest.mark.gpu
 def test_a_captured_int8_head_of_a_wide_vocabulary(
     tiny_tokenizer_json: str, tmp_path: Path

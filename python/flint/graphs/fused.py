@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from flint.graphs.moe_kernel import _DTYPES, ahead, eviction, on_device, pdl
+from flint.graphs.moe_kernel import _DTYPES, ahead, on_device, pdl
 from flint.graphs.triton_kernels import (
     argmax_blocks_kernel,
     argmax_kernel,
@@ -108,13 +108,15 @@ def linear_block(rows: int, cols: int, int8: bool) -> tuple[int, int, int]:
     rows a program. int8 products and small ones such as the router: two rows a
     program, 2048 columns a step, four warps (int8 o 5.69 us against 6.32 with
     (4, 1024, 4), the router 2.08 against 2.96; the int8 step 1,985.5 against 2,022.7
-    us, gpu99). bf16 q/k/v (5120 x 2048) and o (2048 x 4096) keep 4 rows and 512 or
-    1024 columns: whole rows were faster alone but slower in the step, whose first
-    tile is read before the kernel before has finished (2,105.7 against 2,051.3 us,
-    gpu101)."""
+    us, gpu99). bf16 q/k/v (5120 x 2048): two rows of at most 2048 columns whole,
+    all read before the wait (the bf16 step 1,826.8 us against 1,843.7 with four rows
+    and 512 columns a step, gpu130). bf16 o (2048 x 4096) keeps 4 rows and 1024
+    columns: its whole rows read before the wait, while the attention runs, were
+    slower (1,902.5 us with one row a program, gpu130; gpu101's whole rows for both
+    products 2,105.7 against 2,051.3)."""
     if rows > 16384:  # an LM head
         return (16, 512, 8) if int8 else (8, 1024, 8)
-    if int8 or rows <= 1024:
+    if int8 or rows <= 1024 or (cols < rows and cols <= 2048):
         return (2, 2048, 4)
     return (4, 1024, 8) if cols >= 4096 else (4, 512, 4)
 
@@ -149,7 +151,7 @@ def linear(
             out, rows, cols, ROUND=_DTYPES[x.dtype], SCHEME=int(int8),
             HAS_BIAS=bias is not None, HAS_RES=residual is not None,
             BN=bn, BK=min(bk, _block(cols)), num_warps=warps, **ahead("linear", x.device),
-            **eviction("weights", x.device), **pdl(x.device),
+            **pdl(x.device),
         )  # fmt: skip
     return out
 
@@ -184,7 +186,7 @@ def norm_linear(
             h if eighths is None else eighths, e_stride, rows, cols, eps,
             ROUND=_DTYPES[h.dtype], BN=NORM_LINEAR_ROWS, BLOCK=_block(cols),
             W32=weight_in_fp32, EIGHTHS=eighths is not None, num_warps=NORM_LINEAR_WARPS,
-            **ahead("norm", h.device), **eviction("keep", h.device), **pdl(h.device),
+            **ahead("norm", h.device), **pdl(h.device),
         )  # fmt: skip
     return out, normed
 
@@ -283,8 +285,7 @@ def decode_attention(
             values.stride(0), values.stride(1), heads, dim, dim**-0.5, GROUP=group,
             GP=max(16, _block(group)), DP=max(16, _block(dim)), BS=ATTENTION_BLOCK,
             CHUNK=ATTENTION_CHUNK, SPLIT=splits > 1, F32=q.device.type == "cpu",
-            **ATTENTION_LAUNCH, **ahead("attention", q.device), **eviction("keep", q.device),
-            **pdl(q.device),
+            **ATTENTION_LAUNCH, **ahead("attention", q.device), **pdl(q.device),
         )  # fmt: skip
         if splits > 1:
             attention_combine_kernel[(heads,)](

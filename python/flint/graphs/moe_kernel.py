@@ -130,24 +130,6 @@ def ahead(kernel: str, device: torch.device) -> dict[str, bool]:
     return {"AHEAD": True} if on else {}
 
 
-# L2 eviction policies of the step's loads (Triton's ``eviction_policy``), an A/B in
-# benches/step_ab.py: the weights, read once a token ("evict_first": let them go first),
-# and what every token reads again, the KV cache and the router's rows ("evict_last":
-# keep them in the L2 across tokens, ~38 MB on the 30B-A3B geometry at 128 positions).
-# "" is the default policy. A hint to the cache only: the same bits either way.
-WEIGHT_EVICTION = ""
-KEEP_EVICTION = ""
-
-
-def eviction(kind: str, device: torch.device) -> dict[str, str]:
-    """The eviction policy argument of a launch on ``device``: ``EVICT`` for "weights",
-    ``KEEP`` for "keep"; nothing where the policy is the default or not on CUDA."""
-    policy = WEIGHT_EVICTION if kind == "weights" else KEEP_EVICTION
-    if not policy or device.type != "cuda":
-        return {}
-    return {"EVICT" if kind == "weights" else "KEEP": policy}
-
-
 def available() -> str | None:
     """None when the kernels can run, else why not."""
     return None if triton is not None else "Triton is not installed"
@@ -427,7 +409,7 @@ def _pair_outputs(
         i_dim, xs, hs, pool.alpha, pool.limit, OUT=_DTYPES[x.dtype], TOPK=top_k,
         SCHEME=code, GROUP=group, BN=bn, BK=bk, HAS_BIAS=has_bias,
         ACT=pool.act, EVEN=_even(h_dim, bk), WORDS=words, WHOLE=whole,
-        num_warps=warps, **eviction("weights", x.device), **pdl(x.device),
+        num_warps=warps, **pdl(x.device),
     )  # fmt: skip
     bn, bk, warps = down_block
     bk = _cols(bk, group)
@@ -437,7 +419,7 @@ def _pair_outputs(
         hidden, ids, y, *_args(pool.down), down_b, h_dim, i_dim, hs,
         OUT=_DTYPES[x.dtype], SCHEME=code, GROUP=group, BN=bn, BK=bk,
         HAS_BIAS=has_bias, EVEN=_even(i_dim, bk), WORDS=words, AHEAD=read_ahead,
-        num_warps=warps, **eviction("weights", x.device), **pdl(x.device),
+        num_warps=warps, **pdl(x.device),
     )  # fmt: skip
 
 

@@ -76,27 +76,19 @@ if triton is not None:
         return tl.sum(part * s.to(tl.float32), axis=1)
 
     @triton.jit
-    def _i4_words(w_ptr, s_ptr, w_row, s_row, rows, row_ok, k0, n_cols, GROUP, BK, EVEN,
-                  EVICT: tl.constexpr):  # fmt: skip
+    def _i4_words(w_ptr, s_ptr, w_row, s_row, rows, row_ok, k0, n_cols, GROUP, BK, EVEN):
         """``_i4_tile`` read as 32-bit words [BN, BK/8] (eight nibbles each: columns
-        8m .. 8m + 7, low nibble first) and the group scales [BN, BK/GROUP]; ``EVICT``:
-        the loads' L2 eviction policy (``moe_kernel.WEIGHT_EVICTION``)."""
+        8m .. 8m + 7, low nibble first) and the group scales [BN, BK/GROUP]."""
         m = k0 // 8 + tl.arange(0, BK // 8)
         if EVEN:  # noqa: SIM108 - a compile-time branch
             mask = row_ok[:, None]
         else:
             mask = row_ok[:, None] & (m[None, :] < n_cols // 8)
         w32 = w_ptr.to(tl.pointer_type(tl.int32))
-        words = tl.load(
-            w32 + rows[:, None] * (w_row // 4) + m[None, :], mask=mask, other=0,
-            eviction_policy=EVICT,
-        )  # fmt: skip
+        words = tl.load(w32 + rows[:, None] * (w_row // 4) + m[None, :], mask=mask, other=0)
         g = k0 // GROUP + tl.arange(0, BK // GROUP)
         g_mask = row_ok[:, None] & (g[None, :] < n_cols // GROUP)
-        s = tl.load(
-            s_ptr + rows[:, None] * s_row + g[None, :], mask=g_mask, other=0.0,
-            eviction_policy=EVICT,
-        )  # fmt: skip
+        s = tl.load(s_ptr + rows[:, None] * s_row + g[None, :], mask=g_mask, other=0.0)
         return words, s
 
     @triton.jit
@@ -152,23 +144,21 @@ if triton is not None:
 
     @triton.jit
     def _words_ahead(w_ptr, s_ptr, w_row, s_row, rows, row_ok, n_cols, GROUP: tl.constexpr,
-                     BK: tl.constexpr, EVEN: tl.constexpr, NT: tl.constexpr,
-                     EVICT: tl.constexpr):  # fmt: skip
+                     BK: tl.constexpr, EVEN: tl.constexpr, NT: tl.constexpr):  # fmt: skip
         """The ``NT`` (1 to 4) word tiles and scales of whole rows at once
         (``_i4_words`` at columns 0, BK, ...; past NT, tile 0 again, unused), for
         ``_words_ahead_dot``: all their loads issued before any is used."""
-        w0, s0 = _i4_words(w_ptr, s_ptr, w_row, s_row, rows, row_ok, 0, n_cols, GROUP, BK, EVEN,
-                           EVICT)  # fmt: skip
+        w0, s0 = _i4_words(w_ptr, s_ptr, w_row, s_row, rows, row_ok, 0, n_cols, GROUP, BK, EVEN)
         w1, s1, w2, s2, w3, s3 = w0, s0, w0, s0, w0, s0
         if NT > 1:
             w1, s1 = _i4_words(w_ptr, s_ptr, w_row, s_row, rows, row_ok, BK, n_cols, GROUP, BK,
-                               EVEN, EVICT)  # fmt: skip
+                               EVEN)  # fmt: skip
         if NT > 2:
             w2, s2 = _i4_words(w_ptr, s_ptr, w_row, s_row, rows, row_ok, 2 * BK, n_cols, GROUP,
-                               BK, EVEN, EVICT)  # fmt: skip
+                               BK, EVEN)  # fmt: skip
         if NT > 3:
             w3, s3 = _i4_words(w_ptr, s_ptr, w_row, s_row, rows, row_ok, 3 * BK, n_cols, GROUP,
-                               BK, EVEN, EVICT)  # fmt: skip
+                               BK, EVEN)  # fmt: skip
         return w0, s0, w1, s1, w2, s2, w3, s3
 
     @triton.jit
@@ -213,7 +203,6 @@ if triton is not None:
         BK: tl.constexpr,
         EVEN: tl.constexpr,
         WORDS: tl.constexpr,
-        EVICT: tl.constexpr,
     ):
         """[BN] fp32: rows ``rows`` of one expert's projection dotted with the vector at
         ``v_ptr`` (n_cols long). int4: the packed bytes read once as a [BN, BK/2] tile,
@@ -226,7 +215,7 @@ if triton is not None:
             groups = tl.zeros([BN, BK // GROUP], dtype=tl.float32)
             for k0 in range(0, n_cols, BK):
                 words, s = _i4_words(
-                    w_ptr, s_ptr, w_row, s_row, rows, row_ok, k0, n_cols, GROUP, BK, EVEN, EVICT
+                    w_ptr, s_ptr, w_row, s_row, rows, row_ok, k0, n_cols, GROUP, BK, EVEN
                 )
                 groups += _words_dot(words, s, v_ptr, v_stride, k0, n_cols, BN, BK, GROUP, EVEN)
             acc = tl.sum(groups, axis=1)
@@ -238,7 +227,7 @@ if triton is not None:
                 xe, xo = _x_pairs(v_ptr, k0, n_cols, BK)
                 acc += _i4_dot(byte, s, xe, xo, BN, BK, GROUP)
         else:
-            acc = _w_steps(w_ptr, w_row, v_ptr, rows, row_ok, 0, n_cols, acc, BK, EVICT)
+            acc = _w_steps(w_ptr, w_row, v_ptr, rows, row_ok, 0, n_cols, acc, BK)
             if SCHEME == 1:
                 acc = acc * tl.load(s_ptr + rows * s_row, mask=row_ok, other=0.0)
         return acc
@@ -264,7 +253,6 @@ if triton is not None:
         BK: tl.constexpr,
         EVEN: tl.constexpr,
         WORDS: tl.constexpr,
-        EVICT: tl.constexpr,
     ):
         """``_rows_dot`` of two projections (gate and up) in one loop: each step issues
         both tiles' loads before computing either (one memory round trip per step for
@@ -277,10 +265,10 @@ if triton is not None:
             gb = tl.zeros([BN, BK // GROUP], dtype=tl.float32)
             for k0 in range(0, n_cols, BK):
                 a, sa = _i4_words(
-                    a_ptr, as_ptr, a_row, as_row, rows, row_ok, k0, n_cols, GROUP, BK, EVEN, EVICT
+                    a_ptr, as_ptr, a_row, as_row, rows, row_ok, k0, n_cols, GROUP, BK, EVEN
                 )
                 b, sb = _i4_words(
-                    b_ptr, bs_ptr, b_row, bs_row, rows, row_ok, k0, n_cols, GROUP, BK, EVEN, EVICT
+                    b_ptr, bs_ptr, b_row, bs_row, rows, row_ok, k0, n_cols, GROUP, BK, EVEN
                 )
                 ga += _words_dot(a, sa, v_ptr, v_stride, k0, n_cols, BN, BK, GROUP, EVEN)
                 gb += _words_dot(b, sb, v_ptr, v_stride, k0, n_cols, BN, BK, GROUP, EVEN)
@@ -299,8 +287,8 @@ if triton is not None:
                 acc_b += _i4_dot(b, sb, xe, xo, BN, BK, GROUP)
         else:
             for k0 in range(0, n_cols, BK):
-                a = _w_tile(a_ptr, a_row, rows, row_ok, k0, n_cols, BK, EVICT)
-                b = _w_tile(b_ptr, b_row, rows, row_ok, k0, n_cols, BK, EVICT)
+                a = _w_tile(a_ptr, a_row, rows, row_ok, k0, n_cols, BK)
+                b = _w_tile(b_ptr, b_row, rows, row_ok, k0, n_cols, BK)
                 v = _x_cols(v_ptr, k0, n_cols, BK)
                 acc_a += tl.sum(a.to(tl.float32) * v[None, :], axis=1)
                 acc_b += tl.sum(b.to(tl.float32) * v[None, :], axis=1)
@@ -345,7 +333,6 @@ if triton is not None:
         EVEN: tl.constexpr = False,
         WORDS: tl.constexpr = False,
         WHOLE: tl.constexpr = 0,
-        EVICT: tl.constexpr = "",
         GDC: tl.constexpr = False,
     ):
         """h[pair, rows] = act(gate(x) (+ bias), up(x) (+ bias)) for one (token, rank)
@@ -353,8 +340,7 @@ if triton is not None:
         in the eighths layout (rows of ``x_stride`` and ``h_stride``), h as ``down``
         reads it. ``WHOLE`` (int4 words whose rows are 1 to 4 tiles, ``WHOLE`` of them):
         every tile of the program's gate and up rows loaded at once, then dotted in
-        ``_rows_dot2``'s order (one memory round trip, not one per tile); ``EVICT``: their
-        L2 eviction policy."""
+        ``_rows_dot2``'s order (one memory round trip, not one per tile)."""
         _await_inputs(GDC)
         pair = tl.program_id(0)
         token = pair // TOPK
@@ -366,11 +352,11 @@ if triton is not None:
             tl.static_assert(WORDS and SCHEME == 2 and WHOLE <= 4, "WHOLE: int4 words, 1-4 tiles")
             a0, as0, a1, as1, a2, as2, a3, as3 = _words_ahead(
                 g_ptr + expert * g_we, gs_ptr + expert * gs_e, g_wr, gs_r, rows, row_ok, hid,
-                GROUP, BK, EVEN, WHOLE, EVICT,
+                GROUP, BK, EVEN, WHOLE,
             )  # fmt: skip
             b0, bs0, b1, bs1, b2, bs2, b3, bs3 = _words_ahead(
                 u_ptr + expert * u_we, us_ptr + expert * us_e, u_wr, us_r, rows, row_ok, hid,
-                GROUP, BK, EVEN, WHOLE, EVICT,
+                GROUP, BK, EVEN, WHOLE,
             )  # fmt: skip
             gate = _words_ahead_dot(
                 a0, as0, a1, as1, a2, as2, a3, as3, x, x_stride, hid, BN, BK, GROUP, EVEN, WHOLE
@@ -382,7 +368,7 @@ if triton is not None:
             gate, up = _rows_dot2(
                 g_ptr + expert * g_we, gs_ptr + expert * gs_e, g_wr, gs_r,
                 u_ptr + expert * u_we, us_ptr + expert * us_e, u_wr, us_r, x, x_stride, rows,
-                row_ok, hid, SCHEME, GROUP, BN, BK, EVEN, WORDS, EVICT,
+                row_ok, hid, SCHEME, GROUP, BN, BK, EVEN, WORDS,
             )  # fmt: skip
         out_type: tl.constexpr = OUT
         gate = _round(gate, out_type)  # F.linear's output dtype
@@ -424,15 +410,13 @@ if triton is not None:
         EVEN: tl.constexpr = False,
         WORDS: tl.constexpr = False,
         AHEAD: tl.constexpr = 0,
-        EVICT: tl.constexpr = "",
         GDC: tl.constexpr = False,
     ):
         """y[pair, rows] (fp32, rounded to the model dtype) = down(h[pair]) (+ bias); h
         in the eighths layout with ``WORDS`` (``gate_up_kernel``). ``AHEAD`` (int4
         words whose rows are 1 to 4 tiles, ``AHEAD`` of them): the pair's expert id
         (the router's, two kernels back) and the program's whole rows read before
-        ``_await_inputs``, so that after it only h is read; ``EVICT``: their L2 eviction
-        policy."""
+        ``_await_inputs``, so that after it only h is read."""
         pair = tl.program_id(0)
         rows = tl.program_id(1) * BN + tl.arange(0, BN)
         row_ok = rows < hid
@@ -442,7 +426,7 @@ if triton is not None:
             expert = tl.load(ids_ptr + pair).to(tl.int64)
             w0, s0, w1, s1, w2, s2, w3, s3 = _words_ahead(
                 d_ptr + expert * d_we, ds_ptr + expert * ds_e, d_wr, ds_r, rows, row_ok, inter,
-                GROUP, BK, EVEN, AHEAD, EVICT,
+                GROUP, BK, EVEN, AHEAD,
             )  # fmt: skip
             _await_inputs(GDC)
             y = _words_ahead_dot(
@@ -453,7 +437,7 @@ if triton is not None:
             expert = tl.load(ids_ptr + pair).to(tl.int64)
             y = _rows_dot(
                 d_ptr + expert * d_we, ds_ptr + expert * ds_e, d_wr, ds_r, h, h_stride,
-                rows, row_ok, inter, SCHEME, GROUP, BN, BK, EVEN, WORDS, EVICT,
+                rows, row_ok, inter, SCHEME, GROUP, BN, BK, EVEN, WORDS,
             )  # fmt: skip
         y = _round(y, OUT)
         if HAS_BIAS:

@@ -82,13 +82,11 @@ if triton is not None:
         return x * ((e + 127) << 23).to(tl.float32, bitcast=True)
 
     @triton.jit
-    def _w_tile(w_ptr, w_row, rows, row_ok, k0, n_cols, BK: tl.constexpr, EVICT: tl.constexpr):
-        """The float or int8 weights [BN, BK] of columns k0.. (0 past the edges), loaded
-        with the L2 eviction policy ``EVICT``."""
+    def _w_tile(w_ptr, w_row, rows, row_ok, k0, n_cols, BK: tl.constexpr):
+        """The float or int8 weights [BN, BK] of columns k0.. (0 past the edges)."""
         cols = k0 + tl.arange(0, BK)
         mask = row_ok[:, None] & (cols[None, :] < n_cols)
-        at = w_ptr + rows[:, None] * w_row + cols[None, :]
-        return tl.load(at, mask=mask, other=0, eviction_policy=EVICT)
+        return tl.load(w_ptr + rows[:, None] * w_row + cols[None, :], mask=mask, other=0)
 
     @triton.jit
     def _x_cols(v_ptr, k0, n_cols, BK: tl.constexpr):
@@ -97,12 +95,11 @@ if triton is not None:
         return tl.load(v_ptr + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
 
     @triton.jit
-    def _w_steps(w_ptr, w_row, v_ptr, rows, row_ok, k_first, n_cols, acc, BK: tl.constexpr,
-                 EVICT: tl.constexpr):  # fmt: skip
+    def _w_steps(w_ptr, w_row, v_ptr, rows, row_ok, k_first, n_cols, acc, BK: tl.constexpr):
         """``acc`` plus the float or int8 rows' dots with the vector over columns
         k_first.., one tile of ``BK`` columns per step (``_rows_dot``'s order)."""
         for k0 in range(k_first, n_cols, BK):
-            w = _w_tile(w_ptr, w_row, rows, row_ok, k0, n_cols, BK, EVICT)
+            w = _w_tile(w_ptr, w_row, rows, row_ok, k0, n_cols, BK)
             acc += tl.sum(w.to(tl.float32) * _x_cols(v_ptr, k0, n_cols, BK)[None, :], axis=1)
         return acc
 
@@ -134,7 +131,6 @@ if triton is not None:
         BN: tl.constexpr,
         BK: tl.constexpr,
         AHEAD: tl.constexpr = False,
-        EVICT: tl.constexpr = "",
         GDC: tl.constexpr = False,
     ):
         """out[rows] = x . w[rows] (+ bias, in fp32) rounded to ``ROUND`` (F.linear's
@@ -143,10 +139,10 @@ if triton is not None:
         first step's weights are constant, so they are read before ``_await_inputs``:
         they arrive while the kernel before finishes; with ``AHEAD`` the row scales and
         biases too, and the residual as soon as the wait ends, not after the loop. The
-        sum is ``_rows_dot``'s. ``EVICT``: the weights' L2 eviction policy."""
+        sum is ``_rows_dot``'s."""
         rows = tl.program_id(0) * BN + tl.arange(0, BN)
         row_ok = rows < n_rows
-        w = _w_tile(w_ptr, w_row, rows, row_ok, 0, n_cols, BK, EVICT)
+        w = _w_tile(w_ptr, w_row, rows, row_ok, 0, n_cols, BK)
         if AHEAD:
             scale = _read_if(s_ptr, rows, row_ok, SCHEME == 1)
             bias = _read_if(b_ptr, rows, row_ok, HAS_BIAS)
@@ -154,7 +150,7 @@ if triton is not None:
         if AHEAD:
             res = _read_if(r_ptr, rows, row_ok, HAS_RES)
         acc = tl.sum(w.to(tl.float32) * _x_cols(x_ptr, 0, n_cols, BK)[None, :], axis=1)
-        acc = _w_steps(w_ptr, w_row, x_ptr, rows, row_ok, BK, n_cols, acc, BK, EVICT)
+        acc = _w_steps(w_ptr, w_row, x_ptr, rows, row_ok, BK, n_cols, acc, BK)
         if not AHEAD:
             scale = _read_if(s_ptr, rows, row_ok, SCHEME == 1)
         if SCHEME == 1:
@@ -252,7 +248,6 @@ if triton is not None:
         W32: tl.constexpr,
         EIGHTHS: tl.constexpr = False,
         AHEAD: tl.constexpr = False,
-        KEEP: tl.constexpr = "",
         GDC: tl.constexpr = False,
     ):
         """One token's RMSNorm of h (``rms_norm_kernel``'s ops) and the product of w's
@@ -260,14 +255,13 @@ if triton is not None:
         dtype, no bias), in one launch: each program computes the norm itself (the
         same bits in each: the same code on the same row), program 0 also writes it
         to ``normed_ptr`` (and the eighths). Whole rows (``BLOCK`` >= n_cols) in one
-        step, read before ``_await_inputs``, with the L2 eviction policy ``KEEP``; with
-        ``AHEAD`` the norm's weight too."""
+        step, read before ``_await_inputs``; with ``AHEAD`` the norm's weight too."""
         rows = tl.program_id(0) * BN + tl.arange(0, BN)
         row_ok = rows < n_rows
         cols = tl.arange(0, BLOCK)
         ok = cols < n_cols
         w_at = w_ptr + rows[:, None] * w_row + cols[None, :]
-        w = tl.load(w_at, mask=row_ok[:, None] & ok[None, :], other=0.0, eviction_policy=KEEP)
+        w = tl.load(w_at, mask=row_ok[:, None] & ok[None, :], other=0.0)
         nw = _read_if(nw_ptr, cols, ok, AHEAD)
         _await_inputs(GDC)
         x = tl.load(h_ptr + cols, mask=ok, other=0.0).to(tl.float32)
@@ -412,7 +406,6 @@ if triton is not None:
         SPLIT: tl.constexpr,
         F32: tl.constexpr,
         AHEAD: tl.constexpr = False,
-        KEEP: tl.constexpr = "",
         GDC: tl.constexpr = False,
     ):
         """One query token's attention for the ``GROUP`` query heads of key/value head
@@ -424,8 +417,7 @@ if triton is not None:
         ``acc`` [splits, Nq, D] for ``attention_combine_kernel``. ``F32``: the products
         on fp32 copies (Triton's CPU interpreter multiplies bf16 tiles wrongly).
         ``AHEAD``: the position read before ``_await_inputs``, so that the loop's first
-        loads of keys and values are issued as soon as the wait ends. ``KEEP``: the keys'
-        and values' L2 eviction policy."""
+        loads of keys and values are issued as soon as the wait ends."""
         kv = tl.program_id(0)
         split = tl.program_id(1)
         g = tl.arange(0, GP)
@@ -452,7 +444,7 @@ if triton is not None:
             ok = s < end
             kv_mask = ok[:, None] & d_ok[None, :]
             k_at = k_ptr + kv * k_head + s[:, None] * k_pos + d[None, :]
-            k = tl.load(k_at, mask=kv_mask, other=0.0, eviction_policy=KEEP)
+            k = tl.load(k_at, mask=kv_mask, other=0.0)
             if F32:
                 k = k.to(tl.float32)
             scores = tl.dot(q, tl.trans(k)) * scale  # [GP, BS]
@@ -462,7 +454,7 @@ if triton is not None:
             p = tl.exp(scores - m_new[:, None])
             total = total * alpha + tl.sum(p, axis=1)
             v_at = v_ptr + kv * v_head + s[:, None] * v_pos + d[None, :]
-            v = tl.load(v_at, mask=kv_mask, other=0.0, eviction_policy=KEEP)
+            v = tl.load(v_at, mask=kv_mask, other=0.0)
             if F32:
                 pv = tl.dot(_round(p, v_ptr.dtype.element_ty), v.to(tl.float32))
             else:
