@@ -1994,8 +1994,24 @@ base,o-whole-2,o-whole,evict-w,evict-keep --profile base 2>&1 | tail -43
     -p no:cacheprovider --tb=short -rf -m gpu 2>&1 | tail -6
 }
 
+# Session 24, second call: gate/up picks its pair's expert from the router's logits and
+# loads its rows before its wait (moe_kernel.AHEAD "pick"; no-ahead-pick: the router's
+# ids read after it), with the stream shares again; bf16 q/k/v's whole rows against the
+# tiles of before (qkv-tiles); then every GPU test.
+gpu131() {
+  synth30 q30
+  timeout 150 python3 benches/step_ab.py "$DATA/q30.ftw" --configs \
+base,no-ahead-pick,pick-s8,qkv-tiles --profile base 2>&1 | grep -E '"config"|share_us|busy|profile_us'
+  rm -f "$DATA/q30.ftw"
+  synth30 q30d8 --dense-quant int8
+  timeout 130 python3 benches/step_ab.py "$DATA/q30d8.ftw" --configs \
+base,no-ahead-pick,pick-s8 --profile base 2>&1 | grep -E '"config"|share_us|busy|profile_us'
+  gpu_tests
+}
+
 case $what in
   install) install ;;
+  gpu131) install; gpu131 ;;
   gpu130) install; gpu130 ;;
   gpu129) install; gpu129 ;;
   gpu128) install; gpu128 ;;
