@@ -7,30 +7,29 @@ Usage: python benches/step_ab.py MODEL [--configs base,no-pdl]
 
 Separate processes give the same step results several percent apart (docs/benchmarks.md,
 sixteenth session); here every configuration reads the same weights in the same
-process, and rounds alternate, so a difference is the step's. Only the step is timed (no
-argmax, no host loop): tok/s is 1e6 / microseconds per step. Configurations: ``base``
-(the defaults), ``no-pdl`` (moe_kernel.PDL off), ``no-int8`` (a ``--dense-quant int8``
-file's attention through its dequantized matrices, as files without int8 run), ``bytes``
-(int4 experts read as byte tiles, moe_kernel.WORDS off), ``route-two-pass`` (the
-router's top-k by two reductions per pick across four warps, fused.ROUTE_ONE_PASS off),
-``no-pdl-two-pass``, ``attn-*`` (the attention's positions per step and warps),
-``blocks-before``, ``blocks-tuned`` and ``blocks-whole`` (the one-token products' block
-shapes), ``norm-launch`` (decode.NORM_IN_ROUTER off), ``norm-w*``, ``nl-w8`` and
-``rope-w*`` (the norms', the router-with-norm's and q/k/v RoPE's warps), ``no-ahead``
-and ``no-ahead-KERNEL`` (no kernel, or every kernel but one, reading ahead of its wait:
-moe_kernel.AHEAD), ``down-b*`` (int4 down's blocks), ``gu-*`` (int4 gate/up's blocks,
-and the loop instead of its rows loaded at once: moe_kernel.WHOLE_GATE_UP), ``lin8-b4*``
-(the int8 products four rows a program), ``qkv-tiles`` (bf16 q/k/v in tiles of 512
-columns, as before gpu130), ``pick-s8`` (gate/up's pick of its expert counted 8 logits a
-step: moe_kernel.PICK_STEP; ``no-ahead-pick`` reads the router's ids after the wait),
-``f-*`` (bf16 expert pools' blocks). ``--profile CONFIG`` then prints each kernel's time
-per step, and its share of the stream's time (under dependent launch, kernels overlap: a
-kernel's share is its end less the later of its start and the end of the kernel before).
-(The sixteenth session's ``no-fold`` and ``serial`` rows, the eighteenth's
-``linear-ahead`` and ``ranked-in-norm``, and the twenty-third's ``lin-*`` and ``attn-kv*``, the
-twenty-fourth's ``o-whole*``, ``evict-w``, ``keep`` and ``evict-keep``, measured
-switches since taken out; gpu125's ``f-gu-b4*`` set the block that is now the float
-pools' default: docs/benchmarks.md.)
+process, and rounds alternate, so a difference is the step's. Only the step is timed
+(no argmax, no host loop): tok/s is 1e6 / microseconds per step. Configurations:
+``base`` (the defaults), ``no-pdl`` (moe_kernel.PDL off), ``no-int8`` (a
+``--dense-quant int8`` file's attention through its dequantized matrices, as files
+without int8 run), ``bytes`` (int4 experts read as byte tiles, moe_kernel.WORDS
+off), ``route-two-pass`` (the router's top-k by two reductions per pick across four
+warps, fused.ROUTE_ONE_PASS off), ``no-pdl-two-pass``, ``attn-*`` (the attention's
+positions per step and warps), ``blocks-before``, ``blocks-tuned`` and
+``blocks-whole`` (the one-token products' block shapes), ``norm-launch``
+(decode.NORM_IN_ROUTER off), ``norm-w*``, ``nl-w8`` and ``rope-w*`` (the norms', the
+router-with-norm's and q/k/v RoPE's warps), ``no-ahead`` and ``no-ahead-KERNEL`` (no
+kernel, or every kernel but one, reading ahead of its wait: moe_kernel.AHEAD),
+``down-b*`` (int4 down's blocks), ``gu-*`` (int4 gate/up's blocks, and the loop
+instead of its rows loaded at once: moe_kernel.WHOLE_GATE_UP), ``lin8-b4*`` (the int8
+products four rows a program), ``qkv-tiles`` (bf16 q/k/v in tiles of 512 columns, as
+before gpu130), ``f-*`` (bf16 expert pools' blocks). ``--profile
+CONFIG`` then prints each kernel's time per step, and its share of the stream's time
+(under dependent launch, kernels overlap: a kernel's share is its end less the later
+of its start and the end of the kernel before). (The sixteenth session's ``no-fold``
+and ``serial`` rows, the eighteenth's ``linear-ahead`` and ``ranked-in-norm``, and the
+twenty-third's ``lin-*`` and ``attn-kv*``, the twenty-fourth's ``o-whole*``,
+``evict-w``, ``keep`` and ``evict-keep``, measured switches since taken out; gpu125's
+``f-gu-b4*`` set the block that is now the float pools' default: docs/benchmarks.md.)
 """
 
 from __future__ import annotations
@@ -105,8 +104,6 @@ CONFIGS: dict[str, dict[str, Any]] = {
     # int8 one-token products (q/k/v, o) four rows a program: all in one wave
     "lin8-b4": {"fused.linear_block": lambda r, c, i8: _lin8(r, c, i8, (4, 2048, 4))},
     "lin8-b4-w8": {"fused.linear_block": lambda r, c, i8: _lin8(r, c, i8, (4, 2048, 8))},
-    # gate/up's pick from the logits counted 8 of them a step (default 32)
-    "pick-s8": {"PICK_STEP": 8},
     # bf16 q/k/v's rows in tiles of 512 columns, as before gpu130 (whole rows now)
     "qkv-tiles": {"fused.linear_block": lambda r, c, i8: _qkv_tiles(r, c, i8)},
     # float (bf16) expert pools' blocks (FLOAT_GATE_UP_BLOCK (4, 1024, 4), and

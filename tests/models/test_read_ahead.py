@@ -49,7 +49,7 @@ def _spy(monkeypatch: pytest.MonkeyPatch, name: str, switch: str) -> list[int]:
     class Spy:
         def __getitem__(self, grid: object) -> Callable[..., None]:
             def launch(*args: object, **kw: int) -> None:
-                launched.append(kw.get(switch, 0))
+                launched.append(kw[switch])
                 kernel[grid](*args, **kw)
 
             return launch
@@ -240,64 +240,3 @@ def test_gate_up_loads_its_rows_at_once_to_the_same_bits_on_cuda(
     """The same compiled: the tiles' layouts, and so the sums' order, must not change
     (four, three, and two tiles, the last masked)."""
     _gate_up_whole_agrees(hidden, inter, group, torch.device("cuda"), monkeypatch, dtype)
-
-
-def _picks_agree(
-    scheme: str,
-    group: int,
-    device: torch.device,
-    monkeypatch: pytest.MonkeyPatch,
-    routers: tuple[tuple[int, int], ...] = ((12, 8), (40, 6)),
-) -> None:
-    """gate/up picking each pair's expert from the router's logits ahead of its wait
-    (``AHEAD``'s "pick") and reading the router kernel's ids: the same bits, with tied
-    logits (ties to the lower id), -0 beside +0, -inf, expert counts (``routers``:
-    experts, top-k) that are not a power of two or take several count steps, ranks up
-    to 7."""
-    monkeypatch.setattr(moe_kernel, "AHEAD_WITHOUT_PDL", True)
-    monkeypatch.setattr(moe_kernel, "WORDS_GATE_UP_BLOCK", (64, 512, 4))
-    monkeypatch.setattr(moe_kernel, "GATE_UP_BLOCK", (64, 512, 4))
-    launched = _spy(monkeypatch, "gate_up_kernel", "PICK")
-    torch.manual_seed(group + len(scheme))
-    hidden, inter, tokens = 256, 64, 2
-    shapes = ((inter, hidden), (inter, hidden), (hidden, inter))
-    for experts, top_k in routers:
-        slabs, offsets, _ = _slabs(scheme, experts, shapes, group)
-        pool = slab_pool(slabs.to(device), scheme, group, shapes, offsets)
-        x = (torch.randn(tokens, hidden) / hidden**0.5).bfloat16().to(device)
-        for ties in ("none", "coarse", "zeros"):
-            logits = torch.randn(tokens, experts).bfloat16()
-            if ties == "coarse":
-                logits = (logits * 2).round() / 2
-            elif ties == "zeros":
-                logits[:, 1::4], logits[:, 2::4], logits[:, 3] = 0.0, -0.0, float("-inf")
-            logits = logits.to(device)
-            ids, w = fused.route(logits, top_k, True, torch.bfloat16)
-            order = torch.sort(logits.float(), dim=1, descending=True, stable=True).indices
-            assert torch.equal(ids, order[:, :top_k]), (experts, ties)
-            launched.clear()
-            picked = moe_experts(x, ids, w, pool, logits=logits)
-            read = moe_experts(x, ids, w, pool)
-            assert launched == [True, 0]  # the second call has no logits: no PICK given
-            assert torch.isfinite(picked).all()
-            _same(picked, read)
-
-
-@pytest.mark.interpreter
-@pytest.mark.parametrize(("scheme", "group"), [("int4", 32), ("int4", 4), ("int8", 8)])
-def test_gate_up_picks_its_experts_ahead_to_the_same_bits(
-    scheme: str, group: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """int4 words (rows loaded at once, before the wait), int4 byte tiles and int8 (the
-    loop after it)."""
-    _picks_agree(scheme, group, torch.device("cpu"), monkeypatch)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize(("scheme", "group"), [("int4", 32), ("int4", 4), ("int8", 8)])
-def test_gate_up_picks_its_experts_ahead_to_the_same_bits_on_cuda(
-    scheme: str, group: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The same compiled, where the router's one warp and gate/up's four reduce in
-    different orders: the picks come from exact integer keys, so they still agree."""
-    _picks_agree(scheme, group, torch.device("cuda"), monkeypatch, ((12, 8), (40, 6), (128, 8)))

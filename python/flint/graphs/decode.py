@@ -451,11 +451,9 @@ class GraphDecoder:
         h = self._attended(layer, x, cos, sin, mask, span, normed_x=xs)
         if not isinstance(mlp, MoEBlock):
             return h, mlp(self._norm(layer.norm, h, layer.post_norm, layer.eps))
-        normed, ids, weights, logits = self._moe_input(layer, mlp, h, eighths)
+        normed, ids, weights = self._moe_input(layer, mlp, h, eighths)
         pool = self.pools[layer.index]
-        out = moe_experts(
-            normed, ids, weights, pool, self.scratch, self.moe_out, eighths, logits
-        )  # fmt: skip
+        out = moe_experts(normed, ids, weights, pool, self.scratch, self.moe_out, eighths)
         if mlp.shared is not None:
             out = out + mlp._shared(normed)
         return h, out
@@ -481,28 +479,23 @@ class GraphDecoder:
 
     def _moe_input(
         self, layer: DecoderLayer, mlp: MoEBlock, h: torch.Tensor, eighths: torch.Tensor | None
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The MoE block's input from the residual after attention h: (its post-attention
-        norm [1, H], also into ``eighths`` when given; the router's ids and weights; the
-        logits they were picked from by ``fused.route``, launched last, or None)."""
+        norm [1, H], also into ``eighths`` when given; the router's ids and weights)."""
         fold = NORM_IN_ROUTER and self.fused_norm and self.fused_router
         if fold and self._fits(h, mlp.router) and h.shape[1] <= fused.NORM_LINEAR_COLS:
             logits, normed = fused.norm_linear(
                 h, layer.post_norm, layer.eps, mlp.router, self.norm_fp32, eighths
             )
-            return normed, *self._top_k(logits), logits
+            return normed, *self._top_k(logits)
         normed = self._norm(layer.norm, h, layer.post_norm, layer.eps, eighths)
         return normed, *self._route(mlp, normed)
 
-    def _route(
-        self, mlp: MoEBlock, normed: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """The router's (ids [1, K], weights [1, K]), on the GPU, and the logits
-        ``fused.route`` picked them from (None: the family's own router)."""
+    def _route(self, mlp: MoEBlock, normed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The router's (ids [1, K], weights [1, K]), on the GPU."""
         if self.fused_router:
-            logits = self._linear(normed, mlp.router)  # [1, E]
-            return *self._top_k(logits), logits
-        return *mlp.route(normed), None
+            return self._top_k(self._linear(normed, mlp.router))  # logits [1, E]
+        return mlp.route(normed)
 
     def _top_k(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """A softmax router's (ids, weights) from its logits [1, E] (``fused.route``)."""

@@ -117,28 +117,17 @@ def pdl(device: torch.device) -> dict[str, bool]:
 # the attention's first block of keys and values read ahead as well (1,697.9 us
 # without it: its loop's pipelined loads then started only after that block; its
 # position alone 1,695.9 against 1,699.3, gpu110), q/k/v RoPE's position, norm
-# weights, cos and sin (1,749.2 without). "pick": gate/up picks its pair's expert from
-# the router's logits (two kernels back) and loads its rows (int4 words at once) before
-# its wait, where the caller passes the logits (``moe_experts(logits=)``, the resident
-# step's softmax routers). A set for the benches' A/B.
-AHEAD = frozenset({"down", "attention", "norm", "linear", "pick"})
-# Experts a router may have for gate/up's pick (its count is unrolled in steps of
-# ``PICK_STEP`` logits).
-PICK_MAX_EXPERTS = 512
-PICK_STEP = 32
+# weights, cos and sin (1,749.2 without). A set for the benches' A/B.
+AHEAD = frozenset({"down", "attention", "norm", "linear"})
 # Read ahead without dependent launch too: the interpreter tests' A/B of the order.
 AHEAD_WITHOUT_PDL = False
 
 
-def reads_ahead(kernel: str, device: torch.device) -> bool:
-    """Whether ``kernel``'s launch reads ahead of its wait: ``AHEAD`` names it, under
-    dependent launch or with ``AHEAD_WITHOUT_PDL``."""
-    return kernel in AHEAD and (AHEAD_WITHOUT_PDL or bool(pdl(device)))
-
-
 def ahead(kernel: str, device: torch.device) -> dict[str, bool]:
-    """``AHEAD=True`` for ``kernel``'s launch where it reads ahead, else nothing."""
-    return {"AHEAD": True} if reads_ahead(kernel, device) else {}
+    """``AHEAD=True`` for ``kernel``'s launch where it reads ahead (``AHEAD`` names it,
+    under dependent launch, or ``AHEAD_WITHOUT_PDL``), else nothing."""
+    on = kernel in AHEAD and (AHEAD_WITHOUT_PDL or bool(pdl(device)))
+    return {"AHEAD": True} if on else {}
 
 
 def available() -> str | None:
@@ -350,17 +339,13 @@ def moe_experts(
     scratch: tuple[torch.Tensor, torch.Tensor] | None = None,  # [T*K, I], [T*K, H] f32
     out: torch.Tensor | None = None,  # [T, H] result (fixed address for graphs)
     x_eighths: torch.Tensor | None = None,  # ``eighths(x)``, where the caller has it
-    logits: torch.Tensor | None = None,  # [T, E]: the softmax router's logits of ``ids``
 ) -> torch.Tensor:
     """sum over k of weights[t, k] * expert_{ids[t, k]}(x[t]) -> [T, H] in x's dtype.
     ``scratch``: the activations and per-rank outputs (given: fixed addresses; the word
-    kernels keep their activations in the eighths layout, in a buffer of their own).
-    ``logits``: where ``ids`` are ``fused.route``'s picks from them, launched just
-    before this call (two launches after the logits' own), gate/up may pick from them
-    ahead of its wait (``AHEAD``'s "pick")."""
+    kernels keep their activations in the eighths layout, in a buffer of their own)."""
     assert triton is not None, "check available() first"
     with on_device(x.device):
-        return _launch(x, ids, weights, pool, scratch, out, x_eighths, logits)
+        return _launch(x, ids, weights, pool, scratch, out, x_eighths)
 
 
 def _launch(
@@ -371,7 +356,6 @@ def _launch(
     scratch: tuple[torch.Tensor, torch.Tensor] | None,
     out: torch.Tensor | None,
     x_eighths: torch.Tensor | None = None,
-    logits: torch.Tensor | None = None,
 ) -> torch.Tensor:
     tokens, top_k = ids.shape
     h_dim, i_dim = pool.hidden, pool.inter
@@ -384,7 +368,7 @@ def _launch(
     if out is None:
         out = torch.empty(tokens, h_dim, dtype=x.dtype, device=x.device)
     x, ids, weights = x.contiguous(), ids.contiguous(), weights.contiguous()
-    _pair_outputs(x, ids, pool, hidden, per_rank, x_eighths, logits)
+    _pair_outputs(x, ids, pool, hidden, per_rank, x_eighths)
     return _ranked_sum(per_rank, weights, out)
 
 
@@ -395,12 +379,10 @@ def _pair_outputs(
     hidden: torch.Tensor | None,  # [T*K, I] in x's dtype: the activations (None: made)
     y: torch.Tensor,  # [T*K, H] fp32: each pair's expert output, rounded to x's dtype
     x_eighths: torch.Tensor | None = None,  # ``eighths(x)``, where the caller has it
-    logits: torch.Tensor | None = None,  # [T, E]: the router's, ``ids`` picked from them
 ) -> None:
     """gate/up, then down, of every (token, rank) pair: two launches. The word kernels
     keep x and the activations in the eighths layout (a buffer of their own, not
-    ``hidden``). With ``logits``, gate/up may pick each pair's expert from them ahead
-    of its wait (``_pick``)."""
+    ``hidden``)."""
     tokens, top_k = ids.shape
     h_dim, i_dim = pool.hidden, pool.inter
     pairs, code, group = tokens * top_k, pool.scheme, pool.group
@@ -422,13 +404,11 @@ def _pair_outputs(
     bk = _cols(bk, group)
     tiles = triton.cdiv(h_dim, bk)  # gate/up's rows loaded at once: int4 words, <= 4 tiles
     whole = tiles if words and tiles <= 4 and WHOLE_GATE_UP else 0
-    pick = _pick(logits, ids, x.device)
     gate_up_kernel[(pairs, triton.cdiv(i_dim, bn))](
         vector, ids, hidden, *_args(pool.gate), *_args(pool.up), gate_b, up_b, h_dim,
-        i_dim, xs, hs, pool.alpha, pool.limit, ids if logits is None else logits,
-        0 if logits is None else logits.shape[1], OUT=_DTYPES[x.dtype], TOPK=top_k,
+        i_dim, xs, hs, pool.alpha, pool.limit, OUT=_DTYPES[x.dtype], TOPK=top_k,
         SCHEME=code, GROUP=group, BN=bn, BK=bk, HAS_BIAS=has_bias,
-        ACT=pool.act, EVEN=_even(h_dim, bk), WORDS=words, WHOLE=whole, **pick,
+        ACT=pool.act, EVEN=_even(h_dim, bk), WORDS=words, WHOLE=whole,
         num_warps=warps, **pdl(x.device),
     )  # fmt: skip
     bn, bk, warps = down_block
@@ -441,19 +421,6 @@ def _pair_outputs(
         HAS_BIAS=has_bias, EVEN=_even(i_dim, bk), WORDS=words, AHEAD=read_ahead,
         num_warps=warps, **pdl(x.device),
     )  # fmt: skip
-
-
-def _pick(logits: torch.Tensor | None, ids: torch.Tensor, device: torch.device) -> dict[str, Any]:
-    """gate/up's arguments for picking its experts from ``logits`` ahead of its wait,
-    where it does (``AHEAD``'s "pick", a router of at most ``PICK_MAX_EXPERTS``)."""
-    if logits is None or not reads_ahead("pick", device):
-        return {}
-    tokens, experts = logits.shape
-    assert tokens == ids.shape[0] and logits.is_contiguous(), (logits.shape, ids.shape)
-    if experts > PICK_MAX_EXPERTS:
-        return {}
-    lanes = int(triton.next_power_of_2(experts))
-    return {"PICK": True, "EB": lanes, "JB": min(lanes, PICK_STEP)}
 
 
 def _ranked_sum(

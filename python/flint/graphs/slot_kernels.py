@@ -24,7 +24,6 @@ if triton is not None:
         _await_inputs,
         _eighth_exp,
         _eighths_index,
-        _picked_expert,
         _round,
         _times_2_to,
         _w_steps,
@@ -323,8 +322,6 @@ if triton is not None:
         h_stride,
         alpha,
         limit,
-        logits_ptr,
-        n_exp,
         OUT: tl.constexpr,
         TOPK: tl.constexpr,
         SCHEME: tl.constexpr,
@@ -336,9 +333,6 @@ if triton is not None:
         EVEN: tl.constexpr = False,
         WORDS: tl.constexpr = False,
         WHOLE: tl.constexpr = 0,
-        PICK: tl.constexpr = False,
-        EB: tl.constexpr = 1,
-        JB: tl.constexpr = 1,
         GDC: tl.constexpr = False,
     ):
         """h[pair, rows] = act(gate(x) (+ bias), up(x) (+ bias)) for one (token, rank)
@@ -346,20 +340,11 @@ if triton is not None:
         in the eighths layout (rows of ``x_stride`` and ``h_stride``), h as ``down``
         reads it. ``WHOLE`` (int4 words whose rows are 1 to 4 tiles, ``WHOLE`` of them):
         every tile of the program's gate and up rows loaded at once, then dotted in
-        ``_rows_dot2``'s order (one memory round trip, not one per tile). ``PICK``: the
-        pair's expert picked from the router's logits (``logits_ptr``, ``n_exp`` a
-        token, ``EB`` >= n_exp lanes; ``_picked_expert``, the router kernel's pick)
-        instead of read from ``ids_ptr``, before ``_await_inputs``: the logits come from
-        the launch before the router's, so the pick, and with ``WHOLE`` the rows'
-        loads, are made while the router's launch runs."""
+        ``_rows_dot2``'s order (one memory round trip, not one per tile)."""
+        _await_inputs(GDC)
         pair = tl.program_id(0)
         token = pair // TOPK
-        if PICK:
-            expert = _picked_expert(logits_ptr + token * n_exp, n_exp, pair % TOPK, EB, JB)
-            expert = expert.to(tl.int64)
-        else:
-            _await_inputs(GDC)
-            expert = tl.load(ids_ptr + pair).to(tl.int64)
+        expert = tl.load(ids_ptr + pair).to(tl.int64)
         rows = tl.program_id(1) * BN + tl.arange(0, BN)
         row_ok = rows < inter
         x = x_ptr + token * (8 * x_stride if WORDS else hid)
@@ -373,8 +358,6 @@ if triton is not None:
                 u_ptr + expert * u_we, us_ptr + expert * us_e, u_wr, us_r, rows, row_ok, hid,
                 GROUP, BK, EVEN, WHOLE,
             )  # fmt: skip
-            if PICK:
-                _await_inputs(GDC)
             gate = _words_ahead_dot(
                 a0, as0, a1, as1, a2, as2, a3, as3, x, x_stride, hid, BN, BK, GROUP, EVEN, WHOLE
             )
@@ -382,8 +365,6 @@ if triton is not None:
                 b0, bs0, b1, bs1, b2, bs2, b3, bs3, x, x_stride, hid, BN, BK, GROUP, EVEN, WHOLE
             )
         else:
-            if PICK:
-                _await_inputs(GDC)
             gate, up = _rows_dot2(
                 g_ptr + expert * g_we, gs_ptr + expert * gs_e, g_wr, gs_r,
                 u_ptr + expert * u_we, us_ptr + expert * us_e, u_wr, us_r, x, x_stride, rows,

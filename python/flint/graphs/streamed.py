@@ -178,7 +178,7 @@ class StreamedDecoder(GraphDecoder):
         mlp = layer.mlp
         assert isinstance(mlp, MoEBlock)
         h = self._attended(layer, x, cos, sin, mask, span, self.h[index])
-        normed, ids, weights, _ = self._moe_input(layer, mlp, h, None)
+        normed, ids, weights = self._moe_input(layer, mlp, h, None)
         self.normed[index].copy_(normed)
         self.ids[index].copy_(ids)
         self.weights[index].copy_(weights)

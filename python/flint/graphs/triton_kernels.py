@@ -14,7 +14,6 @@ __all__ = [
     "_await_inputs",
     "_eighth_exp",
     "_eighths_index",
-    "_picked_expert",
     "_round",
     "_times_2_to",
     "_w_steps",
@@ -507,59 +506,14 @@ if triton is not None:
 
     @triton.jit
     def _router_softmax(logits_ptr, n, BLOCK: tl.constexpr):
-        """(e, keys, big, total) of the fp32 softmax of ``n`` logits over ``BLOCK``
-        lanes: the lanes' indices, the logits' pick keys (``_route_keys``; lanes past n
-        below every logit's), the largest logit and the softmax's sum. A logit l's
-        probability is ``_probability(l, big, total)``."""
+        """(p, e): the fp32 softmax of ``n`` logits over ``BLOCK`` lanes (lanes past n:
+        p = -1, below every probability) and the lanes' indices."""
         e = tl.arange(0, BLOCK)
         ok = e < n
         logits = tl.load(logits_ptr + e, mask=ok, other=float("-inf")).to(tl.float32)
-        big = tl.max(logits, axis=0)
-        total = tl.sum(tl.exp(logits - big), axis=0)
-        return e, _route_keys(logits, ok), big, total
-
-    @triton.jit
-    def _probability(logit, big, total):
-        """exp(logit - big) / total in fp32: the softmax's op for op."""
-        return tl.exp(logit - big) / total
-
-    @triton.jit
-    def _route_keys(logits, ok):
-        """int32 keys of fp32 logits in the order the router picks them (the largest
-        first; -0 as +0, NaN above everything: ``_argmax_key``), the int32 minimum
-        where not ``ok``. A softmax keeps the logits' order, so picking by these keys
-        picks what the probabilities pick, except where two distinct logits round to one
-        probability (the lower id first there, the larger logit here). The keys are
-        exact, so every kernel that picks from them, whatever its warps, picks alike."""
-        return tl.where(ok, _argmax_key(logits), -0x80000000)
-
-    @triton.jit
-    def _key_logit(key):
-        """The fp32 logit of a pick key (``_argmax_key`` inverted; 0 gives +0)."""
-        bits = tl.where(key < 0, key ^ 0x7FFFFFFF, key)
-        return bits.to(tl.float32, bitcast=True)
-
-    @triton.jit
-    def _picked_expert(logits_ptr, n, rank, EB: tl.constexpr, JB: tl.constexpr):
-        """The expert the router picks ``rank``-th (0 = first) from ``n`` logits at
-        ``logits_ptr`` (``EB`` >= n lanes): the one with exactly ``rank`` experts ahead
-        of it, a larger key (``_route_keys``) or the same key and a lower id, as
-        ``route_kernel`` picks. Each lane holds one expert's key and counts the keys
-        ahead of it, ``JB`` scalar logits a step (their loads issued together; more
-        unrolled steps hoist them all into registers, a [EB, JB] tile of both moves
-        them through shared memory: compiled for sm_90, Triton 3.6). No reduction per
-        pick, one at the end; an int32 in [0, n)."""
-        i = tl.arange(0, EB)
-        ki = _route_keys(tl.load(logits_ptr + i, mask=i < n, other=0.0).to(tl.float32), i < n)
-        ahead = tl.zeros([EB], dtype=tl.int32)
-        for j0 in range(0, n, JB):
-            for jj in tl.static_range(JB):
-                j = j0 + jj
-                kj = _route_keys(
-                    tl.load(logits_ptr + j, mask=j < n, other=0.0).to(tl.float32), j < n
-                )
-                ahead += ((kj > ki) | ((kj == ki) & (j < i))).to(tl.int32)
-        return tl.sum(tl.where(ahead == rank, i, 0), axis=0)
+        p = tl.exp(logits - tl.max(logits, axis=0))
+        p = p / tl.sum(p, axis=0)
+        return tl.where(ok, p, -1.0), e
 
     @triton.jit
     def route_kernel(
@@ -580,12 +534,10 @@ if triton is not None:
         ``w_ptr``'s dtype. ``ONE_PASS``: one (value, index) reduction per pick and the
         sum added as they are picked (KP = TOPK rounded up to a power of two holds the
         picks); else two reductions per pick and a second pass for the sum. Either way
-        the same picks and weights for the same probabilities. Picks follow the logits'
-        keys (``_route_keys``: what ``_picked_expert`` counts), each pick's probability
-        made from its logit with the softmax's own ops (p's bits)."""
+        the same picks and weights for the same probabilities."""
         _await_inputs(GDC)
         token = tl.program_id(0)
-        e, keys, big, soft = _router_softmax(logits_ptr + token * n, n, BLOCK)
+        p, e = _router_softmax(logits_ptr + token * n, n, BLOCK)
         w_type = w_ptr.dtype.element_ty
         if ONE_PASS:
             k = tl.arange(0, KP)
@@ -593,14 +545,13 @@ if triton is not None:
             best = tl.zeros([KP], dtype=tl.float32)
             total = 0.0
             for i in tl.static_range(TOPK):
-                key, pick = tl.max(
-                    keys, axis=0, return_indices=True, return_indices_tie_break_left=True
+                value, pick = tl.max(
+                    p, axis=0, return_indices=True, return_indices_tie_break_left=True
                 )
-                value = _probability(_key_logit(key), big, soft)
                 picks = tl.where(k == i, pick, picks)
                 best = tl.where(k == i, value, best)
                 total += value
-                keys = tl.where(e == pick, -0x80000000, keys)
+                p = tl.where(e == pick, -1.0, p)
             if NORM:
                 best = best / total
             tl.store(ids_ptr + token * TOPK + k, picks.to(tl.int64), mask=k < TOPK)
@@ -609,19 +560,18 @@ if triton is not None:
             total = 1.0
             if NORM:  # the sum of the top-k probabilities, in fp32
                 total = 0.0
-                q = keys
+                q = p
                 for _ in tl.static_range(TOPK):
-                    key = tl.max(q, axis=0)
-                    total += _probability(_key_logit(key), big, soft)
-                    q = tl.where(e == tl.min(tl.where(q == key, e, BLOCK), axis=0), -0x80000000, q)
+                    best = tl.max(q, axis=0)
+                    total += best
+                    q = tl.where(e == tl.min(tl.where(q == best, e, BLOCK), axis=0), -1.0, q)
             for k in tl.static_range(TOPK):
-                key = tl.max(keys, axis=0)
-                pick = tl.min(tl.where(keys == key, e, BLOCK), axis=0)
-                best = _probability(_key_logit(key), big, soft)
+                best = tl.max(p, axis=0)
+                pick = tl.min(tl.where(p == best, e, BLOCK), axis=0)
                 tl.store(ids_ptr + token * TOPK + k, pick.to(tl.int64))
                 weight = best / total if NORM else best
                 tl.store(w_ptr + token * TOPK + k, _round(weight, w_type).to(w_type))
-                keys = tl.where(e == pick, -0x80000000, keys)
+                p = tl.where(e == pick, -1.0, p)
 
     @triton.jit
     def _argmax_key(v):
