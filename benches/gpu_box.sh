@@ -2009,8 +2009,25 @@ base,no-ahead-pick,pick-s8 --profile base 2>&1 | grep -E '"config"|share_us|busy
   gpu_tests
 }
 
+# Session 24, third call: the router's launch asks the L2 for its picks' gate and up
+# rows (moe_kernel.ROUTE_ASKS, route-asks*), R0 on q30 with bf16 q/k/v's whole rows,
+# then every GPU test (.device/shared without the trained checkpoint: its two tests
+# skip, as in the calls before gpu131).
+gpu132() {
+  synth30 q30
+  timeout 120 python3 benches/step_ab.py "$DATA/q30.ftw" --configs \
+base,route-asks,route-asks-256k,route-asks-64k 2>&1 | grep -E '"config"|rror'
+  r0 q30
+  rm -f "$DATA/q30.ftw"
+  synth30 q30d8 --dense-quant int8
+  timeout 100 python3 benches/step_ab.py "$DATA/q30d8.ftw" --configs \
+base,route-asks,route-asks-256k 2>&1 | grep -E '"config"|rror'
+  gpu_tests
+}
+
 case $what in
   install) install ;;
+  gpu132) install; gpu132 ;;
   gpu131) install; gpu131 ;;
   gpu130) install; gpu130 ;;
   gpu129) install; gpu129 ;;
