@@ -22,15 +22,14 @@ kernel, or every kernel but one, reading ahead of its wait: moe_kernel.AHEAD),
 ``down-b*`` (int4 down's blocks), ``gu-*`` (int4 gate/up's blocks, and the loop
 instead of its rows loaded at once: moe_kernel.WHOLE_GATE_UP), ``lin8-b4*`` (the int8
 products four rows a program), ``qkv-tiles`` (bf16 q/k/v in tiles of 512 columns, as
-before gpu130), ``route-asks*`` (the router's launch asks the L2 for its picks' gate
-and up rows, 2 MiB, 256 KiB or 64 KiB an ask: moe_kernel.ROUTE_ASKS), ``f-*`` (bf16
-expert pools' blocks). ``--profile CONFIG`` then prints each kernel's time per step, and
-its share of the stream's time (under dependent launch, kernels overlap: a kernel's
-share is its end less the later of its start and the end of the kernel before). (The
-sixteenth session's ``no-fold`` and ``serial`` rows, the eighteenth's ``linear-ahead``
-and ``ranked-in-norm``, the twenty-third's ``lin-*`` and ``attn-kv*``, the
-twenty-fourth's ``o-whole*``, ``evict-w``, ``keep``, ``evict-keep`` and ``pick-s8``
-(and ``no-ahead-pick``), measured switches since taken out; gpu125's
+before gpu130), ``f-*`` (bf16 expert pools' blocks). ``--profile
+CONFIG`` then prints each kernel's time per step, and its share of the stream's time
+(under dependent launch, kernels overlap: a kernel's share is its end less the later
+of its start and the end of the kernel before). (The sixteenth session's ``no-fold``
+and ``serial`` rows, the eighteenth's ``linear-ahead`` and ``ranked-in-norm``, and the
+twenty-third's ``lin-*`` and ``attn-kv*``, the twenty-fourth's ``o-whole*``,
+``evict-w``, ``keep``, ``evict-keep``, ``pick-s8`` (and ``no-ahead-pick``) and
+``route-asks*``, measured switches since taken out; gpu125's
 ``f-gu-b4*`` set the block that is now the float pools' default: docs/benchmarks.md.)
 """
 
@@ -106,10 +105,6 @@ CONFIGS: dict[str, dict[str, Any]] = {
     # int8 one-token products (q/k/v, o) four rows a program: all in one wave
     "lin8-b4": {"fused.linear_block": lambda r, c, i8: _lin8(r, c, i8, (4, 2048, 4))},
     "lin8-b4-w8": {"fused.linear_block": lambda r, c, i8: _lin8(r, c, i8, (4, 2048, 8))},
-    # the router's launch asks the L2 for its picks' gate and up rows (ask sizes)
-    "route-asks": {"ROUTE_ASKS": 1 << 21},
-    "route-asks-256k": {"ROUTE_ASKS": 1 << 18},
-    "route-asks-64k": {"ROUTE_ASKS": 1 << 16},
     # bf16 q/k/v's rows in tiles of 512 columns, as before gpu130 (whole rows now)
     "qkv-tiles": {"fused.linear_block": lambda r, c, i8: _qkv_tiles(r, c, i8)},
     # float (bf16) expert pools' blocks (FLOAT_GATE_UP_BLOCK (4, 1024, 4), and

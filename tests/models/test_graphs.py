@@ -1069,55 +1069,6 @@ def test_captured_quantized_steps_follow_torch_kernels(
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("quant", ["int8", "int4"])
-def test_the_routers_l2_asks_keep_the_bits(
-    quant: str, wide_files: dict[str, Path], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The router's launch asking the L2 for its picks' gate and up rows
-    (``moe_kernel.ROUTE_ASKS``, bulk prefetch under dependent launch) and not: the same
-    tokens and logits, bit for bit; and the asks reach the launch."""
-    if not moe_kernel._pdl_capable(0):
-        pytest.skip("the asks are made under dependent launch: Hopper or later")
-    from flint.graphs import fused
-
-    asked: list[bool] = []
-    route = fused.route
-
-    def spy(*args: object, **kw: object) -> object:
-        asked.append(len(args) > 4 and args[4] is not None)
-        return route(*args, **kw)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(fused, "route", spy)
-    prompt = [5, 17, 250, 3, 99, 42, 7, 7, 120]
-    runs = {}
-    for chunk in (1 << 16, 0):
-        monkeypatch.setattr(moe_kernel, "ROUTE_ASKS", chunk)
-        asked.clear()
-        with flint.LLM(wide_files[quant], device="cuda:0", context_length=128, graphs="on") as llm:
-            runs[chunk] = _decode(llm.model, prompt, 32)
-        assert any(asked) == (chunk > 0)
-    assert runs[1 << 16][0] == runs[0][0]
-    assert torch.equal(runs[1 << 16][1], runs[0][1])
-
-
-def test_gate_up_span_covers_a_slab_pools_gate_and_up() -> None:
-    """``moe_kernel.gate_up_span``: from expert 0's gate rows to the end of its up
-    scales, a slab apart, 16-byte whole; None for float pools."""
-    shapes = ((24, 64), (24, 64), (64, 24))
-    slabs, offsets, _ = _slabs("int4", 3, shapes, 8)
-    pool = slab_pool(slabs, "int4", 8, shapes, offsets)
-    span = moe_kernel.gate_up_span(pool)
-    assert span is not None
-    view, stride, size = span
-    assert view.data_ptr() == slabs.data_ptr() + offsets[0] and stride == slabs.stride(0)
-    up_end = pool.up.scales.data_ptr() + pool.up.scales[0].numel() * 2 - slabs.data_ptr()
-    assert size % 16 == 0 and up_end - 16 < offsets[0] + size <= up_end
-    assert offsets[0] + size <= offsets[2]  # not into down
-    g, u, d = (torch.randn(3, *s).bfloat16() for s in shapes)
-    assert moe_kernel.gate_up_span(stacked_pool(g, u, d)) is None
-
-
-@pytest.mark.gpu
 def test_greedy_ahead_through_graphs_gives_the_plain_loops_tokens(
     tiny_ftw: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from flint.format.quant import LM_HEAD
-from flint.graphs import fused, moe_kernel
+from flint.graphs import fused
 from flint.graphs.moe_kernel import (
     ExpertPool,
     available,
@@ -487,27 +487,21 @@ class GraphDecoder:
             logits, normed = fused.norm_linear(
                 h, layer.post_norm, layer.eps, mlp.router, self.norm_fp32, eighths
             )
-            return normed, *self._top_k(logits, layer.index)
+            return normed, *self._top_k(logits)
         normed = self._norm(layer.norm, h, layer.post_norm, layer.eps, eighths)
-        return normed, *self._route(mlp, normed, layer.index)
+        return normed, *self._route(mlp, normed)
 
-    def _route(
-        self, mlp: MoEBlock, normed: torch.Tensor, layer: int
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def _route(self, mlp: MoEBlock, normed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The router's (ids [1, K], weights [1, K]), on the GPU."""
         if self.fused_router:
-            return self._top_k(self._linear(normed, mlp.router), layer)  # logits [1, E]
+            return self._top_k(self._linear(normed, mlp.router))  # logits [1, E]
         return mlp.route(normed)
 
-    def _top_k(self, logits: torch.Tensor, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """A softmax router's (ids, weights) from its logits [1, E] (``fused.route``;
-        with ``moe_kernel.ROUTE_ASKS``, asking the L2 for the picked experts' gate and
-        up rows of ``layer``'s pool, where it is a slab pool)."""
+    def _top_k(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A softmax router's (ids, weights) from its logits [1, E] (``fused.route``)."""
         cfg = self.model.config
         dtype = torch.float32 if cfg.router_weights_fp32 else logits.dtype
-        pool = self.pools.get(layer) if moe_kernel.ROUTE_ASKS else None
-        ask = None if pool is None else moe_kernel.gate_up_span(pool)
-        return fused.route(logits, cfg.top_k, cfg.norm_topk_prob, dtype, ask)
+        return fused.route(logits, cfg.top_k, cfg.norm_topk_prob, dtype)
 
     def _attention(
         self,

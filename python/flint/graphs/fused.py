@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import torch
 
-from flint.graphs import moe_kernel
 from flint.graphs.moe_kernel import _DTYPES, ahead, on_device, pdl
 from flint.graphs.triton_kernels import (
     argmax_blocks_kernel,
@@ -296,29 +295,18 @@ def decode_attention(
 
 
 def route(
-    logits: torch.Tensor,
-    top_k: int,
-    normalize: bool,
-    dtype: torch.dtype,
-    ask: tuple[torch.Tensor, int, int] | None = None,
+    logits: torch.Tensor, top_k: int, normalize: bool, dtype: torch.dtype
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Router logits [T, E] -> (ids [T, K] int64, weights [T, K] in ``dtype``) as
-    ``flint.models.moe.route`` for a softmax router without bias. ``ask``: (a byte
-    tensor whose start is expert 0's gate and up rows, bytes between experts, bytes of
-    them): the L2 is asked for each picked expert's as it is picked, where
-    ``moe_kernel.ROUTE_ASKS`` is set (Hopper, under dependent launch, one pass)."""
+    ``flint.models.moe.route`` for a softmax router without bias."""
     tokens, experts = logits.shape
     ids = torch.empty(tokens, top_k, dtype=torch.int64, device=logits.device)
     weights = torch.empty(tokens, top_k, dtype=dtype, device=logits.device)
-    asks: dict[str, object] = {}
-    if ask is not None and moe_kernel.ROUTE_ASKS and ROUTE_ONE_PASS and pdl(logits.device):
-        asks = {"ask_ptr": ask[0], "ask_stride": ask[1], "ask_size": ask[2]}
-        asks["ASK"] = moe_kernel.ROUTE_ASKS
     with on_device(logits.device):
         route_kernel[(tokens,)](
             logits.contiguous(), ids, weights, experts, TOPK=top_k, NORM=normalize,
             BLOCK=_block(experts), KP=_block(top_k), ONE_PASS=ROUTE_ONE_PASS,
-            num_warps=1 if ROUTE_ONE_PASS else 4, **asks, **pdl(logits.device),
+            num_warps=1 if ROUTE_ONE_PASS else 4, **pdl(logits.device),
         )  # fmt: skip
     return ids, weights
 

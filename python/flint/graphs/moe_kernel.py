@@ -130,27 +130,6 @@ def ahead(kernel: str, device: torch.device) -> dict[str, bool]:
     return {"AHEAD": True} if on else {}
 
 
-# The router's launch asks the L2 for each picked expert's gate and up rows as it picks
-# it (``fused.route``'s ``ask``), in asks of this many bytes; 0: no asks. The launch
-# after reads those rows and cannot read them before its wait (the picks are the
-# router's). An A/B in benches/step_ab.py.
-ROUTE_ASKS = 0
-
-
-def gate_up_span(pool: ExpertPool) -> tuple[torch.Tensor, int, int] | None:
-    """(a byte view starting at expert 0's gate rows, bytes between experts, bytes from
-    its gate rows to the end of its up scales) of a slab pool whose up follows its gate
-    (the .ftw order), for the router's L2 asks; None for other pools."""
-    if pool.scheme == RAW:
-        return None
-    gate, up = pool.gate, pool.up
-    start = gate.weights.data_ptr()
-    end = up.scales.data_ptr() + up.scales[0].numel() * up.scales.element_size()
-    if up.weights.data_ptr() < start or start % 16 or gate.w_expert != up.w_expert:
-        return None
-    return gate.weights.view(torch.uint8), gate.w_expert, (end - start) // 16 * 16
-
-
 def available() -> str | None:
     """None when the kernels can run, else why not."""
     return None if triton is not None else "Triton is not installed"

@@ -14,7 +14,6 @@ __all__ = [
     "_await_inputs",
     "_eighth_exp",
     "_eighths_index",
-    "_l2_ask",
     "_round",
     "_times_2_to",
     "_w_steps",
@@ -65,25 +64,6 @@ if triton is not None:
         if GDC:
             tl.extra.cuda.gdc_wait()
             tl.extra.cuda.gdc_launch_dependents()
-
-    @triton.jit
-    def _l2_ask(at, size):
-        """Asks the L2 cache for ``size`` bytes at the byte address ``at`` (scalars),
-        from thread 0 of the program (Hopper's bulk prefetch,
-        ``cp.async.bulk.prefetch.L2``: issued and not waited for; a hint that changes no
-        result). ``at`` 16-byte aligned, ``size`` a multiple of 16 (0 or less: nothing
-        asked). CUDA sm_90 and later only (inline PTX): the interpreter has no such
-        instruction."""
-        return tl.inline_asm_elementwise(
-            "{ .reg .pred p; .reg .u32 t; mov.u32 t, %tid.x; setp.eq.u32 p, t, 0;"
-            " setp.gt.and.s32 p, $2, 0, p;"
-            " @p cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
-            "=r,l,r",
-            [at, size],
-            dtype=tl.int32,
-            is_pure=False,
-            pack=1,
-        )
 
     @triton.jit
     def _eighth_exp(k):
@@ -544,12 +524,8 @@ if triton is not None:
         TOPK: tl.constexpr,
         NORM: tl.constexpr,
         BLOCK: tl.constexpr,
-        ask_ptr=None,
-        ask_stride=0,
-        ask_size=0,
         KP: tl.constexpr = 1,
         ONE_PASS: tl.constexpr = False,
-        ASK: tl.constexpr = 0,
         GDC: tl.constexpr = False,
     ):
         """One token's softmax router (``flint.models.moe.route``): fp32 softmax over the
@@ -558,10 +534,7 @@ if triton is not None:
         ``w_ptr``'s dtype. ``ONE_PASS``: one (value, index) reduction per pick and the
         sum added as they are picked (KP = TOPK rounded up to a power of two holds the
         picks); else two reductions per pick and a second pass for the sum. Either way
-        the same picks and weights for the same probabilities. ``ASK`` (> 0, one pass
-        only): as each expert is picked, the L2 is asked for ``ask_size`` bytes at
-        ``ask_ptr + expert * ask_stride`` (its gate and up rows, which the launch after
-        reads), ``ASK`` bytes an ask (``_l2_ask``)."""
+        the same picks and weights for the same probabilities."""
         _await_inputs(GDC)
         token = tl.program_id(0)
         p, e = _router_softmax(logits_ptr + token * n, n, BLOCK)
@@ -575,10 +548,6 @@ if triton is not None:
                 value, pick = tl.max(
                     p, axis=0, return_indices=True, return_indices_tie_break_left=True
                 )
-                if ASK > 0:
-                    at = ask_ptr + pick.to(tl.int64) * ask_stride
-                    for c in range(0, ask_size, ASK):
-                        _l2_ask(at + c, tl.minimum(ask_size - c, ASK))
                 picks = tl.where(k == i, pick, picks)
                 best = tl.where(k == i, value, best)
                 total += value
