@@ -2025,8 +2025,32 @@ base,route-asks,route-asks-256k 2>&1 | grep -E '"config"|rror'
   gpu_tests
 }
 
+# Session 24, last call: the products' first weight tile read after their wait, the
+# output projection's (o-behind) or every product's (lin-behind), against before it
+# (base) on q30d8 and q30; and ncu's counters of the step's attention, gate/up, router
+# and products inside the graph (stall reasons per issued instruction, raw).
+gpu133() {
+  synth30 q30d8 --dense-quant int8
+  timeout 100 python3 benches/step_ab.py "$DATA/q30d8.ftw" --configs \
+base,o-behind,lin-behind 2>&1 | grep -E '"config"|rror'
+  which ncu && timeout 150 ncu --clock-control none --graph-profiling node \
+    --kernel-name regex:"decode_attention|gate_up|linear_kernel|route_kernel" \
+    --launch-skip 400 --launch-count 10 --section SpeedOfLight --section WarpStateStats \
+    --section LaunchStats --page raw python3 benches/step_ab.py "$DATA/q30d8.ftw" \
+    --configs base --rounds 1 --replays 2 2>&1 | grep -E "_kernel.*Context|gpu__time_duration.sum|\
+issue_stalled_(long_scoreboard|barrier|wait|short_scoreboard|lg_throttle|mio_throttle|\
+math_pipe_throttle|no_instruction|membar|branch_resolving|dispatch_stall|drain|not_selected|\
+selected|sleeping)_per_issue_active|dram__throughput.avg.pct_of_peak_sustained_elapsed|\
+launch__grid_size|launch__registers_per_thread|warps_active.avg.pct|rror" | head -120
+  rm -f "$DATA/q30d8.ftw"
+  synth30 q30
+  timeout 110 python3 benches/step_ab.py "$DATA/q30.ftw" --configs \
+base,o-behind,lin-behind 2>&1 | grep -E '"config"|rror'
+}
+
 case $what in
   install) install ;;
+  gpu133) install; gpu133 ;;
   gpu132) install; gpu132 ;;
   gpu131) install; gpu131 ;;
   gpu130) install; gpu130 ;;
