@@ -22,17 +22,16 @@ kernel, or every kernel but one, reading ahead of its wait: moe_kernel.AHEAD),
 ``down-b*`` (int4 down's blocks), ``gu-*`` (int4 gate/up's blocks, and the loop
 instead of its rows loaded at once: moe_kernel.WHOLE_GATE_UP), ``lin8-b4*`` (the int8
 products four rows a program), ``qkv-tiles`` (bf16 q/k/v in tiles of 512 columns, as
-before gpu130), ``o-behind`` and ``lin-behind`` (the output projection's, or every
-product's, first weight tile read after the wait: fused.LINEAR_FIRST_AHEAD), ``f-*``
-(bf16 expert pools' blocks). ``--profile
+before gpu130), ``f-*`` (bf16 expert pools' blocks). ``--profile
 CONFIG`` then prints each kernel's time per step, and its share of the stream's time
 (under dependent launch, kernels overlap: a kernel's share is its end less the later
 of its start and the end of the kernel before). (The sixteenth session's ``no-fold``
-and ``serial`` rows, the eighteenth's ``linear-ahead`` and ``ranked-in-norm``, and the
+and ``serial`` rows, the eighteenth's ``linear-ahead`` and ``ranked-in-norm``, the
 twenty-third's ``lin-*`` and ``attn-kv*``, the twenty-fourth's ``o-whole*``,
-``evict-w``, ``keep``, ``evict-keep``, ``pick-s8`` (and ``no-ahead-pick``) and
-``route-asks*``, measured switches since taken out; gpu125's
-``f-gu-b4*`` set the block that is now the float pools' default: docs/benchmarks.md.)
+``evict-w``, ``keep``, ``evict-keep``, ``pick-s8`` (and ``no-ahead-pick``),
+``route-asks*``, ``o-behind`` and ``lin-behind``, measured switches since taken out;
+gpu125's ``f-gu-b4*`` set the block that is now the float pools' default:
+docs/benchmarks.md.)
 """
 
 from __future__ import annotations
@@ -107,10 +106,6 @@ CONFIGS: dict[str, dict[str, Any]] = {
     # int8 one-token products (q/k/v, o) four rows a program: all in one wave
     "lin8-b4": {"fused.linear_block": lambda r, c, i8: _lin8(r, c, i8, (4, 2048, 4))},
     "lin8-b4-w8": {"fused.linear_block": lambda r, c, i8: _lin8(r, c, i8, (4, 2048, 8))},
-    # the first weight tile read after the wait: the output projection's, or every
-    # product's (fused.LINEAR_FIRST_AHEAD)
-    "o-behind": {"fused.LINEAR_FIRST_AHEAD": ("tall",)},
-    "lin-behind": {"fused.LINEAR_FIRST_AHEAD": ()},
     # bf16 q/k/v's rows in tiles of 512 columns, as before gpu130 (whole rows now)
     "qkv-tiles": {"fused.linear_block": lambda r, c, i8: _qkv_tiles(r, c, i8)},
     # float (bf16) expert pools' blocks (FLOAT_GATE_UP_BLOCK (4, 1024, 4), and

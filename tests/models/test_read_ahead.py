@@ -155,47 +155,6 @@ def test_norms_and_products_read_ahead_to_the_same_bits(
 
 
 @pytest.mark.interpreter
-def test_products_read_their_first_tile_after_the_wait_to_the_same_bits(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """``fused.LINEAR_FIRST_AHEAD``: tall (q/k/v-shaped) and wide (o-shaped) products,
-    bf16 and int8, of one tile and of several, with their first tile read before the
-    wait and after it: the same bits; and each shape follows its own switch."""
-    from flint.graphs import triton_kernels
-
-    torch.manual_seed(3)
-    launched: list[bool] = []
-    kernel = triton_kernels.linear_kernel
-
-    class Spy:
-        def __getitem__(self, grid: object) -> Callable[..., None]:
-            def launch(*args: object, **kw: bool) -> None:
-                launched.append(kw["FIRST"])
-                kernel[grid](*args, **kw)
-
-            return launch
-
-    monkeypatch.setattr(fused, "linear_kernel", Spy())
-    for rows, cols in ((96, 40), (40, 3000), (30, 5000)):
-        x = torch.randn(1, cols).bfloat16()
-        wb = torch.randn(rows, cols).bfloat16()
-        w8 = torch.randint(-127, 128, (rows, cols), dtype=torch.int8)
-        scale, residual = torch.rand(rows) / 100, torch.randn(1, rows).bfloat16()
-        got = []
-        for first in (("tall", "wide"), ()):
-            monkeypatch.setattr(fused, "LINEAR_FIRST_AHEAD", first)
-            bf16 = fused.linear(x, wb, None, residual)
-            got.append((bf16, fused.linear(x, w8, None, None, scale)))
-        _same(got[0], got[1])
-    assert launched == [True, True, False, False] * 3
-    launched.clear()
-    monkeypatch.setattr(fused, "LINEAR_FIRST_AHEAD", ("tall",))
-    fused.linear(x, wb)
-    fused.linear(torch.randn(1, 40).bfloat16(), torch.randn(96, 40).bfloat16())
-    assert launched == [False, True]
-
-
-@pytest.mark.interpreter
 def test_the_int4_step_reads_ahead_to_the_same_bits(
     wide_files: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
