@@ -27,7 +27,8 @@ CONFIG`` then prints each kernel's time per step, and its share of the stream's 
 (under dependent launch, kernels overlap: a kernel's share is its end less the later
 of its start and the end of the kernel before). (The sixteenth session's ``no-fold``
 and ``serial`` rows, the eighteenth's ``linear-ahead`` and ``ranked-in-norm``, the
-twenty-third's ``lin-*`` and ``attn-kv*``, the twenty-fourth's ``o-whole*``,
+twenty-third's ``lin-*`` and ``attn-kv*``, the twenty-fourth's ``qkv-whole`` (now
+the default), ``o-whole*``,
 ``evict-w``, ``keep``, ``evict-keep``, ``pick-s8`` (and ``no-ahead-pick``),
 ``route-asks*``, ``o-behind`` and ``lin-behind``, measured switches since taken out;
 gpu125's ``f-gu-b4*`` set the block that is now the float pools' default:
@@ -125,9 +126,11 @@ def _lin8(rows: int, cols: int, int8: bool, block: tuple[int, int, int]) -> tupl
 
 
 def _qkv_tiles(rows: int, cols: int, int8: bool) -> tuple[int, int, int]:
-    """bf16 q/k/v (more rows than columns, not an LM head) four rows a program and 512
-    columns a step (the block before gpu130); the other products as by default."""
-    if not int8 and cols < rows <= 16384:
+    """The block before gpu130 (four rows a program, 512 columns a step) for the bf16
+    products that now take two whole rows (q/k/v-shaped: more rows than columns, at
+    most 2048 of them, more than 1024 rows, not an LM head); the others as by
+    default."""
+    if not int8 and 1024 < rows <= 16384 and cols < rows and cols <= 2048:
         return (4, 512, 4)
     return _LINEAR_BLOCK(rows, cols, int8)
 

@@ -49,5 +49,6 @@ def test_qkv_tiles_config_changes_only_bf16_qkv() -> None:
     qkv, o, router, head = (5120, 2048), (2048, 4096), (128, 2048), (151936, 2048)
     assert fused.linear_block(*qkv, False) == (2, 2048, 4)
     assert block(*qkv, False) == (4, 512, 4)
-    for shape, int8 in ((qkv, True), (o, False), (o, True), (router, False), (head, False)):
+    others = ((qkv, True), (o, False), (o, True), (router, False), (head, False))
+    for shape, int8 in (*others, ((1024, 512), False), ((3000, 4096), False)):
         assert block(*shape, int8) == fused.linear_block(*shape, int8)

@@ -110,10 +110,10 @@ def linear_block(rows: int, cols: int, int8: bool) -> tuple[int, int, int]:
     (4, 1024, 4), the router 2.08 against 2.96; the int8 step 1,985.5 against 2,022.7
     us, gpu99). bf16 matrices of more rows than columns, at most 2048 of them, such as
     q/k/v (5120 x 2048): two whole rows a program, all read before the wait (the bf16
-    step 1,826.8 us against 1,843.7 with four rows and 512 columns a step, gpu130). bf16 o (2048 x 4096) keeps 4 rows and 1024
-    columns: its whole rows read before the wait, while the attention runs, were
-    slower (1,902.5 us with one row a program, gpu130; gpu101's whole rows for both
-    products 2,105.7 against 2,051.3)."""
+    step 1,826.8 us against 1,843.7 with four rows and 512 columns a step, gpu130).
+    bf16 o (2048 x 4096) keeps 4 rows and 1024 columns: its whole rows read before the
+    wait, while the attention runs, were slower (1,902.5 us with one row a program,
+    gpu130; gpu101's whole rows for both products 2,105.7 against 2,051.3)."""
     if rows > 16384:  # an LM head
         return (16, 512, 8) if int8 else (8, 1024, 8)
     if int8 or rows <= 1024 or (cols < rows and cols <= 2048):
