@@ -28,11 +28,10 @@ CONFIG`` then prints each kernel's time per step, and its share of the stream's 
 of its start and the end of the kernel before). (The sixteenth session's ``no-fold``
 and ``serial`` rows, the eighteenth's ``linear-ahead`` and ``ranked-in-norm``, the
 twenty-third's ``lin-*`` and ``attn-kv*``, the twenty-fourth's ``qkv-whole`` (now
-the default), ``o-whole*``,
-``evict-w``, ``keep``, ``evict-keep``, ``pick-s8`` (and ``no-ahead-pick``),
-``route-asks*``, ``o-behind`` and ``lin-behind``, measured switches since taken out;
-gpu125's ``f-gu-b4*`` set the block that is now the float pools' default:
-docs/benchmarks.md.)
+the default), ``o-whole*``, ``evict-w``, ``keep``, ``evict-keep``, ``pick-s8`` (and
+``no-ahead-pick``), ``route-asks*``, ``o-behind`` and ``lin-behind``, measured
+switches since taken out; gpu125's ``f-gu-b4*`` set the block that is now the float
+pools' default: docs/benchmarks.md.)
 """
 
 from __future__ import annotations
