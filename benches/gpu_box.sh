@@ -2048,8 +2048,21 @@ launch__grid_size|launch__registers_per_thread|warps_active.avg.pct|rror" | head
 base,o-behind,lin-behind 2>&1 | grep -E '"config"|rror'
 }
 
+# Session 24, with the device time left: gpu108 without its GPU tests (those ran in
+# gpu132): the CPU kernels' Rust tests on the Xeon (built on the CPU box at 1aeb886:
+# `cargo test --release -p cpu_kernels --no-run`, carried in .device/rtests) and issue
+# 15's figure with the final defaults. The VNNI review's mends had not run there.
+gpu134() {
+  echo "== Rust unit tests"; timeout 60 .device/rtests/unit 2>&1 | grep -E "test result|FAILED|panicked" | head
+  echo "== Rust kernel tests"; timeout 120 .device/rtests/kernels 2>&1 | grep -E "test result|FAILED|panicked" | head
+  lscpu | grep -E "Model name|Flags" | sed -E 's/Flags:.*(avx512_vnni|avx_vnni).*/Flags: has VNNI/' | head -2
+  fig15 defaults "" "--threads 1,16"
+  fig15 defaults "" "--threads 16 --core"
+}
+
 case $what in
   install) install ;;
+  gpu134) install; gpu134 ;;
   gpu133) install; gpu133 ;;
   gpu132) install; gpu132 ;;
   gpu131) install; gpu131 ;;
