@@ -2060,8 +2060,19 @@ gpu134() {
   fig15 defaults "" "--threads 16 --core"
 }
 
+# Session 24, last: issue 15's figure at 16 threads lower on gpu134's box than on
+# gpu106's; the same box's figure with the wheel of before the VNNI review's mends
+# (45da21c, .device/ab/old) and main's (.device/ab/new), alternating.
+gpu135() {
+  for w in old new old new; do
+    python3 -m pip install --no-deps --force-reinstall -q .device/ab/$w/flint-*.whl 2>&1 | tail -1
+    fig15 "$w" "" "--threads 16"
+  done
+}
+
 case $what in
   install) install ;;
+  gpu135) install; gpu135 ;;
   gpu134) install; gpu134 ;;
   gpu133) install; gpu133 ;;
   gpu132) install; gpu132 ;;
