@@ -126,12 +126,12 @@ def _lin8(rows: int, cols: int, int8: bool, block: tuple[int, int, int]) -> tupl
 
 def _qkv_tiles(rows: int, cols: int, int8: bool) -> tuple[int, int, int]:
     """The block before gpu130 (four rows a program, 512 columns a step) for the bf16
-    products that now take two whole rows (q/k/v-shaped: more rows than columns, at
-    most 2048 of them, more than 1024 rows, not an LM head); the others as by
-    default."""
-    if not int8 and 1024 < rows <= 16384 and cols < rows and cols <= 2048:
+    products of more than 1024 rows that ``fused.linear_block`` now gives two whole
+    rows (q/k/v-shaped); the others as by default."""
+    block = _LINEAR_BLOCK(rows, cols, int8)
+    if not int8 and 1024 < rows <= 16384 and block == (2, 2048, 4):
         return (4, 512, 4)
-    return _LINEAR_BLOCK(rows, cols, int8)
+    return block
 
 
 def _blocks_before(rows: int, cols: int, int8: bool) -> tuple[int, int, int]:
