@@ -2070,8 +2070,27 @@ gpu135() {
   done
 }
 
+# Session 25, first call: weights asked of the L2 from a second stream of the graph
+# ahead of their kernel (decode.PREFETCH: o beside RoPE and the attention, the next
+# layer's q/k/v beside the MoE block; line prefetches a thread, bulk asks, evict-last),
+# with the stream shares of pf-both; then the CUDA test of the asks' bits.
+gpu136() {
+  synth30 q30
+  timeout 200 python3 benches/step_ab.py "$DATA/q30.ftw" --configs \
+base,pf-o,pf-qkv,pf-both,pf-both-keep,pf-o-l128,pf-o-l2048,pf-o-ask,pf-both-ask,pf-o-ask256k \
+    --profile pf-both 2>&1 | grep -E '"config"|share_us|busy|profile_us|rror'
+  rm -f "$DATA/q30.ftw"
+  synth30 q30d8 --dense-quant int8
+  timeout 120 python3 benches/step_ab.py "$DATA/q30d8.ftw" --configs \
+base,pf-o,pf-qkv,pf-both,pf-both-keep 2>&1 | grep -E '"config"|rror'
+  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
+  timeout 90 python3 -m pytest tests/models/test_graphs.py -k l2_asks -q \
+    -p no:cacheprovider --tb=short -rf -m gpu 2>&1 | tail -6
+}
+
 case $what in
   install) install ;;
+  gpu136) install; gpu136 ;;
   gpu135) install; gpu135 ;;
   gpu134) install; gpu134 ;;
   gpu133) install; gpu133 ;;
