@@ -385,10 +385,7 @@ class GraphDecoder:
         stored = self._stored(layer, part)
         attn = self.model.layers[layer].attn
         assert isinstance(attn, Attention) and attn.layer == layer
-        if stored is not None:
-            weight = stored[0]
-        else:
-            weight = self.qkv[layer][0] if part == 0 else attn.o_w
+        weight = (self.qkv[layer][0] if part == 0 else attn.o_w) if stored is None else stored[0]
         side.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(side):
             fused.l2_prefetch(weight)
