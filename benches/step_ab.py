@@ -22,15 +22,15 @@ kernel, or every kernel but one, reading ahead of its wait: moe_kernel.AHEAD),
 ``down-b*`` (int4 down's blocks), ``gu-*`` (int4 gate/up's blocks, and the loop
 instead of its rows loaded at once: moe_kernel.WHOLE_GATE_UP), ``lin8-b4*`` (the int8
 products four rows a program), ``qkv-tiles`` (bf16 q/k/v in tiles of 512 columns, as
-before gpu130), ``f-*`` (bf16 expert pools' blocks), ``pf-*`` (weights asked of the
-L2 from a second stream: decode.PREFETCH, fused.PREFETCH_*). ``--profile
+before gpu130), ``f-*`` (bf16 expert pools' blocks). ``--profile
 CONFIG`` then prints each kernel's time per step, and its share of the stream's time
 (under dependent launch, kernels overlap: a kernel's share is its end less the later
 of its start and the end of the kernel before). (The sixteenth session's ``no-fold``
 and ``serial`` rows, the eighteenth's ``linear-ahead`` and ``ranked-in-norm``, the
 twenty-third's ``lin-*`` and ``attn-kv*``, the twenty-fourth's ``qkv-whole`` (now
 the default), ``o-whole*``, ``evict-w``, ``keep``, ``evict-keep``, ``pick-s8`` (and
-``no-ahead-pick``), ``route-asks*``, ``o-behind`` and ``lin-behind``, measured
+``no-ahead-pick``), ``route-asks*``, ``o-behind`` and ``lin-behind``, the
+twenty-fifth's ``pf-*`` (L2 asks from a second stream), measured
 switches since taken out; gpu125's ``f-gu-b4*`` set the block that is now the float
 pools' default: docs/benchmarks.md.)
 """
@@ -109,16 +109,6 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "lin8-b4-w8": {"fused.linear_block": lambda r, c, i8: _lin8(r, c, i8, (4, 2048, 8))},
     # bf16 q/k/v's rows in tiles of 512 columns, as before gpu130 (whole rows now)
     "qkv-tiles": {"fused.linear_block": lambda r, c, i8: _qkv_tiles(r, c, i8)},
-    # weights asked of the L2 from a second stream ahead of their kernel (decode.PREFETCH)
-    "pf-o": {"decode.PREFETCH": frozenset({"o"})},
-    "pf-qkv": {"decode.PREFETCH": frozenset({"qkv"})},
-    "pf-both": {"decode.PREFETCH": frozenset({"o", "qkv"})},
-    "pf-both-keep": {"decode.PREFETCH": frozenset({"o", "qkv"}), "fused.PREFETCH_KEEP": True},
-    "pf-o-l128": {"decode.PREFETCH": frozenset({"o"}), "fused.PREFETCH_LINES": 128},
-    "pf-o-ask": {"decode.PREFETCH": frozenset({"o"}), "fused.PREFETCH_ASK": 1 << 20},
-    "pf-both-ask": {"decode.PREFETCH": frozenset({"o", "qkv"}), "fused.PREFETCH_ASK": 1 << 20},
-    "pf-o-ask256k": {"decode.PREFETCH": frozenset({"o"}), "fused.PREFETCH_ASK": 1 << 18},
-    "pf-o-l2048": {"decode.PREFETCH": frozenset({"o"}), "fused.PREFETCH_LINES": 2048},
     # float (bf16) expert pools' blocks (FLOAT_GATE_UP_BLOCK (4, 1024, 4), and
     # DOWN_BLOCK (16, 256, 4), tuned on int4 byte tiles): gate/up's eight rows a program
     # of before, down's rows
@@ -230,9 +220,7 @@ def kernels(graph: Any, replays: int) -> None:
     spans = [
         (e.name, e.time_range.start, e.time_range.end)
         for e in prof.events()
-        if e.device_type == DeviceType.CUDA
-        and e.time_range.end > e.time_range.start
-        and not e.name.startswith("l2_prefetch")  # the L2 asks' stream (``pf-*``)
+        if e.device_type == DeviceType.CUDA and e.time_range.end > e.time_range.start
     ]
     shares = critical_shares(spans)
     busy = sum(share for share, _, _ in shares.values())

@@ -1025,31 +1025,6 @@ def test_dependent_launch_gives_the_serial_launchs_bits(
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize(
-    "asks", [{}, {"PREFETCH_ASK": 1 << 12}, {"PREFETCH_KEEP": True, "PREFETCH_LINES": 128}]
-)
-@pytest.mark.parametrize("family", ["qwen3_moe", "gpt_oss"])
-def test_l2_asks_from_a_second_stream_keep_the_bits(
-    family: str, asks: dict[str, int], tiny_ftw: dict[str, Path], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The step asking the L2 for o's and the next layer's q/k/v weights from a second
-    stream (``decode.PREFETCH``, in each way of asking) captures, joins that stream, and
-    gives the bits of the step without asks over 40 tokens."""
-    prompt = [(13 * i + 7) % 300 + 2 for i in range(24)]
-    runs = {}
-    for on in (False, True):
-        monkeypatch.setattr(decode_module, "PREFETCH", frozenset({"o", "qkv"} if on else ()))
-        for name, value in asks.items():
-            monkeypatch.setattr(fused, name, value)
-        with flint.LLM(tiny_ftw[family], device="cuda:0", context_length=128, graphs="on") as llm:
-            decoder = llm.model.decoder
-            assert isinstance(decoder, GraphDecoder) and (decoder.ask_stream is not None) == on
-            runs[on] = _decode(llm.model, prompt, 40)
-    assert runs[True][0] == runs[False][0]
-    assert torch.equal(runs[True][1], runs[False][1])
-
-
-@pytest.mark.gpu
 def test_a_captured_int8_head_of_a_wide_vocabulary(
     tiny_tokenizer_json: str, tmp_path: Path
 ) -> None:

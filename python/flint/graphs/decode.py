@@ -78,13 +78,6 @@ INT8_HEAD = True
 # A caller that samples writes its token into the buffer before each step, as always.
 # False for an A/B in benches.
 ARGMAX_IN_STEP = True
-# Weights the step asks the L2 cache for ahead of the kernel that reads them, from a
-# second stream of the graph (``fused.l2_prefetch``), while latency-bound kernels leave
-# the memory idle: "o" the output projection's, asked once q/k/v's product has ended
-# (beside RoPE and the attention), "qkv" the next layer's q/k/v, asked once the output
-# projection has ended (beside the MoE block). Hints: the same bits either way. Empty:
-# none (an A/B in benches/step_ab.py).
-PREFETCH: frozenset[str] = frozenset()
 
 
 def expert_pools(backend: object) -> dict[int, ExpertPool] | None:
@@ -261,9 +254,6 @@ class GraphDecoder:
                 buffer = eighths_buffer(pool, 1, device)
                 if buffer is not None:
                     self.eighths[index] = buffer
-        # the stream the L2 asks go to (``PREFETCH``), joined at the step's end
-        self.prefetch = PREFETCH if device.type == "cuda" else frozenset()
-        self.ask_stream = torch.cuda.Stream(device) if self.prefetch else None  # type: ignore[no-untyped-call]
         self.graphs: dict[int, Any] = {}  # span -> torch.cuda.CUDAGraph
         self.memory: Any = None  # the graphs' shared memory pool
         self.replays = 0
@@ -372,23 +362,6 @@ class GraphDecoder:
             self._head(x, delta)
             if self.argmax_in_step:  # the greedy next token, into the input buffer
                 fused.argmax(self.logits[0], self.token, self.argmax_parts)
-        if self.ask_stream is not None:  # a captured fork must end joined
-            torch.cuda.current_stream(self.device).wait_stream(self.ask_stream)
-
-    def _ask_l2(self, layer: int, part: int) -> None:
-        """Asks the L2 for the layer's q/k/v (``part`` 0) or o (1) weights as the step
-        reads them, on ``ask_stream`` once the kernels launched so far have ended, beside
-        the step's next kernels."""
-        side = self.ask_stream
-        if side is None or layer not in self.qkv:
-            return
-        stored = self._stored(layer, part)
-        attn = self.model.layers[layer].attn
-        assert isinstance(attn, Attention) and attn.layer == layer
-        weight = (self.qkv[layer][0] if part == 0 else attn.o_w) if stored is None else stored[0]
-        side.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(side):
-            fused.l2_prefetch(weight)
 
     def _inputs(self, span: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """RoPE rows cos, sin [1, D] at ``position`` and the span's mask [1, S]."""
@@ -476,8 +449,6 @@ class GraphDecoder:
         eighths = self.eighths.get(layer.index)
         mlp = layer.mlp
         h = self._attended(layer, x, cos, sin, mask, span, normed_x=xs)
-        if "qkv" in self.prefetch:
-            self._ask_l2(layer.index + 1, 0)
         if not isinstance(mlp, MoEBlock):
             return h, mlp(self._norm(layer.norm, h, layer.post_norm, layer.eps))
         normed, ids, weights = self._moe_input(layer, mlp, h, eighths)
@@ -588,8 +559,6 @@ class GraphDecoder:
         heads, dim = cfg.num_heads, cfg.head_dim
         q = torch.empty(heads, 1, dim, dtype=x.dtype, device=x.device)  # [Nq, 1, D]
         y = self._linear(x, *self.qkv[attn.layer], int8=self._stored(attn.layer, 0))[0]
-        if "o" in self.prefetch:
-            self._ask_l2(attn.layer, 1)
         keys, values = cache.keys[attn.layer], cache.values[attn.layer]  # [Nkv, ctx, D]
         fused.qkv_rope(
             y, attn.q_norm, attn.k_norm, self.cos_table, self.sin_table, self.position, q,

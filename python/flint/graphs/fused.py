@@ -18,7 +18,6 @@ from flint.graphs.triton_kernels import (
     attention_combine_kernel,
     decode_attention_kernel,
     head_rope_kernel,
-    l2_prefetch_kernel,
     linear_kernel,
     norm_linear_kernel,
     qkv_rope_kernel,
@@ -342,32 +341,3 @@ def argmax(
             keys, first, out, blocks, n, BLOCK=_block(blocks), **pdl(x.device)
         )  # fmt: skip
     return out
-
-
-# ``l2_prefetch``: bytes a program asks for in one bulk prefetch (0: a line prefetch a
-# thread, ``PREFETCH_LINES`` lines of 128 bytes a program), and whether lines are
-# marked to be evicted last. Values for the benches' A/B.
-PREFETCH_ASK = 0
-PREFETCH_LINES = 512
-PREFETCH_KEEP = False
-
-
-def l2_prefetch(weight: torch.Tensor) -> None:
-    """Asks the GPU's L2 cache for ``weight``'s bytes (contiguous) and returns at once:
-    a hint for a kernel that reads them later, changing no result. Nothing on other
-    devices than CUDA."""
-    if weight.device.type != "cuda":
-        return
-    assert weight.is_contiguous()
-    flat = weight.view(-1).view(torch.uint8)
-    n = flat.numel()
-    if PREFETCH_ASK:
-        assert n % 16 == 0 and flat.data_ptr() % 16 == 0 and PREFETCH_ASK % 16 == 0
-        grid, warps = -(-n // PREFETCH_ASK), 1
-    else:
-        grid, warps = -(-n // (128 * PREFETCH_LINES)), max(1, min(8, PREFETCH_LINES // 128))
-    with on_device(weight.device):
-        l2_prefetch_kernel[(grid,)](
-            flat, n, LINES=PREFETCH_LINES, ASK=PREFETCH_ASK, KEEP=PREFETCH_KEEP,
-            num_warps=warps,
-        )  # fmt: skip

@@ -24,7 +24,6 @@ __all__ = [
     "attention_combine_kernel",
     "decode_attention_kernel",
     "head_rope_kernel",
-    "l2_prefetch_kernel",
     "linear_kernel",
     "norm_linear_kernel",
     "qkv_rope_kernel",
@@ -65,65 +64,6 @@ if triton is not None:
         if GDC:
             tl.extra.cuda.gdc_wait()
             tl.extra.cuda.gdc_launch_dependents()
-
-    @triton.jit
-    def _l2_ask(at, size):
-        """Asks the L2 cache for ``size`` bytes at the byte address ``at`` (scalars)
-        from thread 0 of the program: Hopper's bulk prefetch
-        (``cp.async.bulk.prefetch.L2``), issued and not waited for. ``at`` 16-byte
-        aligned, ``size`` a multiple of 16. sm_90 and later (inline PTX)."""
-        return tl.inline_asm_elementwise(
-            "{ .reg .pred p; .reg .u32 t; mov.u32 t, %tid.x; setp.eq.u32 p, t, 0;"
-            " @p cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
-            "=r,l,r",
-            [at, size],
-            dtype=tl.int32,
-            is_pure=False,
-            pack=1,
-        )
-
-    @triton.jit
-    def _l2_lines(at, ok, KEEP: tl.constexpr):
-        """Asks the L2 cache for the line holding each address of ``at`` where ``ok``
-        (int32, nonzero), one ``prefetch.global.L2`` each, not waited for; with
-        ``KEEP``, marked to be evicted last. sm_80 and later (inline PTX)."""
-        if KEEP:
-            out = tl.inline_asm_elementwise(
-                "{ .reg .pred p; setp.ne.s32 p, $2, 0;"
-                " @p prefetch.global.L2::evict_last [$1]; mov.u32 $0, 0; }",
-                "=r,l,r",
-                [at, ok],
-                dtype=tl.int32,
-                is_pure=False,
-                pack=1,
-            )
-        else:
-            out = tl.inline_asm_elementwise(
-                "{ .reg .pred p; setp.ne.s32 p, $2, 0;"
-                " @p prefetch.global.L2 [$1]; mov.u32 $0, 0; }",
-                "=r,l,r",
-                [at, ok],
-                dtype=tl.int32,
-                is_pure=False,
-                pack=1,
-            )
-        return out
-
-    @triton.jit
-    def l2_prefetch_kernel(
-        ptr, n_bytes, LINES: tl.constexpr, ASK: tl.constexpr, KEEP: tl.constexpr
-    ):
-        """Asks the L2 cache for the ``n_bytes`` bytes at ``ptr`` (uint8) and returns:
-        program i for bytes [i * ASK, + ASK) in one bulk prefetch (``ASK`` > 0), else for
-        ``LINES`` lines of 128 bytes, a line a thread (``_l2_lines``). A hint: it changes
-        no result. CUDA only."""
-        i = tl.program_id(0).to(tl.int64)
-        if ASK > 0:
-            at = i * ASK
-            _l2_ask(ptr + at, tl.minimum(n_bytes - at, ASK).to(tl.int32))
-        else:
-            at = (i * LINES + tl.arange(0, LINES)) * 128
-            _l2_lines(ptr + at, (at < n_bytes).to(tl.int32), KEEP)
 
     @triton.jit
     def _eighth_exp(k):
