@@ -2088,8 +2088,26 @@ base,pf-o,pf-qkv,pf-both,pf-both-keep 2>&1 | grep -E '"config"|rror'
     -p no:cacheprovider --tb=short -rf -m gpu 2>&1 | tail -6
 }
 
+# Session 25, second call: gate/up's loop and the products' loops software-pipelined
+# (tiles copied into shared memory ahead, cp.async: moe_kernel.GATE_UP_STAGES,
+# fused.LINEAR_STAGES) against the rows loaded at once, with the stream shares of
+# st-both; then the CUDA tests of their bits.
+gpu137() {
+  synth30 q30
+  timeout 200 python3 benches/step_ab.py "$DATA/q30.ftw" --configs \
+base,gu-st5,gu-st4,gu-st5-b8,gu-st5-w2,lin-st4,lin-st3,st-both \
+    --profile st-both 2>&1 | grep -E '"config"|share_us|busy|profile_us|rror'
+  rm -f "$DATA/q30.ftw"
+  synth30 q30d8 --dense-quant int8
+  timeout 120 python3 benches/step_ab.py "$DATA/q30d8.ftw" --configs \
+base,gu-st5,gu-st5-w2,lin-st4,st-both 2>&1 | grep -E '"config"|rror'
+  timeout 150 python3 -m pytest tests/models/test_read_ahead.py -k "pipelined or at_once" -q \
+    -p no:cacheprovider --tb=short -rf -m gpu 2>&1 | tail -6
+}
+
 case $what in
   install) install ;;
+  gpu137) install; gpu137 ;;
   gpu136) install; gpu136 ;;
   gpu135) install; gpu135 ;;
   gpu134) install; gpu134 ;;

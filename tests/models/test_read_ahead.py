@@ -240,3 +240,45 @@ def test_gate_up_loads_its_rows_at_once_to_the_same_bits_on_cuda(
     """The same compiled: the tiles' layouts, and so the sums' order, must not change
     (four, three, and two tiles, the last masked)."""
     _gate_up_whole_agrees(hidden, inter, group, torch.device("cuda"), monkeypatch, dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("stages", [4, 5])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize(("hidden", "inter", "group"), [(2048, 768, 32), (1000, 64, 8)])
+def test_gate_up_pipelined_loop_gives_the_same_bits_on_cuda(
+    hidden: int,
+    inter: int,
+    group: int,
+    dtype: torch.dtype,
+    stages: int,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """gate/up's loop software-pipelined (``GATE_UP_STAGES``: its tiles copied into
+    shared memory ahead) against the rows loaded at once: the same bits, compiled."""
+    monkeypatch.setattr(moe_kernel, "GATE_UP_STAGES", stages)
+    _gate_up_whole_agrees(hidden, inter, group, torch.device("cuda"), monkeypatch, dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("stages", [3, 4])
+@pytest.mark.parametrize(("rows", "cols"), [(2048, 4096), (70, 3000)])
+def test_pipelined_products_give_the_same_bits_on_cuda(
+    rows: int, cols: int, stages: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The one-token products' loop software-pipelined (``fused.LINEAR_STAGES``) and
+    plain: the same bits, bf16 and int8 with row scales, four tiles and a masked
+    second one."""
+    torch.manual_seed(rows + cols)
+    gpu = torch.device("cuda")
+    x = torch.randn(1, cols).bfloat16().to(gpu)
+    wb = (torch.randn(rows, cols) / cols**0.5).bfloat16().to(gpu)
+    w8 = torch.randint(-127, 128, (rows, cols), dtype=torch.int8).to(gpu)
+    scale = (torch.rand(rows) / 100).to(gpu)
+    residual = torch.randn(1, rows).bfloat16().to(gpu)
+    got = []
+    for on in (stages, 0):
+        monkeypatch.setattr(fused, "LINEAR_STAGES", on)
+        got.append((fused.linear(x, wb, residual=residual), fused.linear(x, w8, scale=scale)))
+    assert torch.isfinite(got[0][0]).all() and torch.isfinite(got[0][1]).all()
+    _same(got[0], got[1])
