@@ -30,7 +30,8 @@ and ``serial`` rows, the eighteenth's ``linear-ahead`` and ``ranked-in-norm``, t
 twenty-third's ``lin-*`` and ``attn-kv*``, the twenty-fourth's ``qkv-whole`` (now
 the default), ``o-whole*``, ``evict-w``, ``keep``, ``evict-keep``, ``pick-s8`` (and
 ``no-ahead-pick``), ``route-asks*``, ``o-behind`` and ``lin-behind``, the
-twenty-fifth's ``pf-*`` (L2 asks from a second stream), measured
+twenty-fifth's ``pf-*`` (L2 asks from a second stream), ``gu-st*``, ``lin-st*`` and
+``st-both`` (software-pipelined loops), measured
 switches since taken out; gpu125's ``f-gu-b4*`` set the block that is now the float
 pools' default: docs/benchmarks.md.)
 """
@@ -109,14 +110,6 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "lin8-b4-w8": {"fused.linear_block": lambda r, c, i8: _lin8(r, c, i8, (4, 2048, 8))},
     # bf16 q/k/v's rows in tiles of 512 columns, as before gpu130 (whole rows now)
     "qkv-tiles": {"fused.linear_block": lambda r, c, i8: _qkv_tiles(r, c, i8)},
-    # loops software-pipelined: gate/up's (the rows not loaded at once), the products'
-    "gu-st5": {"WHOLE_GATE_UP": False, "GATE_UP_STAGES": 5},
-    "gu-st4": {"WHOLE_GATE_UP": False, "GATE_UP_STAGES": 4},
-    "gu-st5-b8": {"WHOLE_GATE_UP": False, "GATE_UP_STAGES": 5, "WORDS_GATE_UP_BLOCK": (8, 512, 4)},
-    "gu-st5-w2": {"WHOLE_GATE_UP": False, "GATE_UP_STAGES": 5, "WORDS_GATE_UP_BLOCK": (4, 512, 2)},
-    "lin-st4": {"fused.LINEAR_STAGES": 4},
-    "lin-st3": {"fused.LINEAR_STAGES": 3},
-    "st-both": {"WHOLE_GATE_UP": False, "GATE_UP_STAGES": 5, "fused.LINEAR_STAGES": 4},
     # float (bf16) expert pools' blocks (FLOAT_GATE_UP_BLOCK (4, 1024, 4), and
     # DOWN_BLOCK (16, 256, 4), tuned on int4 byte tiles): gate/up's eight rows a program
     # of before, down's rows

@@ -100,11 +100,6 @@ def add_rms_norm(
 # (rows per program, columns per step, warps) of the one-token matrix-vector kernel by
 # weight scheme, when set (benches/linear_tune.py sets them); else ``linear_block``
 LINEAR_BLOCK: dict[str, tuple[int, int, int]] = {}
-# The products' loops after their first tile software-pipelined in this many stages
-# (tiles copied into shared memory ahead, cp.async; 0: a plain loop), the LM head's
-# (more than 16,384 rows) by ``HEAD_STAGES``: the same bits. An A/B in benches.
-LINEAR_STAGES = 0
-HEAD_STAGES = 0
 
 
 def linear_block(rows: int, cols: int, int8: bool) -> tuple[int, int, int]:
@@ -156,7 +151,7 @@ def linear(
             out, rows, cols, ROUND=_DTYPES[x.dtype], SCHEME=int(int8),
             HAS_BIAS=bias is not None, HAS_RES=residual is not None,
             BN=bn, BK=min(bk, _block(cols)), num_warps=warps, **ahead("linear", x.device),
-            STAGES=(HEAD_STAGES if rows > 16384 else LINEAR_STAGES) or None, **pdl(x.device),
+            **pdl(x.device),
         )  # fmt: skip
     return out
 

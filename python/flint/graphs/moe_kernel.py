@@ -271,10 +271,6 @@ WORDS_DOWN_BLOCK = (16, 256, 4)
 # attention; bf16 attention 1,843.7 against 1,886.2); (8, 512, 4) loaded at once
 # 1,657.0, the loop of (4, 512, 4) 1,691.5 (gpu119, docs/benchmarks.md).
 WHOLE_GATE_UP = True
-# int4 words' gate/up loop (``WHOLE_GATE_UP`` off) software-pipelined in this many
-# stages (tiles copied into shared memory ahead, cp.async; 0: a plain loop): the same
-# bits. An A/B in benches/step_ab.py.
-GATE_UP_STAGES = 0
 
 
 def _even(cols: int, block: int) -> bool:
@@ -413,7 +409,6 @@ def _pair_outputs(
         i_dim, xs, hs, pool.alpha, pool.limit, OUT=_DTYPES[x.dtype], TOPK=top_k,
         SCHEME=code, GROUP=group, BN=bn, BK=bk, HAS_BIAS=has_bias,
         ACT=pool.act, EVEN=_even(h_dim, bk), WORDS=words, WHOLE=whole,
-        STAGES=GATE_UP_STAGES if words and not whole and GATE_UP_STAGES else None,
         num_warps=warps, **pdl(x.device),
     )  # fmt: skip
     bn, bk, warps = down_block

@@ -227,7 +227,7 @@ if triton is not None:
                 xe, xo = _x_pairs(v_ptr, k0, n_cols, BK)
                 acc += _i4_dot(byte, s, xe, xo, BN, BK, GROUP)
         else:
-            acc = _w_steps(w_ptr, w_row, v_ptr, rows, row_ok, 0, n_cols, acc, BK, None)
+            acc = _w_steps(w_ptr, w_row, v_ptr, rows, row_ok, 0, n_cols, acc, BK)
             if SCHEME == 1:
                 acc = acc * tl.load(s_ptr + rows * s_row, mask=row_ok, other=0.0)
         return acc
@@ -253,19 +253,17 @@ if triton is not None:
         BK: tl.constexpr,
         EVEN: tl.constexpr,
         WORDS: tl.constexpr,
-        STAGES: tl.constexpr,
     ):
         """``_rows_dot`` of two projections (gate and up) in one loop: each step issues
         both tiles' loads before computing either (one memory round trip per step for
         the two, not two), and reads the vector once for both. Each dot's operations
-        and order are ``_rows_dot``'s. ``STAGES`` (int4 words; None: a plain loop): the
-        loop software-pipelined in that many stages (``_w_steps``)."""
+        and order are ``_rows_dot``'s."""
         acc_a = tl.zeros([BN], dtype=tl.float32)
         acc_b = tl.zeros([BN], dtype=tl.float32)
         if SCHEME == 2 and WORDS:
             ga = tl.zeros([BN, BK // GROUP], dtype=tl.float32)
             gb = tl.zeros([BN, BK // GROUP], dtype=tl.float32)
-            for k0 in tl.range(0, n_cols, BK, num_stages=STAGES):
+            for k0 in range(0, n_cols, BK):
                 a, sa = _i4_words(
                     a_ptr, as_ptr, a_row, as_row, rows, row_ok, k0, n_cols, GROUP, BK, EVEN
                 )
@@ -335,7 +333,6 @@ if triton is not None:
         EVEN: tl.constexpr = False,
         WORDS: tl.constexpr = False,
         WHOLE: tl.constexpr = 0,
-        STAGES: tl.constexpr = None,
         GDC: tl.constexpr = False,
     ):
         """h[pair, rows] = act(gate(x) (+ bias), up(x) (+ bias)) for one (token, rank)
@@ -343,8 +340,7 @@ if triton is not None:
         in the eighths layout (rows of ``x_stride`` and ``h_stride``), h as ``down``
         reads it. ``WHOLE`` (int4 words whose rows are 1 to 4 tiles, ``WHOLE`` of them):
         every tile of the program's gate and up rows loaded at once, then dotted in
-        ``_rows_dot2``'s order (one memory round trip, not one per tile). ``STAGES``:
-        ``_rows_dot2``'s loop pipelined instead (int4 words, ``WHOLE`` 0)."""
+        ``_rows_dot2``'s order (one memory round trip, not one per tile)."""
         _await_inputs(GDC)
         pair = tl.program_id(0)
         token = pair // TOPK
@@ -372,7 +368,7 @@ if triton is not None:
             gate, up = _rows_dot2(
                 g_ptr + expert * g_we, gs_ptr + expert * gs_e, g_wr, gs_r,
                 u_ptr + expert * u_we, us_ptr + expert * us_e, u_wr, us_r, x, x_stride, rows,
-                row_ok, hid, SCHEME, GROUP, BN, BK, EVEN, WORDS, STAGES,
+                row_ok, hid, SCHEME, GROUP, BN, BK, EVEN, WORDS,
             )  # fmt: skip
         out_type: tl.constexpr = OUT
         gate = _round(gate, out_type)  # F.linear's output dtype

@@ -95,15 +95,10 @@ if triton is not None:
         return tl.load(v_ptr + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
 
     @triton.jit
-    def _w_steps(
-        w_ptr, w_row, v_ptr, rows, row_ok, k_first, n_cols, acc, BK: tl.constexpr,
-        STAGES: tl.constexpr,
-    ):  # fmt: skip
+    def _w_steps(w_ptr, w_row, v_ptr, rows, row_ok, k_first, n_cols, acc, BK: tl.constexpr):
         """``acc`` plus the float or int8 rows' dots with the vector over columns
-        k_first.., one tile of ``BK`` columns per step (``_rows_dot``'s order). ``STAGES``
-        (None: a plain loop): the loop software-pipelined in that many stages, its tiles
-        copied into shared memory ``STAGES - 1`` steps ahead (cp.async): the same sums."""
-        for k0 in tl.range(k_first, n_cols, BK, num_stages=STAGES):
+        k_first.., one tile of ``BK`` columns per step (``_rows_dot``'s order)."""
+        for k0 in range(k_first, n_cols, BK):
             w = _w_tile(w_ptr, w_row, rows, row_ok, k0, n_cols, BK)
             acc += tl.sum(w.to(tl.float32) * _x_cols(v_ptr, k0, n_cols, BK)[None, :], axis=1)
         return acc
@@ -136,7 +131,6 @@ if triton is not None:
         BN: tl.constexpr,
         BK: tl.constexpr,
         AHEAD: tl.constexpr = False,
-        STAGES: tl.constexpr = None,
         GDC: tl.constexpr = False,
     ):
         """out[rows] = x . w[rows] (+ bias, in fp32) rounded to ``ROUND`` (F.linear's
@@ -145,7 +139,7 @@ if triton is not None:
         first step's weights are constant, so they are read before ``_await_inputs``:
         they arrive while the kernel before finishes; with ``AHEAD`` the row scales and
         biases too, and the residual as soon as the wait ends, not after the loop. The
-        sum is ``_rows_dot``'s; ``STAGES``: its loop pipelined (``_w_steps``)."""
+        sum is ``_rows_dot``'s."""
         rows = tl.program_id(0) * BN + tl.arange(0, BN)
         row_ok = rows < n_rows
         w = _w_tile(w_ptr, w_row, rows, row_ok, 0, n_cols, BK)
@@ -156,7 +150,7 @@ if triton is not None:
         if AHEAD:
             res = _read_if(r_ptr, rows, row_ok, HAS_RES)
         acc = tl.sum(w.to(tl.float32) * _x_cols(x_ptr, 0, n_cols, BK)[None, :], axis=1)
-        acc = _w_steps(w_ptr, w_row, x_ptr, rows, row_ok, BK, n_cols, acc, BK, STAGES)
+        acc = _w_steps(w_ptr, w_row, x_ptr, rows, row_ok, BK, n_cols, acc, BK)
         if not AHEAD:
             scale = _read_if(s_ptr, rows, row_ok, SCHEME == 1)
         if SCHEME == 1:
