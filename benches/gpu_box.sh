@@ -2105,8 +2105,26 @@ base,gu-st5,gu-st5-w2,lin-st4,st-both 2>&1 | grep -E '"config"|rror'
     -p no:cacheprovider --tb=short -rf -m gpu 2>&1 | tail -6
 }
 
+# Session 25, third call: a thread's registers capped (Triton's maxnreg) so that more
+# programs fit an SM at once: gate/up (one wave of 1,536 at 40), down (one wave of
+# 1,024 at 64), the products (q/k/v 16 an SM at 32); with the stream shares of r-all;
+# then the CUDA test of their bits.
+gpu138() {
+  synth30 q30
+  timeout 200 python3 benches/step_ab.py "$DATA/q30.ftw" --configs \
+base,gu-r40,gu-r48,gu-r56,gu-b8-r64,down-r64,down-r56,lin-r32,r-all \
+    --profile r-all 2>&1 | grep -E '"config"|share_us|busy|profile_us|rror'
+  rm -f "$DATA/q30.ftw"
+  synth30 q30d8 --dense-quant int8
+  timeout 120 python3 benches/step_ab.py "$DATA/q30d8.ftw" --configs \
+base,gu-r40,gu-b8-r64,down-r64,lin-r32,r-all 2>&1 | grep -E '"config"|rror'
+  timeout 100 python3 -m pytest tests/models/test_read_ahead.py -k capped -q \
+    -p no:cacheprovider --tb=short -rf -m gpu 2>&1 | tail -6
+}
+
 case $what in
   install) install ;;
+  gpu138) install; gpu138 ;;
   gpu137) install; gpu137 ;;
   gpu136) install; gpu136 ;;
   gpu135) install; gpu135 ;;
