@@ -22,9 +22,7 @@ kernel, or every kernel but one, reading ahead of its wait: moe_kernel.AHEAD),
 ``down-b*`` (int4 down's blocks), ``gu-*`` (int4 gate/up's blocks, and the loop
 instead of its rows loaded at once: moe_kernel.WHOLE_GATE_UP), ``lin8-b4*`` (the int8
 products four rows a program), ``qkv-tiles`` (bf16 q/k/v in tiles of 512 columns, as
-before gpu130), ``f-*`` (bf16 expert pools' blocks), ``gu-r*``, ``gu-b8-r64``, ``down-r*``,
-``lin-r32`` and ``r-all`` (registers a thread capped: moe_kernel.GATE_UP_MAXNREG,
-DOWN_MAXNREG, fused.LINEAR_MAXNREG). ``--profile
+before gpu130), ``f-*`` (bf16 expert pools' blocks). ``--profile
 CONFIG`` then prints each kernel's time per step, and its share of the stream's time
 (under dependent launch, kernels overlap: a kernel's share is its end less the later
 of its start and the end of the kernel before). (The sixteenth session's ``no-fold``
@@ -33,7 +31,8 @@ twenty-third's ``lin-*`` and ``attn-kv*``, the twenty-fourth's ``qkv-whole`` (no
 the default), ``o-whole*``, ``evict-w``, ``keep``, ``evict-keep``, ``pick-s8`` (and
 ``no-ahead-pick``), ``route-asks*``, ``o-behind`` and ``lin-behind``, the
 twenty-fifth's ``pf-*`` (L2 asks from a second stream), ``gu-st*``, ``lin-st*`` and
-``st-both`` (software-pipelined loops), measured
+``st-both`` (software-pipelined loops), ``gu-r*``, ``down-r*``, ``lin-r32`` and
+``r-all`` (registers capped), measured
 switches since taken out; gpu125's ``f-gu-b4*`` set the block that is now the float
 pools' default: docs/benchmarks.md.)
 """
@@ -112,15 +111,6 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "lin8-b4-w8": {"fused.linear_block": lambda r, c, i8: _lin8(r, c, i8, (4, 2048, 8))},
     # bf16 q/k/v's rows in tiles of 512 columns, as before gpu130 (whole rows now)
     "qkv-tiles": {"fused.linear_block": lambda r, c, i8: _qkv_tiles(r, c, i8)},
-    # registers a thread capped (Triton's maxnreg), so that more programs fit an SM
-    "gu-r40": {"GATE_UP_MAXNREG": 40},
-    "gu-r48": {"GATE_UP_MAXNREG": 48},
-    "gu-r56": {"GATE_UP_MAXNREG": 56},
-    "gu-b8-r64": {"GATE_UP_MAXNREG": 64, "WORDS_GATE_UP_BLOCK": (8, 512, 4)},
-    "down-r64": {"DOWN_MAXNREG": 64},
-    "down-r56": {"DOWN_MAXNREG": 56},
-    "lin-r32": {"fused.LINEAR_MAXNREG": 32},
-    "r-all": {"GATE_UP_MAXNREG": 40, "DOWN_MAXNREG": 64, "fused.LINEAR_MAXNREG": 32},
     # float (bf16) expert pools' blocks (FLOAT_GATE_UP_BLOCK (4, 1024, 4), and
     # DOWN_BLOCK (16, 256, 4), tuned on int4 byte tiles): gate/up's eight rows a program
     # of before, down's rows

@@ -240,28 +240,3 @@ def test_gate_up_loads_its_rows_at_once_to_the_same_bits_on_cuda(
     """The same compiled: the tiles' layouts, and so the sums' order, must not change
     (four, three, and two tiles, the last masked)."""
     _gate_up_whole_agrees(hidden, inter, group, torch.device("cuda"), monkeypatch, dtype)
-
-
-@pytest.mark.gpu
-def test_capped_registers_give_the_same_bits_on_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
-    """gate/up, down and the one-token products compiled with a thread's registers
-    capped (``maxnreg``: ``GATE_UP_MAXNREG``, ``DOWN_MAXNREG``, ``LINEAR_MAXNREG``) and
-    as compiled: the same bits (the same PTX, other registers)."""
-    torch.manual_seed(3)
-    gpu = torch.device("cuda")
-    hidden, inter, group, experts = 2048, 768, 32, 4
-    shapes = ((inter, hidden), (inter, hidden), (hidden, inter))
-    slabs, offsets, _ = _slabs("int4", experts, shapes, group)
-    pool = slab_pool(slabs.to(gpu), "int4", group, shapes, offsets)
-    x = (torch.randn(1, hidden) / hidden**0.5).bfloat16().to(gpu)
-    ids = torch.randperm(experts)[:2].view(1, 2).to(gpu)
-    w = torch.rand(1, 2).bfloat16().to(gpu)
-    wb = (torch.randn(5120, hidden) / hidden**0.5).bfloat16().to(gpu)
-    got = []
-    for cap in ((40, 64, 32), (0, 0, 0)):
-        monkeypatch.setattr(moe_kernel, "GATE_UP_MAXNREG", cap[0])
-        monkeypatch.setattr(moe_kernel, "DOWN_MAXNREG", cap[1])
-        monkeypatch.setattr(fused, "LINEAR_MAXNREG", cap[2])
-        got.append((moe_experts(x, ids, w, pool), fused.linear(x, wb)))
-    assert torch.isfinite(got[0][0]).all() and torch.isfinite(got[0][1]).all()
-    _same(got[0], got[1])

@@ -100,9 +100,6 @@ def add_rms_norm(
 # (rows per program, columns per step, warps) of the one-token matrix-vector kernel by
 # weight scheme, when set (benches/linear_tune.py sets them); else ``linear_block``
 LINEAR_BLOCK: dict[str, tuple[int, int, int]] = {}
-# Registers a thread of the products but the LM head's at most (Triton's ``maxnreg``;
-# 0: as compiled), so that more programs fit an SM at once. An A/B in benches.
-LINEAR_MAXNREG = 0
 
 
 def linear_block(rows: int, cols: int, int8: bool) -> tuple[int, int, int]:
@@ -154,7 +151,6 @@ def linear(
             out, rows, cols, ROUND=_DTYPES[x.dtype], SCHEME=int(int8),
             HAS_BIAS=bias is not None, HAS_RES=residual is not None,
             BN=bn, BK=min(bk, _block(cols)), num_warps=warps, **ahead("linear", x.device),
-            **({"maxnreg": LINEAR_MAXNREG} if LINEAR_MAXNREG and rows <= 16384 else {}),
             **pdl(x.device),
         )  # fmt: skip
     return out

@@ -271,10 +271,6 @@ WORDS_DOWN_BLOCK = (16, 256, 4)
 # attention; bf16 attention 1,843.7 against 1,886.2); (8, 512, 4) loaded at once
 # 1,657.0, the loop of (4, 512, 4) 1,691.5 (gpu119, docs/benchmarks.md).
 WHOLE_GATE_UP = True
-# Registers a thread of gate/up at most (Triton's ``maxnreg``; 0: as compiled), so
-# that more of its programs fit an SM at once. An A/B in benches/step_ab.py.
-GATE_UP_MAXNREG = 0
-DOWN_MAXNREG = 0  # down's likewise
 
 
 def _even(cols: int, block: int) -> bool:
@@ -413,8 +409,7 @@ def _pair_outputs(
         i_dim, xs, hs, pool.alpha, pool.limit, OUT=_DTYPES[x.dtype], TOPK=top_k,
         SCHEME=code, GROUP=group, BN=bn, BK=bk, HAS_BIAS=has_bias,
         ACT=pool.act, EVEN=_even(h_dim, bk), WORDS=words, WHOLE=whole,
-        num_warps=warps, **({"maxnreg": GATE_UP_MAXNREG} if GATE_UP_MAXNREG else {}),
-        **pdl(x.device),
+        num_warps=warps, **pdl(x.device),
     )  # fmt: skip
     bn, bk, warps = down_block
     bk = _cols(bk, group)
@@ -424,8 +419,7 @@ def _pair_outputs(
         hidden, ids, y, *_args(pool.down), down_b, h_dim, i_dim, hs,
         OUT=_DTYPES[x.dtype], SCHEME=code, GROUP=group, BN=bn, BK=bk,
         HAS_BIAS=has_bias, EVEN=_even(i_dim, bk), WORDS=words, AHEAD=read_ahead,
-        num_warps=warps, **({"maxnreg": DOWN_MAXNREG} if DOWN_MAXNREG else {}),
-        **pdl(x.device),
+        num_warps=warps, **pdl(x.device),
     )  # fmt: skip
 
 
