@@ -2122,8 +2122,25 @@ base,gu-r40,gu-b8-r64,down-r64,lin-r32,r-all 2>&1 | grep -E '"config"|rror'
     -p no:cacheprovider --tb=short -rf -m gpu 2>&1 | tail -6
 }
 
+# Session 25, fourth call: int4 gate/up on one warp a program (the eighths vector read
+# once a program instead of once a warp; fewer instructions a layer, compiled), with
+# the stream shares of gu-k1024-w1; then the CUDA test of their bits against the default.
+gpu139() {
+  synth30 q30
+  timeout 150 python3 benches/step_ab.py "$DATA/q30.ftw" --configs \
+base,gu-w1,gu-k1024-w1,gu-k2048-w1,gu-b2-k1024-w1 \
+    --profile gu-k1024-w1 2>&1 | grep -E '"config"|share_us|busy|profile_us|rror'
+  rm -f "$DATA/q30.ftw"
+  synth30 q30d8 --dense-quant int8
+  timeout 100 python3 benches/step_ab.py "$DATA/q30d8.ftw" --configs \
+base,gu-w1,gu-k1024-w1,gu-k2048-w1,gu-b2-k1024-w1 2>&1 | grep -E '"config"|rror'
+  timeout 100 python3 -m pytest tests/models/test_read_ahead.py -k one_warp -q -s \
+    -p no:cacheprovider --tb=short -rf -m gpu 2>&1 | grep -E "block|passed|failed|Error" | tail -12
+}
+
 case $what in
   install) install ;;
+  gpu139) install; gpu139 ;;
   gpu138) install; gpu138 ;;
   gpu137) install; gpu137 ;;
   gpu136) install; gpu136 ;;

@@ -22,7 +22,8 @@ kernel, or every kernel but one, reading ahead of its wait: moe_kernel.AHEAD),
 ``down-b*`` (int4 down's blocks), ``gu-*`` (int4 gate/up's blocks, and the loop
 instead of its rows loaded at once: moe_kernel.WHOLE_GATE_UP), ``lin8-b4*`` (the int8
 products four rows a program), ``qkv-tiles`` (bf16 q/k/v in tiles of 512 columns, as
-before gpu130), ``f-*`` (bf16 expert pools' blocks). ``--profile
+before gpu130), ``f-*`` (bf16 expert pools' blocks), ``gu-*w1`` (int4 gate/up on one warp a
+program). ``--profile
 CONFIG`` then prints each kernel's time per step, and its share of the stream's time
 (under dependent launch, kernels overlap: a kernel's share is its end less the later
 of its start and the end of the kernel before). (The sixteenth session's ``no-fold``
@@ -111,6 +112,11 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "lin8-b4-w8": {"fused.linear_block": lambda r, c, i8: _lin8(r, c, i8, (4, 2048, 8))},
     # bf16 q/k/v's rows in tiles of 512 columns, as before gpu130 (whole rows now)
     "qkv-tiles": {"fused.linear_block": lambda r, c, i8: _qkv_tiles(r, c, i8)},
+    # int4 gate/up on one warp a program (the vector read once a program, not a warp)
+    "gu-w1": {"WORDS_GATE_UP_BLOCK": (4, 512, 1)},
+    "gu-k1024-w1": {"WORDS_GATE_UP_BLOCK": (4, 1024, 1)},
+    "gu-k2048-w1": {"WORDS_GATE_UP_BLOCK": (4, 2048, 1)},
+    "gu-b2-k1024-w1": {"WORDS_GATE_UP_BLOCK": (2, 1024, 1)},
     # float (bf16) expert pools' blocks (FLOAT_GATE_UP_BLOCK (4, 1024, 4), and
     # DOWN_BLOCK (16, 256, 4), tuned on int4 byte tiles): gate/up's eight rows a program
     # of before, down's rows
