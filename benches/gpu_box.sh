@@ -2138,8 +2138,24 @@ base,gu-w1,gu-k1024-w1,gu-k2048-w1,gu-b2-k1024-w1 2>&1 | grep -E '"config"|rror'
     -p no:cacheprovider --tb=short -rf -m gpu 2>&1 | grep -E "block|passed|failed|Error" | tail -12
 }
 
+# Session 25, last call: the session's final code (int4 gate/up on one warp a program):
+# the step against the four warps of before (gu-w4), R0 on q30 and q30d8, then every GPU
+# test.
+gpu140() {
+  synth30 q30
+  timeout 90 python3 benches/step_ab.py "$DATA/q30.ftw" --configs base,gu-w4 2>&1 \
+    | grep -E '"config"|rror'
+  r0 q30
+  rm -f "$DATA/q30.ftw"
+  synth30 q30d8 --dense-quant int8
+  r0 q30d8
+  rm -f "$DATA/q30d8.ftw"
+  gpu_tests
+}
+
 case $what in
   install) install ;;
+  gpu140) install; gpu140 ;;
   gpu139) install; gpu139 ;;
   gpu138) install; gpu138 ;;
   gpu137) install; gpu137 ;;

@@ -23,7 +23,7 @@ kernel, or every kernel but one, reading ahead of its wait: moe_kernel.AHEAD),
 instead of its rows loaded at once: moe_kernel.WHOLE_GATE_UP), ``lin8-b4*`` (the int8
 products four rows a program), ``qkv-tiles`` (bf16 q/k/v in tiles of 512 columns, as
 before gpu130), ``f-*`` (bf16 expert pools' blocks), ``gu-*w1`` (int4 gate/up on one warp a
-program). ``--profile
+program, the default since gpu139) and ``gu-w4`` (its four warps before). ``--profile
 CONFIG`` then prints each kernel's time per step, and its share of the stream's time
 (under dependent launch, kernels overlap: a kernel's share is its end less the later
 of its start and the end of the kernel before). (The sixteenth session's ``no-fold``
@@ -98,7 +98,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "down-w2": {"WORDS_DOWN_BLOCK": (16, 256, 2)},
     "down-b8-w2": {"WORDS_DOWN_BLOCK": (8, 256, 2)},
     # int4 gate/up: the loop of tiles instead of every tile of a program's rows loaded
-    # at once (WHOLE_GATE_UP), and its blocks (rows, columns, warps; default (4, 512, 4))
+    # at once (WHOLE_GATE_UP), and its blocks (rows, columns, warps; default (4, 1024, 1))
     "gu-loop": {"WHOLE_GATE_UP": False},
     "gu-loop-b8": {"WHOLE_GATE_UP": False, "WORDS_GATE_UP_BLOCK": (8, 512, 4)},
     "gu-b8": {"WORDS_GATE_UP_BLOCK": (8, 512, 4)},
@@ -113,6 +113,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
     # bf16 q/k/v's rows in tiles of 512 columns, as before gpu130 (whole rows now)
     "qkv-tiles": {"fused.linear_block": lambda r, c, i8: _qkv_tiles(r, c, i8)},
     # int4 gate/up on one warp a program (the vector read once a program, not a warp)
+    "gu-w4": {"WORDS_GATE_UP_BLOCK": (4, 512, 4)},  # the block before gpu139
     "gu-w1": {"WORDS_GATE_UP_BLOCK": (4, 512, 1)},
     "gu-k1024-w1": {"WORDS_GATE_UP_BLOCK": (4, 1024, 1)},
     "gu-k2048-w1": {"WORDS_GATE_UP_BLOCK": (4, 2048, 1)},

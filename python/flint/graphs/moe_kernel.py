@@ -260,16 +260,28 @@ EVEN_TILES = True
 # layout (``_words_dot``: a logic op, an add and a multiply-add per weight), with their
 # own block shapes; False: the byte tiles (``_i4_dot``), for the A/B.
 WORDS = True
-WORDS_GATE_UP_BLOCK = (4, 512, 4)
+# gate/up of rows up to ``ONE_WARP_COLS`` wide on one warp a program: four rows, two
+# tiles of 1,024 columns loaded at once (165 registers, 12 programs an SM, one wave of
+# the 30B-A3B's 1,536; compiled by benches/kernel_asm.py). On four warps each warp read
+# the whole vector for its row, four times a program's weight bytes, and the
+# instructions a layer were 4.47 M against 3.19 M (gate/up is bound by its
+# instructions about as much as by its bytes). On the H200, 30B-A3B, the step 1,809.6
+# us against 1,836.8 with (4, 512, 4), int8 attention 1,588.5 against 1,609.8
+# (gpu139); (4, 512, 1) 1,999.3, (4, 2048, 1) 1,841.8, (2, 1024, 1) 1,939.2. The same
+# bits at each of these blocks (CUDA test). Wider rows keep ``WORDS_GATE_UP_WIDE``:
+# one warp would hold 250 registers and more at three or four tiles (unmeasured).
+WORDS_GATE_UP_BLOCK = (4, 1024, 1)
+WORDS_GATE_UP_WIDE = (4, 512, 4)
+ONE_WARP_COLS = 2048
 WORDS_DOWN_BLOCK = (16, 256, 4)
 # int4 words: each gate/up program loads every tile of its gate and up rows at once
 # (rows of at most four tiles), then dots them in the loop's order: the same bits, one
 # memory round trip instead of one per tile (the ids it needs come from the kernel just
 # before, so unlike down's rows these cannot be read ahead of the wait). With four rows
-# a program (68 registers, 7 programs an SM; eight rows take 125 and 4): on the H200,
-# 30B-A3B, the step 1,616.2 us against 1,662.7 with the loop of (8, 512, 4) (int8
-# attention; bf16 attention 1,843.7 against 1,886.2); (8, 512, 4) loaded at once
-# 1,657.0, the loop of (4, 512, 4) 1,691.5 (gpu119, docs/benchmarks.md).
+# a program on four warps (68 registers, 7 programs an SM; eight rows take 125 and 4):
+# on the H200, 30B-A3B, the step 1,616.2 us against 1,662.7 with the loop of (8, 512,
+# 4) (int8 attention; bf16 attention 1,843.7 against 1,886.2); (8, 512, 4) loaded at
+# once 1,657.0, the loop of (4, 512, 4) 1,691.5 (gpu119, docs/benchmarks.md).
 WHOLE_GATE_UP = True
 
 
@@ -296,10 +308,17 @@ def _eighths_empty(rows: int, cols: int, device: torch.device) -> torch.Tensor:
     return torch.empty(rows, 8 * _eighths_stride(cols), dtype=torch.float32, device=device)
 
 
-def _blocks(words: bool, scheme: int) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
-    """(gate/up, down) block shapes of a pool of ``scheme``."""
+def words_gate_up_block(hidden: int) -> tuple[int, int, int]:
+    """The int4 word kernel's gate/up block for rows of ``hidden`` columns."""
+    return WORDS_GATE_UP_BLOCK if hidden <= ONE_WARP_COLS else WORDS_GATE_UP_WIDE
+
+
+def _blocks(
+    words: bool, scheme: int, hidden: int
+) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    """(gate/up, down) block shapes of a pool of ``scheme`` and ``hidden`` columns."""
     if words:
-        return WORDS_GATE_UP_BLOCK, WORDS_DOWN_BLOCK
+        return words_gate_up_block(hidden), WORDS_DOWN_BLOCK
     return (FLOAT_GATE_UP_BLOCK if scheme == RAW else GATE_UP_BLOCK), DOWN_BLOCK
 
 
@@ -400,7 +419,7 @@ def _pair_outputs(
         hidden = _eighths_empty(pairs, i_dim, x.device)
     elif hidden is None:
         hidden = torch.empty(pairs, i_dim, dtype=x.dtype, device=x.device)
-    (bn, bk, warps), down_block = _blocks(words, code)
+    (bn, bk, warps), down_block = _blocks(words, code, h_dim)
     bk = _cols(bk, group)
     tiles = triton.cdiv(h_dim, bk)  # gate/up's rows loaded at once: int4 words, <= 4 tiles
     whole = tiles if words and tiles <= 4 and WHOLE_GATE_UP else 0
