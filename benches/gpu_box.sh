@@ -2153,8 +2153,17 @@ gpu140() {
   gpu_tests
 }
 
+# Session 25, after the last: gate/up on one warp with eight rows, and down's blocks of
+# fewer instructions a layer (two warps, or 32 rows), on q30.
+gpu141() {
+  synth30 q30
+  timeout 120 python3 benches/step_ab.py "$DATA/q30.ftw" --configs \
+base,gu-b8-k1024-w1,down-b32,down-w2 2>&1 | grep -E '"config"|rror'
+}
+
 case $what in
   install) install ;;
+  gpu141) install; gpu141 ;;
   gpu140) install; gpu140 ;;
   gpu139) install; gpu139 ;;
   gpu138) install; gpu138 ;;

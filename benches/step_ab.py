@@ -118,6 +118,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "gu-k1024-w1": {"WORDS_GATE_UP_BLOCK": (4, 1024, 1)},
     "gu-k2048-w1": {"WORDS_GATE_UP_BLOCK": (4, 2048, 1)},
     "gu-b2-k1024-w1": {"WORDS_GATE_UP_BLOCK": (2, 1024, 1)},
+    "gu-b8-k1024-w1": {"WORDS_GATE_UP_BLOCK": (8, 1024, 1)},
+    "down-b32": {"WORDS_DOWN_BLOCK": (32, 256, 4)},
     # float (bf16) expert pools' blocks (FLOAT_GATE_UP_BLOCK (4, 1024, 4), and
     # DOWN_BLOCK (16, 256, 4), tuned on int4 byte tiles): gate/up's eight rows a program
     # of before, down's rows
