@@ -2134,7 +2134,7 @@ base,gu-w1,gu-k1024-w1,gu-k2048-w1,gu-b2-k1024-w1 \
   synth30 q30d8 --dense-quant int8
   timeout 100 python3 benches/step_ab.py "$DATA/q30d8.ftw" --configs \
 base,gu-w1,gu-k1024-w1,gu-k2048-w1,gu-b2-k1024-w1 2>&1 | grep -E '"config"|rror'
-  timeout 100 python3 -m pytest tests/models/test_read_ahead.py -k one_warp -q -s \
+  timeout 100 python3 -m pytest tests/models/test_read_ahead.py -k gate_up_blocks -q -s \
     -p no:cacheprovider --tb=short -rf -m gpu 2>&1 | grep -E "block|passed|failed|Error" | tail -12
 }
 
@@ -2161,8 +2161,16 @@ gpu141() {
 base,gu-b8-k1024-w1,down-b32,down-w2 2>&1 | grep -E '"config"|rror'
 }
 
+# Session 25, tests only: gate/up's blocks against the default in bf16 and fp32, and its
+# rows at once against the loop at both blocks, compiled.
+gpu142() {
+  timeout 120 python3 -m pytest tests/models/test_read_ahead.py -k "gate_up_blocks or at_once" \
+    -q -p no:cacheprovider --tb=short -rf -m gpu 2>&1 | grep -E "passed|failed|FAILED|Error|assert" | head
+}
+
 case $what in
   install) install ;;
+  gpu142) install; gpu142 ;;
   gpu141) install; gpu141 ;;
   gpu140) install; gpu140 ;;
   gpu139) install; gpu139 ;;
