@@ -145,8 +145,11 @@ def describe(name: str, kernel: Any, sass_dir: Path | None) -> dict[str, Any]:
     loads = collections.Counter(op for op in ops if op.startswith("LDG"))
     warps = kernel.metadata.num_warps
     threads = 32 * warps
-    # 64K registers and 2,048 threads per SM (sm_80 and later), at most 32 blocks
-    blocks = min(65536 // (max(regs, 1) * threads), 2048 // threads, 32)
+    dynamic = int(kernel.metadata.shared)  # bytes of shared memory Triton allocates
+    # 64K registers (a thread's taken in 8s) and 2,048 threads per SM (sm_80 and
+    # later), at most 32 blocks; 228 KiB of shared memory, 1 KiB of it reserved a block
+    allocated = -(-max(regs, 1) // 8) * 8
+    blocks = min(65536 // (allocated * threads), 2048 // threads, 32, 233472 // (dynamic + 1024))
     if sass_dir is not None:
         sass_dir.mkdir(parents=True, exist_ok=True)
         (sass_dir / f"{name}.sass").write_text(sass)
@@ -156,6 +159,7 @@ def describe(name: str, kernel: Any, sass_dir: Path | None) -> dict[str, Any]:
         "warps": warps,
         "regs": regs,
         "shared": shared,
+        "dynamic_shared": dynamic,
         "local": spilled,
         "blocks_per_sm": blocks,
         "loads": dict(loads),

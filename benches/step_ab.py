@@ -23,7 +23,8 @@ kernel, or every kernel but one, reading ahead of its wait: moe_kernel.AHEAD),
 instead of its rows loaded at once: moe_kernel.WHOLE_GATE_UP), ``lin8-b4*`` (the int8
 products four rows a program), ``qkv-tiles`` (bf16 q/k/v in tiles of 512 columns, as
 before gpu130), ``f-*`` (bf16 expert pools' blocks), ``gu-*w1`` (int4 gate/up on one warp a
-program, the default since gpu139) and ``gu-w4`` (its four warps before). ``--profile
+program; ``gu-k1024-w1`` is the default since 677654f) and ``gu-w4`` (the four warps
+before). ``--profile
 CONFIG`` then prints each kernel's time per step, and its share of the stream's time
 (under dependent launch, kernels overlap: a kernel's share is its end less the later
 of its start and the end of the kernel before). (The sixteenth session's ``no-fold``
@@ -32,8 +33,8 @@ twenty-third's ``lin-*`` and ``attn-kv*``, the twenty-fourth's ``qkv-whole`` (no
 the default), ``o-whole*``, ``evict-w``, ``keep``, ``evict-keep``, ``pick-s8`` (and
 ``no-ahead-pick``), ``route-asks*``, ``o-behind`` and ``lin-behind``, the
 twenty-fifth's ``pf-*`` (L2 asks from a second stream), ``gu-st*``, ``lin-st*`` and
-``st-both`` (software-pipelined loops), ``gu-r*``, ``down-r*``, ``lin-r32`` and
-``r-all`` (registers capped), measured
+``st-both`` (software-pipelined loops), ``gu-r*``, ``gu-b8-r64``, ``down-r*``,
+``lin-r32`` and ``r-all`` (registers capped), measured
 switches since taken out; gpu125's ``f-gu-b4*`` set the block that is now the float
 pools' default: docs/benchmarks.md.)
 """

@@ -280,9 +280,10 @@ def test_gate_up_blocks_against_the_default_on_cuda(
 ) -> None:
     """int4 words' gate/up at other blocks than the default (one warp a program, four
     rows, 1,024 columns a tile), the four warps of before among them, in the 30B-A3B's
-    shapes: the same bits at the default's columns a tile; at others the groups'
-    partial sums add in another order, so within a rounding (in fp32 gate and up reach
-    the output unrounded)."""
+    shapes. The groups' partial sums add in an order that follows the block's layout
+    (gpu142: (2, 1024, 1) differs in fp32 too), so in fp32, where gate and up reach the
+    output unrounded, within a rounding; in bf16 the same bits for this seed (gpu139,
+    gpu140, gpu142)."""
     torch.manual_seed(11)
     gpu = torch.device("cuda")
     hidden, inter, group, experts = 2048, 768, 32, 4
@@ -297,9 +298,8 @@ def test_gate_up_blocks_against_the_default_on_cuda(
     monkeypatch.setattr(moe_kernel, "WORDS_GATE_UP_BLOCK", block)
     got = moe_experts(x, ids, w, pool)
     assert torch.isfinite(got).all()
-    if block[1] == default[1]:
+    assert block != default
+    if dtype == torch.bfloat16:
         _same(got, want)
     else:
-        torch.testing.assert_close(
-            got, want, rtol=1e-2 if dtype == torch.bfloat16 else 1e-5, atol=1e-5
-        )
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
