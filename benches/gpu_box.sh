@@ -2168,8 +2168,15 @@ gpu142() {
     -q -p no:cacheprovider --tb=short -rf -m gpu 2>&1 | grep -E "passed|failed|FAILED|Error|assert" | head
 }
 
+gpu143() {
+  timeout 120 python3 -m pytest tests/models/test_read_ahead.py -k "gate_up_blocks or at_once" \
+    -q -p no:cacheprovider --tb=short -rf -m gpu 2>&1 | grep -E "passed|failed|FAILED|Error|assert" | head
+  timeout 200 python3 benches/mma_gate_up.py --layers 8 --reps 25 2>&1 | tail -30
+}
+
 case $what in
   install) install ;;
+  gpu143) install; gpu143 ;;
   gpu142) install; gpu142 ;;
   gpu141) install; gpu141 ;;
   gpu140) install; gpu140 ;;

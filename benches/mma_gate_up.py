@@ -1,0 +1,142 @@
+"""int4 gate/up on tensor cores (a Gluon prototype, benches/mma_gate_up_kernel.py)
+against flint's word kernel: the same h (bf16 rounding apart) and each one's time a
+launch, on pools of the 30B-A3B geometry whose bytes come from HBM (issue 10).
+
+Usage: python benches/mma_gate_up.py [--layers 8] [--reps 200] [--warps 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import torch
+
+from flint.format.quant import unpack_int4
+from flint.graphs import moe_kernel as mk
+from flint.graphs.slot_kernels import gate_up_kernel
+from mma_gate_up_kernel import gate_up_mma_kernel  # benches/ is the script's own folder
+from moe_kernel_tune import pools
+
+HIDDEN, INTER, TOP_K = 2048, 768, 8
+
+
+def h_values(h8: torch.Tensor) -> torch.Tensor:
+    """[pairs, 8 * stride] eighths (h * 2^E) -> [pairs, I] fp32 h."""
+    stride = h8.shape[1] // 8
+    cols = torch.arange(INTER, device=h8.device)
+    k = cols % 8
+    e = torch.where(k < 5, 23 - 4 * k, 35 - 4 * k).float()
+    at = k * stride + cols // 8
+    return h8[:, at] * torch.pow(2.0, -e)
+
+
+def word_launch(x8, ids, h8, pool):
+    xs, hs = mk._eighths_stride(HIDDEN), mk._eighths_stride(INTER)
+    (bn, bk, warps), _ = mk._blocks(True, mk.INT4, HIDDEN)
+    whole = HIDDEN // bk
+    gate_up_kernel[(TOP_K, INTER // bn)](
+        x8, ids, h8, *mk._args(pool.gate), *mk._args(pool.up), x8, x8, HIDDEN, INTER,
+        xs, hs, 0.0, 0.0, OUT=mk._DTYPES[torch.bfloat16], TOPK=TOP_K, SCHEME=mk.INT4,
+        GROUP=32, BN=bn, BK=bk, HAS_BIAS=False, ACT=0, EVEN=True, WORDS=True, WHOLE=whole,
+        num_warps=warps,
+    )  # fmt: skip
+
+
+def mma_launch(x, ids, h8, pool, warps):
+    hs = mk._eighths_stride(INTER)
+    g, u = pool.gate, pool.up
+    gate_up_mma_kernel[(TOP_K, INTER // 16)](
+        x, ids, h8, g.weights, g.w_expert, g.w_row, g.scales, g.s_expert, g.s_row,
+        u.weights, u.w_expert, u.w_row, u.scales, u.s_expert, u.s_row, HIDDEN, INTER, hs,
+        OUT=mk._DTYPES[torch.bfloat16], TOPK=TOP_K, W=warps, num_warps=warps,
+    )  # fmt: skip
+
+
+def reference(x, ids, pool):
+    """fp32 h of each pair: dequantised gate and up, silu(gate) * up (no roundings)."""
+    out = []
+    for e in ids[0].tolist():
+        parts = []
+        for p in (pool.gate, pool.up):
+            w = p.weights[e, : INTER * HIDDEN // 2].reshape(INTER, HIDDEN // 2)
+            s = p.scales[e, : INTER * HIDDEN // 32].reshape(INTER, HIDDEN // 32).float()
+            q = unpack_int4(w).float() * s.repeat_interleave(32, 1)
+            parts.append(q @ x[0].float())
+        g, u = parts
+        out.append(torch.nn.functional.silu(g) * u)
+    return torch.stack(out)
+
+
+def timed(fn, reps: int) -> float:
+    fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(reps):
+            fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    best = float("inf")
+    for _ in range(5):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        torch.cuda.synchronize()
+        best = min(best, start.elapsed_time(end) * 1000 / reps)
+    return best
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--layers", type=int, default=8)
+    p.add_argument("--reps", type=int, default=25)
+    p.add_argument("--warps", type=int, default=8)
+    args = p.parse_args()
+    dev = torch.device("cuda")
+    torch.manual_seed(0)
+    layers = pools("int4", args.layers, dev, experts=32)
+    # different bytes in each expert: the pools repeat one slab, so perturb them
+    for pool in layers:
+        pool.gate.weights.random_(0, 256)
+        pool.up.weights.random_(0, 256)
+    x = torch.randn(1, HIDDEN, device=dev).bfloat16()
+    x8 = mk.eighths(x)
+    hs = mk._eighths_stride(INTER)
+    ids = [torch.randperm(32, device=dev)[:TOP_K][None].contiguous() for _ in layers]
+    h_word = torch.zeros(TOP_K, 8 * hs, device=dev)
+    h_mma = torch.zeros(TOP_K, 8 * hs, device=dev)
+    word_launch(x8, ids[0], h_word, layers[0])
+    mma_launch(x, ids[0], h_mma, layers[0], args.warps)
+    torch.cuda.synchronize()
+    a, b = h_values(h_word), h_values(h_mma)
+    ref = reference(x, ids[0], layers[0])
+    diff = (a - b).abs()
+    same = (a == b).float().mean().item()
+    report = {
+        "h_same_fraction": round(same, 4),
+        "h_max_abs_diff": diff.max().item(),
+        "h_max_abs": a.abs().max().item(),
+        "h_rel_diff_over_1ulp": ((diff > a.abs() * 2**-7 + 1e-30).float().mean().item()),
+        "word_vs_ref_max": (a - ref).abs().max().item(),
+        "mma_vs_ref_max": (b - ref).abs().max().item(),
+    }
+    print(json.dumps(report))
+
+    def run_word():
+        for n, pool in enumerate(layers):
+            word_launch(x8, ids[n], h_word, pool)
+
+    def run_mma():
+        for n, pool in enumerate(layers):
+            mma_launch(x, ids[n], h_mma, pool, args.warps)
+
+    for name, fn in (("word", run_word), ("mma", run_mma), ("word", run_word), ("mma", run_mma)):
+        us = timed(fn, args.reps) / len(layers)
+        gb = 2 * TOP_K * (INTER * HIDDEN // 2 + INTER * HIDDEN // 32 * 2) / us / 1e3
+        print(json.dumps({"kernel": name, "us_per_launch": round(us, 2), "gb_s": round(gb, 1)}))
+
+
+if __name__ == "__main__":
+    main()
