@@ -2174,8 +2174,13 @@ gpu143() {
   timeout 200 python3 benches/mma_gate_up.py --layers 8 --reps 25 2>&1 | tail -30
 }
 
+gpu144() {
+  timeout 300 python3 benches/mma_gate_up.py --layers 8 --reps 25 2>&1 | tail -30
+}
+
 case $what in
   install) install ;;
+  gpu144) install; gpu144 ;;
   gpu143) install; gpu143 ;;
   gpu142) install; gpu142 ;;
   gpu141) install; gpu141 ;;

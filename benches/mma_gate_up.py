@@ -11,6 +11,8 @@ import argparse
 import json
 
 import torch
+import triton
+import triton.language as tl
 
 from flint.format.quant import unpack_int4
 from flint.graphs import moe_kernel as mk
@@ -43,13 +45,15 @@ def word_launch(x8, ids, h8, pool):
     )  # fmt: skip
 
 
-def mma_launch(x, ids, h8, pool, warps):
+def mma_launch(x, ids, h8, pool, warps, vol=True):
     hs = mk._eighths_stride(INTER)
     g, u = pool.gate, pool.up
+    assert (g.w_expert, g.w_row) == (u.w_expert, u.w_row)
+    u_off = (u.weights.data_ptr() - g.weights.data_ptr()) // 4
     gate_up_mma_kernel[(TOP_K, INTER // 16)](
         x, ids, h8, g.weights, g.w_expert, g.w_row, g.scales, g.s_expert, g.s_row,
-        u.weights, u.w_expert, u.w_row, u.scales, u.s_expert, u.s_row, HIDDEN, INTER, hs,
-        OUT=mk._DTYPES[torch.bfloat16], TOPK=TOP_K, W=warps, num_warps=warps,
+        u.weights, u.w_expert, u.w_row, u.scales, u.s_expert, u.s_row, HIDDEN, INTER, hs, u_off,
+        OUT=mk._DTYPES[torch.bfloat16], TOPK=TOP_K, W=warps, VOL=vol, num_warps=warps,
     )  # fmt: skip
 
 
@@ -66,6 +70,35 @@ def reference(x, ids, pool):
         g, u = parts
         out.append(torch.nn.functional.silu(g) * u)
     return torch.stack(out)
+
+
+@triton.jit
+def _floor_kernel(ids_ptr, out_ptr, g_ptr, g_we, u_ptr, u_we, w_row4, ROWS: tl.constexpr,
+                  COLS: tl.constexpr, TOPK: tl.constexpr):  # fmt: skip
+    """The word kernel's reads (a pair's ROWS gate and up rows of COLS words, all at once)
+    with no arithmetic but an xor of the words: the floor of its memory traffic."""
+    pair = tl.program_id(0)
+    expert = tl.load(ids_ptr + pair).to(tl.int64)
+    rows = tl.program_id(1) * ROWS + tl.arange(0, ROWS)
+    cols = tl.arange(0, COLS)
+    at = rows[:, None] * w_row4 + cols[None, :]
+    g = tl.load((g_ptr + expert * g_we).to(tl.pointer_type(tl.int32)) + at)
+    u = tl.load((u_ptr + expert * u_we).to(tl.pointer_type(tl.int32)) + at)
+    v = tl.reduce(g ^ u, 1, _xor)
+    tl.store(out_ptr + pair * 4096 + rows, v)
+
+
+@triton.jit
+def _xor(a, b):
+    return a ^ b
+
+
+def floor_launch(ids, out, pool, rows):
+    g, u = pool.gate, pool.up
+    _floor_kernel[(TOP_K, INTER // rows)](
+        ids, out, g.weights, g.w_expert, u.weights, u.w_expert, g.w_row // 4, ROWS=rows,
+        COLS=HIDDEN // 8, TOPK=TOP_K, num_warps=1,
+    )  # fmt: skip
 
 
 def timed(fn, reps: int) -> float:
@@ -132,7 +165,24 @@ def main() -> None:
         for n, pool in enumerate(layers):
             mma_launch(x, ids[n], h_mma, pool, args.warps)
 
-    for name, fn in (("word", run_word), ("mma", run_mma), ("word", run_word), ("mma", run_mma)):
+    def run_mma_plain():
+        for n, pool in enumerate(layers):
+            mma_launch(x, ids[n], h_mma, pool, args.warps, vol=False)
+
+    sink = torch.zeros(TOP_K * 4096, dtype=torch.int32, device=dev)
+
+    def run_floor(rows=4):
+        for n, pool in enumerate(layers):
+            floor_launch(ids[n], sink, pool, rows)
+
+    runs = (
+        ("word", run_word),
+        ("mma", run_mma),
+        ("mma-plain-loads", run_mma_plain),
+        ("floor-4-rows", run_floor),
+        ("floor-8-rows", lambda: run_floor(8)),
+    )
+    for name, fn in runs + runs:
         us = timed(fn, args.reps) / len(layers)
         gb = 2 * TOP_K * (INTER * HIDDEN // 2 + INTER * HIDDEN // 32 * 2) / us / 1e3
         print(json.dumps({"kernel": name, "us_per_launch": round(us, 2), "gb_s": round(gb, 1)}))

@@ -41,35 +41,39 @@ def _nibbles(wd):
 
 
 @gluon.jit
-def _a_tile(w_ptr, w_row4, row0, W: gl.constexpr):
-    """Warp w's words of rows row0.. and columns w*256..: [W, 16, 2(a), 4(t), 4(i)],
-    word 16a + 4t + i (lane t reads four words, one group, twice)."""
+def _a_tiles(w_ptr, w_row4, u_off, row0, W: gl.constexpr, VOL: gl.constexpr):
+    """Both projections' words in one load: [W, 16, 2(a), 4(t), 2(m), 4(i)], warp w's
+    rows row0.. and columns w*256.., word 16a + 4t + i (lane t reads one group's four
+    words, twice), m 0 the gate (at ``w_ptr``) and 1 the up (``u_off`` words on)."""
     WL: gl.constexpr = gl.BlockedLayout(
-        [1, 1, 1, 1, 4], [1, 8, 1, 4, 1], [W, 1, 1, 1, 1], [4, 3, 2, 1, 0]
+        [1, 1, 1, 1, 1, 4], [1, 8, 1, 4, 1, 1], [W, 1, 1, 1, 1, 1], [5, 4, 3, 2, 1, 0]
     )
-    wi = gl.arange(
-        0, W, layout=gl.SliceLayout(1, gl.SliceLayout(2, gl.SliceLayout(3, gl.SliceLayout(4, WL))))
-    )
-    ri = gl.arange(
-        0, 16, layout=gl.SliceLayout(0, gl.SliceLayout(2, gl.SliceLayout(3, gl.SliceLayout(4, WL))))
-    )
-    ai = gl.arange(
-        0, 2, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(3, gl.SliceLayout(4, WL))))
-    )
-    ti = gl.arange(
-        0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(2, gl.SliceLayout(4, WL))))
+    L5: gl.constexpr = gl.SliceLayout(5, WL)
+    L4: gl.constexpr = gl.SliceLayout(4, L5)
+    L3: gl.constexpr = gl.SliceLayout(3, L4)
+    wi = gl.arange(0, W, layout=gl.SliceLayout(1, gl.SliceLayout(2, L3)))
+    ri = gl.arange(0, 16, layout=gl.SliceLayout(0, gl.SliceLayout(2, L3)))
+    ai = gl.arange(0, 2, layout=gl.SliceLayout(0, gl.SliceLayout(1, L3)))
+    ti = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(2, L4))))
+    mi = gl.arange(
+        0, 2, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(2, gl.SliceLayout(3, L5))))
     )
     ii = gl.arange(
-        0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(2, gl.SliceLayout(3, WL))))
+        0,
+        4,
+        layout=gl.SliceLayout(
+            0, gl.SliceLayout(1, gl.SliceLayout(2, gl.SliceLayout(3, gl.SliceLayout(4, WL))))
+        ),
     )
     word = (
-        wi[:, None, None, None, None] * 32
-        + ai[None, None, :, None, None] * 16
-        + ti[None, None, None, :, None] * 4
-        + ii[None, None, None, None, :]
+        wi[:, None, None, None, None, None] * 32
+        + ai[None, None, :, None, None, None] * 16
+        + ti[None, None, None, :, None, None] * 4
+        + ii[None, None, None, None, None, :]
     )
-    at = (row0 + ri[None, :, None, None, None]) * w_row4 + word
-    return gl.load(w_ptr + at)
+    at = (row0 + ri[None, :, None, None, None, None]) * w_row4 + word
+    at = at + mi[None, None, None, None, :, None].to(gl.int64) * u_off
+    return gl.load(w_ptr + at, volatile=VOL)
 
 
 @gluon.jit
@@ -85,13 +89,13 @@ def _a_operand(wd, W: gl.constexpr, A_L: gl.constexpr):
 
 
 @gluon.jit
-def _scales(s_ptr, s_row, row0, W: gl.constexpr, MMA: gl.constexpr):
+def _scales(s_ptr, s_row, row0, W: gl.constexpr, MMA: gl.constexpr, VOL: gl.constexpr):
     """[W, 16, 8] fp32 in the accumulator layout: row row0 + r, group 8w + n."""
     wi = gl.arange(0, W, layout=gl.SliceLayout(1, gl.SliceLayout(2, MMA)))
     ri = gl.arange(0, 16, layout=gl.SliceLayout(0, gl.SliceLayout(2, MMA)))
     ni = gl.arange(0, 8, layout=gl.SliceLayout(0, gl.SliceLayout(1, MMA)))
     at = (row0 + ri[None, :, None]) * s_row + wi[:, None, None] * 8 + ni[None, None, :]
-    return gl.load(s_ptr + at).to(gl.float32)
+    return gl.load(s_ptr + at, volatile=VOL).to(gl.float32)
 
 
 @gluon.jit
@@ -150,9 +154,11 @@ def gate_up_mma_kernel(
     hid,
     inter,
     h_stride,
+    u_off,
     OUT: gl.constexpr,
     TOPK: gl.constexpr,
     W: gl.constexpr,
+    VOL: gl.constexpr = True,
 ):
     MMA: gl.constexpr = gl.NVMMADistributedLayout(
         version=[2, 0], warps_per_cta=[W, 1, 1], instr_shape=[1, 16, 8]
@@ -164,11 +170,10 @@ def gate_up_mma_kernel(
     expert = gl.load(ids_ptr + pair).to(gl.int64)
     row0 = gl.program_id(1) * 16
     g32 = (g_ptr + expert * g_we).to(gl.pointer_type(gl.int32))
-    u32 = (u_ptr + expert * u_we).to(gl.pointer_type(gl.int32))
-    wg = _a_tile(g32, g_wr // 4, row0, W)
-    wu = _a_tile(u32, u_wr // 4, row0, W)
-    sg = _scales(gs_ptr + expert * gs_e, gs_r, row0, W, MMA)
-    su = _scales(us_ptr + expert * us_e, us_r, row0, W, MMA)
+    wd = _a_tiles(g32, g_wr // 4, u_off, row0, W, VOL)
+    wg, wu = gl.split(gl.permute(wd, (0, 1, 2, 3, 5, 4)))
+    sg = _scales(gs_ptr + expert * gs_e, gs_r, row0, W, MMA, VOL)
+    su = _scales(us_ptr + expert * us_e, us_r, row0, W, MMA, VOL)
     b = _b_operand(x_ptr + token * hid, W, B_L)
     zero = gl.zeros([W, 16, 8], gl.float32, MMA)
     cg = mma_v2(_a_operand(wg, W, A_L), b, zero)
