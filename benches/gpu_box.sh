@@ -2178,8 +2178,22 @@ gpu144() {
   timeout 300 python3 benches/mma_gate_up.py --layers 8 --reps 25 2>&1 | tail -30
 }
 
+# Session 26: q/k/v norm and RoPE in the attention's launch (decode.ROPE_IN_ATTENTION):
+# its tests on CUDA with the step's exactness tests, the step A/B on q30, R0.
+gpu145() {
+  synth30 q30
+  timeout 200 python3 -m pytest tests/models/test_graphs.py tests/models/test_streamed_step.py \
+    -q -p no:cacheprovider --tb=short -rf -m gpu \
+    -k "rope_in_the_attention or captured_and_eager or follows or dependent_launch" 2>&1 \
+    | grep -E "passed|failed|FAILED|Error|assert" | head
+  timeout 120 python3 benches/step_ab.py "$DATA/q30.ftw" --configs base,rope-launch 2>&1 \
+    | grep -E '"config"|share_us|rror'
+  r0 q30
+}
+
 case $what in
   install) install ;;
+  gpu145) install; gpu145 ;;
   gpu144) install; gpu144 ;;
   gpu143) install; gpu143 ;;
   gpu142) install; gpu142 ;;

@@ -543,6 +543,74 @@ def test_fused_attention_follows_sdpa(
         assert torch.equal(g, w)
 
 
+def _rope_then_attend(
+    rope_in_attention: bool, heads: int, kv_heads: int, dim: int, rot: int, norm: bool,
+    position: int, span: int, device: torch.device,
+) -> list[torch.Tensor]:  # fmt: skip
+    """The attention output and the cache after ``qkv_rope`` then ``decode_attention``,
+    or ``rope_attention``, on one seed's tensors."""
+    from flint.graphs import fused
+
+    torch.manual_seed(position + dim)
+    ctx, eps = 1000, 1e-6
+    y = torch.randn((heads + 2 * kv_heads) * dim).bfloat16().to(device)
+    q_norm, k_norm = (torch.randn(dim).bfloat16().to(device) if norm else None for _ in range(2))
+    cos, sin = (torch.randn(ctx, rot).bfloat16().to(device) for _ in range(2))
+    keys, values = (torch.randn(kv_heads, ctx, dim).bfloat16().to(device) for _ in range(2))
+    at = torch.tensor([position], device=device)
+    out = torch.full((1, heads * dim), float("nan"), dtype=torch.bfloat16, device=device)
+    parts = fused.attention_parts(heads, dim, ctx, device)
+    if rope_in_attention:
+        fused.rope_attention(
+            y, q_norm, k_norm, cos, sin, eps, heads, keys, values, at, span, out, parts
+        )
+    else:
+        q = torch.empty(heads, 1, dim, dtype=torch.bfloat16, device=device)
+        fused.qkv_rope(y, q_norm, k_norm, cos, sin, at, q, keys, values, eps)
+        fused.decode_attention(q, keys, values, at, span, out, parts)
+    return [out, keys, values]
+
+
+ROPE_CASES = [
+    (8, 2, 32, 32, True, 5, 256),
+    (8, 2, 32, 16, True, 300, 512),
+    (6, 2, 24, 24, False, 511, 512),
+    (4, 4, 16, 2, True, 700, 768),
+]
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("heads,kv_heads,dim,rot,norm,position,span", ROPE_CASES)
+def test_rope_in_the_attentions_launch(
+    heads: int, kv_heads: int, dim: int, rot: int, norm: bool, position: int, span: int
+) -> None:
+    """``rope_attention`` writes the cache rows and returns the output that
+    ``qkv_rope`` then ``decode_attention`` give, bit for bit in the interpreter: q/k
+    norms or none, partial rotary, one chunk of positions or several, head counts and
+    dims that are not powers of two."""
+    case = (heads, kv_heads, dim, rot, norm, position, span)
+    cpu = torch.device("cpu")
+    for got, want in zip(
+        _rope_then_attend(True, *case, cpu), _rope_then_attend(False, *case, cpu), strict=True
+    ):
+        assert torch.equal(got, want)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("heads,kv_heads,dim,rot,norm,position,span", ROPE_CASES)
+def test_rope_in_the_attentions_launch_on_cuda(
+    heads: int, kv_heads: int, dim: int, rot: int, norm: bool, position: int, span: int
+) -> None:
+    """On CUDA each head's sum of squares adds in the launch's own order: the same
+    within a rounding of bf16."""
+    case = (heads, kv_heads, dim, rot, norm, position, span)
+    cuda = torch.device("cuda")
+    for got, want in zip(
+        _rope_then_attend(True, *case, cuda), _rope_then_attend(False, *case, cuda), strict=True
+    ):
+        torch.testing.assert_close(got.float(), want.float(), rtol=1e-2, atol=1e-2)
+
+
 def test_dependent_launch_only_inside_its_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
     """Programmatic dependent launch is asked for only inside ``dependent_launch`` (the
     resident step), on CUDA, with ``PDL`` on; a nested block leaves it on."""
