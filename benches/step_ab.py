@@ -74,7 +74,6 @@ CONFIGS: dict[str, dict[str, Any]] = {
     # (2, 2048, 4) for every product but the LM head, bf16 too (gpu100's default)
     "blocks-whole": {"fused.linear_block": lambda r, c, i8: _blocks_whole(r, c, i8)},
     "norm-launch": {"decode.NORM_IN_ROUTER": False},  # the post-attention norm: own launch
-    "rope-launch": {"decode.ROPE_IN_ATTENTION": False},  # q/k/v norm + RoPE: own launch
     "norm-w4": {"fused.NORM_LAUNCH": {"num_warps": 4}},  # the norms' warps (default 8)
     "norm-w16": {"fused.NORM_LAUNCH": {"num_warps": 16}},
     "norm-w2": {"fused.NORM_LAUNCH": {"num_warps": 2}},

@@ -69,10 +69,6 @@ FUSED_SDPA = True
 # instead of waiting for the norm's own launch: one launch fewer per MoE layer. False
 # for an A/B in benches.
 NORM_IN_ROUTER = True
-# The query, key and value heads normed and rotated by the attention's own launch
-# (``fused.rope_attention``) instead of ``fused.qkv_rope``'s: one launch fewer per
-# layer. False for an A/B in benches.
-ROPE_IN_ATTENTION = True
 # A --dense-quant int8 file's LM head read as stored (``int8_head``), half the bytes of
 # the bf16 copy: False for an A/B in benches.
 INT8_HEAD = True
@@ -526,27 +522,18 @@ class GraphDecoder:
             return residual + y if h is None else torch.add(residual, y, out=h)
         assert isinstance(attn, Attention)
         cfg, cache = attn.cfg, self.model.cache
-        keys, values = cache.keys[attn.layer], cache.values[attn.layer]  # [Nkv, ctx, D]
-        o8 = self._stored(attn.layer, 1)
-        sinks = isinstance(attn, SinkAttention)
-        if ROPE_IN_ATTENTION and self.fused_sdpa and not sinks:
-            y = self._linear(x, *self.qkv[attn.layer], int8=self._stored(attn.layer, 0))[0]
-            out = fused.rope_attention(
-                y, attn.q_norm, attn.k_norm, self.cos_table, self.sin_table, cfg.rms_norm_eps,
-                cfg.num_heads, keys, values, self.position, span, self.attn_out,
-                self.attn_parts,
-            )  # fmt: skip
-            return self._linear(out, attn.o_w, attn.o_b, residual, h, o8)
         if self.fused_attention:
             q = self._project_fused(attn, x)
         else:
             q = self._project(attn, x, cos, sin)
-        if self.fused_sdpa and not sinks:
+        keys, values = cache.keys[attn.layer], cache.values[attn.layer]  # [Nkv, ctx, D]
+        o8 = self._stored(attn.layer, 1)
+        if self.fused_sdpa and not isinstance(attn, SinkAttention):
             out = fused.decode_attention(
                 q, keys, values, self.position, span, self.attn_out, self.attn_parts
             )
             return self._linear(out, attn.o_w, attn.o_b, residual, h, o8)
-        if sinks:
+        if isinstance(attn, SinkAttention):
             out = self._attend_with_sinks(attn, q, keys[:, :span], values[:, :span], span)
         else:
             out = F.scaled_dot_product_attention(

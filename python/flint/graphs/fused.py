@@ -294,49 +294,6 @@ def decode_attention(
     return out
 
 
-def rope_attention(
-    y: torch.Tensor,  # [(Nq + 2 Nkv) * D], one token's stacked q/k/v projection
-    q_norm: torch.Tensor | None,  # [D] per-head RMSNorm weights (both or neither)
-    k_norm: torch.Tensor | None,
-    cos: torch.Tensor,  # [S, R] tables
-    sin: torch.Tensor,
-    eps: float,
-    heads: int,
-    keys: torch.Tensor,  # [Nkv, ctx, D], the layer's cache
-    values: torch.Tensor,
-    position: torch.Tensor,  # [1] int64: the token's
-    span: int,
-    out: torch.Tensor,  # [1, Nq * D]
-    parts: Parts,
-) -> torch.Tensor:
-    """``qkv_rope`` and ``decode_attention`` in the attention's launch: each program
-    makes its query heads from y, and the one whose chunk holds the position writes
-    the key and value into the cache row before reading it. The query, key and value
-    are ``qkv_rope``'s, each head's norm summed in the launch's own order."""
-    kv_heads, _, dim = keys.shape
-    group = heads // kv_heads
-    splits = -(-span // ATTENTION_CHUNK)
-    m, total, acc = parts
-    assert (q_norm is None) == (k_norm is None)
-    assert splits <= m.shape[0] and keys.stride(2) == 1 and values.stride(2) == 1
-    with on_device(y.device):
-        decode_attention_kernel[(kv_heads, splits)](
-            y, keys, values, position, out, m, total, acc, keys.stride(0), keys.stride(1),
-            values.stride(0), values.stride(1), heads, dim, dim**-0.5, GROUP=group,
-            GP=max(16, _block(group)), DP=max(16, _block(dim)), BS=ATTENTION_BLOCK,
-            CHUNK=ATTENTION_CHUNK, SPLIT=splits > 1, F32=y.device.type == "cpu",
-            y_ptr=y, qn_ptr=y if q_norm is None else q_norm,
-            kn_ptr=y if k_norm is None else k_norm, cos_ptr=cos, sin_ptr=sin, eps=eps,
-            ROPE=True, NORM=q_norm is not None, ROT=cos.shape[-1],
-            **ATTENTION_LAUNCH, **ahead("attention", y.device), **pdl(y.device),
-        )  # fmt: skip
-        if splits > 1:
-            attention_combine_kernel[(heads,)](
-                m, total, acc, out, heads, dim, splits, DP=_block(dim), **pdl(y.device)
-            )
-    return out
-
-
 def route(
     logits: torch.Tensor, top_k: int, normalize: bool, dtype: torch.dtype
 ) -> tuple[torch.Tensor, torch.Tensor]:

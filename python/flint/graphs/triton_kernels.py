@@ -314,52 +314,6 @@ if triton is not None:
         tl.store(out_ptr + d, x.to(out_type), mask=ok)
 
     @triton.jit
-    def _rope_rows(
-        y_ptr,
-        rows,
-        row_ok,
-        w_ptr,
-        cos_ptr,
-        sin_ptr,
-        pos,
-        dim,
-        eps,
-        NORM: tl.constexpr,
-        ROT: tl.constexpr,
-        DP: tl.constexpr,
-        OUT: tl.constexpr,
-    ):
-        """``_head_rope`` of heads ``rows`` of y [N, D] at once: [R, DP] fp32 holding
-        ``OUT`` values (zero in rows past ``row_ok`` and columns past ``dim``), kept in
-        registers instead of stored. The same ops and roundings; each head's sum of
-        squares is summed across the tile's threads in its own order."""
-        d = tl.arange(0, DP)
-        d_ok = d < dim
-        base = y_ptr + rows[:, None] * dim
-        x = tl.load(base + d[None, :], mask=row_ok[:, None] & d_ok[None, :], other=0.0)
-        x = x.to(tl.float32)
-        inv = tl.full([x.shape[0], 1], 1.0, tl.float32)
-        if NORM:
-            inv = tl.rsqrt(tl.sum(x * x, axis=1) / dim + eps)[:, None]
-            w = tl.load(w_ptr + d, mask=d_ok, other=0.0).to(tl.float32)[None, :]
-            x = _round(w * _round(x * inv, OUT), OUT)
-        if ROT > 0:
-            half = ROT // 2
-            rot = d < ROT
-            partner = tl.where(d < half, d + half, d - half)
-            px = tl.load(base + partner[None, :], mask=row_ok[:, None] & rot[None, :], other=0.0)
-            px = px.to(tl.float32)
-            if NORM:
-                wp = tl.load(w_ptr + partner, mask=rot, other=0.0).to(tl.float32)[None, :]
-                px = _round(wp * _round(px * inv, OUT), OUT)
-            cos = tl.load(cos_ptr + pos * ROT + d, mask=rot, other=1.0).to(tl.float32)[None, :]
-            sin = tl.load(sin_ptr + pos * ROT + d, mask=rot, other=0.0).to(tl.float32)[None, :]
-            rotated = tl.where(d[None, :] < half, -px, px)
-            y = _round(_round(x * cos, OUT) + _round(rotated * sin, OUT), OUT)
-            x = tl.where(rot[None, :], y, x)
-        return _round(x, OUT)
-
-    @triton.jit
     def head_rope_kernel(
         y_ptr,
         w_ptr,
@@ -453,15 +407,6 @@ if triton is not None:
         F32: tl.constexpr,
         AHEAD: tl.constexpr = False,
         GDC: tl.constexpr = False,
-        y_ptr=None,
-        qn_ptr=None,
-        kn_ptr=None,
-        cos_ptr=None,
-        sin_ptr=None,
-        eps=0.0,
-        ROPE: tl.constexpr = False,
-        NORM: tl.constexpr = False,
-        ROT: tl.constexpr = 0,
     ):
         """One query token's attention for the ``GROUP`` query heads of key/value head
         ``program_id(0)`` over cache positions [split * CHUNK, + CHUNK) up to the token's
@@ -472,12 +417,7 @@ if triton is not None:
         ``acc`` [splits, Nq, D] for ``attention_combine_kernel``. ``F32``: the products
         on fp32 copies (Triton's CPU interpreter multiplies bf16 tiles wrongly).
         ``AHEAD``: the position read before ``_await_inputs``, so that the loop's first
-        loads of keys and values are issued as soon as the wait ends. ``ROPE``: the
-        query made here from the token's stacked q/k/v projection ``y_ptr`` (its heads
-        normed with ``qn_ptr`` where ``NORM``, rotated on ``ROT`` dims: ``_rope_rows``),
-        and the program whose chunk holds the position first writes the key (normed
-        with ``kn_ptr``, rotated) and value heads into the cache row (``_head_rope``,
-        as ``qkv_rope_kernel`` does): one launch where ``qkv_rope`` and this took two."""
+        loads of keys and values are issued as soon as the wait ends."""
         kv = tl.program_id(0)
         split = tl.program_id(1)
         g = tl.arange(0, GP)
@@ -488,26 +428,12 @@ if triton is not None:
             pos = tl.load(pos_ptr).to(tl.int32)
         _await_inputs(GDC)
         head = kv * GROUP + g
-        if not AHEAD:
-            pos = tl.load(pos_ptr).to(tl.int32)
-        if ROPE:
-            cache_type = k_ptr.dtype.element_ty
-            q = _rope_rows(y_ptr, head, g_ok, qn_ptr, cos_ptr, sin_ptr, pos, dim, eps, NORM,
-                           ROT, DP, cache_type).to(cache_type)  # fmt: skip
-            if split == pos // CHUNK:  # the chunk that reads the new row
-                kv_heads = heads // GROUP
-                k_row = y_ptr + (heads + kv) * dim
-                k_out = k_ptr + kv * k_head + pos * k_pos
-                _head_rope(k_row, kn_ptr, cos_ptr, sin_ptr, pos, k_out, dim, eps, NORM, ROT, DP)
-                v_row = y_ptr + (heads + kv_heads + kv) * dim
-                v_out = v_ptr + kv * v_head + pos * v_pos
-                _head_rope(v_row, kn_ptr, cos_ptr, sin_ptr, pos, v_out, dim, eps, False, 0, DP)
-                tl.debug_barrier()  # the rows stored before any thread reads them
-        else:
-            q_at = q_ptr + head[:, None] * dim + d[None, :]
-            q = tl.load(q_at, mask=g_ok[:, None] & d_ok[None, :], other=0.0)
+        q_at = q_ptr + head[:, None] * dim + d[None, :]
+        q = tl.load(q_at, mask=g_ok[:, None] & d_ok[None, :], other=0.0)
         if F32:
             q = q.to(tl.float32)
+        if not AHEAD:
+            pos = tl.load(pos_ptr).to(tl.int32)
         m = tl.full([GP], float("-inf"), dtype=tl.float32)
         total = tl.zeros([GP], dtype=tl.float32)
         acc = tl.zeros([GP, DP], dtype=tl.float32)
