@@ -2191,8 +2191,15 @@ gpu145() {
   r0 q30
 }
 
+# Session 26: what the word gate/up kernel's reads cost part by part (the bare reads,
+# without the router's ids, with the scales, with the vector's eighths).
+gpu146() {
+  timeout 300 python3 benches/mma_gate_up.py --layers 8 --reps 25 2>&1 | tail -30
+}
+
 case $what in
   install) install ;;
+  gpu146) install; gpu146 ;;
   gpu145) install; gpu145 ;;
   gpu144) install; gpu144 ;;
   gpu143) install; gpu143 ;;

@@ -73,18 +73,31 @@ def reference(x, ids, pool):
 
 
 @triton.jit
-def _floor_kernel(ids_ptr, out_ptr, g_ptr, g_we, u_ptr, u_we, w_row4, ROWS: tl.constexpr,
-                  COLS: tl.constexpr, TOPK: tl.constexpr):  # fmt: skip
+def _floor_kernel(ids_ptr, out_ptr, g_ptr, g_we, u_ptr, u_we, w_row4, gs_ptr, us_ptr, s_e,
+                  s_row, x_ptr, ROWS: tl.constexpr, COLS: tl.constexpr, G: tl.constexpr,
+                  IDS: tl.constexpr, SCALES: tl.constexpr, XV: tl.constexpr):  # fmt: skip
     """The word kernel's reads (a pair's ROWS gate and up rows of COLS words, all at once)
-    with no arithmetic but an xor of the words: the floor of its memory traffic."""
+    with no arithmetic but an xor: the floor of its memory traffic. ``IDS``: the expert
+    from the router's ids (else the pair's own index); ``SCALES``: the rows' group
+    scales read too; ``XV``: the vector's eighths (8 KiB) read too."""
     pair = tl.program_id(0)
-    expert = tl.load(ids_ptr + pair).to(tl.int64)
+    expert = pair.to(tl.int64)
+    if IDS:
+        expert = tl.load(ids_ptr + pair).to(tl.int64)
     rows = tl.program_id(1) * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, COLS)
     at = rows[:, None] * w_row4 + cols[None, :]
     g = tl.load((g_ptr + expert * g_we).to(tl.pointer_type(tl.int32)) + at)
     u = tl.load((u_ptr + expert * u_we).to(tl.pointer_type(tl.int32)) + at)
     v = tl.reduce(g ^ u, 1, _xor)
+    if SCALES:
+        sat = expert * s_e + rows[:, None] * s_row + tl.arange(0, G)[None, :]
+        sg = tl.load(gs_ptr + sat).to(tl.int16, bitcast=True).to(tl.int32)
+        su = tl.load(us_ptr + sat).to(tl.int16, bitcast=True).to(tl.int32)
+        v = v ^ tl.reduce(sg ^ su, 1, _xor)
+    if XV:
+        xv = tl.load(x_ptr + tl.arange(0, 8 * COLS)).to(tl.int32, bitcast=True)
+        v = v ^ tl.reduce(xv, 0, _xor)
     tl.store(out_ptr + pair * 4096 + rows, v)
 
 
@@ -93,11 +106,13 @@ def _xor(a, b):
     return a ^ b
 
 
-def floor_launch(ids, out, pool, rows):
+def floor_launch(ids, out, pool, x8, rows, ids_on=True, scales=False, xv=False):
     g, u = pool.gate, pool.up
+    assert g.s_expert == u.s_expert
     _floor_kernel[(TOP_K, INTER // rows)](
-        ids, out, g.weights, g.w_expert, u.weights, u.w_expert, g.w_row // 4, ROWS=rows,
-        COLS=HIDDEN // 8, TOPK=TOP_K, num_warps=1,
+        ids, out, g.weights, g.w_expert, u.weights, u.w_expert, g.w_row // 4, g.scales,
+        u.scales, g.s_expert, g.s_row, x8, ROWS=rows, COLS=HIDDEN // 8, G=HIDDEN // 32,
+        IDS=ids_on, SCALES=scales, XV=xv, num_warps=1,
     )  # fmt: skip
 
 
@@ -171,16 +186,20 @@ def main() -> None:
 
     sink = torch.zeros(TOP_K * 4096, dtype=torch.int32, device=dev)
 
-    def run_floor(rows=4):
-        for n, pool in enumerate(layers):
-            floor_launch(ids[n], sink, pool, rows)
+    def floor(**kw):
+        def run():
+            for n, pool in enumerate(layers):
+                floor_launch(ids[n], sink, pool, x8, 4, **kw)
+
+        return run
 
     runs = (
         ("word", run_word),
-        ("mma", run_mma),
         ("mma-plain-loads", run_mma_plain),
-        ("floor-4-rows", run_floor),
-        ("floor-8-rows", lambda: run_floor(8)),
+        ("floor", floor()),
+        ("floor-no-ids", floor(ids_on=False)),
+        ("floor-scales", floor(scales=True)),
+        ("floor-scales-x", floor(scales=True, xv=True)),
     )
     for name, fn in runs + runs:
         us = timed(fn, args.reps) / len(layers)
