@@ -2197,8 +2197,24 @@ gpu146() {
   timeout 300 python3 benches/mma_gate_up.py --layers 8 --reps 25 2>&1 | tail -30
 }
 
+# Session 26: gate/up's rows' loads pinned before the first product
+# (moe_kernel.PIN_GATE_UP): the CUDA tests, the kernel alone with and without, the step
+# A/B on q30, R0.
+gpu147() {
+  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
+  timeout 120 python3 -m pytest tests/models/test_read_ahead.py -q -p no:cacheprovider \
+    --tb=short -rf -m gpu -k "pinned or gate_up_blocks or at_once" 2>&1 \
+    | grep -E "passed|failed|FAILED|Error|assert" | head
+  timeout 200 python3 benches/mma_gate_up.py --layers 8 --reps 25 2>&1 | grep -E "word|floor\""
+  synth30 q30
+  timeout 120 python3 benches/step_ab.py "$DATA/q30.ftw" --configs base,no-pin 2>&1 \
+    | grep -E '"config"|share_us|rror'
+  r0 q30
+}
+
 case $what in
   install) install ;;
+  gpu147) install; gpu147 ;;
   gpu146) install; gpu146 ;;
   gpu145) install; gpu145 ;;
   gpu144) install; gpu144 ;;
