@@ -33,14 +33,14 @@ def h_values(h8: torch.Tensor) -> torch.Tensor:
     return h8[:, at] * torch.pow(2.0, -e)
 
 
-def word_launch(x8, ids, h8, pool, pin=False):
+def word_launch(x8, ids, h8, pool):
     xs, hs = mk._eighths_stride(HIDDEN), mk._eighths_stride(INTER)
     (bn, bk, warps), _ = mk._blocks(True, mk.INT4, HIDDEN)
     whole = HIDDEN // bk
     gate_up_kernel[(TOP_K, INTER // bn)](
         x8, ids, h8, *mk._args(pool.gate), *mk._args(pool.up), x8, x8, HIDDEN, INTER,
         xs, hs, 0.0, 0.0, OUT=mk._DTYPES[torch.bfloat16], TOPK=TOP_K, SCHEME=mk.INT4,
-        GROUP=32, BN=bn, BK=bk, HAS_BIAS=False, ACT=0, EVEN=True, WORDS=True, WHOLE=whole, PIN=pin,
+        GROUP=32, BN=bn, BK=bk, HAS_BIAS=False, ACT=0, EVEN=True, WORDS=True, WHOLE=whole,
         num_warps=warps,
     )  # fmt: skip
 
@@ -193,13 +193,8 @@ def main() -> None:
 
         return run
 
-    def run_word_pinned():
-        for n, pool in enumerate(layers):
-            word_launch(x8, ids[n], h_word, pool, pin=True)
-
     runs = (
         ("word", run_word),
-        ("word-pinned", run_word_pinned),
         ("mma-plain-loads", run_mma_plain),
         ("floor", floor()),
         ("floor-no-ids", floor(ids_on=False)),

@@ -101,8 +101,6 @@ CONFIGS: dict[str, dict[str, Any]] = {
     # int4 gate/up: the loop of tiles instead of every tile of a program's rows loaded
     # at once (WHOLE_GATE_UP), and its blocks (rows, columns, warps; default (4, 1024, 1))
     "gu-loop": {"WHOLE_GATE_UP": False},
-    # the rows' loads not pinned before the first product (ptxas keeps some for later)
-    "no-pin": {"PIN_GATE_UP": False},
     "gu-loop-b8": {"WHOLE_GATE_UP": False, "WORDS_GATE_UP_BLOCK": (8, 512, 4)},
     "gu-b8": {"WORDS_GATE_UP_BLOCK": (8, 512, 4)},
     "gu-b2-w2": {"WORDS_GATE_UP_BLOCK": (2, 512, 2)},

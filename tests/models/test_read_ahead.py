@@ -303,32 +303,3 @@ def test_gate_up_blocks_against_the_default_on_cuda(
         _same(got, want)
     else:
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-@pytest.mark.parametrize("block", [None, (4, 512, 1)])
-def test_gate_up_pinned_loads_keep_the_bits_on_cuda(
-    block: tuple[int, int, int] | None, dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """int4 words' gate/up with every load pinned before the first product
-    (``moe_kernel.PIN_GATE_UP``) gives the bits of the kernel without the pin: the pin
-    ors a run-time zero into the first tile, so only the order of the loads changes.
-    The 30B-A3B's rows at two tiles (the default block) and at four."""
-    torch.manual_seed(12)
-    gpu = torch.device("cuda")
-    hidden, inter, group, experts = 2048, 768, 32, 4
-    shapes = ((inter, hidden), (inter, hidden), (hidden, inter))
-    slabs, offsets, _ = _slabs("int4", experts, shapes, group)
-    pool = slab_pool(slabs.to(gpu), "int4", group, shapes, offsets)
-    x = (torch.randn(2, hidden) / hidden**0.5).to(dtype).to(gpu)
-    ids = torch.stack([torch.randperm(experts)[:2] for _ in range(2)]).to(gpu)
-    w = torch.rand(2, 2).to(dtype).to(gpu)
-    if block is not None:
-        monkeypatch.setattr(moe_kernel, "WORDS_GATE_UP_BLOCK", block)
-    monkeypatch.setattr(moe_kernel, "PIN_GATE_UP", True)
-    pinned = moe_experts(x, ids, w, pool)
-    monkeypatch.setattr(moe_kernel, "PIN_GATE_UP", False)
-    plain = moe_experts(x, ids, w, pool)
-    assert torch.isfinite(pinned).all()
-    _same(pinned, plain)

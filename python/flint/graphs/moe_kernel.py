@@ -285,11 +285,6 @@ WORDS_DOWN_BLOCK = (16, 256, 4)
 # against 1,886.2); (8, 512, 4) loaded at once 1,657.0, the loop of (4, 512, 4) 1,691.5
 # (gpu119, docs/benchmarks.md).
 WHOLE_GATE_UP = True
-# Those loads all issued before gate's first product (``_pinned``; CUDA only, its inline
-# PTX has no interpreter form): compiled for sm_90, ptxas otherwise issues the second
-# tile's after the first tile's products, a second memory round trip. The same bits.
-# False: an A/B in benches.
-PIN_GATE_UP = True
 
 
 def _even(cols: int, block: int) -> bool:
@@ -435,8 +430,7 @@ def _pair_outputs(
         i_dim, xs, hs, pool.alpha, pool.limit, OUT=_DTYPES[x.dtype], TOPK=top_k,
         SCHEME=code, GROUP=group, BN=bn, BK=bk, HAS_BIAS=has_bias,
         ACT=pool.act, EVEN=_even(h_dim, bk), WORDS=words, WHOLE=whole,
-        PIN=PIN_GATE_UP and whole > 1 and x.device.type == "cuda", num_warps=warps,
-        **pdl(x.device),
+        num_warps=warps, **pdl(x.device),
     )  # fmt: skip
     bn, bk, warps = down_block
     bk = _cols(bk, group)

@@ -162,32 +162,6 @@ if triton is not None:
         return w0, s0, w1, s1, w2, s2, w3, s3
 
     @triton.jit
-    def _pinned(w0, s0, w1, s1, w2, s2, w3, s3, zero, NT: tl.constexpr):
-        """Tile 0's words and scales made to depend on the other ``NT - 1`` tiles' (``zero``
-        a run-time 0: the same values), so that ptxas issues every tile's loads before
-        tile 0 is dotted instead of keeping later tiles' for after it (a second memory
-        round trip)."""
-        if NT > 1:
-            w0 = _or_and(w0, w1, zero)
-            s0 = tl.where(zero != 0, s1, s0)
-        if NT > 2:
-            w0 = _or_and(w0, w2, zero)
-            s0 = tl.where(zero != 0, s2, s0)
-        if NT > 3:
-            w0 = _or_and(w0, w3, zero)
-            s0 = tl.where(zero != 0, s3, s0)
-        return w0, s0
-
-    @triton.jit
-    def _or_and(a, b, c):
-        """a | (b & c) as one LOP3 the compiler cannot see through (written out, LLVM
-        distributes it into every use of a: a LOP3 more per nibble). CUDA only."""
-        return tl.inline_asm_elementwise(
-            "lop3.b32 $0, $1, $2, $3, 0xF8;", "=r,r,r,r", [a, b, c], dtype=tl.int32,
-            is_pure=True, pack=1,
-        )  # fmt: skip
-
-    @triton.jit
     def _words_ahead_dot(w0, s0, w1, s1, w2, s2, w3, s3, v_ptr, stride, n_cols,
                          BN: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr,
                          EVEN: tl.constexpr, NT: tl.constexpr):  # fmt: skip
@@ -360,15 +334,13 @@ if triton is not None:
         WORDS: tl.constexpr = False,
         WHOLE: tl.constexpr = 0,
         GDC: tl.constexpr = False,
-        PIN: tl.constexpr = False,
     ):
         """h[pair, rows] = act(gate(x) (+ bias), up(x) (+ bias)) for one (token, rank)
         pair (``_activate``), each op rounded to ``OUT``. With ``WORDS`` (int4): x and h
         in the eighths layout (rows of ``x_stride`` and ``h_stride``), h as ``down``
         reads it. ``WHOLE`` (int4 words whose rows are 1 to 4 tiles, ``WHOLE`` of them):
         every tile of the program's gate and up rows loaded at once, then dotted in
-        ``_rows_dot2``'s order (one memory round trip, not one per tile); ``PIN``: with
-        every load issued before the first product (``_pinned``)."""
+        ``_rows_dot2``'s order (one memory round trip, not one per tile)."""
         _await_inputs(GDC)
         pair = tl.program_id(0)
         token = pair // TOPK
@@ -386,11 +358,6 @@ if triton is not None:
                 u_ptr + expert * u_we, us_ptr + expert * us_e, u_wr, us_r, rows, row_ok, hid,
                 GROUP, BK, EVEN, WHOLE,
             )  # fmt: skip
-            if PIN:  # gate's first tile waits for every tile of both: all loads first
-                zero = tl.minimum(hid, 0)  # not x_stride: `one` comes from that
-                a0, as0 = _pinned(a0, as0, a1, as1, a2, as2, a3, as3, zero, WHOLE)
-                a0, as0 = _pinned(a0, as0, b0, bs0, b1, bs1, b2, bs2, zero, 4)
-                a0, as0 = _pinned(a0, as0, b3, bs3, a0, as0, a0, as0, zero, 2)
             gate = _words_ahead_dot(
                 a0, as0, a1, as1, a2, as2, a3, as3, x, x_stride, hid, BN, BK, GROUP, EVEN, WHOLE
             )
