@@ -1,8 +1,12 @@
-"""int4 gate/up on tensor cores (a Gluon prototype, benches/mma_gate_up_kernel.py)
-against flint's word kernel: the same h (bf16 rounding apart) and each one's time a
-launch, on pools of the 30B-A3B geometry whose bytes come from HBM (issue 10).
+"""int4 gate/up, the 30B-A3B's shapes, one token, each launch's 12.6 MB from HBM (issue
+10): flint's word kernel against a tensor-core prototype (Gluon,
+benches/mma_gate_up_kernel.py; the same h checked first), and against the word kernel's
+bare reads (``_floor_kernel``: its words xor-ed, then with the router's ids, the group
+scales and the vector's eighths read too). Microseconds a launch, back to back in a
+CUDA graph without dependent launch, two rounds.
 
-Usage: python benches/mma_gate_up.py [--layers 8] [--reps 200] [--warps 8]
+Usage: python benches/mma_gate_up.py [--layers 8] [--reps 25] [--warps 8]
+(CUDA, Triton with Gluon: the GPU box's 3.6)
 """
 
 from __future__ import annotations

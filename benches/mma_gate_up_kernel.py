@@ -1,4 +1,11 @@
-"""Prototype: int4 gate/up on tensor cores in Gluon."""
+"""A prototype, not flint's kernel: int4 gate/up on tensor cores in Gluon (Triton 3.6's
+explicit-layout language), for benches/mma_gate_up.py. Each lane loads four words of a
+row (one group), an inline-PTX decode makes exact bf16 (q - 8) pairs straight in the
+A-operand registers of mma.sync.m16n8k16 (the k order follows the words, so the layout
+change is free), and the vector is the B operand, block-diagonal over a warp's eight
+groups: the [16, 8] accumulator holds each (row, group) sum, scaled by its group's
+scale. Eight warps a program take 256 columns each (rows of 2,048). Measured as fast as
+the word kernel, not faster (docs/benchmarks.md, "Twenty-sixth session")."""
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
