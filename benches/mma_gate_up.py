@@ -200,6 +200,7 @@ def main() -> None:
     runs = (
         ("word", run_word),
         ("mma-plain-loads", run_mma_plain),
+        ("mma-all-loads-first", run_mma),  # volatile loads: LDG.E.128.STRONG.SYS
         ("floor", floor()),
         ("floor-no-ids", floor(ids_on=False)),
         ("floor-scales", floor(scales=True)),
