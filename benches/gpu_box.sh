@@ -2179,7 +2179,8 @@ gpu144() {
 }
 
 # Session 26: q/k/v norm and RoPE in the attention's launch (decode.ROPE_IN_ATTENTION):
-# its tests on CUDA with the step's exactness tests, the step A/B on q30, R0.
+# its tests on CUDA with the step's exactness tests, the step A/B on q30, R0. Ran at
+# 39893c2; the fold, its test and rope-launch were reverted in 6806546.
 gpu145() {
   synth30 q30
   timeout 200 python3 -m pytest tests/models/test_graphs.py tests/models/test_streamed_step.py \
@@ -2199,7 +2200,7 @@ gpu146() {
 
 # Session 26: gate/up's rows' loads pinned before the first product
 # (moe_kernel.PIN_GATE_UP): the CUDA tests, the kernel alone with and without, the step
-# A/B on q30, R0.
+# A/B on q30, R0. Ran at b0154e7; the pin, its test and no-pin were reverted in ba10b33.
 gpu147() {
   [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
   timeout 120 python3 -m pytest tests/models/test_read_ahead.py -q -p no:cacheprovider \

@@ -265,8 +265,8 @@ WORDS = True
 # the 30B-A3B's 1,536; compiled by benches/kernel_asm.py). On four warps each warp read
 # the whole vector for its row, four times a program's weight bytes, and the
 # instructions a layer were 4.47 M against 3.19 M (compiled; that gate/up was bound by
-# its instructions was an inference, which a tensor-core prototype with ~30% fewer took
-# as long as this kernel disproved: docs/benchmarks.md, twenty-sixth session). On the
+# its instructions was an inference, put in doubt by a tensor-core prototype with ~30%
+# fewer that took as long: docs/benchmarks.md, twenty-sixth session). On the
 # H200, 30B-A3B, the step 1,809.6 us against 1,836.8 with (4, 512, 4), int8 attention
 # 1,588.5 against 1,609.8 (gpu139); (4, 512, 1) 1,999.3, (4, 2048, 1) 1,841.8, (2,
 # 1024, 1) 1,939.2.
@@ -282,7 +282,8 @@ WORDS_DOWN_BLOCK = (16, 256, 4)
 # memory round trip instead of one per tile (the ids it needs come from the kernel just
 # before, so unlike down's rows these cannot be read ahead of the wait). Compiled for
 # sm_90 on one warp, ptxas issues the second tile's loads after the first tile's
-# products; forcing them all first was slower (8.44 us a launch against 6.99, gpu147).
+# products; pinning most of them first was slower (8.44 us a launch against 6.99,
+# gpu147).
 # With four rows a program on four warps (the block before the twenty-fifth session; 68 registers, 7
 # programs an SM; eight rows take 125 and 4): on the H200, 30B-A3B, the step 1,616.2 us
 # against 1,662.7 with the loop of (8, 512, 4) (int8 attention; bf16 attention 1,843.7
