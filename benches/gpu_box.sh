@@ -2213,8 +2213,24 @@ gpu147() {
   r0 q30
 }
 
+# Session 26: ncu's counters of the word gate/up kernel, the tensor-core prototype and
+# the bare reads (benches/mma_gate_up.py --once: each once, after the check's three).
+gpu148() {
+  which ncu && timeout 400 ncu --clock-control none \
+    --kernel-name regex:"gate_up_kernel|gate_up_mma_kernel|_floor_kernel" \
+    --launch-skip 3 --launch-count 4 --section SpeedOfLight --section WarpStateStats \
+    --section Occupancy --section LaunchStats --page raw \
+    python3 benches/mma_gate_up.py --layers 2 --once 2>&1 | grep -E "Context|\
+gpu__time_duration.sum|dram__throughput.avg.pct_of_peak_sustained_elapsed|dram__bytes_read.sum |\
+issue_stalled_(long_scoreboard|barrier|wait|short_scoreboard|lg_throttle|mio_throttle|\
+math_pipe_throttle|no_instruction|not_selected|selected|dispatch_stall|branch_resolving)\
+_per_issue_active|warps_active.avg.pct|smsp__inst_executed.sum |launch__registers|\
+launch__occupancy_limit|sm__throughput.avg.pct|rror" | head -150
+}
+
 case $what in
   install) install ;;
+  gpu148) install; gpu148 ;;
   gpu147) install; gpu147 ;;
   gpu146) install; gpu146 ;;
   gpu145) install; gpu145 ;;

@@ -9,7 +9,7 @@ First the h of layer 0 from the word kernel and from both forms of the prototype
 the best of five replays of a CUDA graph of ``--reps`` launches per layer, back to
 back, without dependent launch, each kernel twice in turn.
 
-Usage: python benches/mma_gate_up.py [--layers 8] [--reps 25]
+Usage: python benches/mma_gate_up.py [--layers 8] [--reps 25] [--once]
 (CUDA, Triton with Gluon: the GPU box's 3.6)
 """
 
@@ -346,6 +346,10 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--layers", type=int, default=8)
     p.add_argument("--reps", type=int, default=25)
+    p.add_argument(
+        "--once", action="store_true",
+        help="after the check, launch each kernel once on layer 1 and stop (for ncu)",
+    )  # fmt: skip
     args = p.parse_args()
     dev = torch.device("cuda")
     torch.manual_seed(0)
@@ -412,6 +416,14 @@ def main() -> None:
         ("floor-scales", floor(scales=True), words + scales),
         ("floor-scales-x", floor(scales=True, xv=True), words + scales),
     )
+    if args.once:
+        one = layers[1 % len(layers)], ids[1 % len(layers)]
+        word_launch(x8, one[1], h_word, one[0])
+        mma_launch(x, one[1], h_mma, one[0], vol=False)
+        floor_launch(one[1], sink, one[0], x8, 4)
+        floor_launch(one[1], sink, one[0], x8, 4, scales=True, xv=True)
+        torch.cuda.synchronize()
+        return
     for name, fn, nbytes in runs + runs:
         us = timed(fn, args.reps) / len(layers)
         gb = nbytes / us / 1e3
