@@ -2228,8 +2228,18 @@ _per_issue_active|warps_active.avg.pct|smsp__inst_executed.sum |launch__register
 launch__occupancy_limit|sm__throughput.avg.pct|rror" | head -150
 }
 
+# Session 26: gate/up's whole rows on two and four warps, less work a warp after its
+# bytes arrive (gpu148's stalls): the kernel alone, then the step A/B on q30.
+gpu149() {
+  timeout 200 python3 benches/mma_gate_up.py --layers 8 --reps 25 2>&1 | grep -E "same|word"
+  synth30 q30
+  timeout 150 python3 benches/step_ab.py "$DATA/q30.ftw" --configs base,gu-k2048-w2,gu-b8-k2048-w4 \
+    2>&1 | grep -E '"config"|rror'
+}
+
 case $what in
   install) install ;;
+  gpu149) install; gpu149 ;;
   gpu148) install; gpu148 ;;
   gpu147) install; gpu147 ;;
   gpu146) install; gpu146 ;;

@@ -238,9 +238,12 @@ def h_values(h8: torch.Tensor) -> torch.Tensor:
     return h8[:, at] * torch.pow(2.0, -e)
 
 
-def word_launch(x8, ids, h8, pool):
+def word_launch(x8, ids, h8, pool, block=None):
+    """flint's word gate/up at its default block, or at ``block`` (rows, cols, warps)."""
     xs, hs = mk._eighths_stride(HIDDEN), mk._eighths_stride(INTER)
     (bn, bk, warps), _ = mk._blocks(True, mk.INT4, HIDDEN)
+    if block is not None:
+        bn, bk, warps = block
     whole = HIDDEN // bk
     gate_up_kernel[(TOP_K, INTER // bn)](
         x8, ids, h8, *mk._args(pool.gate), *mk._args(pool.up), x8, x8, HIDDEN, INTER,
@@ -382,11 +385,24 @@ def main() -> None:
         "word_vs_ref_max": (a - ref).abs().max().item(),
         "mma_vs_ref_max": (b - ref).abs().max().item(),
     }
+    for block in ((4, 2048, 2), (8, 2048, 4)):
+        h_block = torch.zeros_like(h_word)
+        word_launch(x8, ids[0], h_block, layers[0], block)
+        report[f"h_same_fraction_word_{block}"] = round(
+            (h_values(h_block) == a).float().mean().item(), 4
+        )
     print(json.dumps(report))
 
     def run_word():
         for n, pool in enumerate(layers):
             word_launch(x8, ids[n], h_word, pool)
+
+    def word_at(block):
+        def run():
+            for n, pool in enumerate(layers):
+                word_launch(x8, ids[n], h_word, pool, block)
+
+        return run
 
     def run_mma():
         for n, pool in enumerate(layers):
@@ -409,6 +425,8 @@ def main() -> None:
     scales = 2 * TOP_K * INTER * HIDDEN // 32 * 2
     runs = (  # (name, launches, bytes a launch)
         ("word", run_word, words + scales),
+        ("word-4-2048-2", word_at((4, 2048, 2)), words + scales),  # half the work a warp
+        ("word-8-2048-4", word_at((8, 2048, 4)), words + scales),
         ("mma-plain-loads", run_mma_plain, words + scales),
         ("mma-all-loads-first", run_mma, words + scales),  # volatile: LDG.E.128.STRONG.SYS
         ("floor", floor(), words),

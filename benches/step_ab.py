@@ -120,6 +120,9 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "gu-k2048-w1": {"WORDS_GATE_UP_BLOCK": (4, 2048, 1)},
     "gu-b2-k1024-w1": {"WORDS_GATE_UP_BLOCK": (2, 1024, 1)},
     "gu-b8-k1024-w1": {"WORDS_GATE_UP_BLOCK": (8, 1024, 1)},
+    # whole rows on two and four warps: half the instructions a warp of (4, 1024, 1)
+    "gu-k2048-w2": {"WORDS_GATE_UP_BLOCK": (4, 2048, 2)},
+    "gu-b8-k2048-w4": {"WORDS_GATE_UP_BLOCK": (8, 2048, 4)},
     "down-b32": {"WORDS_DOWN_BLOCK": (32, 256, 4)},
     # float (bf16) expert pools' blocks (FLOAT_GATE_UP_BLOCK (4, 1024, 4), and
     # DOWN_BLOCK (16, 256, 4), tuned on int4 byte tiles): gate/up's eight rows a program
