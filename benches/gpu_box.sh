@@ -2237,8 +2237,23 @@ gpu149() {
     2>&1 | grep -E '"config"|rror'
 }
 
+# Session 26: gate/up's default block (4, 2048, 2) (moe_kernel.WORDS_GATE_UP_BLOCK): the
+# GPU tests (without tests/server and tests/chat), the step A/B against the block of
+# before on q30, R0 on q30 and q30d8.
+gpu150() {
+  gpu_tests
+  synth30 q30
+  timeout 120 python3 benches/step_ab.py "$DATA/q30.ftw" --configs base,gu-k1024-w1 2>&1 \
+    | grep -E '"config"|rror'
+  r0 q30
+  rm -f "$DATA/q30.ftw"
+  synth30 q30d8 --dense-quant int8
+  r0 q30d8
+}
+
 case $what in
   install) install ;;
+  gpu150) install; gpu150 ;;
   gpu149) install; gpu149 ;;
   gpu148) install; gpu148 ;;
   gpu147) install; gpu147 ;;

@@ -23,7 +23,8 @@ kernel, or every kernel but one, reading ahead of its wait: moe_kernel.AHEAD),
 instead of its rows loaded at once: moe_kernel.WHOLE_GATE_UP), ``lin8-b4*`` (the int8
 products four rows a program), ``qkv-tiles`` (bf16 q/k/v in tiles of 512 columns, as
 before gpu130), ``f-*`` (bf16 expert pools' blocks), ``gu-*w1`` (int4 gate/up on one warp a
-program; ``gu-k1024-w1`` is the default since 677654f) and ``gu-w4`` (the four warps
+program; ``gu-k1024-w1`` was the default from 677654f), ``gu-k2048-w2`` (two warps,
+whole rows: the default since the twenty-sixth session) and ``gu-w4`` (the four warps
 before). ``--profile
 CONFIG`` then prints each kernel's time per step, and its share of the stream's time
 (under dependent launch, kernels overlap: a kernel's share is its end less the later
@@ -120,7 +121,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "gu-k2048-w1": {"WORDS_GATE_UP_BLOCK": (4, 2048, 1)},
     "gu-b2-k1024-w1": {"WORDS_GATE_UP_BLOCK": (2, 1024, 1)},
     "gu-b8-k1024-w1": {"WORDS_GATE_UP_BLOCK": (8, 1024, 1)},
-    # whole rows on two and four warps: half the instructions a warp of (4, 1024, 1)
+    # whole rows on two and four warps: half the instructions a warp of (4, 1024, 1);
+    # gu-k2048-w2 the default since the twenty-sixth session (gpu149)
     "gu-k2048-w2": {"WORDS_GATE_UP_BLOCK": (4, 2048, 2)},
     "gu-b8-k2048-w4": {"WORDS_GATE_UP_BLOCK": (8, 2048, 4)},
     "down-b32": {"WORDS_DOWN_BLOCK": (32, 256, 4)},

@@ -215,9 +215,10 @@ def _gate_up_whole_agrees(
     assert launched == [tiles if tiles <= 4 and group >= 8 else 0, 0]
 
 
-# gate/up's default block (one warp, 1,024 columns a tile) and the four warps and 512
-# columns of before, which rows wider than ``ONE_WARP_COLS`` still take
-BLOCKS = [None, (4, 512, 4)]
+# gate/up's default block (two warps, whole rows of up to 2,048 columns in one tile), the
+# one warp and 1,024 columns of the twenty-fifth session, and the four warps and 512
+# columns of before, which rows wider than ``NARROW_COLS`` still take
+BLOCKS = [None, (4, 1024, 1), (4, 512, 4)]
 
 
 @pytest.mark.interpreter
@@ -233,10 +234,11 @@ def test_gate_up_loads_its_rows_at_once_to_the_same_bits(
     block: tuple[int, int, int] | None,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The default block: two whole tiles; one masked; two, the last masked; one masked;
-    rows wider than 2,048 (the four-warp block's five tiles: the loop); byte tiles (the
-    loop). With 512 columns a tile: four whole tiles; two, the last masked; three whole
-    ones; one masked one; the same loops."""
+    """The default block: one whole tile; one masked (three times); rows wider than
+    2,048 (the four-warp block's five tiles: the loop); byte tiles (the loop). With
+    1,024 columns a tile: two whole tiles; one masked; two, the last masked; one masked.
+    With 512: four whole tiles; two, the last masked; three whole ones; one masked one;
+    the same loops."""
     monkeypatch.setattr(moe_kernel, "WORDS_DOWN_BLOCK", (64, 256, 4))
     if block is not None:
         monkeypatch.setattr(moe_kernel, "WORDS_GATE_UP_BLOCK", block)
@@ -258,32 +260,34 @@ def test_gate_up_loads_its_rows_at_once_to_the_same_bits_on_cuda(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The same compiled: the tiles' layouts, and so the sums' order, must not change
-    (two, two with the last masked, and one masked tile; with 512 columns a tile four,
-    three, and two)."""
+    (one whole tile, then one masked, twice; with 1,024 columns a tile two, two with
+    the last masked, and one masked; with 512 four, three, and two)."""
     if block is not None:
         monkeypatch.setattr(moe_kernel, "WORDS_GATE_UP_BLOCK", block)
     _gate_up_whole_agrees(hidden, inter, group, torch.device("cuda"), monkeypatch, dtype)
 
 
-def test_rows_wider_than_one_warps_take_the_four_warp_block() -> None:
+def test_rows_wider_than_one_tile_take_the_four_warp_block() -> None:
     narrow, wide = moe_kernel.WORDS_GATE_UP_BLOCK, moe_kernel.WORDS_GATE_UP_WIDE
-    assert narrow[2] == 1 and wide[2] == 4
-    assert moe_kernel.words_gate_up_block(moe_kernel.ONE_WARP_COLS) == narrow
-    assert moe_kernel.words_gate_up_block(moe_kernel.ONE_WARP_COLS + 1) == wide
+    assert narrow[1] >= moe_kernel.NARROW_COLS and wide[2] == 4  # narrow: whole rows
+    assert moe_kernel.words_gate_up_block(moe_kernel.NARROW_COLS) == narrow
+    assert moe_kernel.words_gate_up_block(moe_kernel.NARROW_COLS + 1) == wide
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-@pytest.mark.parametrize("block", [(4, 512, 4), (4, 512, 1), (4, 2048, 1), (2, 1024, 1)])
+@pytest.mark.parametrize(
+    "block", [(4, 1024, 1), (4, 512, 4), (4, 512, 1), (4, 2048, 1), (2, 1024, 1)]
+)
 def test_gate_up_blocks_against_the_default_on_cuda(
     block: tuple[int, int, int], dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """int4 words' gate/up at other blocks than the default (one warp a program, four
-    rows, 1,024 columns a tile), the four warps of before among them, in the 30B-A3B's
-    shapes. The groups' partial sums add in an order that follows the block's layout
-    (gpu142: (2, 1024, 1) differs in fp32 too), so in fp32, where gate and up reach the
-    output unrounded, within a rounding; in bf16 the same bits for this seed (gpu139,
-    gpu140, gpu142)."""
+    """int4 words' gate/up at other blocks than the default (two warps a program, four
+    rows, whole rows of 2,048 columns), the one warp and the four warps of before among
+    them, in the 30B-A3B's shapes. The groups' partial sums add in an order that
+    follows the block's layout (gpu142: (2, 1024, 1) differs in fp32 too), so in fp32,
+    where gate and up reach the output unrounded, within a rounding; in bf16 the same
+    bits for this seed (gpu139, gpu140, gpu142, gpu149's bench)."""
     torch.manual_seed(11)
     gpu = torch.device("cuda")
     hidden, inter, group, experts = 2048, 768, 32, 4

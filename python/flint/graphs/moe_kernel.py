@@ -260,22 +260,26 @@ EVEN_TILES = True
 # layout (``_words_dot``: a logic op, an add and a multiply-add per weight), with their
 # own block shapes; False: the byte tiles (``_i4_dot``), for the A/B.
 WORDS = True
-# gate/up of rows up to ``ONE_WARP_COLS`` wide on one warp a program: four rows, two
-# tiles of 1,024 columns loaded at once (165 registers, 12 programs an SM, one wave of
-# the 30B-A3B's 1,536; compiled by benches/kernel_asm.py). On four warps each warp read
-# the whole vector for its row, four times a program's weight bytes, and the
-# instructions a layer were 4.47 M against 3.19 M (compiled; that gate/up was bound by
-# its instructions was an inference, put in doubt by a tensor-core prototype with ~30%
-# fewer that took as long: docs/benchmarks.md, twenty-sixth session). On the
-# H200, 30B-A3B, the step 1,809.6 us against 1,836.8 with (4, 512, 4), int8 attention
-# 1,588.5 against 1,609.8 (gpu139); (4, 512, 1) 1,999.3, (4, 2048, 1) 1,841.8, (2,
-# 1024, 1) 1,939.2.
-# The group sums add in an order that follows the block: the same bf16 output in the
-# CUDA test, fp32 within a rounding. Wider rows keep ``WORDS_GATE_UP_WIDE``: one warp
-# would hold 250 registers and more at three or four tiles (unmeasured).
-WORDS_GATE_UP_BLOCK = (4, 1024, 1)
+# gate/up of rows up to ``NARROW_COLS`` wide: four rows a program on two warps, each
+# row whole in one tile of 2,048 columns (71 registers, 14 programs an SM, one wave of
+# the 30B-A3B's 1,536; 1,160 instructions a warp against 2,080 on one warp; compiled by
+# benches/kernel_asm.py). gpu148's stalls had a one-warp program spend over a third of
+# its time issuing, mostly after its bytes arrive (by inference); two warps halve that
+# work a warp. On the H200, 30B-A3B, the step 1,795.9 us against 1,815.6 with (4, 1024,
+# 1), and 1,911.8 with (8, 2048, 4) (gpu149); the kernel alone took the same 7.05 us
+# against 7.00. The twenty-fifth session's (4, 1024, 1), from four warps a program:
+# the vector is read once a program (on four warps each warp read all of it, four
+# times the program's weight bytes), 4.47 M instructions a layer against 3.19 M
+# (compiled; that gate/up was bound by its instructions was an inference, put in doubt
+# by a tensor-core prototype with ~30% fewer that took as long: docs/benchmarks.md,
+# twenty-sixth session); the step 1,809.6 us against 1,836.8 with (4, 512, 4), int8
+# attention 1,588.5 against 1,609.8 (gpu139); (4, 512, 1) 1,999.3, (4, 2048, 1)
+# 1,841.8, (2, 1024, 1) 1,939.2. The group sums add in an order that follows the
+# block: the same bf16 output in the CUDA test, fp32 within a rounding. Wider rows keep
+# ``WORDS_GATE_UP_WIDE`` (unmeasured against the others there).
+WORDS_GATE_UP_BLOCK = (4, 2048, 2)
 WORDS_GATE_UP_WIDE = (4, 512, 4)
-ONE_WARP_COLS = 2048
+NARROW_COLS = 2048
 WORDS_DOWN_BLOCK = (16, 256, 4)
 # int4 words: each gate/up program loads every tile of its gate and up rows at once
 # (rows of at most four tiles), then dots them in the loop's order: the same bits, one
@@ -317,7 +321,7 @@ def _eighths_empty(rows: int, cols: int, device: torch.device) -> torch.Tensor:
 
 def words_gate_up_block(hidden: int) -> tuple[int, int, int]:
     """The int4 word kernel's gate/up block for rows of ``hidden`` columns."""
-    return WORDS_GATE_UP_BLOCK if hidden <= ONE_WARP_COLS else WORDS_GATE_UP_WIDE
+    return WORDS_GATE_UP_BLOCK if hidden <= NARROW_COLS else WORDS_GATE_UP_WIDE
 
 
 def _blocks(
