@@ -287,12 +287,11 @@ WORDS_DOWN_BLOCK = (16, 256, 4)
 # before, so unlike down's rows these cannot be read ahead of the wait). Compiled for
 # sm_90 on one warp, ptxas issues the second tile's loads after the first tile's
 # products; pinning most of them first was slower (8.44 us a launch against 6.99,
-# gpu147).
-# With four rows a program on four warps (the block before the twenty-fifth session; 68 registers, 7
-# programs an SM; eight rows take 125 and 4): on the H200, 30B-A3B, the step 1,616.2 us
-# against 1,662.7 with the loop of (8, 512, 4) (int8 attention; bf16 attention 1,843.7
-# against 1,886.2); (8, 512, 4) loaded at once 1,657.0, the loop of (4, 512, 4) 1,691.5
-# (gpu119, docs/benchmarks.md).
+# gpu147). With four rows a program on four warps (the block before the twenty-fifth
+# session; 68 registers, 7 programs an SM; eight rows take 125 and 4): on the H200,
+# 30B-A3B, the step 1,616.2 us against 1,662.7 with the loop of (8, 512, 4) (int8
+# attention; bf16 attention 1,843.7 against 1,886.2); (8, 512, 4) loaded at once
+# 1,657.0, the loop of (4, 512, 4) 1,691.5 (gpu119, docs/benchmarks.md).
 WHOLE_GATE_UP = True
 
 
