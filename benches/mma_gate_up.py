@@ -30,6 +30,7 @@ from flint.graphs import moe_kernel as mk
 from flint.graphs.slot_kernels import _activate, gate_up_kernel
 from flint.graphs.triton_kernels import _eighth_exp, _eighths_index, _round, _times_2_to
 from moe_kernel_tune import pools
+from step_ab import timed as replay_us
 
 HIDDEN, INTER, TOP_K = 2048, 768, 8
 
@@ -326,23 +327,15 @@ def floor_launch(ids, out, pool, x8, rows, ids_on=True, scales=False, xv=False):
 
 
 def timed(fn, reps: int) -> float:
+    """Microseconds of ``reps`` calls of ``fn`` captured in one CUDA graph: the best of
+    five replays (``step_ab.timed``)."""
     fn()
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         for _ in range(reps):
             fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    best = float("inf")
-    for _ in range(5):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        torch.cuda.synchronize()
-        best = min(best, start.elapsed_time(end) * 1000 / reps)
-    return best
+    return min(replay_us(graph, 1) for _ in range(5)) / reps
 
 
 def main() -> None:

@@ -100,7 +100,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "down-w2": {"WORDS_DOWN_BLOCK": (16, 256, 2)},
     "down-b8-w2": {"WORDS_DOWN_BLOCK": (8, 256, 2)},
     # int4 gate/up: the loop of tiles instead of every tile of a program's rows loaded
-    # at once (WHOLE_GATE_UP), and its blocks (rows, columns, warps; default (4, 1024, 1))
+    # at once (WHOLE_GATE_UP), and its blocks (rows, columns, warps; default (4, 2048, 2))
     "gu-loop": {"WHOLE_GATE_UP": False},
     "gu-loop-b8": {"WHOLE_GATE_UP": False, "WORDS_GATE_UP_BLOCK": (8, 512, 4)},
     "gu-b8": {"WORDS_GATE_UP_BLOCK": (8, 512, 4)},
