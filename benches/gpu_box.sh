@@ -2254,8 +2254,18 @@ gpu150() {
   r0 q30d8
 }
 
+gpu151() {
+  echo "== launch floor: serial, pdl, flag"
+  timeout 150 python3 benches/launch_floor.py --launches 100,500 --programs 1,132,1024,2048 \
+    --syncs serial,pdl,flag 2>&1 | grep -E 'programs|rror' | head -40
+  synth30 q30
+  timeout 150 python3 benches/step_ab.py "$DATA/q30.ftw" --configs base --profile base 2>&1 \
+    | grep -vE '^\s*$' | head -60
+}
+
 case $what in
   install) install ;;
+  gpu151) install; gpu151 ;;
   gpu150) install; gpu150 ;;
   gpu149) install; gpu149 ;;
   gpu148) install; gpu148 ;;

@@ -1,9 +1,14 @@
 """The fixed cost of one kernel launch inside a CUDA graph (issue 10): chains of N
 launches of a kernel that does almost nothing, each reading what the one before wrote,
-captured in one graph, replayed and timed with CUDA events; with and without
-programmatic dependent launch.
+captured in one graph, replayed and timed with CUDA events: launched one after the
+other (``serial``), with programmatic dependent launch (``pdl``: each kernel's programs
+start early and wait in ``griddepcontrol.wait`` until the kernel before has finished),
+or with dependent launch and a counter instead of that wait (``flag``: each program
+adds one to its kernel's counter, release, once its stores are done; the next
+kernel's programs poll that counter, acquire, until every program has added).
 
 Usage: python benches/launch_floor.py [--launches 100,500] [--programs 1,132,1024]
+       [--syncs serial,pdl,flag]
 
 The graph decode step of the 30B-A3B geometry is ~530 launches a token (docs/benchmarks.md):
 the microseconds per launch here, times 530, is the part of a token no kernel's bytes
@@ -34,19 +39,58 @@ def step_kernel(src_ptr, dst_ptr, BLOCK: tl.constexpr, GDC: tl.constexpr = False
     tl.store(dst_ptr + at, tl.load(src_ptr + at) + 1.0)
 
 
-def chain_graph(launches: int, programs: int, pdl: bool, device: torch.device) -> tuple:
+@triton.jit
+def flag_step_kernel(
+    src_ptr,
+    dst_ptr,
+    wait_ptr,
+    done_ptr,
+    need,
+    BLOCK: tl.constexpr,
+    WAIT: tl.constexpr,
+    GDC: tl.constexpr = False,
+):
+    """``step_kernel`` ordered by counters: poll ``wait_ptr`` (acquire) until ``need``
+    programs of the kernel before have added to it, let the next kernel's programs
+    start, step, then add one to ``done_ptr`` (release) once every thread's store is
+    done."""
+    if WAIT:
+        seen = tl.atomic_add(wait_ptr, 0, sem="acquire", scope="gpu")
+        while seen < need:
+            seen = tl.atomic_add(wait_ptr, 0, sem="acquire", scope="gpu")
+        if GDC:
+            tl.extra.cuda.gdc_launch_dependents()
+    at = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(dst_ptr + at, tl.load(src_ptr + at) + 1.0)
+    tl.debug_barrier()
+    tl.atomic_add(done_ptr, 1, sem="release", scope="gpu")
+
+
+def chain_graph(launches: int, programs: int, sync: str, device: torch.device) -> tuple:
     """A graph of ``launches`` step launches ping-ponging between two buffers."""
     block = 128
     bufs = [torch.zeros(programs * block, device=device) for _ in range(2)]
+    counters = torch.zeros(launches, dtype=torch.int32, device=device)
     saved = moe_kernel.PDL
-    moe_kernel.PDL = pdl
+    moe_kernel.PDL = sync != "serial"
     try:
 
         def run() -> None:
             with moe_kernel.dependent_launch():
                 kwargs = moe_kernel.pdl(device)
+                if sync == "flag":
+                    counters.zero_()
                 for i in range(launches):
-                    step_kernel[(programs,)](bufs[i % 2], bufs[(i + 1) % 2], BLOCK=block, **kwargs)
+                    src, dst = bufs[i % 2], bufs[(i + 1) % 2]
+                    if sync != "flag":
+                        step_kernel[(programs,)](src, dst, BLOCK=block, **kwargs)
+                        continue
+                    # the first launch follows the counters' reset: no early start
+                    early = kwargs if i else {}
+                    wait = counters[max(i - 1, 0)]
+                    flag_step_kernel[(programs,)](
+                        src, dst, wait, counters[i], programs, BLOCK=block, WAIT=i > 0, **early
+                    )
 
         run()  # compile
         torch.cuda.synchronize()
@@ -62,18 +106,27 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--launches", default="100,500")
     parser.add_argument("--programs", default="1,132,1024")
+    parser.add_argument("--syncs", default="serial,pdl,flag")
     args = parser.parse_args()
     device = torch.device("cuda", 0)
+    syncs = args.syncs.split(",")
     for programs in (int(p) for p in args.programs.split(",")):
         for launches in (int(n) for n in args.launches.split(",")):
-            graphs = {pdl: chain_graph(launches, programs, pdl, device) for pdl in (False, True)}
-            times: dict[bool, list[float]] = {False: [], True: []}
+            graphs = {sync: chain_graph(launches, programs, sync, device) for sync in syncs}
+            times: dict[str, list[float]] = {sync: [] for sync in syncs}
             for _ in range(5):
-                for pdl, (graph, _) in graphs.items():
-                    times[pdl].append(timed(graph, 20) / launches)
-            for pdl in (False, True):
-                row = {"programs": programs, "launches": launches, "pdl": pdl}
-                row["us_per_launch"] = round(statistics.median(times[pdl]), 3)
+                for sync, (graph, _) in graphs.items():
+                    times[sync].append(timed(graph, 20) / launches)
+            for sync in syncs:
+                graph, bufs = graphs[sync]
+                before = float(bufs[0][0])
+                graph.replay()
+                torch.cuda.synchronize()
+                # an even chain ends in bufs[0], each launch adding one to every entry
+                # after reading the one before's: a launch that read early shows here
+                ok = launches % 2 == 1 or bool((bufs[0] == before + launches).all())
+                row = {"programs": programs, "launches": launches, "sync": sync, "ok": ok}
+                row["us_per_launch"] = round(statistics.median(times[sync]), 3)
                 print(json.dumps(row), flush=True)
 
 
