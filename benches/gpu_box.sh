@@ -2263,8 +2263,20 @@ gpu151() {
     | grep -vE '^\s*$' | head -60
 }
 
+gpu152() {
+  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
+  echo "== at-once products, CUDA bits"
+  timeout 150 python3 -m pytest tests/models/test_read_ahead.py -q -p no:cacheprovider --tb=short \
+    -rf -m gpu -k "products_load" 2>&1 | grep -E "passed|failed|FAILED|Error|assert" | head -20
+  synth30 q30
+  timeout 330 python3 benches/step_ab.py "$DATA/q30.ftw" --configs \
+    base,o-at-once,late-gate_up,late-route,late-attention,late-ranked_sum,late-rope,late-down,attn-s1,attn-s2,attn-s4 \
+    2>&1 | grep -E '"config"|rror'
+}
+
 case $what in
   install) install ;;
+  gpu152) install; gpu152 ;;
   gpu151) install; gpu151 ;;
   gpu150) install; gpu150 ;;
   gpu149) install; gpu149 ;;

@@ -25,7 +25,9 @@ products four rows a program), ``qkv-tiles`` (bf16 q/k/v in tiles of 512 columns
 before gpu130), ``f-*`` (bf16 expert pools' blocks), ``gu-*w1`` (int4 gate/up on one warp a
 program; ``gu-k1024-w1`` was the default from 677654f), ``gu-k2048-w2`` (two warps,
 whole rows: the default since the twenty-sixth session) and ``gu-w4`` (the four warps
-before). ``--profile
+before), ``o-at-once`` (bf16 o's tiles after the first loaded at once),
+``late-KERNEL`` (one kernel launched without programmatic serialization:
+moe_kernel.LATE_START) and ``attn-s*`` (the attention's pipeline stages). ``--profile
 CONFIG`` then prints each kernel's time per step, and its share of the stream's time
 (under dependent launch, kernels overlap: a kernel's share is its end less the later
 of its start and the end of the kernel before). (The sixteenth session's ``no-fold``
@@ -54,6 +56,7 @@ from flint.graphs import decode, fused, moe_kernel
 from flint.graphs.decode import GraphDecoder, expert_pools
 
 _LINEAR_BLOCK = fused.linear_block
+_LATE = ("gate_up", "route", "attention", "ranked_sum", "rope", "norm", "norm_linear", "down")
 # name -> moe_kernel switches; "no-int8" builds the decoder without the file's int8
 # attention matrices (the dequantized ones instead)
 CONFIGS: dict[str, dict[str, Any]] = {
@@ -126,6 +129,15 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "gu-k2048-w2": {"WORDS_GATE_UP_BLOCK": (4, 2048, 2)},
     "gu-b8-k2048-w4": {"WORDS_GATE_UP_BLOCK": (8, 2048, 4)},
     "down-b32": {"WORDS_DOWN_BLOCK": (32, 256, 4)},
+    # bf16 o's tiles after the first loaded at once as its wait ends (fused.LINEAR_AT_ONCE;
+    # q/k/v's bf16 rows are one tile)
+    "o-at-once": {"fused.LINEAR_AT_ONCE": frozenset({"bf16"})},
+    # a kernel launched without programmatic serialization (moe_kernel.LATE_START)
+    **{f"late-{k}": {"LATE_START": frozenset({k})} for k in _LATE},
+    # the attention's pipelined stages (Triton's default 3 on Hopper)
+    "attn-s1": {"fused.ATTENTION_LAUNCH": {"num_stages": 1}},
+    "attn-s2": {"fused.ATTENTION_LAUNCH": {"num_stages": 2}},
+    "attn-s4": {"fused.ATTENTION_LAUNCH": {"num_stages": 4}},
     # float (bf16) expert pools' blocks (FLOAT_GATE_UP_BLOCK (4, 1024, 4), and
     # DOWN_BLOCK (16, 256, 4), tuned on int4 byte tiles): gate/up's eight rows a program
     # of before, down's rows
