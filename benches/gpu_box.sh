@@ -2274,8 +2274,21 @@ gpu152() {
     2>&1 | grep -E '"config"|rror'
 }
 
+gpu153() {
+  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
+  echo "== rope_attention: CUDA tests"
+  timeout 200 python3 -m pytest tests/models/test_rope_attention.py tests/models/test_graphs.py \
+    -q -p no:cacheprovider --tb=short -rf -m gpu -k "rope_attention or bit_identical" 2>&1 \
+    | grep -E "passed|failed|FAILED|Error|assert" | head -20
+  synth30 q30
+  timeout 200 python3 benches/step_ab.py "$DATA/q30.ftw" --configs \
+    base,rope-attn,rope-attn-w8,rope-attn-w4 --profile rope-attn 2>&1 \
+    | grep -E '"config"|"kernel"|stream_busy|rror'
+}
+
 case $what in
   install) install ;;
+  gpu153) install; gpu153 ;;
   gpu152) install; gpu152 ;;
   gpu151) install; gpu151 ;;
   gpu150) install; gpu150 ;;

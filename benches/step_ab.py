@@ -27,7 +27,9 @@ program; ``gu-k1024-w1`` was the default from 677654f), ``gu-k2048-w2`` (two war
 whole rows: the default since the twenty-sixth session) and ``gu-w4`` (the four warps
 before), ``o-at-once`` (bf16 o's tiles after the first loaded at once),
 ``late-KERNEL`` (one kernel launched without programmatic serialization:
-moe_kernel.LATE_START) and ``attn-s*`` (the attention's pipeline stages). ``--profile
+moe_kernel.LATE_START), ``attn-s*`` (the attention's pipeline stages) and
+``rope-attn*`` (q/k/v RoPE and the attention in one launch: decode.ROPE_ATTENTION,
+rope_attention.WARPS as "ra.WARPS"). ``--profile
 CONFIG`` then prints each kernel's time per step, and its share of the stream's time
 (under dependent launch, kernels overlap: a kernel's share is its end less the later
 of its start and the end of the kernel before). (The sixteenth session's ``no-fold``
@@ -52,7 +54,7 @@ from typing import Any
 import torch
 
 import flint
-from flint.graphs import decode, fused, moe_kernel
+from flint.graphs import decode, fused, moe_kernel, rope_attention
 from flint.graphs.decode import GraphDecoder, expert_pools
 
 _LINEAR_BLOCK = fused.linear_block
@@ -138,6 +140,11 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "attn-s1": {"fused.ATTENTION_LAUNCH": {"num_stages": 1}},
     "attn-s2": {"fused.ATTENTION_LAUNCH": {"num_stages": 2}},
     "attn-s4": {"fused.ATTENTION_LAUNCH": {"num_stages": 4}},
+    # q/k/v RoPE and the attention in one launch, a program a query head (spans of at
+    # most 256 positions: decode.ROPE_ATTENTION), on 16 warps or 8
+    "rope-attn": {"decode.ROPE_ATTENTION": True},
+    "rope-attn-w8": {"decode.ROPE_ATTENTION": True, "ra.WARPS": 8},
+    "rope-attn-w4": {"decode.ROPE_ATTENTION": True, "ra.WARPS": 4},
     # float (bf16) expert pools' blocks (FLOAT_GATE_UP_BLOCK (4, 1024, 4), and
     # DOWN_BLOCK (16, 256, 4), tuned on int4 byte tiles): gate/up's eight rows a program
     # of before, down's rows
@@ -191,8 +198,8 @@ def captured(
     model: Any, pools: dict[int, Any], source: Any, switches: dict[str, Any], position: int
 ) -> tuple[GraphDecoder, Any]:
     """A decoder and its graph for ``position``, captured with ``switches`` set (on
-    moe_kernel, or on fused or decode for names "fused.X", "decode.X"; the decoder owns
-    the buffers the graph reads: keep it)."""
+    moe_kernel, or on fused, decode or rope_attention for names "fused.X", "decode.X",
+    "ra.X"; the decoder owns the buffers the graph reads: keep it)."""
     saved = {name: getattr(*_target(name)) for name in switches}
     for name, value in switches.items():
         setattr(*_target(name), value)
@@ -209,7 +216,7 @@ def captured(
 def _target(name: str) -> tuple[Any, str]:
     """(module, attribute) a switch's name sets."""
     module, _, attr = name.rpartition(".")
-    return {"": moe_kernel, "fused": fused, "decode": decode}[module], attr
+    return {"": moe_kernel, "fused": fused, "decode": decode, "ra": rope_attention}[module], attr
 
 
 def timed(graph: Any, replays: int) -> float:

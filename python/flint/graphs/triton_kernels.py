@@ -324,8 +324,28 @@ if triton is not None:
         ``ROT`` dims at ``pos`` (the rest pass through), written at ``out_ptr``:
         ``rms_norm`` and ``apply_rope``'s ops and roundings."""
         d = tl.arange(0, BLOCK)
-        ok = d < dim
         out_type = out_ptr.dtype.element_ty
+        x = _head_roped(y_ptr, w_ptr, cos_ptr, sin_ptr, pos, dim, eps, NORM, ROT, BLOCK, out_type)
+        tl.store(out_ptr + d, x.to(out_type), mask=d < dim)
+
+    @triton.jit
+    def _head_roped(
+        y_ptr,
+        w_ptr,
+        cos_ptr,
+        sin_ptr,
+        pos,
+        dim,
+        eps,
+        NORM: tl.constexpr,
+        ROT: tl.constexpr,
+        BLOCK: tl.constexpr,
+        OUT: tl.constexpr,
+    ):
+        """``_head_rope``'s values [BLOCK] (fp32, each rounded to ``OUT``; 0 past dim)."""
+        d = tl.arange(0, BLOCK)
+        ok = d < dim
+        out_type: tl.constexpr = OUT
         x = tl.load(y_ptr + d, mask=ok, other=0.0).to(tl.float32)
         inv = 1.0
         if NORM:
@@ -345,7 +365,7 @@ if triton is not None:
             rotated = tl.where(d < half, -px, px)
             y = _round(_round(x * cos, out_type) + _round(rotated * sin, out_type), out_type)
             x = tl.where(rot, y, x)
-        tl.store(out_ptr + d, x.to(out_type), mask=ok)
+        return x
 
     @triton.jit
     def head_rope_kernel(
