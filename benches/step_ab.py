@@ -25,11 +25,7 @@ products four rows a program), ``qkv-tiles`` (bf16 q/k/v in tiles of 512 columns
 before gpu130), ``f-*`` (bf16 expert pools' blocks), ``gu-*w1`` (int4 gate/up on one warp a
 program; ``gu-k1024-w1`` was the default from 677654f), ``gu-k2048-w2`` (two warps,
 whole rows: the default since the twenty-sixth session) and ``gu-w4`` (the four warps
-before), ``o-at-once`` (bf16 o's tiles after the first loaded at once),
-``late-KERNEL`` (one kernel launched without programmatic serialization:
-moe_kernel.LATE_START), ``attn-s*`` (the attention's pipeline stages) and
-``rope-attn*`` (q/k/v RoPE and the attention in one launch: decode.ROPE_ATTENTION,
-rope_attention.WARPS as "ra.WARPS"). ``--profile
+before). ``--profile
 CONFIG`` then prints each kernel's time per step, and its share of the stream's time
 (under dependent launch, kernels overlap: a kernel's share is its end less the later
 of its start and the end of the kernel before). (The sixteenth session's ``no-fold``
@@ -39,8 +35,10 @@ the default), ``o-whole*``, ``evict-w``, ``keep``, ``evict-keep``, ``pick-s8`` (
 ``no-ahead-pick``), ``route-asks*``, ``o-behind`` and ``lin-behind``, the
 twenty-fifth's ``pf-*`` (L2 asks from a second stream), ``gu-st*``, ``lin-st*`` and
 ``st-both`` (software-pipelined loops), ``gu-r*``, ``gu-b8-r64``, ``down-r*``,
-``lin-r32`` and ``r-all`` (registers capped), measured
-switches since taken out; gpu125's ``f-gu-b4*`` set the block that is now the float
+``lin-r32`` and ``r-all`` (registers capped), the twenty-seventh's ``o-at-once``
+(bf16 o's tiles at once), ``late-*`` (kernels launched without programmatic
+serialization), ``attn-s*`` (the attention's pipeline stages) and ``rope-attn*``
+(RoPE and the attention in one launch), measured switches since taken out; gpu125's ``f-gu-b4*`` set the block that is now the float
 pools' default: docs/benchmarks.md.)
 """
 
@@ -54,11 +52,10 @@ from typing import Any
 import torch
 
 import flint
-from flint.graphs import decode, fused, moe_kernel, rope_attention
+from flint.graphs import decode, fused, moe_kernel
 from flint.graphs.decode import GraphDecoder, expert_pools
 
 _LINEAR_BLOCK = fused.linear_block
-_LATE = ("gate_up", "route", "attention", "ranked_sum", "rope", "norm", "norm_linear", "down")
 # name -> moe_kernel switches; "no-int8" builds the decoder without the file's int8
 # attention matrices (the dequantized ones instead)
 CONFIGS: dict[str, dict[str, Any]] = {
@@ -131,20 +128,6 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "gu-k2048-w2": {"WORDS_GATE_UP_BLOCK": (4, 2048, 2)},
     "gu-b8-k2048-w4": {"WORDS_GATE_UP_BLOCK": (8, 2048, 4)},
     "down-b32": {"WORDS_DOWN_BLOCK": (32, 256, 4)},
-    # bf16 o's tiles after the first loaded at once as its wait ends (fused.LINEAR_AT_ONCE;
-    # q/k/v's bf16 rows are one tile)
-    "o-at-once": {"fused.LINEAR_AT_ONCE": frozenset({"bf16"})},
-    # a kernel launched without programmatic serialization (moe_kernel.LATE_START)
-    **{f"late-{k}": {"LATE_START": frozenset({k})} for k in _LATE},
-    # the attention's pipelined stages (Triton's default 3 on Hopper)
-    "attn-s1": {"fused.ATTENTION_LAUNCH": {"num_stages": 1}},
-    "attn-s2": {"fused.ATTENTION_LAUNCH": {"num_stages": 2}},
-    "attn-s4": {"fused.ATTENTION_LAUNCH": {"num_stages": 4}},
-    # q/k/v RoPE and the attention in one launch, a program a query head (spans of at
-    # most 256 positions: decode.ROPE_ATTENTION), on 16 warps or 8
-    "rope-attn": {"decode.ROPE_ATTENTION": True},
-    "rope-attn-w8": {"decode.ROPE_ATTENTION": True, "ra.WARPS": 8},
-    "rope-attn-w4": {"decode.ROPE_ATTENTION": True, "ra.WARPS": 4},
     # float (bf16) expert pools' blocks (FLOAT_GATE_UP_BLOCK (4, 1024, 4), and
     # DOWN_BLOCK (16, 256, 4), tuned on int4 byte tiles): gate/up's eight rows a program
     # of before, down's rows
@@ -198,8 +181,8 @@ def captured(
     model: Any, pools: dict[int, Any], source: Any, switches: dict[str, Any], position: int
 ) -> tuple[GraphDecoder, Any]:
     """A decoder and its graph for ``position``, captured with ``switches`` set (on
-    moe_kernel, or on fused, decode or rope_attention for names "fused.X", "decode.X",
-    "ra.X"; the decoder owns the buffers the graph reads: keep it)."""
+    moe_kernel, or on fused or decode for names "fused.X", "decode.X"; the decoder owns
+    the buffers the graph reads: keep it)."""
     saved = {name: getattr(*_target(name)) for name in switches}
     for name, value in switches.items():
         setattr(*_target(name), value)
@@ -216,7 +199,7 @@ def captured(
 def _target(name: str) -> tuple[Any, str]:
     """(module, attribute) a switch's name sets."""
     module, _, attr = name.rpartition(".")
-    return {"": moe_kernel, "fused": fused, "decode": decode, "ra": rope_attention}[module], attr
+    return {"": moe_kernel, "fused": fused, "decode": decode}[module], attr
 
 
 def timed(graph: Any, replays: int) -> float:

@@ -18,7 +18,6 @@ import flint
 from flint.graphs import fused, moe_kernel
 from flint.graphs.decode import GraphDecoder
 from flint.graphs.moe_kernel import moe_experts, slab_pool
-from flint.graphs.triton_kernels import linear_kernel
 
 
 def _both(monkeypatch: pytest.MonkeyPatch, run: Callable[[], object]) -> tuple[object, object]:
@@ -308,69 +307,3 @@ def test_gate_up_blocks_against_the_default_on_cuda(
         _same(got, want)
     else:
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
-
-
-def _products_at_once_agree(
-    shapes: list[tuple[int, int]], device: torch.device, dtype: torch.dtype,
-    monkeypatch: pytest.MonkeyPatch,
-) -> list[int]:  # fmt: skip
-    """bf16 (or ``dtype``) and int8 one-token products of each (rows, cols) with bias
-    and residual, their tiles after the first loaded at once (``LINEAR_AT_ONCE``) and
-    in the loop: the same bits. In fp32 the product reaches the output unrounded, so a
-    changed order of the tiles' sums would show. The ``REST`` of each launch."""
-    torch.manual_seed(len(shapes))
-    rests: list[int] = []
-    kernel, schemes = linear_kernel, frozenset({"bf16", "int8"})
-
-    class Spy:
-        def __getitem__(self, grid: object) -> Callable[..., None]:
-            def launch(*args: object, **kw: int) -> None:
-                rests.append(kw["REST"])
-                kernel[grid](*args, **kw)
-
-            return launch
-
-    monkeypatch.setattr(fused, "linear_kernel", Spy())
-    for rows, cols in shapes:
-        x = torch.randn(1, cols).to(dtype).to(device)
-        wf = (torch.randn(rows, cols) / cols**0.5).to(dtype).to(device)
-        w8 = torch.randint(-127, 128, (rows, cols), dtype=torch.int8).to(device)
-        scale = (torch.rand(rows) / 100).to(device)
-        bias, residual = torch.randn(rows).to(dtype).to(device), torch.randn(1, rows).to(device)
-        for args in ((wf, bias, residual.to(dtype)), (w8, None, None, scale), (wf,)):
-            got = []
-            for at_once in (schemes, frozenset()):
-                monkeypatch.setattr(fused, "LINEAR_AT_ONCE", at_once)
-                got.append(fused.linear(x, *args))  # type: ignore[arg-type]
-            assert torch.isfinite(got[0]).all()
-            _same(got[0], got[1])
-    return rests
-
-
-@pytest.mark.interpreter
-def test_products_load_their_rows_at_once_to_the_same_bits(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Rows of four whole tiles, four with the last masked, three, two with the last
-    masked: at once; five tiles and one keep the loop (each shape bf16 with bias and
-    residual, int8 with scales, bf16 plain, then the same in the loop)."""
-    monkeypatch.setattr(fused, "LINEAR_BLOCK", {"bf16": (4, 64, 4), "int8": (2, 64, 4)})
-    shapes = [(9, 256), (6, 200), (5, 150), (7, 100), (4, 320), (3, 64)]
-    for dtype in (torch.bfloat16, torch.float32):
-        rests = _products_at_once_agree(shapes, torch.device("cpu"), dtype, monkeypatch)
-        assert rests == [v for r in (3, 3, 2, 1, 0, 0) for v in (r, 0) * 3]
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-def test_products_load_their_rows_at_once_to_the_same_bits_on_cuda(
-    dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The same compiled, in the step's block shapes: the 30B-A3B's q/k/v (one whole
-    tile, bf16 and int8) and o (four tiles bf16, two int8), a product of one tile, an
-    LM head (its loop)."""
-    shapes = [(5120, 2048), (2048, 4096), (700, 1500), (20000, 2048)]
-    rests = _products_at_once_agree(shapes, torch.device("cuda"), dtype, monkeypatch)
-    assert rests[:6] == [0] * 6
-    assert rests[6:12] == [3, 0, 1, 0, 3, 0]
-    assert rests[-12:] == [0] * 12

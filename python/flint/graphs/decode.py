@@ -41,8 +41,6 @@ from flint.graphs.moe_kernel import (
     slab_unsupported,
     stacked_pool,
 )
-from flint.graphs.rope_attention import rope_attention
-from flint.graphs.rope_attention import takes as rope_attention_takes
 from flint.graphs.slab_experts import SlabResidentExperts
 from flint.models.attention import Attention
 from flint.models.kv_cache import SplitKVCache
@@ -67,10 +65,6 @@ FUSED_DENSE = True
 # Plain attention's query against the cache through ``fused.decode_attention`` instead
 # of ``F.scaled_dot_product_attention``: False for an A/B in benches.
 FUSED_SDPA = True
-# Spans of at most 256 positions: q/k/v's norms and RoPE and the attention in one launch,
-# a program a query head (``rope_attention``), instead of two. Off until measured: an
-# A/B in benches.
-ROPE_ATTENTION = False
 # The router's product computes the post-attention norm itself (``fused.norm_linear``)
 # instead of waiting for the norm's own launch: one launch fewer per MoE layer. False
 # for an A/B in benches.
@@ -528,19 +522,12 @@ class GraphDecoder:
             return residual + y if h is None else torch.add(residual, y, out=h)
         assert isinstance(attn, Attention)
         cfg, cache = attn.cfg, self.model.cache
-        keys, values = cache.keys[attn.layer], cache.values[attn.layer]  # [Nkv, ctx, D]
-        o8 = self._stored(attn.layer, 1)
-        if self.fused_sdpa and not isinstance(attn, SinkAttention) and self._one_launch(span):
-            y = self._linear(x, *self.qkv[attn.layer], int8=self._stored(attn.layer, 0))[0]
-            out = rope_attention(
-                y, attn.q_norm, attn.k_norm, self.cos_table, self.sin_table, self.position,
-                keys, values, self.attn_out, cfg.num_heads, cfg.rms_norm_eps,
-            )  # fmt: skip
-            return self._linear(out, attn.o_w, attn.o_b, residual, h, o8)
         if self.fused_attention:
             q = self._project_fused(attn, x)
         else:
             q = self._project(attn, x, cos, sin)
+        keys, values = cache.keys[attn.layer], cache.values[attn.layer]  # [Nkv, ctx, D]
+        o8 = self._stored(attn.layer, 1)
         if self.fused_sdpa and not isinstance(attn, SinkAttention):
             out = fused.decode_attention(
                 q, keys, values, self.position, span, self.attn_out, self.attn_parts
@@ -558,10 +545,6 @@ class GraphDecoder:
             )[0]  # [Nq, 1, D]
         out = out.transpose(0, 1).reshape(1, -1)
         return self._linear(out, attn.o_w, attn.o_b, residual, h, o8)
-
-    def _one_launch(self, span: int) -> bool:
-        """Whether this span's attention is ``rope_attention``'s one launch."""
-        return ROPE_ATTENTION and rope_attention_takes(span, self.model.config.head_dim)
 
     def _stored(self, layer: int, part: int) -> Int8 | None:
         """The layer's stored int8 q/k/v (``part`` 0) or o (1), if the file has them."""

@@ -72,7 +72,7 @@ def rms_norm(
         rms_norm_kernel[(x.shape[0],)](
             x, x, x, weight, out, n, eps, x if eighths is None else eighths, e_stride,
             BLOCK=_block(n), W32=weight_in_fp32, ADD=False, EIGHTHS=eighths is not None,
-            **NORM_LAUNCH, **ahead("norm", x.device), **pdl(x.device, "norm"),
+            **NORM_LAUNCH, **ahead("norm", x.device), **pdl(x.device),
         )  # fmt: skip
     return out
 
@@ -92,7 +92,7 @@ def add_rms_norm(
     with on_device(x.device):
         rms_norm_kernel[(x.shape[0],)](
             x, delta, total, weight, out, n, eps, x, 0, BLOCK=_block(n), W32=weight_in_fp32,
-            ADD=True, **NORM_LAUNCH, **ahead("norm", x.device), **pdl(x.device, "norm"),
+            ADD=True, **NORM_LAUNCH, **ahead("norm", x.device), **pdl(x.device),
         )  # fmt: skip
     return total, out
 
@@ -121,23 +121,6 @@ def linear_block(rows: int, cols: int, int8: bool) -> tuple[int, int, int]:
     return (4, 1024, 8) if cols >= 4096 else (4, 512, 4)
 
 
-# Which one-token products load a row's tiles after the first at once as their wait
-# ends (``linear_kernel``'s ``REST``), by weight scheme ("bf16", "int8"); never the LM
-# head (many waves of programs). Off: the twenty-third session measured both schemes
-# at once slower (gpu124: the q30 step 2,058.9 us against 1,937.7, when bf16 q/k/v had
-# four tiles and lost programs an SM to it); a set for the benches' A/B of bf16 o alone.
-LINEAR_AT_ONCE: frozenset[str] = frozenset()
-
-
-def linear_rest(rows: int, cols: int, bk: int, int8: bool) -> int:
-    """``linear_kernel``'s ``REST``: the tiles after a row's first loaded at once (rows
-    of 2 to 4 tiles, where ``LINEAR_AT_ONCE`` names the scheme), else 0 (a loop)."""
-    tiles = -(-cols // bk)
-    if ("int8" if int8 else "bf16") not in LINEAR_AT_ONCE or not 2 <= tiles <= 4:
-        return 0
-    return tiles - 1 if rows <= 16384 else 0
-
-
 def linear(
     x: torch.Tensor,  # [1, K] in the model dtype
     weight: torch.Tensor,  # [N, K]: the model dtype, or int8 with ``scale``
@@ -160,7 +143,6 @@ def linear(
         out = torch.empty(1, rows, dtype=x.dtype, device=x.device)
     assert out.shape == (1, rows) and out.is_contiguous(), (out.shape, rows)
     bn, bk, warps = LINEAR_BLOCK.get("int8" if int8 else "bf16") or linear_block(rows, cols, int8)
-    bk = min(bk, _block(cols))
     x = x.contiguous()
     with on_device(x.device):
         linear_kernel[(triton.cdiv(rows, bn),)](
@@ -168,8 +150,8 @@ def linear(
             x if bias is None else bias, x if residual is None else residual.contiguous(),
             out, rows, cols, ROUND=_DTYPES[x.dtype], SCHEME=int(int8),
             HAS_BIAS=bias is not None, HAS_RES=residual is not None,
-            BN=bn, BK=bk, REST=linear_rest(rows, cols, bk, int8), num_warps=warps,
-            **ahead("linear", x.device), **pdl(x.device, "linear"),
+            BN=bn, BK=min(bk, _block(cols)), num_warps=warps, **ahead("linear", x.device),
+            **pdl(x.device),
         )  # fmt: skip
     return out
 
@@ -204,7 +186,7 @@ def norm_linear(
             h if eighths is None else eighths, e_stride, rows, cols, eps,
             ROUND=_DTYPES[h.dtype], BN=NORM_LINEAR_ROWS, BLOCK=_block(cols),
             W32=weight_in_fp32, EIGHTHS=eighths is not None, num_warps=NORM_LINEAR_WARPS,
-            **ahead("norm", h.device), **pdl(h.device, "norm_linear"),
+            **ahead("norm", h.device), **pdl(h.device),
         )  # fmt: skip
     return out, normed
 
@@ -230,7 +212,7 @@ def head_rope(
         head_rope_kernel[(heads,)](
             y, y if norm is None else norm, cos, sin, position, out, out_head, out_pos, dim,
             eps, NORM=norm is not None, ROT=rot, BLOCK=_block(dim), **ROPE_LAUNCH,
-            **pdl(y.device, "rope"),
+            **pdl(y.device),
         )  # fmt: skip
 
 
@@ -256,7 +238,7 @@ def qkv_rope(
             y, y if q_norm is None else q_norm, y if k_norm is None else k_norm, cos, sin,
             position, q, keys, values, keys.stride(0), keys.stride(1), values.stride(0),
             values.stride(1), heads, kv_heads, dim, eps, NORM=q_norm is not None,
-            ROT=cos.shape[-1], BLOCK=_block(dim), **ROPE_LAUNCH, **pdl(y.device, "rope"),
+            ROT=cos.shape[-1], BLOCK=_block(dim), **ROPE_LAUNCH, **pdl(y.device),
         )  # fmt: skip
 
 
@@ -303,11 +285,11 @@ def decode_attention(
             values.stride(0), values.stride(1), heads, dim, dim**-0.5, GROUP=group,
             GP=max(16, _block(group)), DP=max(16, _block(dim)), BS=ATTENTION_BLOCK,
             CHUNK=ATTENTION_CHUNK, SPLIT=splits > 1, F32=q.device.type == "cpu",
-            **ATTENTION_LAUNCH, **ahead("attention", q.device), **pdl(q.device, "attention"),
+            **ATTENTION_LAUNCH, **ahead("attention", q.device), **pdl(q.device),
         )  # fmt: skip
         if splits > 1:
             attention_combine_kernel[(heads,)](
-                m, total, acc, out, heads, dim, splits, DP=_block(dim), **pdl(q.device, "attention")
+                m, total, acc, out, heads, dim, splits, DP=_block(dim), **pdl(q.device)
             )
     return out
 
@@ -324,7 +306,7 @@ def route(
         route_kernel[(tokens,)](
             logits.contiguous(), ids, weights, experts, TOPK=top_k, NORM=normalize,
             BLOCK=_block(experts), KP=_block(top_k), ONE_PASS=ROUTE_ONE_PASS,
-            num_warps=1 if ROUTE_ONE_PASS else 4, **pdl(logits.device, "route"),
+            num_warps=1 if ROUTE_ONE_PASS else 4, **pdl(logits.device),
         )  # fmt: skip
     return ids, weights
 
@@ -354,10 +336,8 @@ def argmax(
     blocks = keys.shape[0]
     assert blocks == -(-n // ARGMAX_BLOCK), (blocks, n)
     with on_device(x.device):
-        argmax_blocks_kernel[(blocks,)](
-            x, keys, first, n, BLOCK=ARGMAX_BLOCK, **pdl(x.device, "argmax")
-        )
+        argmax_blocks_kernel[(blocks,)](x, keys, first, n, BLOCK=ARGMAX_BLOCK, **pdl(x.device))
         argmax_kernel[(1,)](
-            keys, first, out, blocks, n, BLOCK=_block(blocks), **pdl(x.device, "argmax")
+            keys, first, out, blocks, n, BLOCK=_block(blocks), **pdl(x.device)
         )  # fmt: skip
     return out

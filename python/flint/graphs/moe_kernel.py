@@ -93,28 +93,16 @@ def _pdl_capable(index: int) -> bool:
     return major >= 9 and hasattr(extra, "gdc_wait")
 
 
-# Kernels of the step launched without programmatic serialization: they start once the
-# kernel before has finished, as without dependent launch, but still let the next one
-# start early (its wait in theirs returns at once). Names: "norm", "linear",
-# "norm_linear", "rope", "attention", "route", "gate_up", "down", "ranked_sum",
-# "argmax", "eighths". Empty: a set for the benches' A/B (benches/launch_floor.py
-# measured trivial chains of 1,024 and 2,048 programs faster launched one after the
-# other than with dependent launch, gpu151).
-LATE_START: frozenset[str] = frozenset()
-
-
-def pdl(device: torch.device, kernel: str = "") -> dict[str, bool]:
+def pdl(device: torch.device) -> dict[str, bool]:
     """The launch arguments for programmatic dependent launch on ``device`` (none where
     it does not apply: outside ``dependent_launch``, the CPU's interpreter, GPUs before
-    Hopper, ``PDL`` off) of ``kernel`` (named as ``LATE_START`` names it)."""
+    Hopper, ``PDL`` off)."""
     if not PDL or not getattr(_pdl_scope, "on", False):
         return {}
     if device.type != "cuda" or triton is None:
         return {}
     index = torch.cuda.current_device() if device.index is None else device.index
-    if not _pdl_capable(index):
-        return {}
-    return {"GDC": True} if kernel in LATE_START else {"GDC": True, "launch_pdl": True}
+    return {"GDC": True, "launch_pdl": True} if _pdl_capable(index) else {}
 
 
 # What each kernel of the resident step reads before its wait under dependent launch,
@@ -359,7 +347,7 @@ def eighths(x: torch.Tensor) -> torch.Tensor:
     block = triton.next_power_of_2(cols)
     eighths_kernel[(tokens,)](
         x, out, cols, stride, BLOCK=block, num_warps=max(1, min(8, block // 256)),
-        **pdl(x.device, "eighths"),
+        **pdl(x.device),
     )  # fmt: skip
     return out
 
@@ -450,7 +438,7 @@ def _pair_outputs(
         i_dim, xs, hs, pool.alpha, pool.limit, OUT=_DTYPES[x.dtype], TOPK=top_k,
         SCHEME=code, GROUP=group, BN=bn, BK=bk, HAS_BIAS=has_bias,
         ACT=pool.act, EVEN=_even(h_dim, bk), WORDS=words, WHOLE=whole,
-        num_warps=warps, **pdl(x.device, "gate_up"),
+        num_warps=warps, **pdl(x.device),
     )  # fmt: skip
     bn, bk, warps = down_block
     bk = _cols(bk, group)
@@ -460,7 +448,7 @@ def _pair_outputs(
         hidden, ids, y, *_args(pool.down), down_b, h_dim, i_dim, hs,
         OUT=_DTYPES[x.dtype], SCHEME=code, GROUP=group, BN=bn, BK=bk,
         HAS_BIAS=has_bias, EVEN=_even(i_dim, bk), WORDS=words, AHEAD=read_ahead,
-        num_warps=warps, **pdl(x.device, "down"),
+        num_warps=warps, **pdl(x.device),
     )  # fmt: skip
 
 
@@ -472,7 +460,7 @@ def _ranked_sum(
     tokens, top_k = weights.shape
     h_dim = out.shape[1]
     ranked_sum_kernel[(tokens, triton.cdiv(h_dim, SUM_BLOCK))](
-        per_rank, weights, out, h_dim, TOPK=top_k, BS=SUM_BLOCK, **pdl(out.device, "ranked_sum")
+        per_rank, weights, out, h_dim, TOPK=top_k, BS=SUM_BLOCK, **pdl(out.device)
     )
     return out
 

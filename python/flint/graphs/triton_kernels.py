@@ -16,8 +16,6 @@ __all__ = [
     "_eighths_index",
     "_round",
     "_times_2_to",
-    "_w_rest",
-    "_w_rest_dot",
     "_w_steps",
     "_w_tile",
     "_x_cols",
@@ -106,30 +104,6 @@ if triton is not None:
         return acc
 
     @triton.jit
-    def _w_rest(w_ptr, w_row, rows, row_ok, n_cols, BK: tl.constexpr, REST: tl.constexpr):
-        """The ``REST`` (1 to 3) float or int8 tiles after a row's first, at columns BK,
-        2 BK, .. (past REST, tile 1 again, unused), for ``_w_rest_dot``: all their loads
-        issued before any is used (one memory round trip, not one per tile)."""
-        w1 = _w_tile(w_ptr, w_row, rows, row_ok, BK, n_cols, BK)
-        w2, w3 = w1, w1
-        if REST > 1:
-            w2 = _w_tile(w_ptr, w_row, rows, row_ok, 2 * BK, n_cols, BK)
-        if REST > 2:
-            w3 = _w_tile(w_ptr, w_row, rows, row_ok, 3 * BK, n_cols, BK)
-        return w1, w2, w3
-
-    @triton.jit
-    def _w_rest_dot(w1, w2, w3, v_ptr, n_cols, acc, BK: tl.constexpr, REST: tl.constexpr):
-        """``acc`` plus the dots of ``_w_rest``'s tiles with the vector, in
-        ``_w_steps``' order (tile by tile): the same bits."""
-        acc += tl.sum(w1.to(tl.float32) * _x_cols(v_ptr, BK, n_cols, BK)[None, :], axis=1)
-        if REST > 1:
-            acc += tl.sum(w2.to(tl.float32) * _x_cols(v_ptr, 2 * BK, n_cols, BK)[None, :], axis=1)
-        if REST > 2:
-            acc += tl.sum(w3.to(tl.float32) * _x_cols(v_ptr, 3 * BK, n_cols, BK)[None, :], axis=1)
-        return acc
-
-    @triton.jit
     def _read_if(ptr, at, ok, READ: tl.constexpr):
         """The values at ``ptr + at`` (fp32; 0 where not ``ok``) where ``READ``, else the
         scalar 0, which the caller does not use: a value read after the wait instead of
@@ -157,7 +131,6 @@ if triton is not None:
         BN: tl.constexpr,
         BK: tl.constexpr,
         AHEAD: tl.constexpr = False,
-        REST: tl.constexpr = 0,
         GDC: tl.constexpr = False,
     ):
         """out[rows] = x . w[rows] (+ bias, in fp32) rounded to ``ROUND`` (F.linear's
@@ -165,9 +138,8 @@ if triton is not None:
         at a time; bf16 weights (``SCHEME`` 0) or int8 with fp32 row scales (1). The
         first step's weights are constant, so they are read before ``_await_inputs``:
         they arrive while the kernel before finishes; with ``AHEAD`` the row scales and
-        biases too, and the residual as soon as the wait ends, not after the loop.
-        ``REST`` (1 to 3, rows of exactly REST + 1 tiles): the tiles after the first
-        loaded at once as the wait ends, not one per step. The sum is ``_rows_dot``'s."""
+        biases too, and the residual as soon as the wait ends, not after the loop. The
+        sum is ``_rows_dot``'s."""
         rows = tl.program_id(0) * BN + tl.arange(0, BN)
         row_ok = rows < n_rows
         w = _w_tile(w_ptr, w_row, rows, row_ok, 0, n_cols, BK)
@@ -175,16 +147,10 @@ if triton is not None:
             scale = _read_if(s_ptr, rows, row_ok, SCHEME == 1)
             bias = _read_if(b_ptr, rows, row_ok, HAS_BIAS)
         _await_inputs(GDC)
-        if REST > 0:
-            tl.static_assert(REST <= 3, "REST: rows of 2 to 4 tiles")
-            w1, w2, w3 = _w_rest(w_ptr, w_row, rows, row_ok, n_cols, BK, REST)
         if AHEAD:
             res = _read_if(r_ptr, rows, row_ok, HAS_RES)
         acc = tl.sum(w.to(tl.float32) * _x_cols(x_ptr, 0, n_cols, BK)[None, :], axis=1)
-        if REST > 0:
-            acc = _w_rest_dot(w1, w2, w3, x_ptr, n_cols, acc, BK, REST)
-        else:
-            acc = _w_steps(w_ptr, w_row, x_ptr, rows, row_ok, BK, n_cols, acc, BK)
+        acc = _w_steps(w_ptr, w_row, x_ptr, rows, row_ok, BK, n_cols, acc, BK)
         if not AHEAD:
             scale = _read_if(s_ptr, rows, row_ok, SCHEME == 1)
         if SCHEME == 1:
@@ -324,28 +290,8 @@ if triton is not None:
         ``ROT`` dims at ``pos`` (the rest pass through), written at ``out_ptr``:
         ``rms_norm`` and ``apply_rope``'s ops and roundings."""
         d = tl.arange(0, BLOCK)
-        out_type = out_ptr.dtype.element_ty
-        x = _head_roped(y_ptr, w_ptr, cos_ptr, sin_ptr, pos, dim, eps, NORM, ROT, BLOCK, out_type)
-        tl.store(out_ptr + d, x.to(out_type), mask=d < dim)
-
-    @triton.jit
-    def _head_roped(
-        y_ptr,
-        w_ptr,
-        cos_ptr,
-        sin_ptr,
-        pos,
-        dim,
-        eps,
-        NORM: tl.constexpr,
-        ROT: tl.constexpr,
-        BLOCK: tl.constexpr,
-        OUT: tl.constexpr,
-    ):
-        """``_head_rope``'s values [BLOCK] (fp32, each rounded to ``OUT``; 0 past dim)."""
-        d = tl.arange(0, BLOCK)
         ok = d < dim
-        out_type: tl.constexpr = OUT
+        out_type = out_ptr.dtype.element_ty
         x = tl.load(y_ptr + d, mask=ok, other=0.0).to(tl.float32)
         inv = 1.0
         if NORM:
@@ -365,7 +311,7 @@ if triton is not None:
             rotated = tl.where(d < half, -px, px)
             y = _round(_round(x * cos, out_type) + _round(rotated * sin, out_type), out_type)
             x = tl.where(rot, y, x)
-        return x
+        tl.store(out_ptr + d, x.to(out_type), mask=ok)
 
     @triton.jit
     def head_rope_kernel(
