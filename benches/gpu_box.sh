@@ -2286,8 +2286,20 @@ gpu153() {
     | grep -E '"config"|"kernel"|stream_busy|rror'
 }
 
+gpu154() {
+  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
+  echo "== early launches: CUDA bits"
+  timeout 200 python3 -m pytest tests/models/test_graphs.py -q -p no:cacheprovider --tb=short \
+    -rf -m gpu -k "dependent_launch_gives" 2>&1 | grep -E "passed|failed|FAILED|Error|assert" | head -20
+  synth30 q30
+  timeout 200 python3 benches/step_ab.py "$DATA/q30.ftw" --configs \
+    base,early-all,early-small,early-bw --profile early-all 2>&1 \
+    | grep -E '"config"|share_us|stream_busy|rror'
+}
+
 case $what in
   install) install ;;
+  gpu154) install; gpu154 ;;
   gpu153) install; gpu153 ;;
   gpu152) install; gpu152 ;;
   gpu151) install; gpu151 ;;

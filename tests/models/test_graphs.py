@@ -1002,14 +1002,18 @@ def test_captured_and_eager_steps_are_bit_identical(family: str, tiny_ftw: dict[
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("early", [False, True])
 @pytest.mark.parametrize("family", COVERED)
 def test_dependent_launch_gives_the_serial_launchs_bits(
-    family: str, tiny_ftw: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+    family: str, early: bool, tiny_ftw: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The step's kernels with programmatic dependent launch (each starting while the
     one before finishes, on Hopper and later) and launched one after the other: the
     same bits over 40 tokens (a kernel reading its input before the one before has
-    written it would show here)."""
+    written it would show here). ``early``: every kernel but gate/up letting the next
+    start before its own wait (``moe_kernel.EARLY``)."""
+    if early:
+        monkeypatch.setattr(moe_kernel, "EARLY", moe_kernel.EARLY_NAMES)
     if not moe_kernel._pdl_capable(0):
         pytest.skip("programmatic dependent launch needs Hopper or later and Triton's gdc")
     with moe_kernel.dependent_launch():

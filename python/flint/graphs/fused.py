@@ -72,7 +72,7 @@ def rms_norm(
         rms_norm_kernel[(x.shape[0],)](
             x, x, x, weight, out, n, eps, x if eighths is None else eighths, e_stride,
             BLOCK=_block(n), W32=weight_in_fp32, ADD=False, EIGHTHS=eighths is not None,
-            **NORM_LAUNCH, **ahead("norm", x.device), **pdl(x.device),
+            **NORM_LAUNCH, **ahead("norm", x.device), **pdl(x.device, "norm"),
         )  # fmt: skip
     return out
 
@@ -92,7 +92,7 @@ def add_rms_norm(
     with on_device(x.device):
         rms_norm_kernel[(x.shape[0],)](
             x, delta, total, weight, out, n, eps, x, 0, BLOCK=_block(n), W32=weight_in_fp32,
-            ADD=True, **NORM_LAUNCH, **ahead("norm", x.device), **pdl(x.device),
+            ADD=True, **NORM_LAUNCH, **ahead("norm", x.device), **pdl(x.device, "norm"),
         )  # fmt: skip
     return total, out
 
@@ -151,7 +151,7 @@ def linear(
             out, rows, cols, ROUND=_DTYPES[x.dtype], SCHEME=int(int8),
             HAS_BIAS=bias is not None, HAS_RES=residual is not None,
             BN=bn, BK=min(bk, _block(cols)), num_warps=warps, **ahead("linear", x.device),
-            **pdl(x.device),
+            **pdl(x.device, "linear"),
         )  # fmt: skip
     return out
 
@@ -186,7 +186,7 @@ def norm_linear(
             h if eighths is None else eighths, e_stride, rows, cols, eps,
             ROUND=_DTYPES[h.dtype], BN=NORM_LINEAR_ROWS, BLOCK=_block(cols),
             W32=weight_in_fp32, EIGHTHS=eighths is not None, num_warps=NORM_LINEAR_WARPS,
-            **ahead("norm", h.device), **pdl(h.device),
+            **ahead("norm", h.device), **pdl(h.device, "norm_linear"),
         )  # fmt: skip
     return out, normed
 
@@ -212,7 +212,7 @@ def head_rope(
         head_rope_kernel[(heads,)](
             y, y if norm is None else norm, cos, sin, position, out, out_head, out_pos, dim,
             eps, NORM=norm is not None, ROT=rot, BLOCK=_block(dim), **ROPE_LAUNCH,
-            **pdl(y.device),
+            **pdl(y.device, "rope"),
         )  # fmt: skip
 
 
@@ -238,7 +238,7 @@ def qkv_rope(
             y, y if q_norm is None else q_norm, y if k_norm is None else k_norm, cos, sin,
             position, q, keys, values, keys.stride(0), keys.stride(1), values.stride(0),
             values.stride(1), heads, kv_heads, dim, eps, NORM=q_norm is not None,
-            ROT=cos.shape[-1], BLOCK=_block(dim), **ROPE_LAUNCH, **pdl(y.device),
+            ROT=cos.shape[-1], BLOCK=_block(dim), **ROPE_LAUNCH, **pdl(y.device, "rope"),
         )  # fmt: skip
 
 
@@ -285,11 +285,11 @@ def decode_attention(
             values.stride(0), values.stride(1), heads, dim, dim**-0.5, GROUP=group,
             GP=max(16, _block(group)), DP=max(16, _block(dim)), BS=ATTENTION_BLOCK,
             CHUNK=ATTENTION_CHUNK, SPLIT=splits > 1, F32=q.device.type == "cpu",
-            **ATTENTION_LAUNCH, **ahead("attention", q.device), **pdl(q.device),
+            **ATTENTION_LAUNCH, **ahead("attention", q.device), **pdl(q.device, "attention"),
         )  # fmt: skip
         if splits > 1:
             attention_combine_kernel[(heads,)](
-                m, total, acc, out, heads, dim, splits, DP=_block(dim), **pdl(q.device)
+                m, total, acc, out, heads, dim, splits, DP=_block(dim), **pdl(q.device, "attention")
             )
     return out
 
@@ -306,7 +306,7 @@ def route(
         route_kernel[(tokens,)](
             logits.contiguous(), ids, weights, experts, TOPK=top_k, NORM=normalize,
             BLOCK=_block(experts), KP=_block(top_k), ONE_PASS=ROUTE_ONE_PASS,
-            num_warps=1 if ROUTE_ONE_PASS else 4, **pdl(logits.device),
+            num_warps=1 if ROUTE_ONE_PASS else 4, **pdl(logits.device, "route"),
         )  # fmt: skip
     return ids, weights
 
@@ -336,8 +336,10 @@ def argmax(
     blocks = keys.shape[0]
     assert blocks == -(-n // ARGMAX_BLOCK), (blocks, n)
     with on_device(x.device):
-        argmax_blocks_kernel[(blocks,)](x, keys, first, n, BLOCK=ARGMAX_BLOCK, **pdl(x.device))
+        argmax_blocks_kernel[(blocks,)](
+            x, keys, first, n, BLOCK=ARGMAX_BLOCK, **pdl(x.device, "argmax")
+        )
         argmax_kernel[(1,)](
-            keys, first, out, blocks, n, BLOCK=_block(blocks), **pdl(x.device)
+            keys, first, out, blocks, n, BLOCK=_block(blocks), **pdl(x.device, "argmax")
         )  # fmt: skip
     return out

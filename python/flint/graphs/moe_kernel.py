@@ -93,16 +93,33 @@ def _pdl_capable(index: int) -> bool:
     return major >= 9 and hasattr(extra, "gdc_wait")
 
 
-def pdl(device: torch.device) -> dict[str, bool]:
+# Kernels of the step that let the next kernel's programs start as soon as their own
+# have started, before their wait (``_await_inputs`` with GDC = 2), instead of after
+# it. The next kernel may then run while the one before this one still runs, so it
+# must read nothing but constants before its wait: never "gate_up" (down reads the
+# router's ids, two kernels back, before its wait). Names: "norm", "linear",
+# "norm_linear", "rope", "attention", "route", "down", "ranked_sum", "argmax",
+# "eighths" (``EARLY_NAMES``). Empty: a set for the benches' A/B.
+EARLY: frozenset[str] = frozenset()
+EARLY_NAMES = frozenset(
+    {"norm", "linear", "norm_linear", "rope", "attention", "route", "down", "ranked_sum"}
+    | {"argmax", "eighths"}
+)
+
+
+def pdl(device: torch.device, kernel: str = "") -> dict[str, Any]:
     """The launch arguments for programmatic dependent launch on ``device`` (none where
     it does not apply: outside ``dependent_launch``, the CPU's interpreter, GPUs before
-    Hopper, ``PDL`` off)."""
+    Hopper, ``PDL`` off) of ``kernel`` (named as ``EARLY`` names it)."""
     if not PDL or not getattr(_pdl_scope, "on", False):
         return {}
     if device.type != "cuda" or triton is None:
         return {}
     index = torch.cuda.current_device() if device.index is None else device.index
-    return {"GDC": True, "launch_pdl": True} if _pdl_capable(index) else {}
+    if not _pdl_capable(index):
+        return {}
+    assert "gate_up" not in EARLY, "down reads the router's ids before its wait"
+    return {"GDC": 2 if kernel in EARLY else True, "launch_pdl": True}
 
 
 # What each kernel of the resident step reads before its wait under dependent launch,
@@ -347,7 +364,7 @@ def eighths(x: torch.Tensor) -> torch.Tensor:
     block = triton.next_power_of_2(cols)
     eighths_kernel[(tokens,)](
         x, out, cols, stride, BLOCK=block, num_warps=max(1, min(8, block // 256)),
-        **pdl(x.device),
+        **pdl(x.device, "eighths"),
     )  # fmt: skip
     return out
 
@@ -438,7 +455,7 @@ def _pair_outputs(
         i_dim, xs, hs, pool.alpha, pool.limit, OUT=_DTYPES[x.dtype], TOPK=top_k,
         SCHEME=code, GROUP=group, BN=bn, BK=bk, HAS_BIAS=has_bias,
         ACT=pool.act, EVEN=_even(h_dim, bk), WORDS=words, WHOLE=whole,
-        num_warps=warps, **pdl(x.device),
+        num_warps=warps, **pdl(x.device, "gate_up"),
     )  # fmt: skip
     bn, bk, warps = down_block
     bk = _cols(bk, group)
@@ -448,7 +465,7 @@ def _pair_outputs(
         hidden, ids, y, *_args(pool.down), down_b, h_dim, i_dim, hs,
         OUT=_DTYPES[x.dtype], SCHEME=code, GROUP=group, BN=bn, BK=bk,
         HAS_BIAS=has_bias, EVEN=_even(i_dim, bk), WORDS=words, AHEAD=read_ahead,
-        num_warps=warps, **pdl(x.device),
+        num_warps=warps, **pdl(x.device, "down"),
     )  # fmt: skip
 
 
@@ -460,7 +477,7 @@ def _ranked_sum(
     tokens, top_k = weights.shape
     h_dim = out.shape[1]
     ranked_sum_kernel[(tokens, triton.cdiv(h_dim, SUM_BLOCK))](
-        per_rank, weights, out, h_dim, TOPK=top_k, BS=SUM_BLOCK, **pdl(out.device)
+        per_rank, weights, out, h_dim, TOPK=top_k, BS=SUM_BLOCK, **pdl(out.device, "ranked_sum")
     )
     return out
 

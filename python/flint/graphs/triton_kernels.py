@@ -60,8 +60,17 @@ if triton is not None:
         earlier one wrote (the router's ids for ``down``, the KV cache's earlier rows,
         the step's position, copied in before the replay) may be read before the wait
         too, with ``AHEAD`` (``moe_kernel.ahead``); only the kernel just before's
-        output, and every store, must come after it."""
-        if GDC:
+        output, and every store, must come after it.
+
+        ``GDC`` = 2 (``moe_kernel.EARLY``): the next kernel's programs may start before
+        this wait, once this kernel's programs have all started; the kernel before this
+        one may then still run, so the next kernel must read only constants before its
+        own wait. Each kernel still waits, so the order of the stores stays
+        transitive."""
+        if GDC == 2:
+            tl.extra.cuda.gdc_launch_dependents()
+            tl.extra.cuda.gdc_wait()
+        elif GDC:
             tl.extra.cuda.gdc_wait()
             tl.extra.cuda.gdc_launch_dependents()
 
