@@ -2297,8 +2297,23 @@ gpu154() {
     | grep -E '"config"|share_us|stream_busy|rror'
 }
 
+gpu155() {
+  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
+  echo "== GPU tests"; timeout 230 python3 -m pytest tests -q -p no:cacheprovider --tb=short -rf \
+    -m gpu --ignore=tests/server --ignore=tests/chat 2>&1 \
+    | grep -E "passed|failed|FAILED|Error|assert" | head -20
+  synth30 q30
+  timeout 150 python3 benches/step_ab.py "$DATA/q30.ftw" --configs base,no-early,early-down 2>&1 \
+    | grep -E '"config"|rror'
+  r0 q30
+  rm -f "$DATA/q30.ftw"
+  synth30 q30d8 --dense-quant int8
+  r0 q30d8
+}
+
 case $what in
   install) install ;;
+  gpu155) install; gpu155 ;;
   gpu154) install; gpu154 ;;
   gpu153) install; gpu153 ;;
   gpu152) install; gpu152 ;;

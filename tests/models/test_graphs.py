@@ -1001,19 +1001,26 @@ def test_captured_and_eager_steps_are_bit_identical(family: str, tiny_ftw: dict[
     assert_follows(runs["on"][0], runs["on"][1], runs["off"][0], runs["off"][1])
 
 
+def test_early_launches_never_follow_gate_up() -> None:
+    """down reads the router's ids (two kernels back) before its wait, so gate/up must
+    not let it start before gate/up's own wait; the default names only known kernels."""
+    assert "gate_up" not in moe_kernel.EARLY_NAMES
+    assert moe_kernel.EARLY <= moe_kernel.EARLY_NAMES
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("early", [False, True])
+@pytest.mark.parametrize("early", ["none", "default", "all"])
 @pytest.mark.parametrize("family", COVERED)
 def test_dependent_launch_gives_the_serial_launchs_bits(
-    family: str, early: bool, tiny_ftw: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+    family: str, early: str, tiny_ftw: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The step's kernels with programmatic dependent launch (each starting while the
     one before finishes, on Hopper and later) and launched one after the other: the
     same bits over 40 tokens (a kernel reading its input before the one before has
-    written it would show here). ``early``: every kernel but gate/up letting the next
-    start before its own wait (``moe_kernel.EARLY``)."""
-    if early:
-        monkeypatch.setattr(moe_kernel, "EARLY", moe_kernel.EARLY_NAMES)
+    written it would show here). ``early``: which kernels let the next one start before
+    their own wait (``moe_kernel.EARLY``): none, the default's, or all but gate/up."""
+    names = {"none": frozenset(), "all": moe_kernel.EARLY_NAMES}
+    monkeypatch.setattr(moe_kernel, "EARLY", names.get(early, moe_kernel.EARLY))
     if not moe_kernel._pdl_capable(0):
         pytest.skip("programmatic dependent launch needs Hopper or later and Triton's gdc")
     with moe_kernel.dependent_launch():

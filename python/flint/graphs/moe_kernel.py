@@ -99,8 +99,12 @@ def _pdl_capable(index: int) -> bool:
 # must read nothing but constants before its wait: never "gate_up" (down reads the
 # router's ids, two kernels back, before its wait). Names: "norm", "linear",
 # "norm_linear", "rope", "attention", "route", "down", "ranked_sum", "argmax",
-# "eighths" (``EARLY_NAMES``). Empty: a set for the benches' A/B.
-EARLY: frozenset[str] = frozenset()
+# "eighths" (``EARLY_NAMES``). The small kernels' launches: the 30B-A3B step (q30)
+# 1,786.6 us against 1,793.1 with none (gpu154, benches/step_ab.py); the products and
+# down too, 1,788.9; every kernel but gate/up, 1,850.2 (slower).
+EARLY: frozenset[str] = frozenset(
+    {"norm", "rope", "attention", "route", "ranked_sum", "norm_linear"}
+)
 EARLY_NAMES = frozenset(
     {"norm", "linear", "norm_linear", "rope", "attention", "route", "down", "ranked_sum"}
     | {"argmax", "eighths"}
