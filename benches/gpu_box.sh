@@ -2311,8 +2311,18 @@ gpu155() {
   r0 q30d8
 }
 
+gpu156() {
+  synth30 q30
+  for flag in --no-early "" --no-early ""; do
+    echo "== R0 q30 $flag"
+    timeout 60 python3 benches/graph_decode.py "$DATA/q30.ftw" --tokens 128 --reps 1 --modes on \
+      $flag 2>&1 | grep -E "tg_tok_s_mean|replay_us|early|Error"
+  done
+}
+
 case $what in
   install) install ;;
+  gpu156) install; gpu156 ;;
   gpu155) install; gpu155 ;;
   gpu154) install; gpu154 ;;
   gpu153) install; gpu153 ;;

@@ -3,7 +3,7 @@ general eager path, with the HBM roofline of flint's own bytes (issue 10, R0).
 
 Usage: python benches/graph_decode.py MODEL [--tokens 128] [--prompt 64] [--reps 3]
        [--modes on,eager,off] [--profile] [--between] [--torch-dense]
-       [--torch-attention] [--no-ahead] [--no-pdl]
+       [--torch-attention] [--no-ahead] [--no-pdl] [--no-early]
 
 Each mode loads the model once (resident, cuda:0) and decodes ``--tokens`` greedy
 tokens after a ``--prompt``-token prompt, ``--reps`` times after a warm-up run (which
@@ -223,8 +223,16 @@ def main() -> None:
         help="the step's kernels launched one after the other (the A/B of programmatic "
         "dependent launch, flint.graphs.moe_kernel.PDL)",
     )
+    parser.add_argument(
+        "--no-early",
+        action="store_true",
+        help="no kernel lets the next start before its own wait (the A/B of "
+        "flint.graphs.moe_kernel.EARLY)",
+    )
     args = parser.parse_args()
     moe_kernel.PDL = not args.no_pdl
+    if args.no_early:
+        moe_kernel.EARLY = frozenset()
     decode.GraphDecoder.device_greedy = not args.no_ahead
     decode.FUSED_DENSE = not args.torch_dense
     decode.FUSED_SDPA = not args.torch_attention
@@ -235,6 +243,7 @@ def main() -> None:
     result["attention"] = "torch" if args.torch_attention else "fused"
     result["ahead"] = not args.no_ahead
     result["pdl"] = not args.no_pdl
+    result["early"] = sorted(moe_kernel.EARLY)
     result["copy_gb_s"] = round(copy_rate(device) / 1e9, 1)
     ids: list[int] = []
     for mode in args.modes.split(","):
