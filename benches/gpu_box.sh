@@ -2313,7 +2313,7 @@ gpu155() {
 
 gpu156() {
   synth30 q30
-  for flag in --no-early "" --no-early ""; do
+  for flag in --no-early ""; do
     echo "== R0 q30 $flag"
     timeout 60 python3 benches/graph_decode.py "$DATA/q30.ftw" --tokens 128 --reps 1 --modes on \
       $flag 2>&1 | grep -E "tg_tok_s_mean|replay_us|early|Error"
