@@ -3,7 +3,7 @@ general eager path, with the HBM roofline of flint's own bytes (issue 10, R0).
 
 Usage: python benches/graph_decode.py MODEL [--tokens 128] [--prompt 64] [--reps 3]
        [--modes on,eager,off] [--profile] [--between] [--torch-dense]
-       [--torch-attention] [--no-ahead] [--no-pdl] [--no-early]
+       [--torch-attention] [--no-ahead] [--no-pdl] [--early]
 
 Each mode loads the model once (resident, cuda:0) and decodes ``--tokens`` greedy
 tokens after a ``--prompt``-token prompt, ``--reps`` times after a warm-up run (which
@@ -224,15 +224,16 @@ def main() -> None:
         "dependent launch, flint.graphs.moe_kernel.PDL)",
     )
     parser.add_argument(
-        "--no-early",
+        "--early",
         action="store_true",
-        help="no kernel lets the next start before its own wait (the A/B of "
-        "flint.graphs.moe_kernel.EARLY)",
+        help="the small kernels let the next start before their own wait (the A/B of "
+        "flint.graphs.moe_kernel.EARLY = SMALL_KERNELS; gpu156 ran this switch the "
+        "other way round, as --no-early, when it was the default)",
     )
     args = parser.parse_args()
     moe_kernel.PDL = not args.no_pdl
-    if args.no_early:
-        moe_kernel.EARLY = frozenset()
+    if args.early:
+        moe_kernel.EARLY = moe_kernel.SMALL_KERNELS
     decode.GraphDecoder.device_greedy = not args.no_ahead
     decode.FUSED_DENSE = not args.torch_dense
     decode.FUSED_SDPA = not args.torch_attention

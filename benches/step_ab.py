@@ -25,8 +25,8 @@ products four rows a program), ``qkv-tiles`` (bf16 q/k/v in tiles of 512 columns
 before gpu130), ``f-*`` (bf16 expert pools' blocks), ``gu-*w1`` (int4 gate/up on one warp a
 program; ``gu-k1024-w1`` was the default from 677654f), ``gu-k2048-w2`` (two warps,
 whole rows: the default since the twenty-sixth session) and ``gu-w4`` (the four warps
-before), ``no-early`` and ``early-*`` (kernels that let the next one's programs start
-before their own wait: moe_kernel.EARLY). ``--profile
+before), ``early-*`` (kernels that let the next one's programs start before their
+own wait: moe_kernel.EARLY). ``--profile
 CONFIG`` then prints each kernel's time per step, and its share of the stream's time
 (under dependent launch, kernels overlap: a kernel's share is its end less the later
 of its start and the end of the kernel before). (The sixteenth session's ``no-fold``
@@ -129,14 +129,14 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "gu-k2048-w2": {"WORDS_GATE_UP_BLOCK": (4, 2048, 2)},
     "gu-b8-k2048-w4": {"WORDS_GATE_UP_BLOCK": (8, 2048, 4)},
     "down-b32": {"WORDS_DOWN_BLOCK": (32, 256, 4)},
-    # kernels letting the next start before their wait (moe_kernel.EARLY; by default
-    # the small ones since gpu154): none, all but gate/up, the products and down, the
-    # default with one more
-    "no-early": {"EARLY": frozenset()},
+    # kernels letting the next start before their wait (moe_kernel.EARLY, off by
+    # default): the small ones, all but gate/up, the products and down, the small ones
+    # with down or the products
+    "early-small": {"EARLY": moe_kernel.SMALL_KERNELS},
     "early-all": {"EARLY": moe_kernel.EARLY_NAMES},
     "early-bw": {"EARLY": frozenset({"linear", "down"})},
-    "early-down": {"EARLY": moe_kernel.EARLY | {"down"}},
-    "early-linear": {"EARLY": moe_kernel.EARLY | {"linear"}},
+    "early-down": {"EARLY": moe_kernel.SMALL_KERNELS | {"down"}},
+    "early-linear": {"EARLY": moe_kernel.SMALL_KERNELS | {"linear"}},
     # float (bf16) expert pools' blocks (FLOAT_GATE_UP_BLOCK (4, 1024, 4), and
     # DOWN_BLOCK (16, 256, 4), tuned on int4 byte tiles): gate/up's eight rows a program
     # of before, down's rows

@@ -1003,13 +1003,13 @@ def test_captured_and_eager_steps_are_bit_identical(family: str, tiny_ftw: dict[
 
 def test_early_launches_never_follow_gate_up() -> None:
     """down reads the router's ids (two kernels back) before its wait, so gate/up must
-    not let it start before gate/up's own wait; the default names only known kernels."""
+    not let it start before gate/up's own wait; the sets name only known kernels."""
     assert "gate_up" not in moe_kernel.EARLY_NAMES
-    assert moe_kernel.EARLY <= moe_kernel.EARLY_NAMES
+    assert moe_kernel.EARLY | moe_kernel.SMALL_KERNELS <= moe_kernel.EARLY_NAMES
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("early", ["none", "default", "all"])
+@pytest.mark.parametrize("early", ["none", "small", "all"])
 @pytest.mark.parametrize("family", COVERED)
 def test_dependent_launch_gives_the_serial_launchs_bits(
     family: str, early: str, tiny_ftw: dict[str, Path], monkeypatch: pytest.MonkeyPatch
@@ -1018,9 +1018,10 @@ def test_dependent_launch_gives_the_serial_launchs_bits(
     one before finishes, on Hopper and later) and launched one after the other: the
     same bits over 40 tokens (a kernel reading its input before the one before has
     written it would show here). ``early``: which kernels let the next one start before
-    their own wait (``moe_kernel.EARLY``): none, the default's, or all but gate/up."""
-    names = {"none": frozenset(), "all": moe_kernel.EARLY_NAMES}
-    monkeypatch.setattr(moe_kernel, "EARLY", names.get(early, moe_kernel.EARLY))
+    their own wait (``moe_kernel.EARLY``): none (the default), the small ones, or all
+    but gate/up."""
+    names = {"small": moe_kernel.SMALL_KERNELS, "all": moe_kernel.EARLY_NAMES}
+    monkeypatch.setattr(moe_kernel, "EARLY", names.get(early, frozenset()))
     if not moe_kernel._pdl_capable(0):
         pytest.skip("programmatic dependent launch needs Hopper or later and Triton's gdc")
     with moe_kernel.dependent_launch():

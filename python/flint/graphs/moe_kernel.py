@@ -99,12 +99,13 @@ def _pdl_capable(index: int) -> bool:
 # must read nothing but constants before its wait: never "gate_up" (down reads the
 # router's ids, two kernels back, before its wait). Names: "norm", "linear",
 # "norm_linear", "rope", "attention", "route", "down", "ranked_sum", "argmax",
-# "eighths" (``EARLY_NAMES``). The small kernels' launches: the 30B-A3B step (q30)
-# 1,786.6 us against 1,793.1 with none (gpu154, benches/step_ab.py); the products and
-# down too, 1,788.9; every kernel but gate/up, 1,850.2 (slower).
-EARLY: frozenset[str] = frozenset(
-    {"norm", "rope", "attention", "route", "ranked_sum", "norm_linear"}
-)
+# "eighths" (``EARLY_NAMES``). Off: the small kernels (``SMALL_KERNELS``) early made
+# the 30B-A3B step (q30) 1,786.6 us against 1,793.1 in benches/step_ab.py (gpu154;
+# 1,790.6 against 1,795.2, gpu155), but greedy decode slower (benches/graph_decode.py,
+# gpu156: 538.2 tok/s against 563.3, the replay 1,846.4 us against 1,769.1; why is not
+# known). Every kernel but gate/up: 1,850.2 in step_ab. A switch for the benches' A/B.
+EARLY: frozenset[str] = frozenset()
+SMALL_KERNELS = frozenset({"norm", "rope", "attention", "route", "ranked_sum", "norm_linear"})
 EARLY_NAMES = frozenset(
     {"norm", "linear", "norm_linear", "rope", "attention", "route", "down", "ranked_sum"}
     | {"argmax", "eighths"}
