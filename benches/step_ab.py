@@ -39,7 +39,8 @@ twenty-fifth's ``pf-*`` (L2 asks from a second stream), ``gu-st*``, ``lin-st*`` 
 ``lin-r32`` and ``r-all`` (registers capped), the twenty-seventh's ``o-at-once``
 (bf16 o's tiles at once), ``late-*`` (kernels launched without programmatic
 serialization), ``attn-s*`` (the attention's pipeline stages) and ``rope-attn*``
-(RoPE and the attention in one launch), measured switches since taken out; gpu125's
+(RoPE and the attention in one launch) and ``no-early`` (gpu155's, while the small
+kernels started the next early by default), measured switches since taken out; gpu125's
 ``f-gu-b4*`` set the block that is now the float pools' default: docs/benchmarks.md.)
 """
 
