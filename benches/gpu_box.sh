@@ -2311,6 +2311,8 @@ gpu155() {
   r0 q30d8
 }
 
+# gpu156 ran at f8c76c1, whose graph_decode took --no-early (EARLY on by default then);
+# since 0fc6dff the switch is --early.
 gpu156() {
   synth30 q30
   for flag in --no-early ""; do

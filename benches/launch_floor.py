@@ -67,10 +67,12 @@ def flag_step_kernel(
 
 
 def chain_graph(launches: int, programs: int, sync: str, device: torch.device) -> tuple:
-    """A graph of ``launches`` step launches ping-ponging between two buffers."""
+    """A graph of ``launches`` step launches ping-ponging between two buffers, each
+    waiting for the one before as ``sync`` says ("flag": the graph first zeroes the
+    counters, one memset node more a replay)."""
     block = 128
     bufs = [torch.zeros(programs * block, device=device) for _ in range(2)]
-    counters = torch.zeros(launches, dtype=torch.int32, device=device)
+    counters = torch.zeros(launches if sync == "flag" else 1, dtype=torch.int32, device=device)
     saved = moe_kernel.PDL
     moe_kernel.PDL = sync != "serial"
     try:
@@ -122,9 +124,11 @@ def main() -> None:
                 before = float(bufs[0][0])
                 graph.replay()
                 torch.cuda.synchronize()
-                # an even chain ends in bufs[0], each launch adding one to every entry
-                # after reading the one before's: a launch that read early shows here
-                ok = launches % 2 == 1 or bool((bufs[0] == before + launches).all())
+                # the chain starts from bufs[0] and ends in bufs[launches % 2], each
+                # launch adding one to every entry after reading the one before's: a
+                # launch that read early shows here
+                last = bufs[launches % 2]
+                ok = bool((last == before + launches).all())
                 row = {"programs": programs, "launches": launches, "sync": sync, "ok": ok}
                 row["us_per_launch"] = round(statistics.median(times[sync]), 3)
                 print(json.dumps(row), flush=True)

@@ -8,7 +8,7 @@ Usage: python benches/step_ab.py MODEL [--configs base,no-pdl]
 Separate processes give the same step results several percent apart (docs/benchmarks.md,
 sixteenth session); here every configuration reads the same weights in the same
 process, and rounds alternate, so a difference is the step's. Only the step is timed
-(no argmax, no host loop): tok/s is 1e6 / microseconds per step. Configurations:
+(its argmax included, no host loop): tok/s is 1e6 / microseconds per step. Configurations:
 ``base`` (the defaults), ``no-pdl`` (moe_kernel.PDL off), ``no-int8`` (a
 ``--dense-quant int8`` file's attention through its dequantized matrices, as files
 without int8 run), ``bytes`` (int4 experts read as byte tiles, moe_kernel.WORDS
@@ -38,9 +38,9 @@ twenty-fifth's ``pf-*`` (L2 asks from a second stream), ``gu-st*``, ``lin-st*`` 
 ``st-both`` (software-pipelined loops), ``gu-r*``, ``gu-b8-r64``, ``down-r*``,
 ``lin-r32`` and ``r-all`` (registers capped), the twenty-seventh's ``o-at-once``
 (bf16 o's tiles at once), ``late-*`` (kernels launched without programmatic
-serialization), ``attn-s*`` (the attention's pipeline stages) and ``rope-attn*``
-(RoPE and the attention in one launch) and ``no-early`` (gpu155's, while the small
-kernels started the next early by default), measured switches since taken out; gpu125's
+serialization), ``attn-s*`` (the attention's pipeline stages), ``rope-attn*`` (RoPE
+and the attention in one launch) and ``no-early`` (gpu155's, while the small kernels
+started the next early by default), measured switches since taken out; gpu125's
 ``f-gu-b4*`` set the block that is now the float pools' default: docs/benchmarks.md.)
 """
 
@@ -132,7 +132,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "down-b32": {"WORDS_DOWN_BLOCK": (32, 256, 4)},
     # kernels letting the next start before their wait (moe_kernel.EARLY, off by
     # default): the small ones, all but gate/up, the products and down, the small ones
-    # with down or the products
+    # with down or the products (early-linear not run yet)
     "early-small": {"EARLY": moe_kernel.SMALL_KERNELS},
     "early-all": {"EARLY": moe_kernel.EARLY_NAMES},
     "early-bw": {"EARLY": frozenset({"linear", "down"})},

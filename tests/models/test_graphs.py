@@ -1001,11 +1001,15 @@ def test_captured_and_eager_steps_are_bit_identical(family: str, tiny_ftw: dict[
     assert_follows(runs["on"][0], runs["on"][1], runs["off"][0], runs["off"][1])
 
 
-def test_early_launches_never_follow_gate_up() -> None:
+def test_gate_up_never_lets_down_start_early(monkeypatch: pytest.MonkeyPatch) -> None:
     """down reads the router's ids (two kernels back) before its wait, so gate/up must
-    not let it start before gate/up's own wait; the sets name only known kernels."""
+    not let it start before gate/up's own wait: ``pdl`` refuses such a set anywhere (the
+    CPU too); the sets name only known kernels."""
     assert "gate_up" not in moe_kernel.EARLY_NAMES
     assert moe_kernel.EARLY | moe_kernel.SMALL_KERNELS <= moe_kernel.EARLY_NAMES
+    monkeypatch.setattr(moe_kernel, "EARLY", frozenset({"gate_up"}))
+    with pytest.raises(AssertionError, match="router's ids"):
+        moe_kernel.pdl(torch.device("cpu"), "norm")
 
 
 @pytest.mark.gpu

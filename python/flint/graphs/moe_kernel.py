@@ -95,9 +95,11 @@ def _pdl_capable(index: int) -> bool:
 
 # Kernels of the step that let the next kernel's programs start as soon as their own
 # have started, before their wait (``_await_inputs`` with GDC = 2), instead of after
-# it. The next kernel may then run while the one before this one still runs, so it
-# must read nothing but constants before its wait: never "gate_up" (down reads the
-# router's ids, two kernels back, before its wait). Names: "norm", "linear",
+# it. The next kernel may then run while the kernels before it still run, back to the
+# nearest one not in EARLY: before its wait it may read only what was written before
+# the replay or before that kernel. Of the reads ahead (``AHEAD``), only down's reads
+# what the step wrote (the router's ids, two kernels back), so "gate_up" is never in
+# EARLY; a read ahead added later needs this set checked again. Names: "norm", "linear",
 # "norm_linear", "rope", "attention", "route", "down", "ranked_sum", "argmax",
 # "eighths" (``EARLY_NAMES``). Off: the small kernels (``SMALL_KERNELS``) early made
 # the 30B-A3B step (q30) 1,786.6 us against 1,793.1 in benches/step_ab.py (gpu154;
@@ -116,6 +118,7 @@ def pdl(device: torch.device, kernel: str = "") -> dict[str, Any]:
     """The launch arguments for programmatic dependent launch on ``device`` (none where
     it does not apply: outside ``dependent_launch``, the CPU's interpreter, GPUs before
     Hopper, ``PDL`` off) of ``kernel`` (named as ``EARLY`` names it)."""
+    assert "gate_up" not in EARLY, "down reads the router's ids before its wait"
     if not PDL or not getattr(_pdl_scope, "on", False):
         return {}
     if device.type != "cuda" or triton is None:
@@ -123,15 +126,15 @@ def pdl(device: torch.device, kernel: str = "") -> dict[str, Any]:
     index = torch.cuda.current_device() if device.index is None else device.index
     if not _pdl_capable(index):
         return {}
-    assert "gate_up" not in EARLY, "down reads the router's ids before its wait"
     return {"GDC": 2 if kernel in EARLY else True, "launch_pdl": True}
 
 
 # What each kernel of the resident step reads before its wait under dependent launch,
 # besides the constant weights it always reads there (``_await_inputs``: the kernel two
-# back has finished by then): "down" its expert id and whole rows (int4 words, rows of
-# at most four tiles), "attention" the position, "norm" the norms' weights, "linear"
-# row scales and biases (and the residual as soon as the wait ends). The same bits
+# back has finished by then, unless the kernel before is in ``EARLY``): "down" its
+# expert id and whole rows (int4 words, rows of at most four tiles), "attention" the
+# position, "norm" the norms' weights, "linear" row scales and biases (and the residual
+# as soon as the wait ends). The same bits
 # either way (the CUDA test of dependent launch compares the step with and without
 # it). On the H200, 30B-A3B with int8 attention, one process (benches/step_ab.py,
 # gpu109): all 1,756.0 us a step against 1,883.5 with none; without down's 1,875.1,

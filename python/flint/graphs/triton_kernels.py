@@ -56,17 +56,18 @@ if triton is not None:
         may be read before it. Each kernel waiting keeps the order transitive.
 
         So when a kernel's programs run, the kernel two before it has finished (the one
-        before lets them start only after its own wait): what that kernel and every
+        before lets them start only after its own wait; not so when that one is in
+        ``moe_kernel.EARLY``, below): what that kernel and every
         earlier one wrote (the router's ids for ``down``, the KV cache's earlier rows,
         the step's position, copied in before the replay) may be read before the wait
         too, with ``AHEAD`` (``moe_kernel.ahead``); only the kernel just before's
         output, and every store, must come after it.
 
         ``GDC`` = 2 (``moe_kernel.EARLY``): the next kernel's programs may start before
-        this wait, once this kernel's programs have all started; the kernel before this
-        one may then still run, so the next kernel must read only constants before its
-        own wait. Each kernel still waits, so the order of the stores stays
-        transitive."""
+        this wait, once this kernel's programs have all started. The kernels before may
+        then still run, back to the nearest one not in EARLY, so the next kernel may read
+        before its own wait only what was written before the replay or before that one.
+        Each kernel still waits, so the order of the stores stays transitive."""
         if GDC == 2:
             tl.extra.cuda.gdc_launch_dependents()
             tl.extra.cuda.gdc_wait()
