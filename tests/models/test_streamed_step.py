@@ -170,9 +170,9 @@ def test_only_the_resident_step_launches_dependently(
     scopes: list[bool] = []
     real = moe_kernel.pdl
 
-    def spy(device: torch.device) -> dict[str, bool]:
+    def spy(device: torch.device, kernel: str = "") -> dict[str, object]:
         scopes.append(bool(getattr(moe_kernel._pdl_scope, "on", False)))
-        return real(device)
+        return real(device, kernel)
 
     monkeypatch.setattr(moe_kernel, "pdl", spy)
     monkeypatch.setattr(fused, "pdl", spy)
