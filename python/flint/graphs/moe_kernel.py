@@ -108,10 +108,7 @@ def _pdl_capable(index: int) -> bool:
 # known). Every kernel but gate/up: 1,850.2 in step_ab. A switch for the benches' A/B.
 EARLY: frozenset[str] = frozenset()
 SMALL_KERNELS = frozenset({"norm", "rope", "attention", "route", "ranked_sum", "norm_linear"})
-EARLY_NAMES = frozenset(
-    {"norm", "linear", "norm_linear", "rope", "attention", "route", "down", "ranked_sum"}
-    | {"argmax", "eighths"}
-)
+EARLY_NAMES = SMALL_KERNELS | {"linear", "down", "argmax", "eighths"}
 
 
 def pdl(device: torch.device, kernel: str = "") -> dict[str, Any]:
@@ -134,15 +131,15 @@ def pdl(device: torch.device, kernel: str = "") -> dict[str, Any]:
 # back has finished by then, unless the kernel before is in ``EARLY``): "down" its
 # expert id and whole rows (int4 words, rows of at most four tiles), "attention" the
 # position, "norm" the norms' weights, "linear" row scales and biases (and the residual
-# as soon as the wait ends). The same bits
-# either way (the CUDA test of dependent launch compares the step with and without
-# it). On the H200, 30B-A3B with int8 attention, one process (benches/step_ab.py,
-# gpu109): all 1,756.0 us a step against 1,883.5 with none; without down's 1,875.1,
-# without the products' 1,791.7, without the norms' 1,776.6. Measured and taken out:
-# the attention's first block of keys and values read ahead as well (1,697.9 us
-# without it: its loop's pipelined loads then started only after that block; its
-# position alone 1,695.9 against 1,699.3, gpu110), q/k/v RoPE's position, norm
-# weights, cos and sin (1,749.2 without). A set for the benches' A/B.
+# as soon as the wait ends). The same bits either way (the CUDA test of dependent
+# launch compares the step with and without it). On the H200, 30B-A3B with int8
+# attention, one process (benches/step_ab.py, gpu109): all 1,756.0 us a step against
+# 1,883.5 with none; without down's 1,875.1, without the products' 1,791.7, without the
+# norms' 1,776.6. Measured and taken out: the attention's first block of keys and
+# values read ahead as well (1,697.9 us without it: its loop's pipelined loads then
+# started only after that block; its position alone 1,695.9 against 1,699.3, gpu110),
+# q/k/v RoPE's position, norm weights, cos and sin (1,749.2 without). A set for the
+# benches' A/B.
 AHEAD = frozenset({"down", "attention", "norm", "linear"})
 # Read ahead without dependent launch too: the interpreter tests' A/B of the order.
 AHEAD_WITHOUT_PDL = False
