@@ -2322,8 +2322,18 @@ gpu156() {
   done
 }
 
+# Session 28: one layer's kernels one by one (step_ab --timeline) on base and with o's
+# whole rows read before its wait; what the products' first tiles read ahead cost.
+gpu157() {
+  synth30 q30
+  timeout 300 python3 benches/step_ab.py "$DATA/q30.ftw" \
+    --configs base,o-late,qkv-late,o-whole2,early-linear --profile base,o-whole2,o-late \
+    --timeline 20 2>&1 | grep -E '"config"|"profile"|"layer"|share_us|busy|rror'
+}
+
 case $what in
   install) install ;;
+  gpu157) install; gpu157 ;;
   gpu156) install; gpu156 ;;
   gpu155) install; gpu155 ;;
   gpu154) install; gpu154 ;;

@@ -3,7 +3,8 @@ once, one ``GraphDecoder`` per configuration captured under its switches, their 
 replayed back to back and timed with CUDA events, in alternating rounds.
 
 Usage: python benches/step_ab.py MODEL [--configs base,no-pdl]
-       [--rounds 5] [--replays 100] [--position 128] [--profile CONFIG]
+       [--rounds 5] [--replays 100] [--position 128] [--profile CONFIG[,CONFIG]]
+       [--timeline LAYER]
 
 Separate processes give the same step results several percent apart (docs/benchmarks.md,
 sixteenth session); here every configuration reads the same weights in the same
@@ -26,10 +27,13 @@ before gpu130), ``f-*`` (bf16 expert pools' blocks), ``gu-*w1`` (int4 gate/up on
 program; ``gu-k1024-w1`` was the default from 677654f), ``gu-k2048-w2`` (two warps,
 whole rows: the default since the twenty-sixth session) and ``gu-w4`` (the four warps
 before), ``early-*`` (kernels that let the next one's programs start before their
-own wait: moe_kernel.EARLY). ``--profile
-CONFIG`` then prints each kernel's time per step, and its share of the stream's time
+own wait: moe_kernel.EARLY), ``o-late`` and ``qkv-late`` (bf16 o's or q/k/v's first
+tile read after the wait, not before: what those reads cost the kernel before),
+``o-whole2`` (bf16 o's whole rows, two a program, read before the wait). ``--profile
+CONFIG[,CONFIG]`` then prints each kernel's time per step, and its share of the stream's time
 (under dependent launch, kernels overlap: a kernel's share is its end less the later
-of its start and the end of the kernel before). (The sixteenth session's ``no-fold``
+of its start and the end of the kernel before), and with ``--timeline LAYER`` that
+layer's kernels one by one. (The sixteenth session's ``no-fold``
 and ``serial`` rows, the eighteenth's ``linear-ahead`` and ``ranked-in-norm``, the
 twenty-third's ``lin-*`` and ``attn-kv*``, the twenty-fourth's ``qkv-whole`` (now
 the default), ``o-whole*``, ``evict-w``, ``keep``, ``evict-keep``, ``pick-s8`` (and
@@ -144,7 +148,26 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "f-gu-b8": {"FLOAT_GATE_UP_BLOCK": (8, 1024, 4)},
     "f-down-b32-w8": {"DOWN_BLOCK": (32, 256, 8)},
     "f-down-b8": {"DOWN_BLOCK": (8, 256, 4)},
+    # what the products' reads before their wait cost the kernel before: bf16 o's or
+    # q/k/v's first tile read after the wait, or o's whole rows before it (two a program)
+    "o-late": {"fused.first_tile_ahead": lambda r, c, i8: not _bf16_o(r, c, i8)},
+    "qkv-late": {"fused.first_tile_ahead": lambda r, c, i8: not _bf16_qkv(r, c, i8)},
+    "o-whole2": {
+        "fused.linear_block": lambda r, c, i8: (
+            (2, 4096, 4) if _bf16_o(r, c, i8) else _LINEAR_BLOCK(r, c, i8)
+        )
+    },
 }
+
+
+def _bf16_o(rows: int, cols: int, int8: bool) -> bool:
+    """An attention output's shape in bf16 (more columns than rows, at least 4096)."""
+    return not int8 and rows <= 16384 and cols >= 4096 and cols > rows
+
+
+def _bf16_qkv(rows: int, cols: int, int8: bool) -> bool:
+    """q/k/v's shape in bf16 (more rows than columns, at most 2048 columns)."""
+    return not int8 and 1024 < rows <= 16384 and cols < rows and cols <= 2048
 
 
 def _lin8(rows: int, cols: int, int8: bool, block: tuple[int, int, int]) -> tuple[int, int, int]:
@@ -225,10 +248,11 @@ def timed(graph: Any, replays: int) -> float:
     return float(start.elapsed_time(end)) * 1e3 / replays
 
 
-def kernels(graph: Any, replays: int) -> None:
+def kernels(graph: Any, replays: int, layer: int | None = None) -> None:
     """Each kernel's GPU time per replay of ``graph`` (CUPTI traces a graph's kernels one
     by one), largest first: name, us per step, launches per step; then each kernel's
-    share of the stream's time (``critical_shares``), largest first."""
+    share of the stream's time (``critical_shares``), largest first; with ``layer``, that
+    layer's kernels one by one (``timeline``)."""
     from torch.profiler import DeviceType, ProfilerActivity, profile
 
     graph.replay()
@@ -258,6 +282,44 @@ def kernels(graph: Any, replays: int) -> None:
         row = {"kernel": name[:60], "share_us": round(share / replays, 1)}
         row |= {"beside_us": round(beside / replays, 1), "launches": round(count / replays, 1)}
         print(json.dumps(row))
+    if layer is not None:
+        for row in timeline(spans, replays, layer):
+            print(json.dumps(row))
+
+
+def timeline(
+    spans: list[tuple[str, float, float]], replays: int, layer: int
+) -> list[dict[str, Any]]:
+    """The kernels of decoder layer ``layer`` (from its input norm, the layer-th
+    ``rms_norm_kernel`` of a replay, to the next one), each as its start and end in us
+    after the layer's first kernel starts, and what it adds to the stream (its end less
+    the later of its start and the end before it), averaged over the replays."""
+    ordered = sorted(spans, key=lambda s: (s[1], s[2]))
+    per = len(ordered) // replays
+    sums: dict[int, list[float]] = {}
+    names: dict[int, str] = {}
+    for r in range(replays):
+        one = ordered[r * per : (r + 1) * per]
+        norms = [i for i, s in enumerate(one) if s[0].startswith("rms_norm_kernel")]
+        if layer + 1 >= len(norms):
+            raise SystemExit(f"--timeline {layer}: the step has {len(norms) - 1} layers")
+        first, stop = norms[layer], norms[layer + 1]
+        t0, last_end = one[first][1], one[first - 1][2] if first else float("-inf")
+        for i in range(first, stop):
+            name, start, end = one[i]
+            adds = max(0.0, end - max(start, last_end))
+            last_end = max(last_end, end)
+            row = sums.setdefault(i - first, [0.0, 0.0, 0.0])
+            row[0] += start - t0
+            row[1] += end - t0
+            row[2] += adds
+            names[i - first] = name
+    keys = ("start_us", "end_us", "adds_us")
+    return [
+        {"layer": layer, "kernel": names[i][:40]}
+        | {k: round(v / replays, 2) for k, v in zip(keys, row, strict=True)}
+        for i, row in sorted(sums.items())
+    ]
 
 
 def critical_shares(
@@ -294,9 +356,17 @@ def main() -> None:
         "with PDL on, kernels overlap and each one's time includes its wait), and each "
         "kernel's share of the stream's time (what it adds after the kernel before ends)",
     )
+    parser.add_argument(
+        "--timeline",
+        type=int,
+        metavar="LAYER",
+        help="with --profile: each kernel of this decoder layer, its start and end after "
+        "the layer's first kernel starts and what it adds to the stream (us, averaged)",
+    )
     args = parser.parse_args()
     names = args.configs.split(",")
-    unknown = (set(names) | ({args.profile} if args.profile else set())) - set(CONFIGS)
+    profiled = set(args.profile.split(",")) if args.profile else set()
+    unknown = (set(names) | profiled) - set(CONFIGS)
     if unknown:
         raise SystemExit(f"unknown configurations {sorted(unknown)}; known: {list(CONFIGS)}")
     with flint.LLM(args.model, device="cuda:0", graphs="on", context_length=4096) as llm:
@@ -310,14 +380,16 @@ def main() -> None:
             n: captured(
                 model, pools, None if n == "no-int8" else llm.source, CONFIGS[n], args.position
             )
-            for n in set(names) | ({args.profile} if args.profile else set())
+            for n in set(names) | profiled
         }
         times: dict[str, list[float]] = {n: [] for n in names}
         for _ in range(args.rounds):
             for name in names:
                 times[name].append(timed(graphs[name][1], args.replays))
         if args.profile:
-            kernels(graphs[args.profile][1], 20)
+            for profiled in args.profile.split(","):
+                print(json.dumps({"profile": profiled}))
+                kernels(graphs[profiled][1], 20, args.timeline)
     for name in names:
         us = statistics.median(times[name])
         row = {"config": name, "us_per_step": round(us, 1), "tok_s": round(1e6 / us, 1)}

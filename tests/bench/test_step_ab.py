@@ -52,3 +52,23 @@ def test_qkv_tiles_config_changes_only_bf16_qkv() -> None:
     others = ((qkv, True), (o, False), (o, True), (router, False), (head, False))
     for shape, int8 in (*others, ((1024, 512), False), ((3000, 4096), False)):
         assert block(*shape, int8) == fused.linear_block(*shape, int8)
+
+
+def test_timeline_of_one_layer() -> None:
+    """Two replays of a two-layer step (embed, then norm, x, y a layer, then head): layer
+    1's kernels timed from its norm's start, each one's addition to the stream, averaged
+    over the replays; a layer the step does not have is an error."""
+    timeline = runpy.run_path(str(STEP_AB))["timeline"]
+    one = ["embed", "rms_norm_kernel", "x", "y", "rms_norm_kernel", "x", "y", "rms_norm_kernel"]
+    spans = []
+    for r, shift in enumerate((0.0, 100.0)):
+        for i, name in enumerate(one):
+            start = shift + 10.0 * i
+            spans.append((name, start, start + 12.0 + r * 2))  # 2 (then 4) us overlap
+    rows = timeline(spans, 2, 1)
+    assert [row["kernel"] for row in rows] == ["rms_norm_kernel", "x", "y"]
+    assert [row["start_us"] for row in rows] == [0.0, 10.0, 20.0]
+    assert [row["end_us"] for row in rows] == [13.0, 23.0, 33.0]
+    assert [row["adds_us"] for row in rows] == [10.0, 10.0, 10.0]
+    with pytest.raises(SystemExit, match="2 layers"):
+        timeline(spans, 2, 2)

@@ -121,6 +121,12 @@ def linear_block(rows: int, cols: int, int8: bool) -> tuple[int, int, int]:
     return (4, 1024, 8) if cols >= 4096 else (4, 512, 4)
 
 
+def first_tile_ahead(rows: int, cols: int, int8: bool) -> bool:
+    """Whether ``linear_kernel`` reads its first weight tile before its wait (always, but
+    in the benches' A/B of what those reads cost the kernel before)."""
+    return True
+
+
 def linear(
     x: torch.Tensor,  # [1, K] in the model dtype
     weight: torch.Tensor,  # [N, K]: the model dtype, or int8 with ``scale``
@@ -151,6 +157,7 @@ def linear(
             out, rows, cols, ROUND=_DTYPES[x.dtype], SCHEME=int(int8),
             HAS_BIAS=bias is not None, HAS_RES=residual is not None,
             BN=bn, BK=min(bk, _block(cols)), num_warps=warps, **ahead("linear", x.device),
+            FIRST_AHEAD=first_tile_ahead(rows, cols, int8),
             **pdl(x.device, "linear"),
         )  # fmt: skip
     return out

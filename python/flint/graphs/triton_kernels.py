@@ -142,6 +142,7 @@ if triton is not None:
         BK: tl.constexpr,
         AHEAD: tl.constexpr = False,
         GDC: tl.constexpr = False,
+        FIRST_AHEAD: tl.constexpr = True,
     ):
         """out[rows] = x . w[rows] (+ bias, in fp32) rounded to ``ROUND`` (F.linear's
         output), then (+ residual) rounded again (torch's add): one token, rows ``BN``
@@ -149,14 +150,18 @@ if triton is not None:
         first step's weights are constant, so they are read before ``_await_inputs``:
         they arrive while the kernel before finishes; with ``AHEAD`` the row scales and
         biases too, and the residual as soon as the wait ends, not after the loop. The
-        sum is ``_rows_dot``'s."""
+        sum is ``_rows_dot``'s. ``FIRST_AHEAD`` off: the first tile after the wait (the
+        benches' A/B)."""
         rows = tl.program_id(0) * BN + tl.arange(0, BN)
         row_ok = rows < n_rows
-        w = _w_tile(w_ptr, w_row, rows, row_ok, 0, n_cols, BK)
+        if FIRST_AHEAD:
+            w = _w_tile(w_ptr, w_row, rows, row_ok, 0, n_cols, BK)
         if AHEAD:
             scale = _read_if(s_ptr, rows, row_ok, SCHEME == 1)
             bias = _read_if(b_ptr, rows, row_ok, HAS_BIAS)
         _await_inputs(GDC)
+        if not FIRST_AHEAD:
+            w = _w_tile(w_ptr, w_row, rows, row_ok, 0, n_cols, BK)
         if AHEAD:
             res = _read_if(r_ptr, rows, row_ok, HAS_RES)
         acc = tl.sum(w.to(tl.float32) * _x_cols(x_ptr, 0, n_cols, BK)[None, :], axis=1)
