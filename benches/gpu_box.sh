@@ -2331,8 +2331,18 @@ gpu157() {
     --timeline 20 2>&1 | grep -E '"config"|"profile"|"layer"|share_us|busy|rror'
 }
 
+# The products' blocks and first tiles, the attention's warps, down's blocks (step_ab).
+gpu158() {
+  synth30 q30
+  timeout 420 python3 benches/step_ab.py "$DATA/q30.ftw" --configs \
+base,qkv-late,qkv-late-b4,o-k2048,o-b2-k2048,attn-w1,attn-w2,attn-w2-b128,attn-w1-b128,\
+down-b8,down-w2,down-b8-w2,down-k512 --profile attn-w2 --timeline 20 2>&1 \
+    | grep -E '"config"|"profile"|"layer"|busy|rror'
+}
+
 case $what in
   install) install ;;
+  gpu158) install; gpu158 ;;
   gpu157) install; gpu157 ;;
   gpu156) install; gpu156 ;;
   gpu155) install; gpu155 ;;

@@ -29,7 +29,10 @@ whole rows: the default since the twenty-sixth session) and ``gu-w4`` (the four 
 before), ``early-*`` (kernels that let the next one's programs start before their
 own wait: moe_kernel.EARLY), ``o-late`` and ``qkv-late`` (bf16 o's or q/k/v's first
 tile read after the wait, not before: what those reads cost the kernel before),
-``o-whole2`` (bf16 o's whole rows, two a program, read before the wait). ``--profile
+``o-whole2`` (bf16 o's whole rows, two a program, read before the wait), ``o-k2048``
+and ``o-b2-k2048`` (bf16 o in two tiles of 2048 columns), ``qkv-late-b4`` (bf16
+q/k/v after the wait, four rows a program), ``attn-w1``, ``attn-w2`` and
+``attn-w*-b128`` (the attention on one or two warps). ``--profile
 CONFIG[,CONFIG]`` then prints each kernel's time per step, and its share of the stream's time
 (under dependent launch, kernels overlap: a kernel's share is its end less the later
 of its start and the end of the kernel before), and with ``--timeline LAYER`` that
@@ -152,12 +155,29 @@ CONFIGS: dict[str, dict[str, Any]] = {
     # q/k/v's first tile read after the wait, or o's whole rows before it (two a program)
     "o-late": {"fused.first_tile_ahead": lambda r, c, i8: not _bf16_o(r, c, i8)},
     "qkv-late": {"fused.first_tile_ahead": lambda r, c, i8: not _bf16_qkv(r, c, i8)},
-    "o-whole2": {
+    "o-whole2": {"fused.linear_block": lambda r, c, i8: _o_block(r, c, i8, (2, 4096, 4))},
+    # bf16 o's rows in two tiles of 2048 columns (half before the wait), four or two rows
+    "o-k2048": {"fused.linear_block": lambda r, c, i8: _o_block(r, c, i8, (4, 2048, 8))},
+    "o-b2-k2048": {"fused.linear_block": lambda r, c, i8: _o_block(r, c, i8, (2, 2048, 4))},
+    # bf16 q/k/v read after the wait, four whole rows a program on eight warps
+    "qkv-late-b4": {
+        "fused.first_tile_ahead": lambda r, c, i8: not _bf16_qkv(r, c, i8),
         "fused.linear_block": lambda r, c, i8: (
-            (2, 4096, 4) if _bf16_o(r, c, i8) else _LINEAR_BLOCK(r, c, i8)
-        )
+            (4, 2048, 8) if _bf16_qkv(r, c, i8) else _LINEAR_BLOCK(r, c, i8)
+        ),
     },
+    # the attention on one or two warps a program (Triton's default 4), 64 or 128
+    # positions a step
+    "attn-w1": {"fused.ATTENTION_LAUNCH": {"num_warps": 1}},
+    "attn-w2": {"fused.ATTENTION_LAUNCH": {"num_warps": 2}},
+    "attn-w2-b128": {"fused.ATTENTION_LAUNCH": {"num_warps": 2}, "fused.ATTENTION_BLOCK": 128},
+    "attn-w1-b128": {"fused.ATTENTION_LAUNCH": {"num_warps": 1}, "fused.ATTENTION_BLOCK": 128},
 }
+
+
+def _o_block(rows: int, cols: int, int8: bool, block: tuple[int, int, int]) -> tuple[int, int, int]:
+    """``block`` for bf16 o, the default block for the others."""
+    return block if _bf16_o(rows, cols, int8) else _LINEAR_BLOCK(rows, cols, int8)
 
 
 def _bf16_o(rows: int, cols: int, int8: bool) -> bool:
