@@ -2340,8 +2340,25 @@ down-b8,down-w2,down-b8-w2,down-k512 --profile attn-w2 --timeline 20 2>&1 \
     | grep -E '"config"|"profile"|"layer"|busy|rror'
 }
 
+# bf16 q/k/v read after the wait, four rows a program (fused.QKV_AFTER_WAIT, the default
+# since this wheel): every GPU test, the step A/B again, R0 on q30 both ways.
+gpu159() {
+  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
+  echo "== GPU tests"; timeout 230 python3 -m pytest tests -q -p no:cacheprovider --tb=short -rf \
+    -m gpu --ignore=tests/server --ignore=tests/chat 2>&1 \
+    | grep -E "passed|failed|FAILED|Error|assert" | head -20
+  synth30 q30
+  timeout 120 python3 benches/step_ab.py "$DATA/q30.ftw" --configs base,qkv-before 2>&1 \
+    | grep -E '"config"|rror'
+  echo "== R0 q30"; r0 q30
+  echo "== R0 q30 --qkv-before"
+  timeout 80 python3 benches/graph_decode.py "$DATA/q30.ftw" --tokens 128 --reps 2 --modes on \
+    --qkv-before 2>&1 | grep -E "tg_tok|roofline|copy_gb|replay_us|qkv_after|Error"
+}
+
 case $what in
   install) install ;;
+  gpu159) install; gpu159 ;;
   gpu158) install; gpu158 ;;
   gpu157) install; gpu157 ;;
   gpu156) install; gpu156 ;;

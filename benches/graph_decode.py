@@ -3,7 +3,7 @@ general eager path, with the HBM roofline of flint's own bytes (issue 10, R0).
 
 Usage: python benches/graph_decode.py MODEL [--tokens 128] [--prompt 64] [--reps 3]
        [--modes on,eager,off] [--profile] [--between] [--torch-dense]
-       [--torch-attention] [--no-ahead] [--no-pdl] [--early]
+       [--torch-attention] [--no-ahead] [--no-pdl] [--early] [--qkv-before]
 
 Each mode loads the model once (resident, cuda:0) and decodes ``--tokens`` greedy
 tokens after a ``--prompt``-token prompt, ``--reps`` times after a warm-up run (which
@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 import flint
-from flint.graphs import decode, moe_kernel
+from flint.graphs import decode, fused, moe_kernel
 from flint.graphs.decode import expert_pools
 from flint.graphs.moe_kernel import ExpertPool, moe_experts
 from flint.models.transformer import MoEModel
@@ -230,7 +230,14 @@ def main() -> None:
         "flint.graphs.moe_kernel.EARLY = SMALL_KERNELS; gpu156 ran this switch the "
         "other way round, as --no-early, when it was the default)",
     )
+    parser.add_argument(
+        "--qkv-before",
+        action="store_true",
+        help="bf16 q/k/v two rows a program read before the wait, as before gpu159 (the "
+        "A/B of flint.graphs.fused.QKV_AFTER_WAIT)",
+    )
     args = parser.parse_args()
+    fused.QKV_AFTER_WAIT = not args.qkv_before
     moe_kernel.PDL = not args.no_pdl
     if args.early:
         moe_kernel.EARLY = moe_kernel.SMALL_KERNELS
@@ -245,6 +252,7 @@ def main() -> None:
     result["ahead"] = not args.no_ahead
     result["pdl"] = not args.no_pdl
     result["early"] = sorted(moe_kernel.EARLY)
+    result["qkv_after_wait"] = fused.QKV_AFTER_WAIT
     result["copy_gb_s"] = round(copy_rate(device) / 1e9, 1)
     ids: list[int] = []
     for mode in args.modes.split(","):

@@ -27,12 +27,12 @@ before gpu130), ``f-*`` (bf16 expert pools' blocks), ``gu-*w1`` (int4 gate/up on
 program; ``gu-k1024-w1`` was the default from 677654f), ``gu-k2048-w2`` (two warps,
 whole rows: the default since the twenty-sixth session) and ``gu-w4`` (the four warps
 before), ``early-*`` (kernels that let the next one's programs start before their
-own wait: moe_kernel.EARLY), ``o-late`` and ``qkv-late`` (bf16 o's or q/k/v's first
-tile read after the wait, not before: what those reads cost the kernel before),
-``o-whole2`` (bf16 o's whole rows, two a program, read before the wait), ``o-k2048``
-and ``o-b2-k2048`` (bf16 o in two tiles of 2048 columns), ``qkv-late-b4`` (bf16
-q/k/v after the wait, four rows a program), ``attn-w1``, ``attn-w2`` and
-``attn-w*-b128`` (the attention on one or two warps). ``--profile
+own wait: moe_kernel.EARLY), ``o-late`` (bf16 o's first tile read after the wait, not
+before: what those reads cost the attention), ``qkv-before`` (bf16 q/k/v two rows a
+program read before the wait, as before gpu159), ``o-whole2`` (bf16 o's whole rows, two
+a program, read before the wait), ``o-k2048`` and ``o-b2-k2048`` (bf16 o in two tiles
+of 2048 columns), ``attn-w1``, ``attn-w2`` and ``attn-w*-b128`` (the attention on one
+or two warps). ``--profile
 CONFIG[,CONFIG]`` then prints each kernel's time per step, and its share of the stream's time
 (under dependent launch, kernels overlap: a kernel's share is its end less the later
 of its start and the end of the kernel before), and with ``--timeline LAYER`` that
@@ -47,7 +47,9 @@ twenty-fifth's ``pf-*`` (L2 asks from a second stream), ``gu-st*``, ``lin-st*`` 
 (bf16 o's tiles at once), ``late-*`` (kernels launched without programmatic
 serialization), ``attn-s*`` (the attention's pipeline stages), ``rope-attn*`` (RoPE
 and the attention in one launch) and ``no-early`` (gpu155's, while the small kernels
-started the next early by default), measured switches since taken out; gpu125's
+started the next early by default), the twenty-eighth's ``qkv-late`` (bf16 q/k/v's
+first tile after the wait, two rows a program) and ``qkv-late-b4`` (now the default),
+measured switches since taken out; gpu125's
 ``f-gu-b4*`` set the block that is now the float pools' default: docs/benchmarks.md.)
 """
 
@@ -124,7 +126,10 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "lin8-b4": {"fused.linear_block": lambda r, c, i8: _lin8(r, c, i8, (4, 2048, 4))},
     "lin8-b4-w8": {"fused.linear_block": lambda r, c, i8: _lin8(r, c, i8, (4, 2048, 8))},
     # bf16 q/k/v's rows in tiles of 512 columns, as before gpu130 (whole rows now)
-    "qkv-tiles": {"fused.linear_block": lambda r, c, i8: _qkv_tiles(r, c, i8)},
+    "qkv-tiles": {
+        "fused.QKV_AFTER_WAIT": False,
+        "fused.linear_block": lambda r, c, i8: _qkv_tiles(r, c, i8),
+    },
     # int4 gate/up on one warp a program (the vector read once a program, not a warp)
     "gu-w4": {"WORDS_GATE_UP_BLOCK": (4, 512, 4)},  # the block before gpu139
     "gu-w1": {"WORDS_GATE_UP_BLOCK": (4, 512, 1)},
@@ -154,18 +159,12 @@ CONFIGS: dict[str, dict[str, Any]] = {
     # what the products' reads before their wait cost the kernel before: bf16 o's or
     # q/k/v's first tile read after the wait, or o's whole rows before it (two a program)
     "o-late": {"fused.first_tile_ahead": lambda r, c, i8: not _bf16_o(r, c, i8)},
-    "qkv-late": {"fused.first_tile_ahead": lambda r, c, i8: not _bf16_qkv(r, c, i8)},
+    # bf16 q/k/v as before gpu159: two rows a program, four warps, read before the wait
+    "qkv-before": {"fused.QKV_AFTER_WAIT": False},
     "o-whole2": {"fused.linear_block": lambda r, c, i8: _o_block(r, c, i8, (2, 4096, 4))},
     # bf16 o's rows in two tiles of 2048 columns (half before the wait), four or two rows
     "o-k2048": {"fused.linear_block": lambda r, c, i8: _o_block(r, c, i8, (4, 2048, 8))},
     "o-b2-k2048": {"fused.linear_block": lambda r, c, i8: _o_block(r, c, i8, (2, 2048, 4))},
-    # bf16 q/k/v read after the wait, four whole rows a program on eight warps
-    "qkv-late-b4": {
-        "fused.first_tile_ahead": lambda r, c, i8: not _bf16_qkv(r, c, i8),
-        "fused.linear_block": lambda r, c, i8: (
-            (4, 2048, 8) if _bf16_qkv(r, c, i8) else _LINEAR_BLOCK(r, c, i8)
-        ),
-    },
     # the attention on one or two warps a program (Triton's default 4), 64 or 128
     # positions a step
     "attn-w1": {"fused.ATTENTION_LAUNCH": {"num_warps": 1}},
@@ -185,9 +184,7 @@ def _bf16_o(rows: int, cols: int, int8: bool) -> bool:
     return not int8 and rows <= 16384 and cols >= 4096 and cols > rows
 
 
-def _bf16_qkv(rows: int, cols: int, int8: bool) -> bool:
-    """q/k/v's shape in bf16 (more rows than columns, at most 2048 columns)."""
-    return not int8 and 1024 < rows <= 16384 and cols < rows and cols <= 2048
+_bf16_qkv = fused._bf16_qkv
 
 
 def _lin8(rows: int, cols: int, int8: bool, block: tuple[int, int, int]) -> tuple[int, int, int]:
@@ -198,13 +195,10 @@ def _lin8(rows: int, cols: int, int8: bool, block: tuple[int, int, int]) -> tupl
 
 
 def _qkv_tiles(rows: int, cols: int, int8: bool) -> tuple[int, int, int]:
-    """The block before gpu130 (four rows a program, 512 columns a step) for the bf16
-    products of more than 1024 rows that ``fused.linear_block`` now gives two whole
-    rows (q/k/v-shaped); the others as by default."""
-    block = _LINEAR_BLOCK(rows, cols, int8)
-    if not int8 and 1024 < rows <= 16384 and block == (2, 2048, 4):
-        return (4, 512, 4)
-    return block
+    """The block before gpu130 (four rows a program, 512 columns a step) for bf16
+    q/k/v-shaped products (``fused.linear_block`` now gives them four whole rows); the
+    others as by default."""
+    return (4, 512, 4) if _bf16_qkv(rows, cols, int8) else _LINEAR_BLOCK(rows, cols, int8)
 
 
 def _blocks_before(rows: int, cols: int, int8: bool) -> tuple[int, int, int]:

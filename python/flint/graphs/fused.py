@@ -101,6 +101,14 @@ def add_rms_norm(
 # weight scheme, when set (benches/linear_tune.py sets them); else ``linear_block``
 LINEAR_BLOCK: dict[str, tuple[int, int, int]] = {}
 
+# Float q/k/v-shaped products read their weights after the wait, four whole rows a
+# program on eight warps, instead of two rows on four warps read before it: on the H200
+# the 30B-A3B step (q30) 1,787.7 us against 1,796.9 (benches/step_ab.py, gpu158). Their
+# 21 MB read ahead share the memory with the norm before them, whose own reads then wait
+# longer (q/k/v's first tile after the wait alone: 1,796.0 against 1,799.2 in gpu157,
+# 1,800.6 against 1,796.9 in gpu158). False: the A/B.
+QKV_AFTER_WAIT = True
+
 
 def linear_block(rows: int, cols: int, int8: bool) -> tuple[int, int, int]:
     """The block shape by matrix shape, from benches/linear_tune.py and the step's A/B
@@ -109,22 +117,31 @@ def linear_block(rows: int, cols: int, int8: bool) -> tuple[int, int, int]:
     program, 2048 columns a step, four warps (int8 o 5.69 us against 6.32 with
     (4, 1024, 4), the router 2.08 against 2.96; the int8 step 1,985.5 against 2,022.7
     us, gpu99). bf16 matrices of more rows than columns, at most 2048 of them, such as
-    q/k/v (5120 x 2048): two whole rows a program, all read before the wait (the bf16
+    q/k/v (5120 x 2048): four whole rows a program on eight warps, read after the wait
+    (``QKV_AFTER_WAIT``); before, two whole rows on four warps read before it (the bf16
     step 1,826.8 us against 1,843.7 with four rows and 512 columns a step, gpu130).
     bf16 o (2048 x 4096) keeps 4 rows and 1024 columns: its whole rows read before the
     wait, while the attention runs, were slower (1,902.5 us with one row a program,
     gpu130; gpu101's whole rows for both products 2,105.7 against 2,051.3)."""
     if rows > 16384:  # an LM head
         return (16, 512, 8) if int8 else (8, 1024, 8)
+    if QKV_AFTER_WAIT and _bf16_qkv(rows, cols, int8):
+        return (4, 2048, 8)
     if int8 or rows <= 1024 or (cols < rows and cols <= 2048):
         return (2, 2048, 4)
     return (4, 1024, 8) if cols >= 4096 else (4, 512, 4)
 
 
 def first_tile_ahead(rows: int, cols: int, int8: bool) -> bool:
-    """Whether ``linear_kernel`` reads its first weight tile before its wait (always, but
-    in the benches' A/B of what those reads cost the kernel before)."""
-    return True
+    """Whether ``linear_kernel`` reads its first weight tile before its wait: every
+    product but bf16 q/k/v with ``QKV_AFTER_WAIT``."""
+    return not (QKV_AFTER_WAIT and _bf16_qkv(rows, cols, int8))
+
+
+def _bf16_qkv(rows: int, cols: int, int8: bool) -> bool:
+    """A bf16 (or other float) product shaped like q/k/v: more rows than columns, at most
+    2048 columns, not a router (1024 rows or fewer) nor an LM head."""
+    return not int8 and 1024 < rows <= 16384 and cols < rows and cols <= 2048
 
 
 def linear(
