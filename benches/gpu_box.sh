@@ -2356,8 +2356,22 @@ gpu159() {
     --qkv-before 2>&1 | grep -E "tg_tok|roofline|copy_gb|replay_us|qkv_after|Error"
 }
 
+# step_ab and graph_decode disagreed (gpu156, gpu159): the A/B in one process, also
+# replayed at graph_decode's positions (--sweep); R0 in two processes, the other order.
+gpu160() {
+  synth30 q30
+  timeout 150 python3 benches/step_ab.py "$DATA/q30.ftw" --configs base,qkv-before,early-small \
+    --sweep 64-191 2>&1 | grep -E '"config"|rror'
+  for flag in --qkv-before ""; do
+    echo "== R0 q30 $flag"
+    timeout 80 python3 benches/graph_decode.py "$DATA/q30.ftw" --tokens 128 --reps 2 --modes on \
+      $flag 2>&1 | grep -E "tg_tok|roofline|copy_gb|replay_us|qkv_after|Error"
+  done
+}
+
 case $what in
   install) install ;;
+  gpu160) install; gpu160 ;;
   gpu159) install; gpu159 ;;
   gpu158) install; gpu158 ;;
   gpu157) install; gpu157 ;;

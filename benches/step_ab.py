@@ -4,12 +4,15 @@ replayed back to back and timed with CUDA events, in alternating rounds.
 
 Usage: python benches/step_ab.py MODEL [--configs base,no-pdl]
        [--rounds 5] [--replays 100] [--position 128] [--profile CONFIG[,CONFIG]]
-       [--timeline LAYER]
+       [--timeline LAYER] [--sweep FIRST-LAST]
 
 Separate processes give the same step results several percent apart (docs/benchmarks.md,
 sixteenth session); here every configuration reads the same weights in the same
 process, and rounds alternate, so a difference is the step's. Only the step is timed
-(its argmax included, no host loop): tok/s is 1e6 / microseconds per step. Configurations:
+(its argmax included, no host loop): tok/s is 1e6 / microseconds per step. ``--sweep
+FIRST-LAST`` also times each graph replayed at those positions, the position filled
+before each replay, as graph_decode's ``replay_us`` (gpu159: q/k/v after the wait was
+faster here and slower there, in two processes). Configurations:
 ``base`` (the defaults), ``no-pdl`` (moe_kernel.PDL off), ``no-int8`` (a
 ``--dense-quant int8`` file's attention through its dequantized matrices, as files
 without int8 run), ``bytes`` (int4 experts read as byte tiles, moe_kernel.WORDS
@@ -249,6 +252,23 @@ def _target(name: str) -> tuple[Any, str]:
     return {"": moe_kernel, "fused": fused, "decode": decode}[module], attr
 
 
+def swept(decoder: GraphDecoder, graph: Any, positions: range) -> float:
+    """Microseconds per replay of ``graph`` (a span's) at each of ``positions`` in turn,
+    the position filled before each replay as ``GraphDecoder._replay`` does (what
+    graph_decode's ``replay_us`` times)."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    decoder.position.fill_(positions[0])
+    graph.replay()
+    torch.cuda.synchronize()
+    start.record()
+    for position in positions:
+        decoder.position.fill_(position)
+        graph.replay()
+    end.record()
+    end.synchronize()
+    return float(start.elapsed_time(end)) * 1e3 / len(positions)
+
+
 def timed(graph: Any, replays: int) -> float:
     """Microseconds per replay of ``graph``, ``replays`` back to back."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -377,8 +397,23 @@ def main() -> None:
         help="with --profile: each kernel of this decoder layer, its start and end after "
         "the layer's first kernel starts and what it adds to the stream (us, averaged)",
     )
+    parser.add_argument(
+        "--sweep",
+        metavar="FIRST-LAST",
+        help="each round also replays each configuration's graph at positions FIRST to "
+        "LAST, the position filled before each replay, as graph_decode's replay_us "
+        "(within one span of decode.SPAN_STEP positions as --position)",
+    )
     args = parser.parse_args()
     names = args.configs.split(",")
+    sweep = None
+    if args.sweep:
+        first, last = (int(p) for p in args.sweep.split("-"))
+        sweep = range(first, last + 1)
+        if (first // decode.SPAN_STEP, last // decode.SPAN_STEP) != (
+            args.position // decode.SPAN_STEP,
+        ) * 2:
+            raise SystemExit(f"--sweep {args.sweep}: not in --position's graph span")
     profiled = set(args.profile.split(",")) if args.profile else set()
     unknown = (set(names) | profiled) - set(CONFIGS)
     if unknown:
@@ -397,9 +432,12 @@ def main() -> None:
             for n in set(names) | profiled
         }
         times: dict[str, list[float]] = {n: [] for n in names}
+        swept_times: dict[str, list[float]] = {n: [] for n in names}
         for _ in range(args.rounds):
             for name in names:
                 times[name].append(timed(graphs[name][1], args.replays))
+                if sweep is not None:
+                    swept_times[name].append(swept(*graphs[name], sweep))
         if args.profile:
             for profiled in args.profile.split(","):
                 print(json.dumps({"profile": profiled}))
@@ -408,6 +446,9 @@ def main() -> None:
         us = statistics.median(times[name])
         row = {"config": name, "us_per_step": round(us, 1), "tok_s": round(1e6 / us, 1)}
         row["rounds_us"] = [round(t, 1) for t in times[name]]
+        if sweep is not None:
+            row["sweep_us_per_step"] = round(statistics.median(swept_times[name]), 1)
+            row["sweep_rounds_us"] = [round(t, 1) for t in swept_times[name]]
         print(json.dumps(row))
 
 
