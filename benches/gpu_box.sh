@@ -2356,6 +2356,8 @@ gpu159() {
     --qkv-before 2>&1 | grep -E "tg_tok|roofline|copy_gb|replay_us|qkv_after|Error"
 }
 
+# gpu159 and gpu160 ran while fused.QKV_AFTER_WAIT was on by default: base was q/k/v after
+# the wait and graph_decode took --qkv-before; since then it is off and the flag --qkv-after.
 # step_ab and graph_decode disagreed (gpu156, gpu159): the A/B in one process, also
 # replayed at graph_decode's positions (--sweep); R0 in two processes, the other order.
 gpu160() {
@@ -2369,8 +2371,23 @@ gpu160() {
   done
 }
 
+# Does the greedy loop's repeated routing explain step_ab against graph_decode? The sweep
+# with the step's own tokens (and how many distinct), then with random tokens; R0's.
+gpu161() {
+  synth30 q30
+  for how in "" --sweep-random; do
+    echo "== step_ab sweep $how"
+    timeout 150 python3 benches/step_ab.py "$DATA/q30.ftw" --configs base,qkv-after,early-small \
+      --sweep 64-191 $how 2>&1 | grep -E '"config"|rror'
+  done
+  echo "== R0 q30 (distinct tokens)"
+  timeout 80 python3 benches/graph_decode.py "$DATA/q30.ftw" --tokens 128 --reps 1 --modes on \
+    2>&1 | grep -E "tg_tok|distinct|replay_us|Error"
+}
+
 case $what in
   install) install ;;
+  gpu161) install; gpu161 ;;
   gpu160) install; gpu160 ;;
   gpu159) install; gpu159 ;;
   gpu158) install; gpu158 ;;

@@ -3,7 +3,7 @@ general eager path, with the HBM roofline of flint's own bytes (issue 10, R0).
 
 Usage: python benches/graph_decode.py MODEL [--tokens 128] [--prompt 64] [--reps 3]
        [--modes on,eager,off] [--profile] [--between] [--torch-dense]
-       [--torch-attention] [--no-ahead] [--no-pdl] [--early] [--qkv-before]
+       [--torch-attention] [--no-ahead] [--no-pdl] [--early] [--qkv-after]
 
 Each mode loads the model once (resident, cuda:0) and decodes ``--tokens`` greedy
 tokens after a ``--prompt``-token prompt, ``--reps`` times after a warm-up run (which
@@ -231,13 +231,14 @@ def main() -> None:
         "other way round, as --no-early, when it was the default)",
     )
     parser.add_argument(
-        "--qkv-before",
+        "--qkv-after",
         action="store_true",
-        help="bf16 q/k/v two rows a program read before the wait, as before gpu159 (the "
-        "A/B of flint.graphs.fused.QKV_AFTER_WAIT)",
+        help="bf16 q/k/v four rows a program read after the wait (the A/B of "
+        "flint.graphs.fused.QKV_AFTER_WAIT; gpu159-160 ran it the other way round, as "
+        "--qkv-before, while it was the default)",
     )
     args = parser.parse_args()
-    fused.QKV_AFTER_WAIT = not args.qkv_before
+    fused.QKV_AFTER_WAIT = args.qkv_after
     moe_kernel.PDL = not args.no_pdl
     if args.early:
         moe_kernel.EARLY = moe_kernel.SMALL_KERNELS
@@ -273,6 +274,7 @@ def main() -> None:
                 "tg_tok_s_mean": round(statistics.mean(rates), 1),
                 "tg_tok_s_sd": round(statistics.stdev(rates), 1) if len(rates) > 1 else 0.0,
                 "first_tokens": list(control[:8]),
+                "distinct_tokens": len(set(control)),
             }
             pools = expert_pools(model.experts)
             if pools is not None:

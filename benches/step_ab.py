@@ -4,14 +4,14 @@ replayed back to back and timed with CUDA events, in alternating rounds.
 
 Usage: python benches/step_ab.py MODEL [--configs base,no-pdl]
        [--rounds 5] [--replays 100] [--position 128] [--profile CONFIG[,CONFIG]]
-       [--timeline LAYER] [--sweep FIRST-LAST]
+       [--timeline LAYER] [--sweep FIRST-LAST [--sweep-random]]
 
 Separate processes give the same step results several percent apart (docs/benchmarks.md,
 sixteenth session); here every configuration reads the same weights in the same
 process, and rounds alternate, so a difference is the step's. Only the step is timed
 (its argmax included, no host loop): tok/s is 1e6 / microseconds per step. ``--sweep
 FIRST-LAST`` also times each graph replayed at those positions, the position filled
-before each replay, as graph_decode's ``replay_us`` (gpu159: q/k/v after the wait was
+before each replay, as graph_decode's ``replay_us`` (gpu159-160: q/k/v after the wait was
 faster here and slower there, in two processes). Configurations:
 ``base`` (the defaults), ``no-pdl`` (moe_kernel.PDL off), ``no-int8`` (a
 ``--dense-quant int8`` file's attention through its dequantized matrices, as files
@@ -31,8 +31,8 @@ program; ``gu-k1024-w1`` was the default from 677654f), ``gu-k2048-w2`` (two war
 whole rows: the default since the twenty-sixth session) and ``gu-w4`` (the four warps
 before), ``early-*`` (kernels that let the next one's programs start before their
 own wait: moe_kernel.EARLY), ``o-late`` (bf16 o's first tile read after the wait, not
-before: what those reads cost the attention), ``qkv-before`` (bf16 q/k/v two rows a
-program read before the wait, as before gpu159), ``o-whole2`` (bf16 o's whole rows, two
+before: what those reads cost the attention), ``qkv-after`` (bf16 q/k/v four rows a
+program read after the wait: fused.QKV_AFTER_WAIT), ``o-whole2`` (bf16 o's whole rows, two
 a program, read before the wait), ``o-k2048`` and ``o-b2-k2048`` (bf16 o in two tiles
 of 2048 columns), ``attn-w1``, ``attn-w2`` and ``attn-w*-b128`` (the attention on one
 or two warps). ``--profile
@@ -51,7 +51,8 @@ twenty-fifth's ``pf-*`` (L2 asks from a second stream), ``gu-st*``, ``lin-st*`` 
 serialization), ``attn-s*`` (the attention's pipeline stages), ``rope-attn*`` (RoPE
 and the attention in one launch) and ``no-early`` (gpu155's, while the small kernels
 started the next early by default), the twenty-eighth's ``qkv-late`` (bf16 q/k/v's
-first tile after the wait, two rows a program) and ``qkv-late-b4`` (now the default),
+first tile after the wait, two rows a program), ``qkv-late-b4`` (now ``qkv-after``)
+and ``qkv-before`` (gpu159-160, while ``qkv-after`` was the default),
 measured switches since taken out; gpu125's
 ``f-gu-b4*`` set the block that is now the float pools' default: docs/benchmarks.md.)
 """
@@ -162,8 +163,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
     # what the products' reads before their wait cost the kernel before: bf16 o's or
     # q/k/v's first tile read after the wait, or o's whole rows before it (two a program)
     "o-late": {"fused.first_tile_ahead": lambda r, c, i8: not _bf16_o(r, c, i8)},
-    # bf16 q/k/v as before gpu159: two rows a program, four warps, read before the wait
-    "qkv-before": {"fused.QKV_AFTER_WAIT": False},
+    # bf16 q/k/v four whole rows a program on eight warps, read after the wait
+    "qkv-after": {"fused.QKV_AFTER_WAIT": True},
     "o-whole2": {"fused.linear_block": lambda r, c, i8: _o_block(r, c, i8, (2, 4096, 4))},
     # bf16 o's rows in two tiles of 2048 columns (half before the wait), four or two rows
     "o-k2048": {"fused.linear_block": lambda r, c, i8: _o_block(r, c, i8, (4, 2048, 8))},
@@ -199,7 +200,7 @@ def _lin8(rows: int, cols: int, int8: bool, block: tuple[int, int, int]) -> tupl
 
 def _qkv_tiles(rows: int, cols: int, int8: bool) -> tuple[int, int, int]:
     """The block before gpu130 (four rows a program, 512 columns a step) for bf16
-    q/k/v-shaped products (``fused.linear_block`` now gives them four whole rows); the
+    q/k/v-shaped products (``fused.linear_block`` now gives them two whole rows); the
     others as by default."""
     return (4, 512, 4) if _bf16_qkv(rows, cols, int8) else _LINEAR_BLOCK(rows, cols, int8)
 
@@ -252,21 +253,38 @@ def _target(name: str) -> tuple[Any, str]:
     return {"": moe_kernel, "fused": fused, "decode": decode}[module], attr
 
 
-def swept(decoder: GraphDecoder, graph: Any, positions: range) -> float:
+def swept(
+    decoder: GraphDecoder, graph: Any, positions: range, tokens: torch.Tensor | None
+) -> float:
     """Microseconds per replay of ``graph`` (a span's) at each of ``positions`` in turn,
     the position filled before each replay as ``GraphDecoder._replay`` does (what
-    graph_decode's ``replay_us`` times)."""
+    graph_decode's ``replay_us`` times). Each replay's input is the step before's argmax
+    (greedy, the step writes it), or with ``tokens`` [len(positions)] on the device, the
+    next of those, copied in before it."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     decoder.position.fill_(positions[0])
     graph.replay()
     torch.cuda.synchronize()
     start.record()
-    for position in positions:
+    for i, position in enumerate(positions):
         decoder.position.fill_(position)
+        if tokens is not None:
+            decoder.token.copy_(tokens[i : i + 1])
         graph.replay()
     end.record()
     end.synchronize()
     return float(start.elapsed_time(end)) * 1e3 / len(positions)
+
+
+def greedy_tokens(decoder: GraphDecoder, graph: Any, positions: range) -> int:
+    """How many distinct tokens the greedy sweep feeds the step (each replay read back:
+    untimed). A random model's greedy text repeats, and with it the experts it routes."""
+    seen = set()
+    for position in positions:
+        decoder.position.fill_(position)
+        graph.replay()
+        seen.add(int(decoder.token.item()))
+    return len(seen)
 
 
 def timed(graph: Any, replays: int) -> float:
@@ -404,6 +422,12 @@ def main() -> None:
         "LAST, the position filled before each replay, as graph_decode's replay_us "
         "(within one span of decode.SPAN_STEP positions as --position)",
     )
+    parser.add_argument(
+        "--sweep-random",
+        action="store_true",
+        help="the sweep's input tokens drawn at random (seeded), not the step's argmax: "
+        "routing as varied as real text's",
+    )
     args = parser.parse_args()
     names = args.configs.split(",")
     sweep = None
@@ -414,6 +438,8 @@ def main() -> None:
             args.position // decode.SPAN_STEP,
         ) * 2:
             raise SystemExit(f"--sweep {args.sweep}: not in --position's graph span")
+    if args.sweep_random and sweep is None:
+        raise SystemExit("--sweep-random needs --sweep")
     profiled = set(args.profile.split(",")) if args.profile else set()
     unknown = (set(names) | profiled) - set(CONFIGS)
     if unknown:
@@ -433,11 +459,19 @@ def main() -> None:
         }
         times: dict[str, list[float]] = {n: [] for n in names}
         swept_times: dict[str, list[float]] = {n: [] for n in names}
+        tokens = None
+        if args.sweep_random and sweep is not None:
+            vocab = model.config.vocab_size
+            gen = torch.Generator().manual_seed(0)
+            tokens = torch.randint(2, vocab, (len(sweep),), generator=gen).to("cuda:0")
         for _ in range(args.rounds):
             for name in names:
                 times[name].append(timed(graphs[name][1], args.replays))
                 if sweep is not None:
-                    swept_times[name].append(swept(*graphs[name], sweep))
+                    swept_times[name].append(swept(*graphs[name], sweep, tokens))
+        distinct = {}
+        if sweep is not None and tokens is None:
+            distinct = {n: greedy_tokens(*graphs[n], sweep) for n in names}
         if args.profile:
             for profiled in args.profile.split(","):
                 print(json.dumps({"profile": profiled}))
@@ -449,6 +483,9 @@ def main() -> None:
         if sweep is not None:
             row["sweep_us_per_step"] = round(statistics.median(swept_times[name]), 1)
             row["sweep_rounds_us"] = [round(t, 1) for t in swept_times[name]]
+            row["sweep_tokens"] = "random" if tokens is not None else "greedy"
+            if name in distinct:
+                row["sweep_distinct_tokens"] = distinct[name]
         print(json.dumps(row))
 
 

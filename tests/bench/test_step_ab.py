@@ -39,24 +39,31 @@ def test_serial_kernels_share_their_own_time(critical_shares: Shares) -> None:
     assert critical_shares(spans) == {"x": (5.0, 0.0, 2), "y": (1.5, 0.0, 1)}
 
 
-def test_qkv_tiles_config_changes_only_bf16_qkv() -> None:
+def test_qkv_tiles_config_changes_only_bf16_qkv(monkeypatch: pytest.MonkeyPatch) -> None:
     """``qkv-tiles`` gives bf16 q/k/v (5120 x 2048 on the 30B-A3B) the block of before
-    gpu130, read before the wait, and leaves int8 q/k/v, o, the router and the LM head
-    as by default, where bf16 q/k/v is now four whole rows a program read after it."""
+    gpu130 and leaves int8 q/k/v, o, the router and the LM head as by default, where
+    bf16 q/k/v is two whole rows a program read before the wait; ``QKV_AFTER_WAIT``
+    makes it four read after, and changes no other product."""
     from flint.graphs import fused
 
     config = runpy.run_path(str(STEP_AB))["CONFIGS"]["qkv-tiles"]
     block = config["fused.linear_block"]
     qkv, o, router, head = (5120, 2048), (2048, 4096), (128, 2048), (151936, 2048)
-    assert fused.linear_block(*qkv, False) == (4, 2048, 8)
-    assert not fused.first_tile_ahead(*qkv, False)
+    assert fused.linear_block(*qkv, False) == (2, 2048, 4)
+    assert fused.first_tile_ahead(*qkv, False)
     assert config["fused.QKV_AFTER_WAIT"] is False
     assert block(*qkv, False) == (4, 512, 4)
-    others = [(s, i8) for s in (o, router, head, (1024, 512)) for i8 in (False, True)]
-    assert all(fused.first_tile_ahead(*shape, int8) for shape, int8 in [*others, (qkv, True)])
-    others = ((qkv, True), (o, False), (o, True), (router, False), (head, False))
+    others = ((qkv, True), (o, False), (o, True), (router, False), (router, True), (head, False))
     for shape, int8 in (*others, ((1024, 512), False), ((3000, 4096), False)):
         assert block(*shape, int8) == fused.linear_block(*shape, int8)
+        assert fused.first_tile_ahead(*shape, int8)
+    before = {(shape, int8): fused.linear_block(*shape, int8) for shape, int8 in others}
+    monkeypatch.setattr(fused, "QKV_AFTER_WAIT", True)
+    assert fused.linear_block(*qkv, False) == (4, 2048, 8)
+    assert not fused.first_tile_ahead(*qkv, False)
+    for shape, int8 in others:
+        assert fused.first_tile_ahead(*shape, int8)
+        assert fused.linear_block(*shape, int8) == before[shape, int8]
 
 
 def test_timeline_of_one_layer() -> None:

@@ -101,13 +101,15 @@ def add_rms_norm(
 # weight scheme, when set (benches/linear_tune.py sets them); else ``linear_block``
 LINEAR_BLOCK: dict[str, tuple[int, int, int]] = {}
 
-# Float q/k/v-shaped products read their weights after the wait, four whole rows a
-# program on eight warps, instead of two rows on four warps read before it: on the H200
-# the 30B-A3B step (q30) 1,787.7 us against 1,796.9 (benches/step_ab.py, gpu158). Their
-# 21 MB read ahead share the memory with the norm before them, whose own reads then wait
-# longer (q/k/v's first tile after the wait alone: 1,796.0 against 1,799.2 in gpu157,
-# 1,800.6 against 1,796.9 in gpu158). False: the A/B.
-QKV_AFTER_WAIT = True
+# Float q/k/v-shaped products read after the wait, four whole rows a program on eight
+# warps (True), or two rows on four warps read before it (False, the default). In one
+# process (benches/step_ab.py) the first was faster on the 30B-A3B (q30): 1,787.7 us a
+# step against 1,796.9 (gpu158), 1,785.1 against 1,792.0 (gpu159), 1,783.9 against
+# 1,794.2 and at graph_decode's positions 1,766.4 against 1,773.7 (gpu160). But greedy
+# decode was slower (benches/graph_decode.py R0, two processes a box, both orders):
+# 557.9 tok/s against 563.5 (gpu159), 557.8 against 563.4 (gpu160). Off, as the R0
+# says; a switch for the A/B (docs/benchmarks.md, "Twenty-eighth session").
+QKV_AFTER_WAIT = False
 
 
 def linear_block(rows: int, cols: int, int8: bool) -> tuple[int, int, int]:
@@ -117,9 +119,9 @@ def linear_block(rows: int, cols: int, int8: bool) -> tuple[int, int, int]:
     program, 2048 columns a step, four warps (int8 o 5.69 us against 6.32 with
     (4, 1024, 4), the router 2.08 against 2.96; the int8 step 1,985.5 against 2,022.7
     us, gpu99). bf16 matrices of more rows than columns, at most 2048 of them, such as
-    q/k/v (5120 x 2048): four whole rows a program on eight warps, read after the wait
-    (``QKV_AFTER_WAIT``); before, two whole rows on four warps read before it (the bf16
-    step 1,826.8 us against 1,843.7 with four rows and 512 columns a step, gpu130).
+    q/k/v (5120 x 2048): two whole rows a program, all read before the wait (the bf16
+    step 1,826.8 us against 1,843.7 with four rows and 512 columns a step, gpu130), or
+    with ``QKV_AFTER_WAIT`` four whole rows on eight warps read after it.
     bf16 o (2048 x 4096) keeps 4 rows and 1024 columns: its whole rows read before the
     wait, while the attention runs, were slower (1,902.5 us with one row a program,
     gpu130; gpu101's whole rows for both products 2,105.7 against 2,051.3)."""
