@@ -2385,8 +2385,16 @@ gpu161() {
     2>&1 | grep -E "tg_tok|distinct|replay_us|Error"
 }
 
+# Three captures of the defaults in one process: how far do they differ?
+gpu162() {
+  synth30 q30
+  timeout 150 python3 benches/step_ab.py "$DATA/q30.ftw" \
+    --configs base,base-2,base-3,qkv-after,early-small --sweep 64-191 2>&1 | grep -E '"config"|rror'
+}
+
 case $what in
   install) install ;;
+  gpu162) install; gpu162 ;;
   gpu161) install; gpu161 ;;
   gpu160) install; gpu160 ;;
   gpu159) install; gpu159 ;;

@@ -13,7 +13,7 @@ process, and rounds alternate, so a difference is the step's. Only the step is t
 FIRST-LAST`` also times each graph replayed at those positions, the position filled
 before each replay, as graph_decode's ``replay_us`` (gpu159-160: q/k/v after the wait was
 faster here and slower there, in two processes). Configurations:
-``base`` (the defaults), ``no-pdl`` (moe_kernel.PDL off), ``no-int8`` (a
+``base`` (the defaults; ``base-2`` and ``base-3`` the same again, each its own decoder), ``no-pdl`` (moe_kernel.PDL off), ``no-int8`` (a
 ``--dense-quant int8`` file's attention through its dequantized matrices, as files
 without int8 run), ``bytes`` (int4 experts read as byte tiles, moe_kernel.WORDS
 off), ``route-two-pass`` (the router's top-k by two reductions per pick across four
@@ -75,6 +75,10 @@ _LINEAR_BLOCK = fused.linear_block
 # attention matrices (the dequantized ones instead)
 CONFIGS: dict[str, dict[str, Any]] = {
     "base": {},
+    # the defaults again, each its own decoder (buffers, graph): how far two captures of
+    # one configuration differ in one process
+    "base-2": {},
+    "base-3": {},
     "no-pdl": {"PDL": False},
     "no-int8": {},
     "bytes": {"WORDS": False},  # int4 experts as byte tiles, not words (issue 10)
