@@ -14,11 +14,11 @@ FIRST-LAST`` also times each graph replayed at those positions, the position fil
 before each replay, as graph_decode's ``replay_us`` (gpu159-160: q/k/v after the wait was
 faster here and slower there, in two processes). Configurations: ``base`` (the
 defaults; ``base-2`` and ``base-3`` the same again, each its own decoder), ``no-pdl``
-(moe_kernel.PDL off), ``no-int8`` (a ``--dense-quant int8`` file's attention through
-its dequantized matrices, as files without int8 run), ``bytes`` (int4 experts read as
-byte tiles, moe_kernel.WORDS off), ``route-two-pass`` (the router's top-k by two reductions per pick across four
-warps, fused.ROUTE_ONE_PASS off), ``no-pdl-two-pass``, ``attn-*`` (the attention's
-positions per step and warps), ``blocks-before``, ``blocks-tuned`` and
+(moe_kernel.PDL off), ``no-int8`` (a ``--dense-quant int8`` file's attention through its
+dequantized matrices, as files without int8 run), ``bytes`` (int4 experts read as byte
+tiles, moe_kernel.WORDS off), ``route-two-pass`` (the router's top-k by two reductions
+per pick across four warps, fused.ROUTE_ONE_PASS off), ``no-pdl-two-pass``, ``attn-*``
+(the attention's positions per step and warps), ``blocks-before``, ``blocks-tuned`` and
 ``blocks-whole`` (the one-token products' block shapes), ``norm-launch``
 (decode.NORM_IN_ROUTER off), ``norm-w*``, ``nl-w8`` and ``rope-w*`` (the norms', the
 router-with-norm's and q/k/v RoPE's warps), ``no-ahead`` and ``no-ahead-KERNEL`` (no
