@@ -155,6 +155,22 @@ def test_norms_and_products_read_ahead_to_the_same_bits(
 
 
 @pytest.mark.interpreter
+def test_qkv_after_the_wait_gives_the_same_bits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``fused.QKV_AFTER_WAIT`` (a q/k/v-shaped bf16 product's whole rows read after the
+    wait, four a program instead of two) changes when and by which program each row is
+    read, not its sum: the same bits, with and without a residual."""
+    torch.manual_seed(3)
+    x, w = torch.randn(1, 300).bfloat16(), torch.randn(1100, 300).bfloat16()
+    residual = torch.randn(1, 1100).bfloat16()
+    got = []
+    for on in (False, True):
+        monkeypatch.setattr(fused, "QKV_AFTER_WAIT", on)
+        assert fused.first_tile_ahead(1100, 300, False) is not on
+        got.append((fused.linear(x, w), fused.linear(x, w, residual=residual)))
+    _same(got[0], got[1])
+
+
+@pytest.mark.interpreter
 def test_the_int4_step_reads_ahead_to_the_same_bits(
     wide_files: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:

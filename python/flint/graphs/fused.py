@@ -105,10 +105,11 @@ LINEAR_BLOCK: dict[str, tuple[int, int, int]] = {}
 # warps (True), or two rows on four warps read before it (False, the default). In one
 # process (benches/step_ab.py) the first was faster on the 30B-A3B (q30): 1,787.7 us a
 # step against 1,796.9 (gpu158), 1,785.1 against 1,792.0 (gpu159), 1,783.9 against
-# 1,794.2 and at graph_decode's positions 1,766.4 against 1,773.7 (gpu160). But greedy
-# decode was slower (benches/graph_decode.py R0, two processes a box, both orders):
-# 557.9 tok/s against 563.5 (gpu159), 557.8 against 563.4 (gpu160). Off, as the R0
-# says; a switch for the A/B (docs/benchmarks.md, "Twenty-eighth session").
+# 1,794.2 and at graph_decode's positions 1,766.4 against 1,773.7 (gpu160); no faster
+# on a fourth box (1,795.2 against 1,795.6, gpu161). Greedy decode was slower
+# (benches/graph_decode.py R0, two processes a box, both orders): 557.9 tok/s against
+# 563.5 (gpu159), 557.8 against 563.4 (gpu160). Off, as the R0 says; a switch for the
+# A/B (docs/benchmarks.md, "Twenty-eighth session").
 QKV_AFTER_WAIT = False
 
 
