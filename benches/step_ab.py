@@ -13,7 +13,8 @@ process, and rounds alternate, so a difference is the step's. Only the step is t
 FIRST-LAST`` also times each graph replayed at those positions, the position filled
 before each replay, as graph_decode's ``replay_us`` (gpu159-160: q/k/v after the wait was
 faster here and slower there, in two processes). Configurations: ``base`` (the
-defaults; ``base-2`` and ``base-3`` the same again, each its own decoder), ``no-pdl``
+defaults; ``base-2`` and ``base-3`` the same again, each its own decoder: three
+captures spanned 8.5 us a step in gpu162, so compare an A/B with that), ``no-pdl``
 (moe_kernel.PDL off), ``no-int8`` (a ``--dense-quant int8`` file's attention through its
 dequantized matrices, as files without int8 run), ``bytes`` (int4 experts read as byte
 tiles, moe_kernel.WORDS off), ``route-two-pass`` (the router's top-k by two reductions
