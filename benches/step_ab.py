@@ -135,7 +135,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "lin8-b4": {"fused.linear_block": lambda r, c, i8: _lin8(r, c, i8, (4, 2048, 4))},
     "lin8-b4-w8": {"fused.linear_block": lambda r, c, i8: _lin8(r, c, i8, (4, 2048, 8))},
     # bf16 q/k/v's rows in tiles of 512 columns, as before gpu130 (whole rows now)
-    "qkv-tiles": {
+    "qkv-tiles": {  # read before the wait, as then, whatever QKV_AFTER_WAIT's default
         "fused.QKV_AFTER_WAIT": False,
         "fused.linear_block": lambda r, c, i8: _qkv_tiles(r, c, i8),
     },
@@ -282,8 +282,9 @@ def swept(
 
 
 def greedy_tokens(decoder: GraphDecoder, graph: Any, positions: range) -> int:
-    """How many distinct tokens the greedy sweep feeds the step (each replay read back:
-    untimed). A random model's greedy text repeats, and with it the experts it routes."""
+    """How many distinct tokens a greedy sweep feeds the step: one more, untimed pass
+    after the timed ones, each replay's token read back. (A random model's greedy text
+    can repeat, and with it the experts it routes.)"""
     seen = set()
     for position in positions:
         decoder.position.fill_(position)
@@ -348,34 +349,37 @@ def timeline(
     spans: list[tuple[str, float, float]], replays: int, layer: int
 ) -> list[dict[str, Any]]:
     """The kernels of decoder layer ``layer`` (from its input norm, the layer-th
-    ``rms_norm_kernel`` of a replay, to the next one), each as its start and end in us
-    after the layer's first kernel starts, and what it adds to the stream (its end less
-    the later of its start and the end before it), averaged over the replays."""
+    ``rms_norm_kernel`` of a replay, to the next one; with ``norm-launch`` the
+    post-attention norms count too), each as its start and end in us after the layer's
+    first kernel starts, and what it adds to the stream (its end less the later of its
+    start and the latest end before it), averaged over the replays. Every replay must
+    launch the same kernels."""
     ordered = sorted(spans, key=lambda s: (s[1], s[2]))
-    per = len(ordered) // replays
-    sums: dict[int, list[float]] = {}
-    names: dict[int, str] = {}
+    per, extra = divmod(len(ordered), replays)
+    pattern = [s[0] for s in ordered[:per]]
+    if extra or any(
+        [s[0] for s in ordered[r * per : (r + 1) * per]] != pattern for r in range(replays)
+    ):
+        raise SystemExit(f"--timeline: the {replays} replays did not launch the same kernels")
+    norms = [i for i, name in enumerate(pattern) if name.startswith("rms_norm_kernel")]
+    if layer + 1 >= len(norms):
+        raise SystemExit(f"--timeline {layer}: the step has {len(norms) - 1} layers")
+    first, stop = norms[layer], norms[layer + 1]
+    sums = [[0.0, 0.0, 0.0] for _ in range(first, stop)]
     for r in range(replays):
         one = ordered[r * per : (r + 1) * per]
-        norms = [i for i, s in enumerate(one) if s[0].startswith("rms_norm_kernel")]
-        if layer + 1 >= len(norms):
-            raise SystemExit(f"--timeline {layer}: the step has {len(norms) - 1} layers")
-        first, stop = norms[layer], norms[layer + 1]
-        t0, last_end = one[first][1], one[first - 1][2] if first else float("-inf")
-        for i in range(first, stop):
-            name, start, end = one[i]
-            adds = max(0.0, end - max(start, last_end))
-            last_end = max(last_end, end)
-            row = sums.setdefault(i - first, [0.0, 0.0, 0.0])
+        t0 = one[first][1]
+        last_end = max((s[2] for s in one[:first]), default=float("-inf"))
+        for row, (_, start, end) in zip(sums, one[first:stop], strict=True):
             row[0] += start - t0
             row[1] += end - t0
-            row[2] += adds
-            names[i - first] = name
+            row[2] += max(0.0, end - max(start, last_end))
+            last_end = max(last_end, end)
     keys = ("start_us", "end_us", "adds_us")
     return [
-        {"layer": layer, "kernel": names[i][:40]}
+        {"layer": layer, "kernel": pattern[first + i][:40]}
         | {k: round(v / replays, 2) for k, v in zip(keys, row, strict=True)}
-        for i, row in sorted(sums.items())
+        for i, row in enumerate(sums)
     ]
 
 
@@ -430,14 +434,17 @@ def main() -> None:
     parser.add_argument(
         "--sweep-random",
         action="store_true",
-        help="the sweep's input tokens drawn at random (seeded), not the step's argmax: "
-        "routing as varied as real text's",
+        help="the sweep's input tokens drawn at random (seeded), not the step's argmax, "
+        "each copied in before its replay (a copy the greedy sweep does not make)",
     )
     args = parser.parse_args()
     names = args.configs.split(",")
     sweep = None
     if args.sweep:
-        first, last = (int(p) for p in args.sweep.split("-"))
+        ends = args.sweep.split("-")
+        if len(ends) != 2 or not all(e.isdigit() for e in ends) or int(ends[0]) > int(ends[1]):
+            raise SystemExit(f"--sweep {args.sweep}: expected FIRST-LAST, FIRST <= LAST")
+        first, last = int(ends[0]), int(ends[1])
         sweep = range(first, last + 1)
         if (first // decode.SPAN_STEP, last // decode.SPAN_STEP) != (
             args.position // decode.SPAN_STEP,
@@ -471,6 +478,7 @@ def main() -> None:
             tokens = torch.randint(2, vocab, (len(sweep),), generator=gen).to("cuda:0")
         for _ in range(args.rounds):
             for name in names:
+                graphs[name][0].position.fill_(args.position)  # a sweep moves it
                 times[name].append(timed(graphs[name][1], args.replays))
                 if sweep is not None:
                     swept_times[name].append(swept(*graphs[name], sweep, tokens))
@@ -478,9 +486,10 @@ def main() -> None:
         if sweep is not None and tokens is None:
             distinct = {n: greedy_tokens(*graphs[n], sweep) for n in names}
         if args.profile:
-            for profiled in args.profile.split(","):
-                print(json.dumps({"profile": profiled}))
-                kernels(graphs[profiled][1], 20, args.timeline)
+            for name in args.profile.split(","):
+                print(json.dumps({"profile": name}))
+                graphs[name][0].position.fill_(args.position)
+                kernels(graphs[name][1], 20, args.timeline)
     for name in names:
         us = statistics.median(times[name])
         row = {"config": name, "us_per_step": round(us, 1), "tok_s": round(1e6 / us, 1)}

@@ -67,20 +67,42 @@ def test_qkv_tiles_config_changes_only_bf16_qkv(monkeypatch: pytest.MonkeyPatch)
 
 
 def test_timeline_of_one_layer() -> None:
-    """Two replays of a two-layer step (embed, then norm, x, y a layer, then head): layer
-    1's kernels timed from its norm's start, each one's addition to the stream, averaged
-    over the replays; a layer the step does not have is an error."""
+    """Two replays of a two-layer step (two kernels before the first norm, then norm, x,
+    y a layer, then the last norm): a layer's kernels timed from its norm's start, each
+    adding its end less the later of its start and the latest end before it (kernel
+    "a", not "b", for the first norm), averaged over the replays. Replays that launch
+    different kernels, and a layer the step does not have, are errors."""
     timeline = runpy.run_path(str(STEP_AB))["timeline"]
-    one = ["embed", "rms_norm_kernel", "x", "y", "rms_norm_kernel", "x", "y", "rms_norm_kernel"]
-    spans = []
-    for r, shift in enumerate((0.0, 100.0)):
-        for i, name in enumerate(one):
-            start = shift + 10.0 * i
-            spans.append((name, start, start + 12.0 + r * 2))  # 2 (then 4) us overlap
-    rows = timeline(spans, 2, 1)
+    one = [
+        ("a", 0.0, 30.0),
+        ("b", 1.0, 3.0),
+        ("rms_norm_kernel", 5.0, 12.0),
+        ("x", 10.0, 20.0),
+        ("y", 18.0, 35.0),
+        ("rms_norm_kernel", 30.0, 40.0),
+        ("x", 38.0, 50.0),
+        ("y", 45.0, 47.0),
+        ("rms_norm_kernel", 50.0, 55.0),
+    ]
+    second = [(n, s + 100.0, e + 100.0) for n, s, e in one]
+    second[6] = ("x", 138.0, 152.0)  # layer 1's x ends 2 us later in the second replay
+    spans = one + second
+    rows = timeline(spans, 2, 0)
     assert [row["kernel"] for row in rows] == ["rms_norm_kernel", "x", "y"]
-    assert [row["start_us"] for row in rows] == [0.0, 10.0, 20.0]
-    assert [row["end_us"] for row in rows] == [13.0, 23.0, 33.0]
-    assert [row["adds_us"] for row in rows] == [10.0, 10.0, 10.0]
+    assert [(r["start_us"], r["end_us"], r["adds_us"]) for r in rows] == [
+        (0.0, 7.0, 0.0),
+        (5.0, 15.0, 0.0),
+        (13.0, 30.0, 5.0),
+    ]
+    rows = timeline(spans, 2, 1)
+    assert [(r["start_us"], r["end_us"], r["adds_us"]) for r in rows] == [
+        (0.0, 10.0, 5.0),
+        (8.0, 21.0, 11.0),
+        (15.0, 17.0, 0.0),
+    ]
     with pytest.raises(SystemExit, match="2 layers"):
         timeline(spans, 2, 2)
+    with pytest.raises(SystemExit, match="same kernels"):
+        timeline(spans[:-1], 2, 0)
+    with pytest.raises(SystemExit, match="same kernels"):
+        timeline(one + [("z", *s[1:]) if s[0] == "y" else s for s in second], 2, 0)

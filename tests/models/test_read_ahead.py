@@ -162,12 +162,24 @@ def test_qkv_after_the_wait_gives_the_same_bits(monkeypatch: pytest.MonkeyPatch)
     torch.manual_seed(3)
     x, w = torch.randn(1, 300).bfloat16(), torch.randn(1100, 300).bfloat16()
     residual = torch.randn(1, 1100).bfloat16()
+    real, launches = fused.linear_kernel, []
+
+    class Spy:  # the launch's arguments, then the real launch
+        def __getitem__(self, grid: tuple[int]) -> Callable[..., object]:
+            def launch(*args: object, **kwargs: object) -> object:
+                launches.append((grid, kwargs))
+                return real[grid](*args, **kwargs)
+
+            return launch
+
+    monkeypatch.setattr(fused, "linear_kernel", Spy())
     got = []
     for on in (False, True):
         monkeypatch.setattr(fused, "QKV_AFTER_WAIT", on)
-        assert fused.first_tile_ahead(1100, 300, False) is not on
         got.append((fused.linear(x, w), fused.linear(x, w, residual=residual)))
     _same(got[0], got[1])
+    told = [(g, k["FIRST_AHEAD"], k["BN"], k["num_warps"]) for g, k in launches]
+    assert told == [((550,), True, 2, 4)] * 2 + [((275,), False, 4, 8)] * 2
 
 
 @pytest.mark.interpreter

@@ -109,9 +109,9 @@ LINEAR_BLOCK: dict[str, tuple[int, int, int]] = {}
 # on a fourth box (1,795.2 against 1,795.6, gpu161). Greedy decode was slower
 # (benches/graph_decode.py R0, two processes a box, both orders): 557.9 tok/s against
 # 563.5 (gpu159), 557.8 against 563.4 (gpu160). Three captures of the defaults in one
-# process spanned 8.5 us a step (gpu162): the step's gain is within that, the R0's loss
-# (15-18 us a token) beyond it. Off; a switch for the A/B (docs/benchmarks.md,
-# "Twenty-eighth session").
+# process spanned 8.5 us a step (gpu162): the step's gain is of that size, the R0's
+# loss (17.8 us a token by tok/s) larger, in two pairs of processes. Off, as the R0
+# read; a switch for the A/B (docs/benchmarks.md, "Twenty-eighth session").
 QKV_AFTER_WAIT = False
 
 
