@@ -1,14 +1,16 @@
 """A/B of the resident graph step's GPU time per token (issue 10): one model loaded
-once, one ``GraphDecoder`` per configuration captured under its switches, their graphs
-replayed back to back and timed with CUDA events, in alternating rounds.
+once, one ``GraphDecoder`` per configuration captured under its switches (or
+``--captures N`` each), their graphs replayed back to back and timed with CUDA events,
+in rounds, each round's order rotated one place from the round before.
 
 Usage: python benches/step_ab.py MODEL [--configs base,no-pdl]
        [--rounds 5] [--replays 100] [--position 128] [--profile CONFIG[,CONFIG]]
-       [--timeline LAYER] [--sweep FIRST-LAST [--sweep-random]]
+       [--timeline LAYER] [--sweep FIRST-LAST [--sweep-random]] [--captures N]
 
 Separate processes give the same step results several percent apart (docs/benchmarks.md,
 sixteenth session); here every configuration reads the same weights in the same
-process, and rounds alternate, so a difference is the step's. Only the step is timed
+process, and rounds alternate. But two captures of one configuration can differ too
+(8.5 us a step in gpu162): ``--captures`` measures that spread beside the A/B. Only the step is timed
 (its argmax included, no host loop): tok/s is 1e6 / microseconds per step. ``--sweep
 FIRST-LAST`` also times each graph replayed at those positions, the position filled
 before each replay, as graph_decode's ``replay_us`` (gpu159-160: q/k/v after the wait was
@@ -437,7 +439,19 @@ def main() -> None:
         help="the sweep's input tokens drawn at random (seeded), not the step's argmax, "
         "each copied in before its replay (a copy the greedy sweep does not make)",
     )
+    parser.add_argument(
+        "--captures",
+        type=int,
+        default=1,
+        metavar="N",
+        help="capture each configuration N times (each its own decoder, buffers and "
+        "graph), the order within a round rotated each round; a configuration's figure "
+        "is the median of its captures' medians, printed with their spread (three "
+        "captures of one configuration spanned 8.5 us a step in gpu162)",
+    )
     args = parser.parse_args()
+    if args.captures < 1:
+        raise SystemExit("--captures: at least 1")
     names = args.configs.split(",")
     sweep = None
     if args.sweep:
@@ -464,43 +478,67 @@ def main() -> None:
         if model.decoder is not None:
             model.decoder.close()  # its graphs' memory: each configuration has its own
         graphs = {
-            n: captured(
+            (n, k): captured(
                 model, pools, None if n == "no-int8" else llm.source, CONFIGS[n], args.position
             )
-            for n in set(names) | profiled
+            for n in names + sorted(profiled - set(names))
+            for k in range(args.captures if n in names else 1)
         }
-        times: dict[str, list[float]] = {n: [] for n in names}
-        swept_times: dict[str, list[float]] = {n: [] for n in names}
+        keys = [(n, k) for n in names for k in range(args.captures)]
+        times: dict[tuple[str, int], list[float]] = {key: [] for key in keys}
+        swept_times: dict[tuple[str, int], list[float]] = {key: [] for key in keys}
         tokens = None
         if args.sweep_random and sweep is not None:
             vocab = model.config.vocab_size
             gen = torch.Generator().manual_seed(0)
             tokens = torch.randint(2, vocab, (len(sweep),), generator=gen).to("cuda:0")
-        for _ in range(args.rounds):
-            for name in names:
-                graphs[name][0].position.fill_(args.position)  # a sweep moves it
-                times[name].append(timed(graphs[name][1], args.replays))
+        for r in range(args.rounds):
+            for key in rotated(keys, r):
+                graphs[key][0].position.fill_(args.position)  # a sweep moves it
+                times[key].append(timed(graphs[key][1], args.replays))
                 if sweep is not None:
-                    swept_times[name].append(swept(*graphs[name], sweep, tokens))
+                    swept_times[key].append(swept(*graphs[key], sweep, tokens))
         distinct = {}
         if sweep is not None and tokens is None:
-            distinct = {n: greedy_tokens(*graphs[n], sweep) for n in names}
+            distinct = {n: greedy_tokens(*graphs[n, 0], sweep) for n in names}
         if args.profile:
             for name in args.profile.split(","):
                 print(json.dumps({"profile": name}))
-                graphs[name][0].position.fill_(args.position)
-                kernels(graphs[name][1], 20, args.timeline)
+                graphs[name, 0][0].position.fill_(args.position)
+                kernels(graphs[name, 0][1], 20, args.timeline)
     for name in names:
-        us = statistics.median(times[name])
-        row = {"config": name, "us_per_step": round(us, 1), "tok_s": round(1e6 / us, 1)}
-        row["rounds_us"] = [round(t, 1) for t in times[name]]
+        row: dict[str, Any] = {"config": name} | summary(
+            [times[name, k] for k in range(args.captures)]
+        )
         if sweep is not None:
-            row["sweep_us_per_step"] = round(statistics.median(swept_times[name]), 1)
-            row["sweep_rounds_us"] = [round(t, 1) for t in swept_times[name]]
+            swept_row = summary([swept_times[name, k] for k in range(args.captures)])
+            row |= {f"sweep_{k}": v for k, v in swept_row.items() if k != "tok_s"}
             row["sweep_tokens"] = "random" if tokens is not None else "greedy"
             if name in distinct:
                 row["sweep_distinct_tokens"] = distinct[name]
         print(json.dumps(row))
+
+
+def rotated(keys: list[Any], r: int) -> list[Any]:
+    """``keys`` in round ``r``'s order: rotated by ``r``, so that over the rounds each
+    capture is timed at each place in the round (where ``--rounds`` allows)."""
+    shift = r % len(keys)
+    return keys[shift:] + keys[:shift]
+
+
+def summary(rounds: list[list[float]]) -> dict[str, Any]:
+    """A configuration's figures from each capture's rounds (us a step): the median of
+    the captures' medians, its tok/s, the rounds (one capture) or each capture's median
+    and their spread (several)."""
+    medians = [statistics.median(r) for r in rounds]
+    us = statistics.median(medians)
+    out: dict[str, Any] = {"us_per_step": round(us, 1), "tok_s": round(1e6 / us, 1)}
+    if len(rounds) == 1:
+        out["rounds_us"] = [round(t, 1) for t in rounds[0]]
+    else:
+        out["captures_us"] = [round(m, 1) for m in medians]
+        out["capture_spread_us"] = round(max(medians) - min(medians), 1)
+    return out
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import torch
 
 STEP_AB = Path(__file__).resolve().parents[2] / "benches" / "step_ab.py"
 
@@ -106,3 +107,82 @@ def test_timeline_of_one_layer() -> None:
         timeline(spans[:-1], 2, 0)
     with pytest.raises(SystemExit, match="same kernels"):
         timeline(one + [("z", *s[1:]) if s[0] == "y" else s for s in second], 2, 0)
+
+
+def test_rounds_rotate_and_captures_summarise() -> None:
+    """Each round starts one place later, so every capture is timed at every place of a
+    round; a configuration's figure is the median of its captures' medians, with the
+    rounds for one capture or each capture's median and their spread for several."""
+    bench = runpy.run_path(str(STEP_AB))
+    rotated, summary = bench["rotated"], bench["summary"]
+    keys = [("a", 0), ("a", 1), ("b", 0)]
+    orders = [rotated(keys, r) for r in range(4)]
+    assert orders[0] == keys and orders[3] == keys
+    assert [order.index(("b", 0)) for order in orders[:3]] == [2, 1, 0]
+    assert sorted(orders[1]) == sorted(keys)
+    one = summary([[1000.0, 1004.0, 1002.0]])
+    assert one == {"us_per_step": 1002.0, "tok_s": 998.0, "rounds_us": [1000.0, 1004.0, 1002.0]}
+    three = summary([[10.0, 12.0, 11.0], [20.0, 19.0, 18.0], [14.0, 16.0, 15.0]])
+    assert three["us_per_step"] == 15.0
+    assert three["captures_us"] == [11.0, 19.0, 15.0]
+    assert three["capture_spread_us"] == 8.0
+    assert "rounds_us" not in three
+
+
+def test_main_times_every_capture_and_profiles_its_first(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``main`` without a GPU (the model, captures and timings faked): each configuration
+    captured ``--captures`` times and a profiled-only one once, one JSON row a
+    configuration with its captures' spread and the sweep's figures; bad arguments are
+    errors before anything loads."""
+    import json
+    import sys
+    import types
+
+    main = runpy.run_path(str(STEP_AB))["main"]
+    fakes = main.__globals__
+    model = types.SimpleNamespace(experts=None, decoder=None)
+    llm = types.SimpleNamespace(model=model, source=None)
+    monkeypatch.setitem(fakes, "flint", types.SimpleNamespace(LLM=lambda *a, **k: _Context(llm)))
+    monkeypatch.setitem(fakes, "expert_pools", lambda experts: {})
+    made: list[dict[str, object]] = []
+
+    def captured(*args: object) -> tuple[object, object]:
+        made.append(args[3])  # type: ignore[arg-type]
+        return types.SimpleNamespace(position=torch.zeros(1)), object()
+
+    monkeypatch.setitem(fakes, "captured", captured)
+    monkeypatch.setitem(fakes, "timed", lambda graph, replays: 1000.0)
+    monkeypatch.setitem(fakes, "swept", lambda d, graph, sweep, tokens: 900.0)
+    monkeypatch.setitem(fakes, "greedy_tokens", lambda d, graph, sweep: 128)
+    profiled: list[int | None] = []
+    monkeypatch.setitem(fakes, "kernels", lambda graph, replays, layer: profiled.append(layer))
+    argv = ["step_ab.py", "m.ftw", "--configs", "base,qkv-after", "--captures", "3"]
+    argv += ["--sweep", "64-191", "--profile", "o-late", "--timeline", "3"]
+    monkeypatch.setattr(sys, "argv", argv)
+    main()
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(made) == 7 and profiled == [3]
+    assert rows[0] == {"profile": "o-late"}
+    assert [r["config"] for r in rows[1:]] == ["base", "qkv-after"]
+    assert rows[1]["captures_us"] == [1000.0] * 3 and rows[1]["capture_spread_us"] == 0.0
+    assert rows[2]["sweep_us_per_step"] == 900.0 and rows[2]["sweep_distinct_tokens"] == 128
+    for bad in (["--sweep", "191-64"], ["--sweep", "64-300"], ["--captures", "0"]):
+        monkeypatch.setattr(sys, "argv", ["step_ab.py", "m.ftw", *bad])
+        with pytest.raises(SystemExit):
+            main()
+    assert len(made) == 7
+
+
+class _Context:
+    """A context manager that gives ``value``."""
+
+    def __init__(self, value: object) -> None:
+        self.value = value
+
+    def __enter__(self) -> object:
+        return self.value
+
+    def __exit__(self, *exc: object) -> None:
+        return None
