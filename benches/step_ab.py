@@ -8,13 +8,13 @@ Usage: python benches/step_ab.py MODEL [--configs base,no-pdl]
        [--timeline LAYER] [--sweep FIRST-LAST [--sweep-random]] [--captures N]
 
 Separate processes give the same step results several percent apart (docs/benchmarks.md,
-sixteenth session); here every configuration reads the same weights in the same
-process, and rounds alternate. But two captures of one configuration can differ too
-(8.5 us a step in gpu162): ``--captures`` measures that spread beside the A/B. Only the step is timed
-(its argmax included, no host loop): tok/s is 1e6 / microseconds per step. ``--sweep
-FIRST-LAST`` also times each graph replayed at those positions, the position filled
-before each replay, as graph_decode's ``replay_us`` (gpu159-160: q/k/v after the wait was
-faster here and slower there, in two processes). Configurations: ``base`` (the
+sixteenth session); here every configuration reads the same weights in the same process,
+and rounds alternate. But two captures of one configuration can differ too (8.5 us a
+step in gpu162): ``--captures`` measures that spread beside the A/B. Only the step is
+timed (its argmax included, no host loop): tok/s is 1e6 / microseconds per step.
+``--sweep FIRST-LAST`` also times each graph replayed at those positions, the position
+filled before each replay, as graph_decode's ``replay_us`` (gpu159-160: q/k/v after the
+wait was faster here and slower there, in two processes). Configurations: ``base`` (the
 defaults; ``base-2`` and ``base-3`` the same again, each its own decoder: three
 captures spanned 8.5 us a step in gpu162, so compare an A/B with that), ``no-pdl``
 (moe_kernel.PDL off), ``no-int8`` (a ``--dense-quant int8`` file's attention through its
