@@ -65,6 +65,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -268,19 +269,14 @@ def swept(
     graph_decode's ``replay_us`` times). Each replay's input is the step before's argmax
     (greedy, the step writes it), or with ``tokens`` [len(positions)] on the device, the
     next of those, copied in before it."""
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    decoder.position.fill_(positions[0])
-    graph.replay()
-    torch.cuda.synchronize()
-    start.record()
-    for i, position in enumerate(positions):
-        decoder.position.fill_(position)
+
+    def one(i: int) -> None:
+        decoder.position.fill_(positions[i])
         if tokens is not None:
             decoder.token.copy_(tokens[i : i + 1])
         graph.replay()
-    end.record()
-    end.synchronize()
-    return float(start.elapsed_time(end)) * 1e3 / len(positions)
+
+    return _us_per_call(one, len(positions))
 
 
 def greedy_tokens(decoder: GraphDecoder, graph: Any, positions: range) -> int:
@@ -297,15 +293,21 @@ def greedy_tokens(decoder: GraphDecoder, graph: Any, positions: range) -> int:
 
 def timed(graph: Any, replays: int) -> float:
     """Microseconds per replay of ``graph``, ``replays`` back to back."""
+    return _us_per_call(lambda i: graph.replay(), replays)
+
+
+def _us_per_call(one: Callable[[int], None], count: int) -> float:
+    """Microseconds per call of ``one(i)`` for i in 0..count-1, timed with CUDA events
+    after one untimed call of ``one(0)``, the calls queued back to back."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    graph.replay()
+    one(0)
     torch.cuda.synchronize()
     start.record()
-    for _ in range(replays):
-        graph.replay()
+    for i in range(count):
+        one(i)
     end.record()
     end.synchronize()
-    return float(start.elapsed_time(end)) * 1e3 / replays
+    return float(start.elapsed_time(end)) * 1e3 / count
 
 
 def kernels(graph: Any, replays: int, layer: int | None = None) -> None:
