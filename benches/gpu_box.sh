@@ -2392,8 +2392,27 @@ gpu162() {
     --configs base,base-2,base-3,qkv-after 2>&1 | grep -E '"config"|rror'
 }
 
+# Each layer's input norm made by its q/k/v product from the ranked sum's partial sums of
+# squares (decode.NORM_IN_QKV, on in this wheel): the step A/B with two captures each and
+# layer 20's timeline, R0 on q30 both ways, then the graphs' GPU tests.
+gpu163() {
+  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
+  synth30 q30
+  timeout 170 python3 benches/step_ab.py "$DATA/q30.ftw" --configs base,input-norm-launch \
+    --captures 2 --profile base,input-norm-launch --timeline 20 2>&1 \
+    | grep -E '"config"|"layer"|busy|rror'
+  for flag in --input-norm-launch "" ; do
+    echo "== R0 q30 $flag"
+    timeout 80 python3 benches/graph_decode.py "$DATA/q30.ftw" --tokens 128 --reps 2 --modes on \
+      $flag 2>&1 | grep -E "tg_tok|roofline|copy_gb|replay_us|norm_in_qkv|Error"
+  done
+  echo "== GPU tests (graphs)"; timeout 150 python3 -m pytest tests/models/test_graphs.py -q \
+    -p no:cacheprovider --tb=short -rf -m gpu -x 2>&1 | grep -E "passed|failed|FAILED|Error|assert" | head -20
+}
+
 case $what in
   install) install ;;
+  gpu163) install; gpu163 ;;
   gpu162) install; gpu162 ;;
   gpu161) install; gpu161 ;;
   gpu160) install; gpu160 ;;
