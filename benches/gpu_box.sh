@@ -2394,7 +2394,8 @@ gpu162() {
 
 # Each layer's input norm made by its q/k/v product from the ranked sum's partial sums of
 # squares (decode.NORM_IN_QKV, on in this wheel): the step A/B with two captures each and
-# layer 20's timeline, R0 on q30 both ways, then the graphs' GPU tests.
+# layer 20's timeline, R0 on q30 both ways, then the graphs' GPU tests. Slower, and taken
+# out: it runs at 240c830 (docs/benchmarks.md, "Twenty-ninth session").
 gpu163() {
   [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
   synth30 q30

@@ -4,7 +4,6 @@ general eager path, with the HBM roofline of flint's own bytes (issue 10, R0).
 Usage: python benches/graph_decode.py MODEL [--tokens 128] [--prompt 64] [--reps 3]
        [--modes on,eager,off] [--profile] [--between] [--torch-dense]
        [--torch-attention] [--no-ahead] [--no-pdl] [--early] [--qkv-after]
-       [--input-norm-launch]
 
 Each mode loads the model once (resident, cuda:0) and decodes ``--tokens`` greedy
 tokens after a ``--prompt``-token prompt, ``--reps`` times after a warm-up run (which
@@ -238,15 +237,8 @@ def main() -> None:
         "flint.graphs.fused.QKV_AFTER_WAIT; gpu159-160 ran it the other way round, as "
         "--qkv-before, while it was the default)",
     )
-    parser.add_argument(
-        "--input-norm-launch",
-        action="store_true",
-        help="each layer's input norm in a launch of its own, not made by the q/k/v "
-        "product (the A/B of flint.graphs.decode.NORM_IN_QKV)",
-    )
     args = parser.parse_args()
     fused.QKV_AFTER_WAIT = args.qkv_after
-    decode.NORM_IN_QKV = not args.input_norm_launch
     moe_kernel.PDL = not args.no_pdl
     if args.early:
         moe_kernel.EARLY = moe_kernel.SMALL_KERNELS
@@ -262,7 +254,6 @@ def main() -> None:
     result["pdl"] = not args.no_pdl
     result["early"] = sorted(moe_kernel.EARLY)
     result["qkv_after_wait"] = fused.QKV_AFTER_WAIT
-    result["norm_in_qkv"] = decode.NORM_IN_QKV
     result["copy_gb_s"] = round(copy_rate(device) / 1e9, 1)
     ids: list[int] = []
     for mode in args.modes.split(","):

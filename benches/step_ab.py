@@ -38,8 +38,7 @@ before: what those reads cost the attention), ``qkv-after`` (bf16 q/k/v four row
 program read after the wait: fused.QKV_AFTER_WAIT), ``o-whole2`` (bf16 o's whole rows, two
 a program, read before the wait), ``o-k2048`` and ``o-b2-k2048`` (bf16 o in two tiles
 of 2048 columns), ``attn-w1``, ``attn-w2`` and ``attn-w*-b128`` (the attention on one
-or two warps), ``input-norm-launch`` (each layer's input norm in a launch of its
-own, decode.NORM_IN_QKV off). ``--profile
+or two warps). ``--profile
 CONFIG[,CONFIG]`` then prints each kernel's time per step, and its share of the stream's time
 (under dependent launch, kernels overlap: a kernel's share is its end less the later
 of its start and the end of the kernel before), and with ``--timeline LAYER`` that
@@ -174,8 +173,6 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "o-late": {"fused.first_tile_ahead": lambda r, c, i8: not _bf16_o(r, c, i8)},
     # bf16 q/k/v four whole rows a program on eight warps, read after the wait
     "qkv-after": {"fused.QKV_AFTER_WAIT": True},
-    # the input norm in a launch of its own, not made by q/k/v's product
-    "input-norm-launch": {"decode.NORM_IN_QKV": False},
     "o-whole2": {"fused.linear_block": lambda r, c, i8: _o_block(r, c, i8, (2, 4096, 4))},
     # bf16 o's rows in two tiles of 2048 columns (half before the wait), four or two rows
     "o-k2048": {"fused.linear_block": lambda r, c, i8: _o_block(r, c, i8, (4, 2048, 8))},
@@ -357,12 +354,10 @@ def timeline(
 ) -> list[dict[str, Any]]:
     """The kernels of decoder layer ``layer`` (from its input norm, the layer-th
     ``rms_norm_kernel`` of a replay, to the next one; with ``norm-launch`` the
-    post-attention norms count too; where the step has q/k/v RoPE launches, from the
-    layer's q/k/v product, the kernel before its RoPE, or the norm before that product,
-    to the next layer's or the final norm), each as its start and end in us after the
-    layer's first kernel starts, and what it adds to the stream (its end less the later
-    of its start and the latest end before it), averaged over the replays. Every replay
-    must launch the same kernels."""
+    post-attention norms count too), each as its start and end in us after the layer's
+    first kernel starts, and what it adds to the stream (its end less the later of its
+    start and the latest end before it), averaged over the replays. Every replay must
+    launch the same kernels."""
     ordered = sorted(spans, key=lambda s: (s[1], s[2]))
     per, extra = divmod(len(ordered), replays)
     pattern = [s[0] for s in ordered[:per]]
@@ -371,9 +366,6 @@ def timeline(
     ):
         raise SystemExit(f"--timeline: the {replays} replays did not launch the same kernels")
     norms = [i for i, name in enumerate(pattern) if name.startswith("rms_norm_kernel")]
-    ropes = [i for i, name in enumerate(pattern) if name.startswith("qkv_rope_kernel")]
-    if ropes and norms:  # the input norm may be in the q/k/v product (NORM_IN_QKV)
-        norms = [i - 2 if i >= 2 and i - 2 in norms else i - 1 for i in ropes] + norms[-1:]
     if layer + 1 >= len(norms):
         raise SystemExit(f"--timeline {layer}: the step has {len(norms) - 1} layers")
     first, stop = norms[layer], norms[layer + 1]

@@ -109,38 +109,6 @@ def test_timeline_of_one_layer() -> None:
         timeline(one + [("z", *s[1:]) if s[0] == "y" else s for s in second], 2, 0)
 
 
-def test_timeline_where_qkv_norms_its_input() -> None:
-    """With q/k/v RoPE launches, a layer runs from its q/k/v product (the kernel before
-    its RoPE) or the norm before that product, to the next layer's start or the final
-    norm: layer 0 keeps its norm, layer 1's input norm is in its product."""
-    timeline = runpy.run_path(str(STEP_AB))["timeline"]
-    one = [
-        ("embed", 0.0, 1.0),
-        ("rms_norm_kernel", 1.0, 3.0),
-        ("linear_kernel", 2.0, 6.0),
-        ("qkv_rope_kernel", 5.0, 7.0),
-        ("ranked_sum_kernel", 7.0, 9.0),
-        ("linear_kernel", 8.0, 12.0),
-        ("qkv_rope_kernel", 11.0, 13.0),
-        ("ranked_sum_kernel", 13.0, 15.0),
-        ("rms_norm_kernel", 15.0, 16.0),
-        ("linear_kernel", 16.0, 20.0),
-    ]
-    rows = timeline(one, 1, 0)
-    assert [r["kernel"] for r in rows] == [
-        "rms_norm_kernel", "linear_kernel", "qkv_rope_kernel", "ranked_sum_kernel"
-    ]  # fmt: skip
-    rows = timeline(one, 1, 1)
-    assert [r["kernel"] for r in rows] == ["linear_kernel", "qkv_rope_kernel", "ranked_sum_kernel"]
-    assert [(r["start_us"], r["end_us"], r["adds_us"]) for r in rows] == [
-        (0.0, 4.0, 3.0),
-        (3.0, 5.0, 1.0),
-        (5.0, 7.0, 2.0),
-    ]
-    with pytest.raises(SystemExit, match="2 layers"):
-        timeline(one, 1, 2)
-
-
 def test_rounds_rotate_and_captures_summarise() -> None:
     """Each round starts one place later, so every capture is timed at every place of a
     round; a configuration's figure is the median of its captures' medians, with the

@@ -23,7 +23,6 @@ every layer on one GPU, every expert resident (docs/cuda-graphs.md lists the fam
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -39,7 +38,6 @@ from flint.graphs.moe_kernel import (
     eighths_buffer,
     moe_experts,
     on_device,
-    ranked_sum_parts,
     slab_unsupported,
     stacked_pool,
 )
@@ -74,11 +72,6 @@ NORM_IN_ROUTER = True
 # A --dense-quant int8 file's LM head read as stored (``int8_head``), half the bytes of
 # the bf16 copy: False for an A/B in benches.
 INT8_HEAD = True
-# A MoE layer's ranked sum adds the residual and writes its partial sums of squares
-# (``moe_experts(residual=)``), and the next layer's q/k/v product norms its own input
-# from them (``fused.linear(norm=)``) instead of waiting for the norm's own launch: one
-# launch fewer per layer. False for an A/B in benches.
-NORM_IN_QKV = True
 # The step ends with the argmax of its logits into its own input buffer
 # (``fused.argmax``: two small launches inside the graph, under dependent launch), so
 # the greedy loop's next step follows with no launch of its own between the graphs.
@@ -261,37 +254,9 @@ class GraphDecoder:
                 buffer = eighths_buffer(pool, 1, device)
                 if buffer is not None:
                     self.eighths[index] = buffer
-        # layers whose q/k/v product norms its input (``NORM_IN_QKV``), and where the
-        # layer before them writes its output's partial sums of squares
-        self.qkv_norms = self._norms_in_qkv() if NORM_IN_QKV else frozenset()
-        if self.qkv_norms:
-            self.sum_parts = ranked_sum_parts(1, cfg.hidden_size, device)
         self.graphs: dict[int, Any] = {}  # span -> torch.cuda.CUDAGraph
         self.memory: Any = None  # the graphs' shared memory pool
         self.replays = 0
-
-    def _norms_in_qkv(self) -> frozenset[int]:
-        """The layers whose input the q/k/v product can norm itself: after a MoE layer
-        whose output is its routed experts' ranked sum alone, with plain attention
-        through the fused products whose one tile covers the row."""
-        if not (self.fused_norm and self.fused_attention and self.fused_dense):
-            return frozenset()
-        layers, dtype = self.model.layers, self.model.place.dtype
-        found = set()
-        for before, layer in itertools.pairwise(layers):
-            mlp = before.mlp
-            if not isinstance(mlp, MoEBlock) or mlp.shared is not None:
-                continue
-            if before.index not in self.pools or layer.index not in self.qkv:
-                continue
-            weight = self.qkv[layer.index][0]
-            int8 = self._stored(layer.index, 0)
-            rows, cols = weight.shape
-            if int8 is None and (weight.dtype != dtype or weight.stride(1) != 1):
-                continue
-            if fused.takes_norm(rows, cols, int8 is not None):
-                found.add(layer.index)
-        return frozenset(found)
 
     @property
     def name(self) -> str:
@@ -456,15 +421,13 @@ class GraphDecoder:
         residual: torch.Tensor | None = None,  # [1, N]
         out: torch.Tensor | None = None,
         int8: Int8 | None = None,  # w as the file stores it in int8, if it does
-        norm: fused.InputNorm | None = None,  # x normed first (``fused.linear``)
     ) -> torch.Tensor:
         """``residual + F.linear(x, w, b)`` (into ``out`` when given); from the int8
         matrix and its row scales when given."""
         if int8 is not None:
-            return fused.linear(x, int8[0], b, residual, int8[1], out, norm)
+            return fused.linear(x, int8[0], b, residual, int8[1], out)
         if self._fits(x, w):
-            return fused.linear(x, w, b, residual, out=out, norm=norm)
-        assert norm is None, "only fused.linear norms its input"
+            return fused.linear(x, w, b, residual, out=out)
         y = F.linear(x, w, b)
         if residual is not None:
             return residual + y if out is None else torch.add(residual, y, out=out)
@@ -479,32 +442,17 @@ class GraphDecoder:
         sin: torch.Tensor,
         mask: torch.Tensor,
         span: int,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """The layer on its input x + delta: (the residual after attention, the MLP's
-        output), whose sum is the layer's output (added by the next norm's kernel); or
-        (the layer's output, None) where the next layer's q/k/v product norms it
-        (``qkv_norms``: the ranked sum adds the residual)."""
-        norm = None
-        if layer.index in self.qkv_norms:  # x is the sum, its squares' sums in sum_parts
-            assert delta is None
-            xs = x
-            parts = self.sum_parts[0]
-            norm = fused.InputNorm(layer.input_norm, parts, layer.eps, self.norm_fp32)
-        else:
-            x, xs = self._add_norm(layer.norm, x, delta, layer.input_norm, layer.eps)
+        output), whose sum is the layer's output (added by the next norm's kernel)."""
+        x, xs = self._add_norm(layer.norm, x, delta, layer.input_norm, layer.eps)
         eighths = self.eighths.get(layer.index)
         mlp = layer.mlp
-        h = self._attended(layer, x, cos, sin, mask, span, normed_x=xs, norm=norm)
+        h = self._attended(layer, x, cos, sin, mask, span, normed_x=xs)
         if not isinstance(mlp, MoEBlock):
             return h, mlp(self._norm(layer.norm, h, layer.post_norm, layer.eps))
         normed, ids, weights = self._moe_input(layer, mlp, h, eighths)
         pool = self.pools[layer.index]
-        if layer.index + 1 in self.qkv_norms:
-            out = moe_experts(
-                normed, ids, weights, pool, self.scratch, self.moe_out, eighths,
-                residual=h, parts=self.sum_parts,
-            )  # fmt: skip
-            return out, None
         out = moe_experts(normed, ids, weights, pool, self.scratch, self.moe_out, eighths)
         if mlp.shared is not None:
             out = out + mlp._shared(normed)
@@ -520,16 +468,14 @@ class GraphDecoder:
         span: int,
         h: torch.Tensor | None = None,
         normed_x: torch.Tensor | None = None,
-        norm: fused.InputNorm | None = None,
     ) -> torch.Tensor:
         """The layer up to its post-attention norm: the residual after attention h [1, H]
         (written into ``h`` when given). ``normed_x``: x's input norm, when the caller
-        has it, or with ``norm`` what q/k/v's product norms itself. (A dense layer's
-        norm follows; a MoE layer's: ``_moe_input``.)"""
+        has it. (A dense layer's norm follows; a MoE layer's: ``_moe_input``.)"""
         xs = normed_x
         if xs is None:
             xs = self._norm(layer.norm, x, layer.input_norm, layer.eps)
-        return self._attention(layer.attn, xs, cos, sin, mask, span, x, h, norm)
+        return self._attention(layer.attn, xs, cos, sin, mask, span, x, h)
 
     def _moe_input(
         self, layer: DecoderLayer, mlp: MoEBlock, h: torch.Tensor, eighths: torch.Tensor | None
@@ -567,19 +513,17 @@ class GraphDecoder:
         span: int,
         residual: torch.Tensor,  # [1, H], the layer's input
         h: torch.Tensor | None,  # where the result goes, if given
-        norm: fused.InputNorm | None = None,  # x normed by q/k/v's product
     ) -> torch.Tensor:
         """The residual after the layer's attention for the token at ``position``: its
         key and value written into the cache row, the query against the span's filled
         positions, the output projection added to ``residual``."""
-        assert norm is None or self.fused_attention
         if isinstance(attn, LatentAttention):
             y = self._latent_attention(attn, x, cos, sin, mask, span)
             return residual + y if h is None else torch.add(residual, y, out=h)
         assert isinstance(attn, Attention)
         cfg, cache = attn.cfg, self.model.cache
         if self.fused_attention:
-            q = self._project_fused(attn, x, norm)
+            q = self._project_fused(attn, x)
         else:
             q = self._project(attn, x, cos, sin)
         keys, values = cache.keys[attn.layer], cache.values[attn.layer]  # [Nkv, ctx, D]
@@ -607,17 +551,14 @@ class GraphDecoder:
         stored = self.int8.get(layer)
         return None if stored is None else stored[part]
 
-    def _project_fused(
-        self, attn: Attention, x: torch.Tensor, norm: fused.InputNorm | None = None
-    ) -> torch.Tensor:
+    def _project_fused(self, attn: Attention, x: torch.Tensor) -> torch.Tensor:
         """q [Nq, 1, D], each head normed (q/k norms: both or neither, ``Attention``)
         and rotated in one launch for q, k and v; the key and value go straight into
         the cache row."""
         cfg, cache = attn.cfg, self.model.cache
         heads, dim = cfg.num_heads, cfg.head_dim
         q = torch.empty(heads, 1, dim, dtype=x.dtype, device=x.device)  # [Nq, 1, D]
-        int8 = self._stored(attn.layer, 0)
-        y = self._linear(x, *self.qkv[attn.layer], int8=int8, norm=norm)[0]
+        y = self._linear(x, *self.qkv[attn.layer], int8=self._stored(attn.layer, 0))[0]
         keys, values = cache.keys[attn.layer], cache.values[attn.layer]  # [Nkv, ctx, D]
         fused.qkv_rope(
             y, attn.q_norm, attn.k_norm, self.cos_table, self.sin_table, self.position, q,

@@ -9,8 +9,6 @@ squares, the router's softmax, and the product with the router's rows where
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import torch
 
 from flint.graphs.moe_kernel import _DTYPES, ahead, on_device, pdl
@@ -151,17 +149,6 @@ def _bf16_qkv(rows: int, cols: int, int8: bool) -> bool:
     return not int8 and 1024 < rows <= 16384 and cols < rows and cols <= 2048
 
 
-class InputNorm(NamedTuple):
-    """What ``linear`` needs to norm its input x as ``rms_norm(x, weight, eps,
-    weight_in_fp32)``: the partial sums of x's squares (fp32, [P]: ``ranked_sum``'s
-    with a residual), added in order for x's."""
-
-    weight: torch.Tensor  # [K]
-    parts: torch.Tensor  # [P] fp32
-    eps: float
-    weight_in_fp32: bool
-
-
 def linear(
     x: torch.Tensor,  # [1, K] in the model dtype
     weight: torch.Tensor,  # [N, K]: the model dtype, or int8 with ``scale``
@@ -170,15 +157,12 @@ def linear(
     scale: torch.Tensor | None = None,  # [N] fp32 row scales of int8 weights
     out: torch.Tensor | None = None,  # [1, N] (any float dtype: the result is rounded
     # to x's dtype first)
-    norm: InputNorm | None = None,
 ) -> torch.Tensor:
     """One token's ``residual + F.linear(x, weight * scale, bias)`` with each op rounded
     as torch rounds it, in one kernel that reads the weights once (at batch 1 a
     matrix-vector product is bound by them). Under ``dependent_launch`` the kernel
     reads its first weight tile before the kernel before it has finished: ``weight``
-    must be constant (no kernel of the step writes it). ``norm``: x is first normed as
-    ``rms_norm`` norms it, from its partial sums of squares (``takes_norm`` says
-    where it can be)."""
+    must be constant (no kernel of the step writes it)."""
     rows, cols = weight.shape
     assert x.shape == (1, cols) and weight.stride(1) == 1, (x.shape, weight.shape)
     int8 = weight.dtype == torch.int8
@@ -186,34 +170,19 @@ def linear(
     if out is None:
         out = torch.empty(1, rows, dtype=x.dtype, device=x.device)
     assert out.shape == (1, rows) and out.is_contiguous(), (out.shape, rows)
-    bn, bk, warps = _linear_block(rows, cols, int8)
-    bk = min(bk, _block(cols))
+    bn, bk, warps = LINEAR_BLOCK.get("int8" if int8 else "bf16") or linear_block(rows, cols, int8)
     x = x.contiguous()
-    nw, parts, eps, w32 = (x, x, 0.0, False) if norm is None else norm
-    if norm is not None:
-        assert bk >= cols and parts.dim() == 1 and parts.is_contiguous(), (bk, cols)
     with on_device(x.device):
         linear_kernel[(triton.cdiv(rows, bn),)](
             x, weight, weight.stride(0), x if scale is None else scale,
             x if bias is None else bias, x if residual is None else residual.contiguous(),
-            out, rows, cols, nw, parts, eps, ROUND=_DTYPES[x.dtype], SCHEME=int(int8),
+            out, rows, cols, ROUND=_DTYPES[x.dtype], SCHEME=int(int8),
             HAS_BIAS=bias is not None, HAS_RES=residual is not None,
-            BN=bn, BK=bk, num_warps=warps, **ahead("linear", x.device),
+            BN=bn, BK=min(bk, _block(cols)), num_warps=warps, **ahead("linear", x.device),
             FIRST_AHEAD=first_tile_ahead(rows, cols, int8),
-            NORM=0 if norm is None else parts.numel(), W32=w32,
             **pdl(x.device, "linear"),
         )  # fmt: skip
     return out
-
-
-def _linear_block(rows: int, cols: int, int8: bool) -> tuple[int, int, int]:
-    return LINEAR_BLOCK.get("int8" if int8 else "bf16") or linear_block(rows, cols, int8)
-
-
-def takes_norm(rows: int, cols: int, int8: bool) -> bool:
-    """Whether ``linear`` can norm its input for a weight of this shape: its one tile
-    covers the row."""
-    return triton is not None and _linear_block(rows, cols, int8)[1] >= cols
 
 
 NORM_LINEAR_ROWS = 2  # rows per program of ``norm_linear`` (whole rows)

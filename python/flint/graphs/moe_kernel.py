@@ -390,19 +390,13 @@ def moe_experts(
     scratch: tuple[torch.Tensor, torch.Tensor] | None = None,  # [T*K, I], [T*K, H] f32
     out: torch.Tensor | None = None,  # [T, H] result (fixed address for graphs)
     x_eighths: torch.Tensor | None = None,  # ``eighths(x)``, where the caller has it
-    residual: torch.Tensor | None = None,  # [T, H] in x's dtype, added to the result
-    parts: torch.Tensor | None = None,  # [T, cdiv(H, SUM_BLOCK)] fp32, with residual
 ) -> torch.Tensor:
     """sum over k of weights[t, k] * expert_{ids[t, k]}(x[t]) -> [T, H] in x's dtype.
     ``scratch``: the activations and per-rank outputs (given: fixed addresses; the word
-    kernels keep their activations in the eighths layout, in a buffer of their own).
-    ``residual``: the result is ``residual + sum`` (torch's add of the rounded sum), and
-    ``parts`` gets each block of SUM_BLOCK columns' sum of its squares in fp32
-    (``ranked_sum_parts``), for the next product to norm it (``fused.linear``)."""
+    kernels keep their activations in the eighths layout, in a buffer of their own)."""
     assert triton is not None, "check available() first"
-    assert (residual is None) == (parts is None), "a residual comes with its parts"
     with on_device(x.device):
-        return _launch(x, ids, weights, pool, scratch, out, x_eighths, residual, parts)
+        return _launch(x, ids, weights, pool, scratch, out, x_eighths)
 
 
 def _launch(
@@ -413,8 +407,6 @@ def _launch(
     scratch: tuple[torch.Tensor, torch.Tensor] | None,
     out: torch.Tensor | None,
     x_eighths: torch.Tensor | None = None,
-    residual: torch.Tensor | None = None,
-    parts: torch.Tensor | None = None,
 ) -> torch.Tensor:
     tokens, top_k = ids.shape
     h_dim, i_dim = pool.hidden, pool.inter
@@ -428,7 +420,7 @@ def _launch(
         out = torch.empty(tokens, h_dim, dtype=x.dtype, device=x.device)
     x, ids, weights = x.contiguous(), ids.contiguous(), weights.contiguous()
     _pair_outputs(x, ids, pool, hidden, per_rank, x_eighths)
-    return _ranked_sum(per_rank, weights, out, residual, parts)
+    return _ranked_sum(per_rank, weights, out)
 
 
 def _pair_outputs(
@@ -482,29 +474,16 @@ def _pair_outputs(
     )  # fmt: skip
 
 
-def ranked_sum_parts(tokens: int, hidden: int, device: torch.device) -> torch.Tensor:
-    """The buffer of ``moe_experts(residual=...)``'s partial sums of squares."""
-    return torch.empty(tokens, triton.cdiv(hidden, SUM_BLOCK), dtype=torch.float32, device=device)
-
-
 def _ranked_sum(
     per_rank: torch.Tensor,  # [T*K, H] fp32, pair t*K + k
     weights: torch.Tensor,  # [T, K] contiguous
     out: torch.Tensor,  # [T, H]
-    residual: torch.Tensor | None = None,  # [T, H], added after the sum's rounding
-    parts: torch.Tensor | None = None,  # [T, blocks] fp32: each block's sum of squares
 ) -> torch.Tensor:
     tokens, top_k = weights.shape
     h_dim = out.shape[1]
-    blocks = triton.cdiv(h_dim, SUM_BLOCK)
-    if residual is not None:
-        assert parts is not None and parts.shape == (tokens, blocks) and parts.is_contiguous()
-        assert residual.shape == out.shape and residual.is_contiguous()
-    ranked_sum_kernel[(tokens, blocks)](
-        per_rank, weights, out, out if residual is None else residual,
-        out if parts is None else parts, h_dim, TOPK=top_k, BS=SUM_BLOCK,
-        RES=residual is not None, **pdl(out.device, "ranked_sum"),
-    )  # fmt: skip
+    ranked_sum_kernel[(tokens, triton.cdiv(h_dim, SUM_BLOCK))](
+        per_rank, weights, out, h_dim, TOPK=top_k, BS=SUM_BLOCK, **pdl(out.device, "ranked_sum")
+    )
     return out
 
 

@@ -447,13 +447,9 @@ if triton is not None:
 
     @triton.jit
     def ranked_sum_kernel(
-        y_ptr, rw_ptr, out_ptr, r_ptr, p_ptr, hid, TOPK: tl.constexpr, BS: tl.constexpr,
-        RES: tl.constexpr = False, GDC: tl.constexpr = False,
-    ):  # fmt: skip
-        """out[token] = sum over ranks, in rank order, of weight * y (fp32), cast once.
-        ``RES``: then the residual r[token] added (torch's add, rounded again) into
-        ``out``, and the block's sum of that sum's squares (fp32) into p[token, block]:
-        the partial sums a one-token product adds up to norm its input (``linear``)."""
+        y_ptr, rw_ptr, out_ptr, hid, TOPK: tl.constexpr, BS: tl.constexpr, GDC: tl.constexpr = False
+    ):
+        """out[token] = sum over ranks, in rank order, of weight * y (fp32), cast once."""
         _await_inputs(GDC)
         token = tl.program_id(0)
         cols = tl.program_id(1) * BS + tl.arange(0, BS)
@@ -464,13 +460,7 @@ if triton is not None:
             y = tl.load(y_ptr + pair * hid + cols, mask=ok, other=0.0)
             total = total + y * tl.load(rw_ptr + pair).to(tl.float32)
         out_type = out_ptr.dtype.element_ty
-        total = _round(total, out_type)
-        if RES:
-            r = tl.load(r_ptr + token * hid + cols, mask=ok, other=0.0).to(tl.float32)
-            total = _round(r + total, out_type)
-            at = token * tl.num_programs(1) + tl.program_id(1)
-            tl.store(p_ptr + at, tl.sum(total * total, axis=0))
-        tl.store(out_ptr + token * hid + cols, total.to(out_type), mask=ok)
+        tl.store(out_ptr + token * hid + cols, _round(total, out_type).to(out_type), mask=ok)
 
     @triton.jit
     def dequant_kernel(

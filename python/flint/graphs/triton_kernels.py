@@ -134,9 +134,6 @@ if triton is not None:
         out_ptr,
         n_rows,
         n_cols,
-        nw_ptr,
-        p_ptr,
-        eps,
         ROUND: tl.constexpr,
         SCHEME: tl.constexpr,
         HAS_BIAS: tl.constexpr,
@@ -146,8 +143,6 @@ if triton is not None:
         AHEAD: tl.constexpr = False,
         GDC: tl.constexpr = False,
         FIRST_AHEAD: tl.constexpr = True,
-        NORM: tl.constexpr = 0,
-        W32: tl.constexpr = False,
     ):
         """out[rows] = x . w[rows] (+ bias, in fp32) rounded to ``ROUND`` (F.linear's
         output), then (+ residual) rounded again (torch's add): one token, rows ``BN``
@@ -156,10 +151,7 @@ if triton is not None:
         they arrive while the kernel before finishes; with ``AHEAD`` the row scales and
         biases too, and the residual as soon as the wait ends, not after the loop. The
         sum is ``_rows_dot``'s. ``FIRST_AHEAD`` off: the first tile after the wait (the
-        benches' A/B). ``NORM`` > 0 (one tile covers the row): x is normed first as
-        ``rms_norm_kernel`` norms it (weight ``nw``, ``W32`` as there), its sum of
-        squares the ``NORM`` partial sums at ``p_ptr`` added in order (``ranked_sum``'s
-        with a residual)."""
+        benches' A/B)."""
         rows = tl.program_id(0) * BN + tl.arange(0, BN)
         row_ok = rows < n_rows
         if FIRST_AHEAD:
@@ -167,26 +159,12 @@ if triton is not None:
         if AHEAD:
             scale = _read_if(s_ptr, rows, row_ok, SCHEME == 1)
             bias = _read_if(b_ptr, rows, row_ok, HAS_BIAS)
-        if NORM > 0:
-            k = tl.arange(0, BK)
-            nw = _read_if(nw_ptr, k, k < n_cols, AHEAD)
         _await_inputs(GDC)
         if not FIRST_AHEAD:
             w = _w_tile(w_ptr, w_row, rows, row_ok, 0, n_cols, BK)
         if AHEAD:
             res = _read_if(r_ptr, rows, row_ok, HAS_RES)
-        x = _x_cols(x_ptr, 0, n_cols, BK)
-        if NORM > 0:
-            squares = tl.load(p_ptr)
-            for i in tl.static_range(1, NORM):  # in order, the same sum in every thread
-                squares += tl.load(p_ptr + i)
-            normed = x * tl.rsqrt(squares / n_cols + eps)
-            if not W32:
-                normed = _round(normed, ROUND)
-            if not AHEAD:
-                nw = _read_if(nw_ptr, k, k < n_cols, True)
-            x = _round(nw * normed, ROUND)
-        acc = tl.sum(w.to(tl.float32) * x[None, :], axis=1)
+        acc = tl.sum(w.to(tl.float32) * _x_cols(x_ptr, 0, n_cols, BK)[None, :], axis=1)
         acc = _w_steps(w_ptr, w_row, x_ptr, rows, row_ok, BK, n_cols, acc, BK)
         if not AHEAD:
             scale = _read_if(s_ptr, rows, row_ok, SCHEME == 1)
