@@ -2411,8 +2411,30 @@ gpu163() {
     -p no:cacheprovider --tb=short -rf -m gpu -x 2>&1 | grep -E "passed|failed|FAILED|Error|assert" | head -20
 }
 
+# bf16 q/k/v through shared memory (fused.SMEM_QKV, off in this wheel: a Gluon kernel, one
+# SM's rows a program copied with cp.async before the wait): its CUDA test, the step A/B
+# with two captures each and layer 20's timeline, R0 both ways, captured against
+# uncaptured tokens with it on.
+gpu164() {
+  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
+  echo "== test"; timeout 100 python3 -m pytest tests/models/test_graphs.py -q -p no:cacheprovider \
+    --tb=short -rf -m gpu -k shared_memory 2>&1 | grep -E "passed|failed|FAILED|Error|assert" | head
+  synth30 q30
+  timeout 170 python3 benches/step_ab.py "$DATA/q30.ftw" --configs base,smem-qkv \
+    --captures 2 --profile smem-qkv --timeline 20 2>&1 | grep -E '"config"|"layer"|busy|rror'
+  for flag in --smem-qkv "" ; do
+    echo "== R0 q30 $flag"
+    timeout 80 python3 benches/graph_decode.py "$DATA/q30.ftw" --tokens 128 --reps 2 --modes on \
+      $flag 2>&1 | grep -E "tg_tok|roofline|copy_gb|replay_us|smem_qkv|Error"
+  done
+  echo "== on and eager, --smem-qkv"
+  timeout 100 python3 benches/graph_decode.py "$DATA/q30.ftw" --tokens 48 --reps 1 --modes on,eager \
+    --smem-qkv 2>&1 | grep -E "tg_tok_s_mean|first_tokens|differ|Error"
+}
+
 case $what in
   install) install ;;
+  gpu164) install; gpu164 ;;
   gpu163) install; gpu163 ;;
   gpu162) install; gpu162 ;;
   gpu161) install; gpu161 ;;

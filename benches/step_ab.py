@@ -38,7 +38,8 @@ before: what those reads cost the attention), ``qkv-after`` (bf16 q/k/v four row
 program read after the wait: fused.QKV_AFTER_WAIT), ``o-whole2`` (bf16 o's whole rows, two
 a program, read before the wait), ``o-k2048`` and ``o-b2-k2048`` (bf16 o in two tiles
 of 2048 columns), ``attn-w1``, ``attn-w2`` and ``attn-w*-b128`` (the attention on one
-or two warps). ``--profile
+or two warps), ``smem-qkv`` (bf16 q/k/v through shared memory, one SM's rows a program
+copied before the wait: fused.SMEM_QKV). ``--profile
 CONFIG[,CONFIG]`` then prints each kernel's time per step, and its share of the stream's time
 (under dependent launch, kernels overlap: a kernel's share is its end less the later
 of its start and the end of the kernel before), and with ``--timeline LAYER`` that
@@ -173,6 +174,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "o-late": {"fused.first_tile_ahead": lambda r, c, i8: not _bf16_o(r, c, i8)},
     # bf16 q/k/v four whole rows a program on eight warps, read after the wait
     "qkv-after": {"fused.QKV_AFTER_WAIT": True},
+    # bf16 q/k/v through shared memory: one SM's rows a program, copied before the wait
+    "smem-qkv": {"fused.SMEM_QKV": True},
     "o-whole2": {"fused.linear_block": lambda r, c, i8: _o_block(r, c, i8, (2, 4096, 4))},
     # bf16 o's rows in two tiles of 2048 columns (half before the wait), four or two rows
     "o-k2048": {"fused.linear_block": lambda r, c, i8: _o_block(r, c, i8, (4, 2048, 8))},
