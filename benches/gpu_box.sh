@@ -2432,8 +2432,19 @@ gpu164() {
     --smem-qkv 2>&1 | grep -E "tg_tok_s_mean|first_tokens|differ|Error"
 }
 
+# The shared-memory q/k/v (gpu164: slower) three programs an SM, or started two kernels
+# early (the ranked sum and the norm in moe_kernel.EARLY), and that early start alone.
+gpu165() {
+  synth30 q30
+  timeout 330 python3 benches/step_ab.py "$DATA/q30.ftw" \
+    --configs base,smem-qkv,smem-qkv-3,smem-qkv-early,early-rn --captures 2 \
+    --profile smem-qkv-3,smem-qkv-early --timeline 20 2>&1 | grep -E '"config"|"layer"|busy|rror'
+  echo "== R0 q30"; r0 q30
+}
+
 case $what in
   install) install ;;
+  gpu165) install; gpu165 ;;
   gpu164) install; gpu164 ;;
   gpu163) install; gpu163 ;;
   gpu162) install; gpu162 ;;

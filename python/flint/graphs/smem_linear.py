@@ -26,6 +26,7 @@ except ImportError:  # pragma: no cover - depends on the environment
 
 ROWS = 8  # rows a chunk: one a warp
 SMEM_BYTES = 200 * 1024  # the most a program stages
+PROGRAMS_PER_SM = 1  # programs (of rows staged) an SM holds at once
 
 
 def fits(rows: int, cols: int, dtype: torch.dtype, sms: int) -> bool:
@@ -33,11 +34,11 @@ def fits(rows: int, cols: int, dtype: torch.dtype, sms: int) -> bool:
     to 2048 (a lane holds cols / 32 of them), every SM's rows within SMEM_BYTES."""
     if gluon is None or dtype != torch.bfloat16 or cols & (cols - 1) or not 256 <= cols <= 2048:
         return False
-    return _chunks(rows, sms) * ROWS * cols * 2 <= SMEM_BYTES
+    return _chunks(rows, sms) * ROWS * cols * 2 * PROGRAMS_PER_SM <= SMEM_BYTES
 
 
 def _chunks(rows: int, sms: int) -> int:
-    return -(-rows // (ROWS * sms))
+    return -(-rows // (ROWS * sms * PROGRAMS_PER_SM))
 
 
 if gluon is not None:
