@@ -2442,8 +2442,21 @@ gpu165() {
   echo "== R0 q30"; r0 q30
 }
 
+# The ranked sum and the norm letting the next kernel start before their wait
+# (moe_kernel.EARLY = {ranked_sum, norm}; gpu165's step A/B: 1,774.1 us against 1,794.6):
+# R0 in four processes, alternating, the default first.
+gpu166() {
+  synth30 q30
+  for flag in "" --early-kernels=ranked_sum,norm "" --early-kernels=ranked_sum,norm; do
+    echo "== R0 q30 $flag"
+    timeout 90 python3 benches/graph_decode.py "$DATA/q30.ftw" --tokens 128 --reps 2 --modes on \
+      $flag 2>&1 | grep -E "tg_tok|roofline|copy_gb|replay_us|\"early\"|Error"
+  done
+}
+
 case $what in
   install) install ;;
+  gpu166) install; gpu166 ;;
   gpu165) install; gpu165 ;;
   gpu164) install; gpu164 ;;
   gpu163) install; gpu163 ;;

@@ -4,6 +4,7 @@ general eager path, with the HBM roofline of flint's own bytes (issue 10, R0).
 Usage: python benches/graph_decode.py MODEL [--tokens 128] [--prompt 64] [--reps 3]
        [--modes on,eager,off] [--profile] [--between] [--torch-dense]
        [--torch-attention] [--no-ahead] [--no-pdl] [--early] [--qkv-after] [--smem-qkv]
+       [--early-kernels NAMES]
 
 Each mode loads the model once (resident, cuda:0) and decodes ``--tokens`` greedy
 tokens after a ``--prompt``-token prompt, ``--reps`` times after a warm-up run (which
@@ -231,6 +232,12 @@ def main() -> None:
         "other way round, as --no-early, when it was the default)",
     )
     parser.add_argument(
+        "--early-kernels",
+        metavar="NAMES",
+        help="these kernels (comma-separated, of flint.graphs.moe_kernel.EARLY_NAMES) let "
+        "the next start before their own wait, e.g. ranked_sum,norm",
+    )
+    parser.add_argument(
         "--qkv-after",
         action="store_true",
         help="bf16 q/k/v four rows a program read after the wait (the A/B of "
@@ -249,6 +256,11 @@ def main() -> None:
     moe_kernel.PDL = not args.no_pdl
     if args.early:
         moe_kernel.EARLY = moe_kernel.SMALL_KERNELS
+    if args.early_kernels:
+        names = frozenset(args.early_kernels.split(","))
+        if not names <= moe_kernel.EARLY_NAMES:
+            parser.error(f"--early-kernels: not in {sorted(moe_kernel.EARLY_NAMES)}")
+        moe_kernel.EARLY = names
     decode.GraphDecoder.device_greedy = not args.no_ahead
     decode.FUSED_DENSE = not args.torch_dense
     decode.FUSED_SDPA = not args.torch_attention
