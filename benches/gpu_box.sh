@@ -2414,7 +2414,8 @@ gpu163() {
 # bf16 q/k/v through shared memory (fused.SMEM_QKV, off in this wheel: a Gluon kernel, one
 # SM's rows a program copied with cp.async before the wait): its CUDA test, the step A/B
 # with two captures each and layer 20's timeline, R0 both ways, captured against
-# uncaptured tokens with it on.
+# uncaptured tokens with it on. Slower, and taken out: it runs at 52fc1f0
+# (docs/benchmarks.md, "Twenty-ninth session").
 gpu164() {
   [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
   echo "== test"; timeout 100 python3 -m pytest tests/models/test_graphs.py -q -p no:cacheprovider \
@@ -2434,6 +2435,7 @@ gpu164() {
 
 # The shared-memory q/k/v (gpu164: slower) three programs an SM, or started two kernels
 # early (the ranked sum and the norm in moe_kernel.EARLY), and that early start alone.
+# Runs at c8059b6 (the shared-memory q/k/v taken out since).
 gpu165() {
   synth30 q30
   timeout 330 python3 benches/step_ab.py "$DATA/q30.ftw" \
@@ -2444,7 +2446,8 @@ gpu165() {
 
 # The ranked sum and the norm letting the next kernel start before their wait
 # (moe_kernel.EARLY = {ranked_sum, norm}; gpu165's step A/B: 1,774.1 us against 1,794.6):
-# R0 in four processes, alternating, the default first.
+# R0 in four processes, alternating, the default first. Slower in R0 (558.5 and 558.6
+# tok/s against 562.4 and 562.6): EARLY stays empty.
 gpu166() {
   synth30 q30
   for flag in "" --early-kernels=ranked_sum,norm "" --early-kernels=ranked_sum,norm; do

@@ -3,7 +3,7 @@ general eager path, with the HBM roofline of flint's own bytes (issue 10, R0).
 
 Usage: python benches/graph_decode.py MODEL [--tokens 128] [--prompt 64] [--reps 3]
        [--modes on,eager,off] [--profile] [--between] [--torch-dense]
-       [--torch-attention] [--no-ahead] [--no-pdl] [--early] [--qkv-after] [--smem-qkv]
+       [--torch-attention] [--no-ahead] [--no-pdl] [--early] [--qkv-after]
        [--early-kernels NAMES]
 
 Each mode loads the model once (resident, cuda:0) and decodes ``--tokens`` greedy
@@ -244,15 +244,8 @@ def main() -> None:
         "flint.graphs.fused.QKV_AFTER_WAIT; gpu159-160 ran it the other way round, as "
         "--qkv-before, while it was the default)",
     )
-    parser.add_argument(
-        "--smem-qkv",
-        action="store_true",
-        help="bf16 q/k/v through shared memory, each program one SM's rows copied before "
-        "the wait (the A/B of flint.graphs.fused.SMEM_QKV)",
-    )
     args = parser.parse_args()
     fused.QKV_AFTER_WAIT = args.qkv_after
-    fused.SMEM_QKV = args.smem_qkv
     moe_kernel.PDL = not args.no_pdl
     if args.early:
         moe_kernel.EARLY = moe_kernel.SMALL_KERNELS
@@ -273,7 +266,6 @@ def main() -> None:
     result["pdl"] = not args.no_pdl
     result["early"] = sorted(moe_kernel.EARLY)
     result["qkv_after_wait"] = fused.QKV_AFTER_WAIT
-    result["smem_qkv"] = fused.SMEM_QKV
     result["copy_gb_s"] = round(copy_rate(device) / 1e9, 1)
     ids: list[int] = []
     step_tokens: dict[str, list[int]] = {}  # "on" and "eager": the same step, the same tokens

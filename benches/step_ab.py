@@ -38,10 +38,8 @@ before: what those reads cost the attention), ``qkv-after`` (bf16 q/k/v four row
 program read after the wait: fused.QKV_AFTER_WAIT), ``o-whole2`` (bf16 o's whole rows, two
 a program, read before the wait), ``o-k2048`` and ``o-b2-k2048`` (bf16 o in two tiles
 of 2048 columns), ``attn-w1``, ``attn-w2`` and ``attn-w*-b128`` (the attention on one
-or two warps), ``smem-qkv`` (bf16 q/k/v through shared memory, one SM's rows a program
-copied before the wait: fused.SMEM_QKV; ``smem-qkv-3`` three programs an SM;
-``smem-qkv-early`` with the ranked sum and the norm letting it start before their wait,
-``early-rn`` that alone). ``--profile
+or two warps), ``early-rn`` (the ranked sum and the norm letting the next kernel start
+before their wait). ``--profile
 CONFIG[,CONFIG]`` then prints each kernel's time per step, and its share of the stream's time
 (under dependent launch, kernels overlap: a kernel's share is its end less the later
 of its start and the end of the kernel before), and with ``--timeline LAYER`` that
@@ -74,7 +72,7 @@ from typing import Any
 import torch
 
 import flint
-from flint.graphs import decode, fused, moe_kernel, smem_linear
+from flint.graphs import decode, fused, moe_kernel
 from flint.graphs.decode import GraphDecoder, expert_pools
 
 _LINEAR_BLOCK = fused.linear_block
@@ -176,12 +174,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "o-late": {"fused.first_tile_ahead": lambda r, c, i8: not _bf16_o(r, c, i8)},
     # bf16 q/k/v four whole rows a program on eight warps, read after the wait
     "qkv-after": {"fused.QKV_AFTER_WAIT": True},
-    # bf16 q/k/v through shared memory: one SM's rows a program, copied before the wait
-    "smem-qkv": {"fused.SMEM_QKV": True},
-    # three programs an SM (16 rows each); the norm and the ranked sum letting q/k/v
-    # start before their wait (its copies then begin during the ranked sum), or only that
-    "smem-qkv-3": {"fused.SMEM_QKV": True, "smem_linear.PROGRAMS_PER_SM": 3},
-    "smem-qkv-early": {"fused.SMEM_QKV": True, "EARLY": frozenset({"ranked_sum", "norm"})},
+    # the ranked sum and the norm letting the next kernel start before their wait
     "early-rn": {"EARLY": frozenset({"ranked_sum", "norm"})},
     "o-whole2": {"fused.linear_block": lambda r, c, i8: _o_block(r, c, i8, (2, 4096, 4))},
     # bf16 o's rows in two tiles of 2048 columns (half before the wait), four or two rows
@@ -268,8 +261,7 @@ def captured(
 def _target(name: str) -> tuple[Any, str]:
     """(module, attribute) a switch's name sets."""
     module, _, attr = name.rpartition(".")
-    modules = {"": moe_kernel, "fused": fused, "decode": decode, "smem_linear": smem_linear}
-    return modules[module], attr
+    return {"": moe_kernel, "fused": fused, "decode": decode}[module], attr
 
 
 def swept(

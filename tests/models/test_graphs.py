@@ -16,7 +16,7 @@ from tiny import assert_follows, greedy_decode, save_wide_qwen3
 import flint
 from flint.format.quant import decode_projection, encode_projection
 from flint.graphs import decode as decode_module
-from flint.graphs import fused, moe_kernel, smem_linear
+from flint.graphs import fused, moe_kernel
 from flint.graphs.decode import SPAN_STEP, GraphDecoder, expert_pools, int8_head
 from flint.graphs.moe_kernel import moe_experts, slab_pool, stacked_pool
 from flint.graphs.setup import family_unsupported
@@ -1038,35 +1038,6 @@ def test_dependent_launch_gives_the_serial_launchs_bits(
             runs[on] = _decode(llm.model, prompt, 40)
     assert runs[True][0] == runs[False][0]
     assert torch.equal(runs[True][1], runs[False][1])
-
-
-@pytest.mark.gpu
-def test_the_shared_memory_product_follows_the_linear_kernel(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """``fused.SMEM_QKV``: bf16 q/k/v-shaped products through ``smem_linear`` (a masked
-    last program too) within a bf16 rounding of the fp32 product, like ``linear``'s own
-    kernel, and the same bits at every launch; other products keep ``linear``'s."""
-    device = torch.device("cuda", 0)
-    torch.manual_seed(0)
-    sms = torch.cuda.get_device_properties(device).multi_processor_count
-    for rows, cols in ((5120, 2048), (4608, 1024), (2500, 512)):
-        x = torch.randn(1, cols, device=device).bfloat16()
-        w = torch.randn(rows, cols, device=device).bfloat16()
-        ref = F.linear(x.float(), w.float())
-        want = fused.linear(x, w)
-        monkeypatch.setattr(fused, "SMEM_QKV", True)
-        assert fused._smem(x, w, None, None, want)
-        got, again = fused.linear(x, w), fused.linear(x, w)
-        monkeypatch.setattr(fused, "SMEM_QKV", False)
-        assert torch.equal(got, again)
-        scale = ref.abs().max().item()
-        for y in (got, want):
-            assert (y.float() - ref).abs().max().item() <= 0.01 * scale, (rows, cols)
-        assert smem_linear.fits(rows, cols, torch.bfloat16, sms)
-    monkeypatch.setattr(fused, "SMEM_QKV", True)
-    o = torch.randn(2048, 4096, device=device).bfloat16()  # o's shape: linear's kernel
-    assert not fused._smem(torch.randn(1, 4096, device=device).bfloat16(), o, None, None, x)
 
 
 @pytest.mark.gpu

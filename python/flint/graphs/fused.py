@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import torch
 
-from flint.graphs import smem_linear
 from flint.graphs.moe_kernel import _DTYPES, ahead, on_device, pdl
 from flint.graphs.triton_kernels import (
     argmax_blocks_kernel,
@@ -115,11 +114,6 @@ LINEAR_BLOCK: dict[str, tuple[int, int, int]] = {}
 # read; a switch for the A/B (docs/benchmarks.md, "Twenty-eighth session").
 QKV_AFTER_WAIT = False
 
-# bf16 q/k/v-shaped products through ``smem_linear`` on CUDA: each program copies one
-# SM's rows into shared memory before its wait, instead of the rows that fit in the
-# registers of the programs resident at once (an A/B in benches).
-SMEM_QKV = False
-
 
 def linear_block(rows: int, cols: int, int8: bool) -> tuple[int, int, int]:
     """The block shape by matrix shape, from benches/linear_tune.py and the step's A/B
@@ -178,9 +172,6 @@ def linear(
     assert out.shape == (1, rows) and out.is_contiguous(), (out.shape, rows)
     bn, bk, warps = LINEAR_BLOCK.get("int8" if int8 else "bf16") or linear_block(rows, cols, int8)
     x = x.contiguous()
-    if _smem(x, weight, bias, residual, out):
-        with on_device(x.device):
-            return smem_linear.smem_linear(x, weight, out, pdl(x.device, "linear"))
     with on_device(x.device):
         linear_kernel[(triton.cdiv(rows, bn),)](
             x, weight, weight.stride(0), x if scale is None else scale,
@@ -192,23 +183,6 @@ def linear(
             **pdl(x.device, "linear"),
         )  # fmt: skip
     return out
-
-
-def _smem(
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None,
-    residual: torch.Tensor | None,
-    out: torch.Tensor,
-) -> bool:
-    """Whether ``linear`` goes through ``smem_linear`` (``SMEM_QKV``)."""
-    if not SMEM_QKV or x.device.type != "cuda" or bias is not None or residual is not None:
-        return False
-    rows, cols = weight.shape
-    if not _bf16_qkv(rows, cols, weight.dtype == torch.int8) or out.dtype != x.dtype:
-        return False
-    sms = torch.cuda.get_device_properties(x.device).multi_processor_count
-    return weight.dtype == x.dtype and smem_linear.fits(rows, cols, x.dtype, sms)
 
 
 NORM_LINEAR_ROWS = 2  # rows per program of ``norm_linear`` (whole rows)
