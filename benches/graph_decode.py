@@ -8,7 +8,8 @@ Usage: python benches/graph_decode.py MODEL [--tokens 128] [--prompt 64] [--reps
 
 Each mode loads the model once (resident, cuda:0) and decodes ``--tokens`` greedy
 tokens after a ``--prompt``-token prompt, ``--reps`` times after a warm-up run (which
-captures the graphs); every repetition must give the warm-up's tokens. The roofline:
+captures the graphs); every repetition must give the warm-up's tokens, and the modes
+``on`` and ``eager`` (the same step, captured or not) each other's. The roofline:
 bytes a decode token must read (every dense weight of the layers, the router, shared
 experts, the LM head, and top-k routed experts per MoE layer, as stored) over the
 device-to-device copy rate measured here (bytes read + written per second), which is

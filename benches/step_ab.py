@@ -56,8 +56,10 @@ serialization), ``attn-s*`` (the attention's pipeline stages), ``rope-attn*`` (R
 and the attention in one launch) and ``no-early`` (gpu155's, while the small kernels
 started the next early by default), the twenty-eighth's ``qkv-late`` (bf16 q/k/v's
 first tile after the wait, two rows a program), ``qkv-late-b4`` (now ``qkv-after``)
-and ``qkv-before`` (gpu159-160, while ``qkv-after`` was the default),
-measured switches since taken out; gpu125's
+and ``qkv-before`` (gpu159-160, while ``qkv-after`` was the default), the
+twenty-ninth's ``input-norm-launch`` (while q/k/v's product made the input norm,
+gpu163) and ``smem-qkv``, ``smem-qkv-3``, ``smem-qkv-early`` (q/k/v through shared
+memory, gpu164-165), measured switches since taken out; gpu125's
 ``f-gu-b4*`` set the block that is now the float pools' default: docs/benchmarks.md.)
 """
 
