@@ -2457,8 +2457,23 @@ gpu166() {
   done
 }
 
+# Do step_ab's A/Bs depend on the configurations sharing a process? base and early-rn each
+# alone in its own process (twice, alternating), then together as in gpu165 (step_ab
+# faster with early-rn, greedy decode slower: gpu166).
+gpu167() {
+  synth30 q30
+  for cfg in base early-rn base early-rn; do
+    echo "== step_ab alone: $cfg"
+    timeout 80 python3 benches/step_ab.py "$DATA/q30.ftw" --configs $cfg 2>&1 | grep -E '"config"|rror'
+  done
+  echo "== step_ab together"
+  timeout 100 python3 benches/step_ab.py "$DATA/q30.ftw" --configs base,early-rn 2>&1 \
+    | grep -E '"config"|rror'
+}
+
 case $what in
   install) install ;;
+  gpu167) install; gpu167 ;;
   gpu166) install; gpu166 ;;
   gpu165) install; gpu165 ;;
   gpu164) install; gpu164 ;;
