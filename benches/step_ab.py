@@ -6,11 +6,18 @@ in rounds, each round's order rotated one place from the round before.
 Usage: python benches/step_ab.py MODEL [--configs base,no-pdl]
        [--rounds 5] [--replays 100] [--position 128] [--profile CONFIG[,CONFIG]]
        [--timeline LAYER] [--sweep FIRST-LAST [--sweep-random]] [--captures N]
+       [--processes N]
 
-Separate processes give the same step results several percent apart (docs/benchmarks.md,
-sixteenth session); here every configuration reads the same weights in the same process,
-and rounds alternate. But two captures of one configuration can differ too (8.5 us a
-step in gpu162): ``--captures`` measures that spread beside the A/B. Only the step is
+Configurations sharing one process can time apart from each alone, by tens of us a
+step and even the other way round. gpu167: the defaults alone took 1,774.2 and 1,774.5
+us in two processes, the ranked sum and norm starting the next kernel early 1,795.1 and
+1,795.3, as greedy decode had them (slower); in one process together 1,791.8 and
+1,761.2. So an A/B takes ``--processes N``: each configuration alone in N processes of
+its own, alternating. Without it, every configuration is captured in this process and
+the rounds alternate (the sixteenth session had found separate processes several
+percent apart; gpu167's agreed within 0.3 us). Two captures of one configuration in
+one process can differ too (8.5 us a step in gpu162): ``--captures`` measures that
+spread. Only the step is
 timed (its argmax included, no host loop): tok/s is 1e6 / microseconds per step.
 ``--sweep FIRST-LAST`` also times each graph replayed at those positions, the position
 filled before each replay, as graph_decode's ``replay_us`` (gpu159-160: q/k/v after the
@@ -68,6 +75,8 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -456,10 +465,30 @@ def main() -> None:
         "is the median of its captures' medians, printed with their spread (three "
         "captures of one configuration spanned 8.5 us a step in gpu162)",
     )
+    parser.add_argument(
+        "--processes",
+        type=int,
+        default=0,
+        metavar="N",
+        help="time each configuration alone, in a process of its own, N times (the "
+        "processes alternating, each round's order rotated); a configuration's figure is "
+        "the median of its processes' medians, printed with their spread. Configurations "
+        "sharing a process can time tens of us apart from each alone, even the other way "
+        "round (gpu167): use this for an A/B",
+    )
     args = parser.parse_args()
     if args.captures < 1:
         raise SystemExit("--captures: at least 1")
     names = args.configs.split(",")
+    if args.processes:
+        separate(args, names)
+        return
+    if len(names) > 1:
+        print(
+            "note: the configurations share one process, where each can time apart from "
+            "itself alone (gpu167); --processes N times each alone",
+            file=sys.stderr,
+        )
     sweep = None
     if args.sweep:
         ends = args.sweep.split("-")
@@ -524,6 +553,43 @@ def main() -> None:
             if name in distinct:
                 row["sweep_distinct_tokens"] = distinct[name]
         print(json.dumps(row))
+
+
+def separate(args: argparse.Namespace, names: list[str]) -> None:
+    """``--processes N``: each configuration timed alone in a process of its own (this
+    script with that one configuration), N processes each, each round's order rotated;
+    one JSON row a process as it ends, then one a configuration."""
+    if args.processes < 1:
+        raise SystemExit("--processes: at least 1")
+    if args.profile or args.timeline is not None or args.sweep or args.captures > 1:
+        raise SystemExit(
+            "--processes times the step only: no --profile, --timeline, --sweep or --captures"
+        )
+    unknown = set(names) - set(CONFIGS)
+    if unknown:
+        raise SystemExit(f"unknown configurations {sorted(unknown)}; known: {list(CONFIGS)}")
+    medians: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(args.processes):
+        for name in rotated(names, r):
+            command = [
+                sys.executable, __file__, args.model, "--configs", name,
+                "--rounds", str(args.rounds), "--replays", str(args.replays),
+                "--position", str(args.position),
+            ]  # fmt: skip
+            done = subprocess.run(command, capture_output=True, text=True, check=False)
+            rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+            row = next((row for row in rows if row.get("config") == name), None)
+            if done.returncode or row is None:
+                raise SystemExit(f"{name}: the process failed ({done.returncode})\n{done.stderr}")
+            medians[name].append(row["us_per_step"])
+            print(json.dumps({"process": r, "config": name, "us_per_step": row["us_per_step"]}))
+    for name in names:
+        us = statistics.median(medians[name])
+        print(json.dumps({
+            "config": name, "us_per_step": round(us, 1), "tok_s": round(1e6 / us, 1),
+            "processes_us": medians[name],
+            "process_spread_us": round(max(medians[name]) - min(medians[name]), 1),
+        }))  # fmt: skip
 
 
 def rotated(keys: list[Any], r: int) -> list[Any]:

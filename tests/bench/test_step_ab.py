@@ -175,6 +175,55 @@ def test_main_times_every_capture_and_profiles_its_first(
     assert len(made) == 7
 
 
+def test_processes_time_each_configuration_alone(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--processes N``: this script run once a configuration a process (faked), the
+    order rotated each round, the model and its switches passed on; a row a process,
+    then a configuration's median of its processes and their spread. What it cannot
+    take, and a failed process, are errors."""
+    import json
+    import subprocess
+    import sys
+
+    main = runpy.run_path(str(STEP_AB))["main"]
+    fakes = main.__globals__
+    times = {"base": iter([1774.2, 1774.5, 1774.0]), "early-rn": iter([1795.1, 1795.3, 1796.0])}
+    ran: list[list[str]] = []
+
+    def run(command: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+        ran.append(command)
+        name = command[command.index("--configs") + 1]
+        us = next(times[name], None)
+        if us is None:  # a process that failed: no row, its error on stderr
+            return subprocess.CompletedProcess(command, 1, "", "CUDA error")
+        out = "loading\n" + json.dumps({"config": name, "us_per_step": us}) + "\n"
+        return subprocess.CompletedProcess(command, 0, out, "")
+
+    monkeypatch.setitem(fakes, "subprocess", type("S", (), {"run": staticmethod(run)}))
+    monkeypatch.setitem(fakes, "flint", None)  # nothing loads in this process
+    argv = ["step_ab.py", "m.ftw", "--configs", "base,early-rn", "--processes", "3"]
+    monkeypatch.setattr(sys, "argv", [*argv, "--rounds", "2"])
+    main()
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    order = [command[command.index("--configs") + 1] for command in ran]
+    assert order == ["base", "early-rn", "early-rn", "base", "base", "early-rn"]
+    assert all(c[2] == "m.ftw" and c[c.index("--rounds") + 1] == "2" for c in ran)
+    assert [r["process"] for r in rows[:6]] == [0, 0, 1, 1, 2, 2]
+    assert rows[6] == {
+        "config": "base", "us_per_step": 1774.2, "tok_s": 563.6,
+        "processes_us": [1774.2, 1774.5, 1774.0], "process_spread_us": 0.5,
+    }  # fmt: skip
+    assert rows[7]["us_per_step"] == 1795.3 and rows[7]["process_spread_us"] == 0.9
+    for bad in (["--profile", "base"], ["--captures", "2"], ["--processes", "-1"]):
+        monkeypatch.setattr(sys, "argv", [*argv, *bad])
+        with pytest.raises(SystemExit):
+            main()
+    monkeypatch.setattr(sys, "argv", argv)
+    with pytest.raises(SystemExit, match="the process failed"):
+        main()  # the fake's times have run out
+
+
 class _Context:
     """A context manager that gives ``value``."""
 
