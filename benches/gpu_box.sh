@@ -2471,8 +2471,17 @@ gpu167() {
     | grep -E '"config"|rror'
 }
 
+# step_ab --processes on the GPU, and one of the twenty-eighth session's in-process
+# losers (down's eight rows on two warps, +16 us in one process, gpu158) alone.
+gpu168() {
+  synth30 q30
+  timeout 150 python3 benches/step_ab.py "$DATA/q30.ftw" --configs base,down-b8-w2 --processes 2 \
+    2>&1 | grep -E '"config"|rror|failed'
+}
+
 case $what in
   install) install ;;
+  gpu168) install; gpu168 ;;
   gpu167) install; gpu167 ;;
   gpu166) install; gpu166 ;;
   gpu165) install; gpu165 ;;
