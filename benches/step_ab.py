@@ -480,6 +480,10 @@ def main() -> None:
     if args.captures < 1:
         raise SystemExit("--captures: at least 1")
     names = args.configs.split(",")
+    profiled = set(args.profile.split(",")) if args.profile else set()
+    unknown = (set(names) | profiled) - set(CONFIGS)
+    if unknown:
+        raise SystemExit(f"unknown configurations {sorted(unknown)}; known: {list(CONFIGS)}")
     if args.processes:
         separate(args, names)
         return
@@ -502,10 +506,6 @@ def main() -> None:
             raise SystemExit(f"--sweep {args.sweep}: not in --position's graph span")
     if args.sweep_random and sweep is None:
         raise SystemExit("--sweep-random needs --sweep")
-    profiled = set(args.profile.split(",")) if args.profile else set()
-    unknown = (set(names) | profiled) - set(CONFIGS)
-    if unknown:
-        raise SystemExit(f"unknown configurations {sorted(unknown)}; known: {list(CONFIGS)}")
     with flint.LLM(args.model, device="cuda:0", graphs="on", context_length=4096) as llm:
         model = llm.model
         pools = expert_pools(model.experts)
@@ -565,9 +565,6 @@ def separate(args: argparse.Namespace, names: list[str]) -> None:
         raise SystemExit(
             "--processes times the step only: no --profile, --timeline, --sweep or --captures"
         )
-    unknown = set(names) - set(CONFIGS)
-    if unknown:
-        raise SystemExit(f"unknown configurations {sorted(unknown)}; known: {list(CONFIGS)}")
     medians: dict[str, list[float]] = {name: [] for name in names}
     for r in range(args.processes):
         for name in rotated(names, r):
@@ -584,12 +581,7 @@ def separate(args: argparse.Namespace, names: list[str]) -> None:
             medians[name].append(row["us_per_step"])
             print(json.dumps({"process": r, "config": name, "us_per_step": row["us_per_step"]}))
     for name in names:
-        us = statistics.median(medians[name])
-        print(json.dumps({
-            "config": name, "us_per_step": round(us, 1), "tok_s": round(1e6 / us, 1),
-            "processes_us": medians[name],
-            "process_spread_us": round(max(medians[name]) - min(medians[name]), 1),
-        }))  # fmt: skip
+        print(json.dumps({"config": name} | _spread(medians[name], "processes", "process")))
 
 
 def rotated(keys: list[Any], r: int) -> list[Any]:
@@ -604,14 +596,22 @@ def summary(rounds: list[list[float]]) -> dict[str, Any]:
     the captures' medians, its tok/s, the rounds (one capture) or each capture's median
     and their spread (several)."""
     medians = [statistics.median(r) for r in rounds]
-    us = statistics.median(medians)
+    if len(rounds) > 1:
+        return _spread(medians, "captures", "capture")
+    us = medians[0]
     out: dict[str, Any] = {"us_per_step": round(us, 1), "tok_s": round(1e6 / us, 1)}
-    if len(rounds) == 1:
-        out["rounds_us"] = [round(t, 1) for t in rounds[0]]
-    else:
-        out["captures_us"] = [round(m, 1) for m in medians]
-        out["capture_spread_us"] = round(max(medians) - min(medians), 1)
-    return out
+    return out | {"rounds_us": [round(t, 1) for t in rounds[0]]}
+
+
+def _spread(medians: list[float], each: str, one: str) -> dict[str, Any]:
+    """The median of several captures' or processes' medians (us a step), its tok/s,
+    each median and their spread."""
+    us = statistics.median(medians)
+    return {
+        "us_per_step": round(us, 1), "tok_s": round(1e6 / us, 1),
+        f"{each}_us": [round(m, 1) for m in medians],
+        f"{one}_spread_us": round(max(medians) - min(medians), 1),
+    }  # fmt: skip
 
 
 if __name__ == "__main__":

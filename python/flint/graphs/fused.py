@@ -111,7 +111,9 @@ LINEAR_BLOCK: dict[str, tuple[int, int, int]] = {}
 # 563.5 (gpu159), 557.8 against 563.4 (gpu160). Three captures of the defaults in one
 # process spanned 8.5 us a step (gpu162): the step's gain is of that size, the R0's
 # loss (17.8 us a token by tok/s) larger, in two pairs of processes. Off, as the R0
-# read; a switch for the A/B (docs/benchmarks.md, "Twenty-eighth session").
+# read; a switch for the A/B (docs/benchmarks.md, "Twenty-eighth session"). Since then
+# (gpu167): configurations sharing step_ab's process time apart from each alone, even
+# the other way round, so the R0 is the reading to trust here.
 QKV_AFTER_WAIT = False
 
 
