@@ -2480,8 +2480,34 @@ gpu168() {
     2>&1 | grep -E '"config"|rror|failed'
 }
 
+gpu169() {
+  # Does the step's time depend on how many experts the file holds (the same active
+  # bytes a token; 8 experts of 8 means every token reads the same 0.9 GB of experts)?
+  # If so, by inference address translation (TLB reach) or DRAM placement costs.
+  synth30 q30
+  for e in 8 32; do
+    python3 -c "from pathlib import Path; from flint import synth as s; \
+s.GEOMETRIES['q30e$e'] = dict(s.GEOMETRIES['qwen3-30b-a3b'], num_experts=$e); \
+print(s.synth('q30e$e', 'int4', Path('$DATA/q30e$e.ftw')))"
+  done
+  for m in q30 q30e8 q30e32 q30 q30e8 q30e32; do
+    echo "== step $m"
+    timeout 60 python3 benches/step_ab.py "$DATA/$m.ftw" --configs base 2>&1 | grep -E '"config"|rror'
+  done
+  for m in q30 q30e8; do
+    echo "== R0 $m"; r0 $m
+    echo "== timeline $m"
+    timeout 60 python3 benches/step_ab.py "$DATA/$m.ftw" --configs base --profile base --timeline 20 \
+      2>&1 | grep -E '"layer"|profile_us|rror'
+  done
+  echo "== leads alone"
+  timeout 170 python3 benches/step_ab.py "$DATA/q30.ftw" --configs base,attn-w2,o-late --processes 2 \
+    2>&1 | grep -E '"config"|rror|failed'
+}
+
 case $what in
   install) install ;;
+  gpu169) install; gpu169 ;;
   gpu168) install; gpu168 ;;
   gpu167) install; gpu167 ;;
   gpu166) install; gpu166 ;;
