@@ -2505,8 +2505,34 @@ print(s.synth('q30e$e', 'int4', Path('$DATA/q30e$e.ftw')))"
     2>&1 | grep -E '"config"|rror|failed'
 }
 
+gpu170() {
+  # The router's picks without a chain of eight dependent reductions (fused.ROUTE_RANKS):
+  # bits on CUDA, each way alone in two processes, then R0 of the fastest against the
+  # defaults, alternating.
+  python3 -m pytest tests/models/test_graphs.py -q -k one_pass_router -p no:cacheprovider 2>&1 \
+    | tail -3
+  synth30 q30
+  timeout 300 python3 benches/step_ab.py "$DATA/q30.ftw" \
+    --configs base,route-sort-w1,route-sort-w2,route-sort-w4,route-count-w4 --processes 2 \
+    2>&1 | grep -E '"config"|rror|failed' | tee "$OUT/gpu170_ab.txt"
+  local best
+  best=$(python3 -c "import json, sys
+rows = [json.loads(l) for l in open('$OUT/gpu170_ab.txt') if '\"process\"' not in l]
+rows = [r for r in rows if r['config'].startswith('route-')]
+name = min(rows, key=lambda r: r['us_per_step'])['config']
+mode = {'count': 1, 'sort': 2}[name.split('-')[1]]
+print(f'{mode},{name.split(\"-w\")[1]}')")
+  echo "== fastest route: $best"
+  for arg in "" "--route-ranks $best" "--route-ranks $best" ""; do
+    echo "== R0 q30 ${arg:-defaults}"
+    timeout 100 python3 benches/graph_decode.py "$DATA/q30.ftw" --tokens 128 --reps 2 --modes on \
+      $arg 2>&1 | grep -E "tg_tok|_sd|roofline|copy_gb|replay_us|route_ranks|Error"
+  done
+}
+
 case $what in
   install) install ;;
+  gpu170) install; gpu170 ;;
   gpu169) install; gpu169 ;;
   gpu168) install; gpu168 ;;
   gpu167) install; gpu167 ;;

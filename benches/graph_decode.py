@@ -245,8 +245,23 @@ def main() -> None:
         "flint.graphs.fused.QKV_AFTER_WAIT; gpu159-160 ran it the other way round, as "
         "--qkv-before, while it was the default)",
     )
+    parser.add_argument(
+        "--route-ranks",
+        metavar="MODE,WARPS",
+        help="the router's picks without a chain of reductions (the A/B of "
+        "flint.graphs.fused.ROUTE_RANKS and ROUTE_RANK_WARPS): MODE 1 counts ranks, 2 "
+        "takes a bitonic top-k, on WARPS warps, e.g. 2,1",
+    )
     args = parser.parse_args()
     fused.QKV_AFTER_WAIT = args.qkv_after
+    if args.route_ranks:
+        try:
+            mode, warps = (int(v) for v in args.route_ranks.split(","))
+        except ValueError:
+            parser.error("--route-ranks: MODE,WARPS, two integers, e.g. 2,1")
+        if mode not in (1, 2) or warps not in (1, 2, 4, 8):
+            parser.error("--route-ranks: MODE 1 or 2, WARPS 1, 2, 4 or 8")
+        fused.ROUTE_RANKS, fused.ROUTE_RANK_WARPS = mode, warps
     moe_kernel.PDL = not args.no_pdl
     if args.early:
         moe_kernel.EARLY = moe_kernel.SMALL_KERNELS
@@ -267,6 +282,7 @@ def main() -> None:
     result["pdl"] = not args.no_pdl
     result["early"] = sorted(moe_kernel.EARLY)
     result["qkv_after_wait"] = fused.QKV_AFTER_WAIT
+    result["route_ranks"] = [fused.ROUTE_RANKS, fused.ROUTE_RANK_WARPS]
     result["copy_gb_s"] = round(copy_rate(device) / 1e9, 1)
     ids: list[int] = []
     step_tokens: dict[str, list[int]] = {}  # "on" and "eager": the same step, the same tokens

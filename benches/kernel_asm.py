@@ -214,8 +214,11 @@ def launches(scheme: str) -> list[tuple[str, Any]]:
     per_rank = torch.randn(TOP_K, HIDDEN)
     out.append(("ranked sum", lambda: mk.ranked_sum(per_rank, w, torch.bfloat16)))
     logits = torch.randn(1, EXPERTS).bfloat16()
-    for ranks in (False, True):  # two passes on four warps, then one on one (fused.ROUTE_ONE_PASS)
-        out.append((f"route one_pass={ranks}", lambda r=ranks: _route(fused, logits, r)))
+    # two passes on four warps, one on one (fused.ROUTE_ONE_PASS), then rank counting on
+    # 1, 2, 4 and 8 warps (fused.ROUTE_RANK_WARPS)
+    for one_pass, warps in ((False, 0), (True, 0), (True, 1), (True, 2), (True, 4), (True, 8)):
+        name = f"route one_pass={one_pass}" + (f" ranks w{warps}" if warps else "")
+        out.append((name, lambda o=one_pass, w=warps: _route(fused, logits, o, w)))
     return out
 
 
@@ -236,12 +239,13 @@ def _attention(fused: Any, q: torch.Tensor, cache: torch.Tensor, heads: int, dim
     )  # fmt: skip
 
 
-def _route(fused: Any, logits: torch.Tensor, ranks: bool) -> None:
-    saved, fused.ROUTE_ONE_PASS = fused.ROUTE_ONE_PASS, ranks
+def _route(fused: Any, logits: torch.Tensor, one_pass: bool, rank_warps: int) -> None:
+    saved = fused.ROUTE_ONE_PASS, fused.ROUTE_RANK_WARPS
+    fused.ROUTE_ONE_PASS, fused.ROUTE_RANK_WARPS = one_pass, rank_warps
     try:
         fused.route(logits, TOP_K, True, torch.bfloat16)
     finally:
-        fused.ROUTE_ONE_PASS = saved
+        fused.ROUTE_ONE_PASS, fused.ROUTE_RANK_WARPS = saved
 
 
 def main() -> None:

@@ -352,7 +352,9 @@ def test_fused_norm_rope_and_router_follow_torch() -> None:
 def test_the_one_pass_router_picks_and_weighs_as_the_two_pass_one(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """``fused.ROUTE_ONE_PASS`` on and off: the same ids and the same weight bits in the
+    """``fused.ROUTE_ONE_PASS`` on and off, and the picks by counting ranks or by a
+    bitonic top-k on one and four warps (``ROUTE_RANKS``, ``ROUTE_RANK_WARPS``): the
+    same ids and the same weight bits in the
     interpreter, with tied logits (ties go to the lower id), a top-k that is not a
     power of two, expert counts that are not, with and without renormalisation, bf16
     and fp32 weights."""
@@ -366,6 +368,11 @@ def test_the_one_pass_router_agrees_on_cuda(monkeypatch: pytest.MonkeyPatch) -> 
     adds its sum in another order than the four-warp one: the weights agree within
     that rounding, not bit for bit."""
     _router_passes_agree(monkeypatch, torch.device("cuda"))
+
+
+# (fused.ROUTE_ONE_PASS, ROUTE_RANK_WARPS, ROUTE_RANKS): two passes, one, then the picks
+# by counting ranks and by a bitonic top-k, each on one warp and on four
+ROUTER_WAYS = ((False, 0, 0), (True, 0, 0), (True, 1, 1), (True, 4, 1), (True, 1, 2), (True, 4, 2))
 
 
 def _router_passes_agree(monkeypatch: pytest.MonkeyPatch, device: torch.device) -> None:
@@ -385,17 +392,24 @@ def _router_passes_agree(monkeypatch: pytest.MonkeyPatch, device: torch.device) 
             elif ties == "coarse":
                 logits = (logits * 2).round() / 2
             got = []
-            for one_pass in (False, True):
+            for one_pass, rank_warps, ranks in ROUTER_WAYS:
                 monkeypatch.setattr(fused, "ROUTE_ONE_PASS", one_pass)
+                monkeypatch.setattr(fused, "ROUTE_RANK_WARPS", rank_warps)
+                monkeypatch.setattr(fused, "ROUTE_RANKS", ranks)
                 got.append(fused.route(logits, top_k, normalize, dtype))
-            (ids0, w0), (ids1, w1) = got
-            assert torch.equal(ids0, ids1), (experts, top_k, ties)
-            if device.type == "cpu":  # the interpreter sums in one order
-                assert torch.equal(w0.view(torch.uint8), w1.view(torch.uint8)), (experts, ties)
-            else:  # one rounding of the softmax's sum, then of the weights' dtype
-                tol = 1e-6 if dtype == torch.float32 else 8e-3
-                assert torch.allclose(w0.float(), w1.float(), rtol=tol, atol=0), (experts, ties)
-            picked = logits.float().gather(1, ids1)
+            ids0, w0 = got[0]
+            for i, (ids1, w1) in enumerate(got[1:]):
+                where = (experts, top_k, ties, i)
+                assert torch.equal(ids0, ids1), where
+                if device.type == "cpu":  # the interpreter sums in one order
+                    assert torch.equal(w0.view(torch.uint8), w1.view(torch.uint8)), where
+                else:  # one rounding of the softmax's sum, then of the weights' dtype
+                    tol = 1e-6 if dtype == torch.float32 else 8e-3
+                    assert torch.allclose(w0.float(), w1.float(), rtol=tol, atol=0), where
+            if device.type == "cuda":  # the same softmax on one warp: the same bits
+                for i in (2, 4):
+                    assert torch.equal(got[1][1].view(torch.uint8), got[i][1].view(torch.uint8))
+            picked = logits.float().gather(1, ids0)
             assert (picked[:, :-1] >= picked[:, 1:]).all()  # descending
 
 

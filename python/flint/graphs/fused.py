@@ -34,6 +34,14 @@ from flint.graphs.triton_kernels import (
 # before); every path of the step uses the same one. False for an A/B in
 # benches/step_ab.py.
 ROUTE_ONE_PASS = True
+# The one-pass router's picks without a chain of TOPK dependent reductions, on
+# ROUTE_RANK_WARPS warps (0: off, the chain above): ROUTE_RANKS 1 counts every
+# expert's rank with one all-pairs compare and reads the picks out by rank, 2 takes a
+# bitonic top-k of (probability, id) keys (``tl.topk``). The same picks and weights
+# either way. Off by default; an A/B in benches/step_ab.py (``route-count-*``,
+# ``route-sort-*``).
+ROUTE_RANK_WARPS = 0
+ROUTE_RANKS = 2
 
 # T = tokens, H = hidden, N = heads, D = head dim, E = experts, K = top-k (and the
 # input features of ``linear``, whose output features are N)
@@ -333,11 +341,13 @@ def route(
     tokens, experts = logits.shape
     ids = torch.empty(tokens, top_k, dtype=torch.int64, device=logits.device)
     weights = torch.empty(tokens, top_k, dtype=dtype, device=logits.device)
+    ranks = ROUTE_RANKS if ROUTE_ONE_PASS and ROUTE_RANK_WARPS > 0 else 0
+    warps = ROUTE_RANK_WARPS if ranks else 1 if ROUTE_ONE_PASS else 4
     with on_device(logits.device):
         route_kernel[(tokens,)](
             logits.contiguous(), ids, weights, experts, TOPK=top_k, NORM=normalize,
             BLOCK=_block(experts), KP=_block(top_k), ONE_PASS=ROUTE_ONE_PASS,
-            num_warps=1 if ROUTE_ONE_PASS else 4, **pdl(logits.device, "route"),
+            RANKS=ranks, num_warps=warps, **pdl(logits.device, "route"),
         )  # fmt: skip
     return ids, weights
 

@@ -531,6 +531,32 @@ if triton is not None:
         return tl.where(ok, p, -1.0), e
 
     @triton.jit
+    def _ranked_picks(p, e, k):
+        """(ids, values) [KP] of the ``k``-th largest of ``p`` [BLOCK] (ties: the lower
+        index ``e``), for k in 0..KP-1: as the repeated max picks them. Each entry's
+        rank is the number of entries above it, compared as int32 bits (``p`` is a
+        probability, >= +0, or -1 past n: the bits order them as the values do, and a
+        NaN's above every number, so the ranks are always 0..BLOCK-1 once each); one
+        entry has each rank, so the sums read it out exactly."""
+        key = p.to(tl.int32, bitcast=True)
+        above = (key[None, :] > key[:, None]) | (
+            (key[None, :] == key[:, None]) & (e[None, :] < e[:, None])
+        )
+        rank = tl.sum(above.to(tl.int32), axis=1)
+        hit = rank[None, :] == k[:, None]  # [KP, BLOCK]
+        ids = tl.sum(tl.where(hit, e[None, :], 0), axis=1)
+        return ids, tl.sum(tl.where(hit, p[None, :], 0.0), axis=1)
+
+    @triton.jit
+    def _sorted_picks(p, e, KP: tl.constexpr, BLOCK: tl.constexpr):
+        """The same by a bitonic top-KP of int64 keys: p's bits above, BLOCK - 1 - e
+        below (a larger p first, then the lower index; every key differs)."""
+        key = (p.to(tl.int32, bitcast=True).to(tl.int64) << 32) | (BLOCK - 1 - e).to(tl.int64)
+        top = tl.topk(key, KP)
+        ids = (BLOCK - 1 - (top & 0xFFFFFFFF)).to(tl.int32)
+        return ids, (top >> 32).to(tl.int32).to(tl.float32, bitcast=True)
+
+    @triton.jit
     def route_kernel(
         logits_ptr,
         ids_ptr,
@@ -541,6 +567,7 @@ if triton is not None:
         BLOCK: tl.constexpr,
         KP: tl.constexpr = 1,
         ONE_PASS: tl.constexpr = False,
+        RANKS: tl.constexpr = False,
         GDC: tl.constexpr = False,
     ):
         """One token's softmax router (``flint.models.moe.route``): fp32 softmax over the
@@ -548,13 +575,29 @@ if triton is not None:
         ``NORM`` (by their sum in fp32, added in pick order), weights written in
         ``w_ptr``'s dtype. ``ONE_PASS``: one (value, index) reduction per pick and the
         sum added as they are picked (KP = TOPK rounded up to a power of two holds the
-        picks); else two reductions per pick and a second pass for the sum. Either way
-        the same picks and weights for the same probabilities."""
+        picks); else two reductions per pick and a second pass for the sum. ``RANKS``
+        (with ``ONE_PASS``): every expert's rank counted at once, the picks and their
+        values then read out by rank, independent of each other (no chain of TOPK
+        dependent reductions). Each way the same picks and weights for the same
+        probabilities."""
         _await_inputs(GDC)
         token = tl.program_id(0)
         p, e = _router_softmax(logits_ptr + token * n, n, BLOCK)
         w_type = w_ptr.dtype.element_ty
-        if ONE_PASS:
+        if ONE_PASS and RANKS:
+            k = tl.arange(0, KP)
+            if RANKS == 2:
+                picks, best = _sorted_picks(p, e, KP, BLOCK)
+            else:
+                picks, best = _ranked_picks(p, e, k)
+            total = 0.0
+            for i in tl.static_range(TOPK):  # in pick order, as the picks come below
+                total += tl.sum(tl.where(k == i, best, 0.0), axis=0)
+            if NORM:
+                best = best / total
+            tl.store(ids_ptr + token * TOPK + k, picks.to(tl.int64), mask=k < TOPK)
+            tl.store(w_ptr + token * TOPK + k, _round(best, w_type).to(w_type), mask=k < TOPK)
+        elif ONE_PASS:
             k = tl.arange(0, KP)
             picks = tl.zeros([KP], dtype=tl.int32)
             best = tl.zeros([KP], dtype=tl.float32)
