@@ -2530,8 +2530,26 @@ print(f'{mode},{name.split(\"-w\")[1]}')")
   done
 }
 
+gpu171() {
+  # The router's bitonic top-k on two warps as the default (fused.ROUTE_RANK_WARPS = 2):
+  # the GPU tests, R0 of q30 with it and without (--route-ranks off), R0 of q30d8.
+  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
+  echo "== GPU tests"; timeout 230 python3 -m pytest tests -q -p no:cacheprovider --tb=short -rf \
+    -m gpu --ignore=tests/server --ignore=tests/chat 2>&1 \
+    | grep -E "passed|failed|FAILED|Error|assert" | head -20
+  synth30 q30
+  for arg in "" "--route-ranks off"; do
+    echo "== R0 q30 ${arg:-defaults}"
+    timeout 80 python3 benches/graph_decode.py "$DATA/q30.ftw" --tokens 128 --reps 2 --modes on \
+      $arg 2>&1 | grep -E "tg_tok|_sd|roofline|copy_gb|replay_us|Error"
+  done
+  synth30 q30d8 --dense-quant int8
+  echo "== R0 q30d8"; r0 q30d8
+}
+
 case $what in
   install) install ;;
+  gpu171) install; gpu171 ;;
   gpu170) install; gpu170 ;;
   gpu169) install; gpu169 ;;
   gpu168) install; gpu168 ;;

@@ -249,12 +249,15 @@ def main() -> None:
         "--route-ranks",
         metavar="MODE,WARPS",
         help="the router's picks without a chain of reductions (the A/B of "
-        "flint.graphs.fused.ROUTE_RANKS and ROUTE_RANK_WARPS): MODE 1 counts ranks, 2 "
-        "takes a bitonic top-k, on WARPS warps, e.g. 2,1",
+        "flint.graphs.fused.ROUTE_RANKS and ROUTE_RANK_WARPS; default 2,2): MODE 1 counts "
+        "ranks, 2 takes a bitonic top-k, on WARPS warps, e.g. 2,1; off: the chain of "
+        "reductions on one warp, the default before gpu170",
     )
     args = parser.parse_args()
     fused.QKV_AFTER_WAIT = args.qkv_after
-    if args.route_ranks:
+    if args.route_ranks == "off":
+        fused.ROUTE_RANK_WARPS = 0
+    elif args.route_ranks:
         try:
             mode, warps = (int(v) for v in args.route_ranks.split(","))
         except ValueError:

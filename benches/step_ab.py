@@ -47,7 +47,9 @@ a program, read before the wait), ``o-k2048`` and ``o-b2-k2048`` (bf16 o in two 
 of 2048 columns), ``attn-w1``, ``attn-w2`` and ``attn-w*-b128`` (the attention on one
 or two warps), ``early-rn`` (the ranked sum and the norm letting the next kernel start
 before their wait), ``route-count-w*`` and ``route-sort-w*`` (the router's picks by
-counting ranks or by a bitonic top-k, on 1, 2, 4 or 8 warps: fused.ROUTE_RANKS).
+counting ranks or by a bitonic top-k, on 1, 2, 4 or 8 warps: fused.ROUTE_RANKS;
+``route-sort-w2`` is the default since gpu170) and ``route-chain`` (by eight dependent
+reductions on one warp, as before).
 ``--profile
 CONFIG[,CONFIG]`` then prints each kernel's time per step, and its share of the stream's time
 (under dependent launch, kernels overlap: a kernel's share is its end less the later
@@ -199,7 +201,9 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "attn-w2": {"fused.ATTENTION_LAUNCH": {"num_warps": 2}},
     "attn-w2-b128": {"fused.ATTENTION_LAUNCH": {"num_warps": 2}, "fused.ATTENTION_BLOCK": 128},
     "attn-w1-b128": {"fused.ATTENTION_LAUNCH": {"num_warps": 1}, "fused.ATTENTION_BLOCK": 128},
-    # the router's picks by counting ranks (1) or a bitonic top-k (2) on w warps
+    # the router's picks by counting ranks (1) or a bitonic top-k (2) on w warps, or by
+    # the chain of reductions on one warp (the default before gpu170)
+    "route-chain": {"fused.ROUTE_RANK_WARPS": 0},
     **{
         f"route-{name}-w{w}": {"fused.ROUTE_RANKS": mode, "fused.ROUTE_RANK_WARPS": w}
         for name, mode in (("count", 1), ("sort", 2))

@@ -28,8 +28,8 @@ def test_early_kernels_must_be_known(
 def test_route_ranks_must_name_a_mode_and_warps(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """``--route-ranks MODE,WARPS`` takes mode 1 or 2 on 1, 2, 4 or 8 warps, refused
-    before anything loads otherwise."""
+    """``--route-ranks MODE,WARPS`` takes mode 1 or 2 on 1, 2, 4 or 8 warps (or ``off``),
+    refused before anything loads otherwise."""
     main = runpy.run_path(str(GRAPH_DECODE))["main"]
     for value, says in (("2", "two integers"), ("x,1", "two integers"), ("3,1", "MODE 1 or 2")):
         monkeypatch.setattr(sys, "argv", ["graph_decode.py", "m.ftw", "--route-ranks", value])
