@@ -2547,8 +2547,15 @@ gpu171() {
   echo "== R0 q30d8"; r0 q30d8
 }
 
+gpu172() {
+  # The router's CUDA test with the default (a bitonic top-k on two warps) among its ways.
+  python3 -m pytest tests/models/test_graphs.py -q -k one_pass_router -p no:cacheprovider 2>&1 \
+    | tail -3
+}
+
 case $what in
   install) install ;;
+  gpu172) install; gpu172 ;;
   gpu171) install; gpu171 ;;
   gpu170) install; gpu170 ;;
   gpu169) install; gpu169 ;;

@@ -214,11 +214,14 @@ def launches(scheme: str) -> list[tuple[str, Any]]:
     per_rank = torch.randn(TOP_K, HIDDEN)
     out.append(("ranked sum", lambda: mk.ranked_sum(per_rank, w, torch.bfloat16)))
     logits = torch.randn(1, EXPERTS).bfloat16()
-    # two passes on four warps, one on one (fused.ROUTE_ONE_PASS), then rank counting on
-    # 1, 2, 4 and 8 warps (fused.ROUTE_RANK_WARPS)
-    for one_pass, warps in ((False, 0), (True, 0), (True, 1), (True, 2), (True, 4), (True, 8)):
-        name = f"route one_pass={one_pass}" + (f" ranks w{warps}" if warps else "")
-        out.append((name, lambda o=one_pass, w=warps: _route(fused, logits, o, w)))
+    # two passes on four warps, one on one (fused.ROUTE_ONE_PASS), then a bitonic top-k
+    # (fused.ROUTE_RANKS 2) and rank counting (1) on 1, 2, 4 and 8 warps (ROUTE_RANK_WARPS)
+    out.append(("route two passes", lambda: _route(fused, logits, False, 0, 0)))
+    out.append(("route chain", lambda: _route(fused, logits, True, 0, 0)))
+    for mode, name in ((2, "sort"), (1, "count")):
+        for w in (1, 2, 4, 8):
+            launch = f"route {name} w{w}"
+            out.append((launch, lambda m=mode, w=w: _route(fused, logits, True, w, m)))
     return out
 
 
@@ -239,13 +242,13 @@ def _attention(fused: Any, q: torch.Tensor, cache: torch.Tensor, heads: int, dim
     )  # fmt: skip
 
 
-def _route(fused: Any, logits: torch.Tensor, one_pass: bool, rank_warps: int) -> None:
-    saved = fused.ROUTE_ONE_PASS, fused.ROUTE_RANK_WARPS
-    fused.ROUTE_ONE_PASS, fused.ROUTE_RANK_WARPS = one_pass, rank_warps
+def _route(fused: Any, logits: torch.Tensor, one_pass: bool, warps: int, ranks: int) -> None:
+    saved = fused.ROUTE_ONE_PASS, fused.ROUTE_RANK_WARPS, fused.ROUTE_RANKS
+    fused.ROUTE_ONE_PASS, fused.ROUTE_RANK_WARPS, fused.ROUTE_RANKS = one_pass, warps, ranks
     try:
         fused.route(logits, TOP_K, True, torch.bfloat16)
     finally:
-        fused.ROUTE_ONE_PASS, fused.ROUTE_RANK_WARPS = saved
+        fused.ROUTE_ONE_PASS, fused.ROUTE_RANK_WARPS, fused.ROUTE_RANKS = saved
 
 
 def main() -> None:

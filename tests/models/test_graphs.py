@@ -371,8 +371,17 @@ def test_the_one_pass_router_agrees_on_cuda(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 # (fused.ROUTE_ONE_PASS, ROUTE_RANK_WARPS, ROUTE_RANKS): two passes, one, then the picks
-# by counting ranks and by a bitonic top-k, each on one warp and on four
-ROUTER_WAYS = ((False, 0, 0), (True, 0, 0), (True, 1, 1), (True, 4, 1), (True, 1, 2), (True, 4, 2))
+# by counting ranks and by a bitonic top-k, each on one warp and on four, and the
+# default (a bitonic top-k on two warps)
+ROUTER_WAYS = (
+    (False, 0, 0),
+    (True, 0, 0),
+    (True, 1, 1),
+    (True, 4, 1),
+    (True, 1, 2),
+    (True, 4, 2),
+    (True, 2, 2),
+)
 
 
 def _router_passes_agree(monkeypatch: pytest.MonkeyPatch, device: torch.device) -> None:
