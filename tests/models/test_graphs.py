@@ -353,8 +353,8 @@ def test_the_one_pass_router_picks_and_weighs_as_the_two_pass_one(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """``fused.ROUTE_ONE_PASS`` on and off, and the picks by counting ranks or by a
-    bitonic top-k on one and four warps (``ROUTE_RANKS``, ``ROUTE_RANK_WARPS``): the
-    same ids and the same weight bits in the
+    bitonic top-k on one and four warps, and the default (a bitonic top-k on two:
+    ``ROUTE_RANKS``, ``ROUTE_RANK_WARPS``): the same ids and the same weight bits in the
     interpreter, with tied logits (ties go to the lower id), a top-k that is not a
     power of two, expert counts that are not, with and without renormalisation, bf16
     and fp32 weights."""

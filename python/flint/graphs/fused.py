@@ -40,10 +40,9 @@ ROUTE_ONE_PASS = True
 # with one all-pairs compare and reads the picks out by rank. For the same
 # probabilities the same picks, and on one warp the same weights; on more, the
 # softmax's sum follows the warps (within a rounding), and every path of the step uses
-# the same kernel. On q30, each alone in
-# two processes (gpu170): the bitonic top-k on two warps 1,758.2 us a step, on one
-# 1,760.0, on four 1,760.3, rank counting on four 2,011.6, the chain 1,777.5; R0 569.2
-# tok/s against 562.8-562.9.
+# the same kernel. On q30, each alone in two processes (gpu170): the bitonic top-k on
+# two warps 1,758.2 us a step, on one 1,760.0, on four 1,760.3, rank counting on four
+# 2,011.6, the chain 1,777.5; R0 569.2 tok/s against 562.8-562.9.
 ROUTE_RANK_WARPS = 2
 ROUTE_RANKS = 2
 

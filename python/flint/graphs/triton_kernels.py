@@ -567,7 +567,7 @@ if triton is not None:
         BLOCK: tl.constexpr,
         KP: tl.constexpr = 1,
         ONE_PASS: tl.constexpr = False,
-        RANKS: tl.constexpr = False,
+        RANKS: tl.constexpr = 0,
         GDC: tl.constexpr = False,
     ):
         """One token's softmax router (``flint.models.moe.route``): fp32 softmax over the
@@ -576,9 +576,10 @@ if triton is not None:
         ``w_ptr``'s dtype. ``ONE_PASS``: one (value, index) reduction per pick and the
         sum added as they are picked (KP = TOPK rounded up to a power of two holds the
         picks); else two reductions per pick and a second pass for the sum. ``RANKS``
-        (with ``ONE_PASS``): every expert's rank counted at once, the picks and their
-        values then read out by rank, independent of each other (no chain of TOPK
-        dependent reductions). Each way the same picks and weights for the same
+        (with ``ONE_PASS``), no chain of TOPK dependent reductions: 1, every expert's
+        rank counted at once and the picks and their values read out by rank
+        (``_ranked_picks``); 2, a bitonic top-k of (probability, id) keys
+        (``_sorted_picks``). Each way the same picks and weights for the same
         probabilities."""
         _await_inputs(GDC)
         token = tl.program_id(0)
