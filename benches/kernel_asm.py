@@ -219,9 +219,9 @@ def launches(scheme: str) -> list[tuple[str, Any]]:
     out.append(("route two passes", lambda: _route(fused, logits, False, 0, 0)))
     out.append(("route chain", lambda: _route(fused, logits, True, 0, 0)))
     for mode, name in ((2, "sort"), (1, "count")):
-        for w in (1, 2, 4, 8):
-            launch = f"route {name} w{w}"
-            out.append((launch, lambda m=mode, w=w: _route(fused, logits, True, w, m)))
+        for warps in (1, 2, 4, 8):  # (not ``w``: the launches above close over it)
+            launch = f"route {name} w{warps}"
+            out.append((launch, lambda m=mode, n=warps: _route(fused, logits, True, n, m)))
     return out
 
 
