@@ -30,7 +30,7 @@ tiles, moe_kernel.WORDS off), ``route-two-pass`` (the router's top-k by two redu
 per pick across four warps, fused.ROUTE_ONE_PASS off), ``no-pdl-two-pass``, ``attn-*``
 (the attention's positions per step and warps), ``blocks-before``, ``blocks-tuned`` and
 ``blocks-whole`` (the one-token products' block shapes), ``norm-launch``
-(decode.NORM_IN_ROUTER off), ``norm-w*``, ``nl-w8`` and ``rope-w*`` (the norms', the
+(decode.NORM_IN_ROUTER off), ``norm-w*``, ``nl-w*`` and ``rope-w*`` (the norms', the
 router-with-norm's and q/k/v RoPE's warps), ``no-ahead`` and ``no-ahead-KERNEL`` (no
 kernel, or every kernel but one, reading ahead of its wait: moe_kernel.AHEAD),
 ``down-b*`` (int4 down's blocks), ``gu-*`` (int4 gate/up's blocks, and the loop
@@ -120,6 +120,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "norm-w16": {"fused.NORM_LAUNCH": {"num_warps": 16}},
     "norm-w2": {"fused.NORM_LAUNCH": {"num_warps": 2}},
     "nl-w8": {"fused.NORM_LINEAR_WARPS": 8},  # the router's launch with the norm
+    "nl-w2": {"fused.NORM_LINEAR_WARPS": 2},
+    "nl-w1": {"fused.NORM_LINEAR_WARPS": 1},
     "rope-w4": {"fused.ROPE_LAUNCH": {"num_warps": 4}},  # q/k/v RoPE's warps (default 1)
     "rope-w1": {"fused.ROPE_LAUNCH": {"num_warps": 1}},
     "rope-w2": {"fused.ROPE_LAUNCH": {"num_warps": 2}},
