@@ -187,6 +187,7 @@ def launches(scheme: str) -> list[tuple[str, Any]]:
     w = torch.rand(1, TOP_K).bfloat16()
     out = []
     out.append(("experts", lambda: mk.moe_experts(x, ids, w, pool)))
+    out.append(("experts guessing", lambda: _guessing(mk, x, ids, w, pool)))
     for label, rows, cols in (("qkv", QKV_ROWS, HIDDEN), ("o", HIDDEN, O_COLS)):
         xv = torch.randn(1, cols).bfloat16()
         bf = torch.randn(rows, cols).bfloat16()
@@ -240,6 +241,15 @@ def _attention(fused: Any, q: torch.Tensor, cache: torch.Tensor, heads: int, dim
         GROUP=heads // kv, GP=max(16, heads // kv), DP=dim, BS=fused.ATTENTION_BLOCK,
         CHUNK=fused.ATTENTION_CHUNK, SPLIT=False, F32=False, **mk.ahead("attention", q.device),
     )  # fmt: skip
+
+
+def _guessing(mk: Any, x: torch.Tensor, ids: torch.Tensor, w: torch.Tensor, pool: Any) -> None:
+    """The experts with gate/up guessing experts 0..K-1 before its wait (GUESS_GATE_UP)."""
+    saved, mk.GUESS_GATE_UP = mk.GUESS_GATE_UP, True
+    try:
+        mk.moe_experts(x, ids, w, pool)
+    finally:
+        mk.GUESS_GATE_UP = saved
 
 
 def _route(fused: Any, logits: torch.Tensor, one_pass: bool, warps: int, ranks: int) -> None:

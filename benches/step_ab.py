@@ -48,8 +48,10 @@ of 2048 columns), ``attn-w1``, ``attn-w2`` and ``attn-w*-b128`` (the attention o
 or two warps), ``early-rn`` (the ranked sum and the norm letting the next kernel start
 before their wait), ``route-count-w*`` and ``route-sort-w*`` (the router's picks by
 counting ranks or by a bitonic top-k, on 1, 2, 4 or 8 warps: fused.ROUTE_RANKS;
-``route-sort-w2`` is the default since gpu170) and ``route-chain`` (by eight dependent
-reductions on one warp, as before).
+``route-sort-w2`` is the default since gpu170), ``route-chain`` (by eight dependent
+reductions on one warp, as before) and ``gu-guess`` (gate/up reading experts 0..K-1
+before its wait: moe_kernel.GUESS_GATE_UP; on a file of K experts a layer, e.g. q30
+synthesised with 8, every guess is right).
 ``--profile
 CONFIG[,CONFIG]`` then prints each kernel's time per step, and its share of the stream's time
 (under dependent launch, kernels overlap: a kernel's share is its end less the later
@@ -145,6 +147,9 @@ CONFIGS: dict[str, dict[str, Any]] = {
     # int4 gate/up: the loop of tiles instead of every tile of a program's rows loaded
     # at once (WHOLE_GATE_UP), and its blocks (rows, columns, warps; default (4, 2048, 2))
     "gu-loop": {"WHOLE_GATE_UP": False},
+    # gate/up reading experts 0..K-1 before its wait, a fixed guess (GUESS_GATE_UP): on a
+    # file of K experts every guess is right, on one of many almost every one is wrong
+    "gu-guess": {"GUESS_GATE_UP": True},
     "gu-loop-b8": {"WHOLE_GATE_UP": False, "WORDS_GATE_UP_BLOCK": (8, 512, 4)},
     "gu-b8": {"WORDS_GATE_UP_BLOCK": (8, 512, 4)},
     "gu-b2-w2": {"WORDS_GATE_UP_BLOCK": (2, 512, 2)},

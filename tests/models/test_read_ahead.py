@@ -295,6 +295,48 @@ def test_gate_up_loads_its_rows_at_once_to_the_same_bits_on_cuda(
     _gate_up_whole_agrees(hidden, inter, group, torch.device("cuda"), monkeypatch, dtype)
 
 
+def _guessing_agrees(
+    device: torch.device, monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype
+) -> None:
+    """gate/up guessing experts 0..K-1 before its wait (``GUESS_GATE_UP``) and not: the
+    same bits when every rank chose a guessed expert, when none did, and when some did
+    (other ranks' programs then make their h), for one token and for three."""
+    torch.manual_seed(7)
+    hidden, inter, group, experts, k = 256, 64, 32, 6, 3
+    shapes = ((inter, hidden), (inter, hidden), (hidden, inter))
+    slabs, offsets, _ = _slabs("int4", experts, shapes, group)
+    pool = slab_pool(slabs.to(device), "int4", group, shapes, offsets)
+    launched = _spy(monkeypatch, "gate_up_kernel", "GUESS")
+    for chosen in ([[2, 0, 1]], [[5, 3, 4]], [[4, 0, 3]], [[1, 5, 2], [3, 4, 5], [0, 1, 2]]):
+        ids = torch.tensor(chosen, device=device)
+        tokens = ids.shape[0]
+        x = (torch.randn(tokens, hidden) / hidden**0.5).to(dtype).to(device)
+        w = torch.rand(tokens, k).to(dtype).to(device)
+        got = []
+        for guess in (True, False):
+            monkeypatch.setattr(moe_kernel, "GUESS_GATE_UP", guess)
+            got.append(moe_experts(x, ids, w, pool))
+        assert torch.isfinite(got[0]).all()
+        _same(got[0], got[1])
+    assert launched == [True, False] * 4
+
+
+@pytest.mark.interpreter
+def test_gate_up_guessing_its_experts_gives_the_same_bits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _guessing_agrees(torch.device("cpu"), monkeypatch, torch.float32)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_gate_up_guessing_its_experts_gives_the_same_bits_on_cuda(
+    dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same compiled."""
+    _guessing_agrees(torch.device("cuda"), monkeypatch, dtype)
+
+
 def test_rows_wider_than_one_tile_take_the_four_warp_block() -> None:
     narrow, wide = moe_kernel.WORDS_GATE_UP_BLOCK, moe_kernel.WORDS_GATE_UP_WIDE
     assert narrow[1] >= moe_kernel.NARROW_COLS and wide[2] == 4  # narrow: whole rows

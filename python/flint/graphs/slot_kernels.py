@@ -333,6 +333,8 @@ if triton is not None:
         EVEN: tl.constexpr = False,
         WORDS: tl.constexpr = False,
         WHOLE: tl.constexpr = 0,
+        GUESS: tl.constexpr = False,
+        KP: tl.constexpr = 1,
         GDC: tl.constexpr = False,
     ):
         """h[pair, rows] = act(gate(x) (+ bias), up(x) (+ bias)) for one (token, rank)
@@ -340,36 +342,119 @@ if triton is not None:
         in the eighths layout (rows of ``x_stride`` and ``h_stride``), h as ``down``
         reads it. ``WHOLE`` (int4 words whose rows are 1 to 4 tiles, ``WHOLE`` of them):
         every tile of the program's gate and up rows loaded at once, then dotted in
-        ``_rows_dot2``'s order (one memory round trip, not one per tile)."""
-        _await_inputs(GDC)
+        ``_rows_dot2``'s order (one memory round trip, not one per tile). ``GUESS``
+        (with ``WHOLE``; KP = TOPK rounded up to a power of two): the program of rank
+        slot j reads expert j's rows before its wait, a guess. After it, if a rank of
+        the token chose expert j, the program makes that rank's h from them; if none
+        did, it reads the rows of a rank whose expert no slot guessed and makes its h
+        (``_guessed_pair``). Each rank's h is made once, by the same code: the same bits
+        whatever was guessed."""
         pair = tl.program_id(0)
         token = pair // TOPK
-        expert = tl.load(ids_ptr + pair).to(tl.int64)
         rows = tl.program_id(1) * BN + tl.arange(0, BN)
         row_ok = rows < inter
         x = x_ptr + token * (8 * x_stride if WORDS else hid)
-        if WHOLE > 0:
-            tl.static_assert(WORDS and SCHEME == 2 and WHOLE <= 4, "WHOLE: int4 words, 1-4 tiles")
+        if GUESS:
+            tl.static_assert(WHOLE > 0, "GUESS: gate/up's rows loaded at once")
+            slot = pair % TOPK
+            guess = slot.to(tl.int64)
             a0, as0, a1, as1, a2, as2, a3, as3 = _words_ahead(
-                g_ptr + expert * g_we, gs_ptr + expert * gs_e, g_wr, gs_r, rows, row_ok, hid,
+                g_ptr + guess * g_we, gs_ptr + guess * gs_e, g_wr, gs_r, rows, row_ok, hid,
                 GROUP, BK, EVEN, WHOLE,
             )  # fmt: skip
             b0, bs0, b1, bs1, b2, bs2, b3, bs3 = _words_ahead(
-                u_ptr + expert * u_we, us_ptr + expert * us_e, u_wr, us_r, rows, row_ok, hid,
+                u_ptr + guess * u_we, us_ptr + guess * us_e, u_wr, us_r, rows, row_ok, hid,
                 GROUP, BK, EVEN, WHOLE,
             )  # fmt: skip
+            _await_inputs(GDC)
+            rank, expert, hit = _guessed_pair(ids_ptr + token * TOPK, slot, TOPK)
+            if not hit:  # a rank no slot guessed: its rows now, in place of the guess's
+                a0, as0, a1, as1, a2, as2, a3, as3 = _words_ahead(
+                    g_ptr + expert * g_we, gs_ptr + expert * gs_e, g_wr, gs_r, rows, row_ok,
+                    hid, GROUP, BK, EVEN, WHOLE,
+                )  # fmt: skip
+                b0, bs0, b1, bs1, b2, bs2, b3, bs3 = _words_ahead(
+                    u_ptr + expert * u_we, us_ptr + expert * us_e, u_wr, us_r, rows, row_ok,
+                    hid, GROUP, BK, EVEN, WHOLE,
+                )  # fmt: skip
             gate = _words_ahead_dot(
                 a0, as0, a1, as1, a2, as2, a3, as3, x, x_stride, hid, BN, BK, GROUP, EVEN, WHOLE
             )
             up = _words_ahead_dot(
                 b0, bs0, b1, bs1, b2, bs2, b3, bs3, x, x_stride, hid, BN, BK, GROUP, EVEN, WHOLE
             )
-        else:
-            gate, up = _rows_dot2(
-                g_ptr + expert * g_we, gs_ptr + expert * gs_e, g_wr, gs_r,
-                u_ptr + expert * u_we, us_ptr + expert * us_e, u_wr, us_r, x, x_stride, rows,
-                row_ok, hid, SCHEME, GROUP, BN, BK, EVEN, WORDS,
+            _gate_up_out(
+                gate, up, expert, token * TOPK + rank, rows, row_ok, gb_ptr, ub_ptr, h_ptr,
+                inter, h_stride, alpha, limit, OUT, HAS_BIAS, ACT, WORDS,
             )  # fmt: skip
+        else:
+            _await_inputs(GDC)
+            expert = tl.load(ids_ptr + pair).to(tl.int64)
+            if WHOLE > 0:
+                tl.static_assert(
+                    WORDS and SCHEME == 2 and WHOLE <= 4, "WHOLE: int4 words, 1-4 tiles"
+                )
+                a0, as0, a1, as1, a2, as2, a3, as3 = _words_ahead(
+                    g_ptr + expert * g_we, gs_ptr + expert * gs_e, g_wr, gs_r, rows, row_ok,
+                    hid, GROUP, BK, EVEN, WHOLE,
+                )  # fmt: skip
+                b0, bs0, b1, bs1, b2, bs2, b3, bs3 = _words_ahead(
+                    u_ptr + expert * u_we, us_ptr + expert * us_e, u_wr, us_r, rows, row_ok,
+                    hid, GROUP, BK, EVEN, WHOLE,
+                )  # fmt: skip
+                gate = _words_ahead_dot(
+                    a0, as0, a1, as1, a2, as2, a3, as3, x, x_stride, hid, BN, BK, GROUP, EVEN,
+                    WHOLE,
+                )  # fmt: skip
+                up = _words_ahead_dot(
+                    b0, bs0, b1, bs1, b2, bs2, b3, bs3, x, x_stride, hid, BN, BK, GROUP, EVEN,
+                    WHOLE,
+                )  # fmt: skip
+            else:
+                gate, up = _rows_dot2(
+                    g_ptr + expert * g_we, gs_ptr + expert * gs_e, g_wr, gs_r,
+                    u_ptr + expert * u_we, us_ptr + expert * us_e, u_wr, us_r, x, x_stride,
+                    rows, row_ok, hid, SCHEME, GROUP, BN, BK, EVEN, WORDS,
+                )  # fmt: skip
+            _gate_up_out(
+                gate, up, expert, pair, rows, row_ok, gb_ptr, ub_ptr, h_ptr, inter, h_stride,
+                alpha, limit, OUT, HAS_BIAS, ACT, WORDS,
+            )  # fmt: skip
+
+    @triton.jit
+    def _guessed_pair(ids_ptr, slot, TOPK: tl.constexpr):
+        """For gate/up's program of rank slot ``slot`` (0..TOPK-1), which guessed expert
+        ``slot``, given the token's chosen experts at ``ids_ptr`` [TOPK] (distinct):
+        (the rank whose h it makes, that rank's expert, whether that is the guess). A
+        rank that chose a guessed expert (one below TOPK) is made by the slot that
+        guessed it; the m-th rank, in rank order, whose expert no slot guessed, by the
+        m-th slot whose guess no rank chose. Both sets have as many members, so every
+        rank is made once. Scalars only: no reductions across threads."""
+        hit_rank = TOPK
+        chosen_below = 0  # guessed experts below ``slot`` that some rank chose
+        for r in tl.static_range(TOPK):
+            e = tl.load(ids_ptr + r).to(tl.int32)
+            hit_rank = tl.where(e == slot, r, hit_rank)
+            chosen_below += (e < slot).to(tl.int32)
+        m = slot - chosen_below  # this slot's place among the slots no rank chose
+        miss_rank = TOPK
+        missed = 0  # ranks so far whose expert no slot guessed
+        for r in tl.static_range(TOPK):
+            e = tl.load(ids_ptr + r).to(tl.int32)
+            unguessed = e >= TOPK
+            miss_rank = tl.where(unguessed & (missed == m), r, miss_rank)
+            missed += unguessed.to(tl.int32)
+        hit = hit_rank < TOPK
+        rank = tl.where(hit, hit_rank, miss_rank)
+        return rank, tl.load(ids_ptr + rank).to(tl.int64), hit
+
+    @triton.jit
+    def _gate_up_out(gate, up, expert, pair, rows, row_ok, gb_ptr, ub_ptr, h_ptr, inter,
+                     h_stride, alpha, limit, OUT: tl.constexpr, HAS_BIAS: tl.constexpr,
+                     ACT: tl.constexpr, WORDS: tl.constexpr):  # fmt: skip
+        """``gate_up_kernel``'s epilogue: gate and up (fp32 dots of ``expert``'s rows)
+        rounded to ``OUT`` as F.linear's output, biased, activated, stored as ``pair``'s
+        h."""
         out_type: tl.constexpr = OUT
         gate = _round(gate, out_type)  # F.linear's output dtype
         up = _round(up, out_type)
