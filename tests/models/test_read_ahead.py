@@ -298,27 +298,38 @@ def test_gate_up_loads_its_rows_at_once_to_the_same_bits_on_cuda(
 def _guessing_agrees(
     device: torch.device, monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype
 ) -> None:
-    """gate/up guessing experts 0..K-1 before its wait (``GUESS_GATE_UP``) and not: the
-    same bits when every rank chose a guessed expert, when none did, and when some did
-    (other ranks' programs then make their h), for one token and for three."""
-    torch.manual_seed(7)
-    hidden, inter, group, experts, k = 256, 64, 32, 6, 3
+    """gate/up guessing experts 0..K-1 before its wait (``GUESS_GATE_UP``, reading ahead
+    on) and not: the same bits when every rank chose a guessed expert, when none did,
+    and when some did (the slots whose guess no rank chose then make the other ranks'
+    h), for one token and for three; K = 3, 8 (the 30B-A3B's, with 8 and 12 experts)
+    and 1. On CUDA under dependent launch, so the guess is read before the wait."""
+    monkeypatch.setattr(moe_kernel, "AHEAD_WITHOUT_PDL", True)
+    hidden, inter, group = 256, 64, 32
     shapes = ((inter, hidden), (inter, hidden), (hidden, inter))
-    slabs, offsets, _ = _slabs("int4", experts, shapes, group)
-    pool = slab_pool(slabs.to(device), "int4", group, shapes, offsets)
     launched = _spy(monkeypatch, "gate_up_kernel", "GUESS")
-    for chosen in ([[2, 0, 1]], [[5, 3, 4]], [[4, 0, 3]], [[1, 5, 2], [3, 4, 5], [0, 1, 2]]):
-        ids = torch.tensor(chosen, device=device)
-        tokens = ids.shape[0]
-        x = (torch.randn(tokens, hidden) / hidden**0.5).to(dtype).to(device)
-        w = torch.rand(tokens, k).to(dtype).to(device)
-        got = []
-        for guess in (True, False):
-            monkeypatch.setattr(moe_kernel, "GUESS_GATE_UP", guess)
-            got.append(moe_experts(x, ids, w, pool))
-        assert torch.isfinite(got[0]).all()
-        _same(got[0], got[1])
-    assert launched == [True, False] * 4
+    cases = [
+        (6, [[2, 0, 1]], [[5, 3, 4]], [[4, 0, 3]], [[1, 5, 2], [3, 4, 5], [0, 1, 2]]),
+        (8, [[7, 6, 5, 4, 3, 2, 1, 0]], [[3, 0, 7, 1, 6, 2, 5, 4]]),
+        (12, [[11, 0, 9, 3, 8, 6, 10, 1]], [[8, 9, 10, 11, 0, 1, 2, 3]]),
+        (4, [[0]], [[3]], [[2], [0]]),
+    ]
+    for experts, *id_lists in cases:
+        torch.manual_seed(experts)
+        slabs, offsets, _ = _slabs("int4", experts, shapes, group)
+        pool = slab_pool(slabs.to(device), "int4", group, shapes, offsets)
+        for chosen in id_lists:
+            ids = torch.tensor(chosen, device=device)
+            tokens, k = ids.shape
+            x = (torch.randn(tokens, hidden) / hidden**0.5).to(dtype).to(device)
+            w = torch.rand(tokens, k).to(dtype).to(device)
+            got = []
+            for guess in (True, False):
+                monkeypatch.setattr(moe_kernel, "GUESS_GATE_UP", guess)
+                with moe_kernel.dependent_launch():
+                    got.append(moe_experts(x, ids, w, pool))
+            assert torch.isfinite(got[0]).all()
+            _same(got[0], got[1])
+    assert launched == [True, False] * sum(len(ids) for _, *ids in cases)
 
 
 @pytest.mark.interpreter

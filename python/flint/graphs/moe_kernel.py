@@ -315,13 +315,14 @@ WORDS_DOWN_BLOCK = (16, 256, 4)
 # attention; bf16 attention 1,843.7 against 1,886.2); (8, 512, 4) loaded at once
 # 1,657.0, the loop of (4, 512, 4) 1,691.5 (gpu119, docs/benchmarks.md).
 WHOLE_GATE_UP = True
-# gate/up (its rows loaded at once) guessing before its wait: the program of rank slot j
-# reads expert j's rows then, and after the wait makes the h of whichever rank chose
-# expert j; a rank whose expert no slot guessed is made by its own program, its rows
-# read after the wait. The same bits whatever was guessed (gate_up_kernel's GUESS).
-# Experts 0..K-1 are a fixed guess, no prediction: an A/B in benches/step_ab.py, on a
-# file of K experts (every guess right) and of many (almost every guess wrong), to
-# bound what a router prediction before the wait could gain. Off.
+# gate/up (its rows loaded at once) guessing before its wait, under dependent launch (or
+# with AHEAD_WITHOUT_PDL): the program of rank slot j reads expert j's rows then, and
+# after the wait makes the h of whichever rank chose expert j; a slot whose guess no
+# rank chose makes the h of a rank whose expert no slot guessed, its rows read after
+# the wait. The same bits whatever was guessed (gate_up_kernel's GUESS). Experts
+# 0..K-1 are a fixed guess, no prediction: an A/B in benches/step_ab.py, on a file of
+# K experts (every guess right) and of many (almost every guess wrong), to bound what
+# a router prediction before the wait could gain. Off.
 GUESS_GATE_UP = False
 
 
@@ -463,13 +464,13 @@ def _pair_outputs(
     bk = _cols(bk, group)
     tiles = triton.cdiv(h_dim, bk)  # gate/up's rows loaded at once: int4 words, <= 4 tiles
     whole = tiles if words and tiles <= 4 and WHOLE_GATE_UP else 0
-    guess = GUESS_GATE_UP and whole > 0
+    guess = GUESS_GATE_UP and whole > 0 and (AHEAD_WITHOUT_PDL or bool(pdl(x.device)))
     gate_up_kernel[(pairs, triton.cdiv(i_dim, bn))](
         vector, ids, hidden, *_args(pool.gate), *_args(pool.up), gate_b, up_b, h_dim,
         i_dim, xs, hs, pool.alpha, pool.limit, OUT=_DTYPES[x.dtype], TOPK=top_k,
         SCHEME=code, GROUP=group, BN=bn, BK=bk, HAS_BIAS=has_bias,
         ACT=pool.act, EVEN=_even(h_dim, bk), WORDS=words, WHOLE=whole, GUESS=guess,
-        KP=triton.next_power_of_2(top_k), num_warps=warps, **pdl(x.device, "gate_up"),
+        num_warps=warps, **pdl(x.device, "gate_up"),
     )  # fmt: skip
     bn, bk, warps = down_block
     bk = _cols(bk, group)

@@ -334,7 +334,6 @@ if triton is not None:
         WORDS: tl.constexpr = False,
         WHOLE: tl.constexpr = 0,
         GUESS: tl.constexpr = False,
-        KP: tl.constexpr = 1,
         GDC: tl.constexpr = False,
     ):
         """h[pair, rows] = act(gate(x) (+ bias), up(x) (+ bias)) for one (token, rank)
@@ -343,7 +342,7 @@ if triton is not None:
         reads it. ``WHOLE`` (int4 words whose rows are 1 to 4 tiles, ``WHOLE`` of them):
         every tile of the program's gate and up rows loaded at once, then dotted in
         ``_rows_dot2``'s order (one memory round trip, not one per tile). ``GUESS``
-        (with ``WHOLE``; KP = TOPK rounded up to a power of two): the program of rank
+        (with ``WHOLE``; the token's ids distinct): the program of rank
         slot j reads expert j's rows before its wait, a guess. After it, if a rank of
         the token chose expert j, the program makes that rank's h from them; if none
         did, it reads the rows of a rank whose expert no slot guessed and makes its h
@@ -355,7 +354,9 @@ if triton is not None:
         row_ok = rows < inter
         x = x_ptr + token * (8 * x_stride if WORDS else hid)
         if GUESS:
-            tl.static_assert(WHOLE > 0, "GUESS: gate/up's rows loaded at once")
+            tl.static_assert(
+                WORDS and SCHEME == 2 and WHOLE > 0 and WHOLE <= 4, "GUESS: int4 words, 1-4 tiles"
+            )
             slot = pair % TOPK
             guess = slot.to(tl.int64)
             a0, as0, a1, as1, a2, as2, a3, as3 = _words_ahead(
@@ -445,7 +446,9 @@ if triton is not None:
             miss_rank = tl.where(unguessed & (missed == m), r, miss_rank)
             missed += unguessed.to(tl.int32)
         hit = hit_rank < TOPK
-        rank = tl.where(hit, hit_rank, miss_rank)
+        # always below TOPK for distinct ids; kept there for ids that are not (repeated
+        # ids would leave a rank unmade, but no load or store leaves the token's rows)
+        rank = tl.minimum(tl.where(hit, hit_rank, miss_rank), TOPK - 1)
         return rank, tl.load(ids_ptr + rank).to(tl.int64), hit
 
     @triton.jit
