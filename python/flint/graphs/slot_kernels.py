@@ -359,31 +359,18 @@ if triton is not None:
             )
             slot = pair % TOPK
             guess = slot.to(tl.int64)
-            a0, as0, a1, as1, a2, as2, a3, as3 = _words_ahead(
-                g_ptr + guess * g_we, gs_ptr + guess * gs_e, g_wr, gs_r, rows, row_ok, hid,
-                GROUP, BK, EVEN, WHOLE,
-            )  # fmt: skip
-            b0, bs0, b1, bs1, b2, bs2, b3, bs3 = _words_ahead(
-                u_ptr + guess * u_we, us_ptr + guess * us_e, u_wr, us_r, rows, row_ok, hid,
-                GROUP, BK, EVEN, WHOLE,
+            tiles = _gate_up_tiles(
+                g_ptr, g_we, gs_ptr, gs_e, g_wr, gs_r, u_ptr, u_we, us_ptr, us_e, u_wr, us_r,
+                guess, rows, row_ok, hid, GROUP, BK, EVEN, WHOLE,
             )  # fmt: skip
             _await_inputs(GDC)
             rank, expert, hit = _guessed_pair(ids_ptr + token * TOPK, slot, TOPK)
             if not hit:  # a rank no slot guessed: its rows now, in place of the guess's
-                a0, as0, a1, as1, a2, as2, a3, as3 = _words_ahead(
-                    g_ptr + expert * g_we, gs_ptr + expert * gs_e, g_wr, gs_r, rows, row_ok,
-                    hid, GROUP, BK, EVEN, WHOLE,
+                tiles = _gate_up_tiles(
+                    g_ptr, g_we, gs_ptr, gs_e, g_wr, gs_r, u_ptr, u_we, us_ptr, us_e, u_wr,
+                    us_r, expert, rows, row_ok, hid, GROUP, BK, EVEN, WHOLE,
                 )  # fmt: skip
-                b0, bs0, b1, bs1, b2, bs2, b3, bs3 = _words_ahead(
-                    u_ptr + expert * u_we, us_ptr + expert * us_e, u_wr, us_r, rows, row_ok,
-                    hid, GROUP, BK, EVEN, WHOLE,
-                )  # fmt: skip
-            gate = _words_ahead_dot(
-                a0, as0, a1, as1, a2, as2, a3, as3, x, x_stride, hid, BN, BK, GROUP, EVEN, WHOLE
-            )
-            up = _words_ahead_dot(
-                b0, bs0, b1, bs1, b2, bs2, b3, bs3, x, x_stride, hid, BN, BK, GROUP, EVEN, WHOLE
-            )
+            gate, up = _gate_up_dots(tiles, x, x_stride, hid, BN, BK, GROUP, EVEN, WHOLE)
             _gate_up_out(
                 gate, up, expert, token * TOPK + rank, rows, row_ok, gb_ptr, ub_ptr, h_ptr,
                 inter, h_stride, alpha, limit, OUT, HAS_BIAS, ACT, WORDS,
@@ -395,22 +382,11 @@ if triton is not None:
                 tl.static_assert(
                     WORDS and SCHEME == 2 and WHOLE <= 4, "WHOLE: int4 words, 1-4 tiles"
                 )
-                a0, as0, a1, as1, a2, as2, a3, as3 = _words_ahead(
-                    g_ptr + expert * g_we, gs_ptr + expert * gs_e, g_wr, gs_r, rows, row_ok,
-                    hid, GROUP, BK, EVEN, WHOLE,
+                tiles = _gate_up_tiles(
+                    g_ptr, g_we, gs_ptr, gs_e, g_wr, gs_r, u_ptr, u_we, us_ptr, us_e, u_wr,
+                    us_r, expert, rows, row_ok, hid, GROUP, BK, EVEN, WHOLE,
                 )  # fmt: skip
-                b0, bs0, b1, bs1, b2, bs2, b3, bs3 = _words_ahead(
-                    u_ptr + expert * u_we, us_ptr + expert * us_e, u_wr, us_r, rows, row_ok,
-                    hid, GROUP, BK, EVEN, WHOLE,
-                )  # fmt: skip
-                gate = _words_ahead_dot(
-                    a0, as0, a1, as1, a2, as2, a3, as3, x, x_stride, hid, BN, BK, GROUP, EVEN,
-                    WHOLE,
-                )  # fmt: skip
-                up = _words_ahead_dot(
-                    b0, bs0, b1, bs1, b2, bs2, b3, bs3, x, x_stride, hid, BN, BK, GROUP, EVEN,
-                    WHOLE,
-                )  # fmt: skip
+                gate, up = _gate_up_dots(tiles, x, x_stride, hid, BN, BK, GROUP, EVEN, WHOLE)
             else:
                 gate, up = _rows_dot2(
                     g_ptr + expert * g_we, gs_ptr + expert * gs_e, g_wr, gs_r,
@@ -421,6 +397,35 @@ if triton is not None:
                 gate, up, expert, pair, rows, row_ok, gb_ptr, ub_ptr, h_ptr, inter, h_stride,
                 alpha, limit, OUT, HAS_BIAS, ACT, WORDS,
             )  # fmt: skip
+
+    @triton.jit
+    def _gate_up_tiles(g_ptr, g_we, gs_ptr, gs_e, g_wr, gs_r, u_ptr, u_we, us_ptr, us_e,
+                       u_wr, us_r, expert, rows, row_ok, hid, GROUP: tl.constexpr,
+                       BK: tl.constexpr, EVEN: tl.constexpr, WHOLE: tl.constexpr):  # fmt: skip
+        """``expert``'s gate and up rows for ``gate_up_kernel``, every tile loaded at once
+        (``_words_ahead`` twice): a tuple for ``_gate_up_dots``."""
+        gate = _words_ahead(
+            g_ptr + expert * g_we, gs_ptr + expert * gs_e, g_wr, gs_r, rows, row_ok, hid,
+            GROUP, BK, EVEN, WHOLE,
+        )  # fmt: skip
+        up = _words_ahead(
+            u_ptr + expert * u_we, us_ptr + expert * us_e, u_wr, us_r, rows, row_ok, hid,
+            GROUP, BK, EVEN, WHOLE,
+        )  # fmt: skip
+        return gate + up
+
+    @triton.jit
+    def _gate_up_dots(tiles, x, x_stride, hid, BN: tl.constexpr, BK: tl.constexpr,
+                      GROUP: tl.constexpr, EVEN: tl.constexpr, WHOLE: tl.constexpr):  # fmt: skip
+        """(gate, up) [BN] fp32: ``_words_ahead_dot`` of ``_gate_up_tiles``' tiles."""
+        a0, as0, a1, as1, a2, as2, a3, as3, b0, bs0, b1, bs1, b2, bs2, b3, bs3 = tiles
+        gate = _words_ahead_dot(
+            a0, as0, a1, as1, a2, as2, a3, as3, x, x_stride, hid, BN, BK, GROUP, EVEN, WHOLE
+        )
+        up = _words_ahead_dot(
+            b0, bs0, b1, bs1, b2, bs2, b3, bs3, x, x_stride, hid, BN, BK, GROUP, EVEN, WHOLE
+        )
+        return gate, up
 
     @triton.jit
     def _guessed_pair(ids_ptr, slot, TOPK: tl.constexpr):
