@@ -147,9 +147,14 @@ AHEAD_WITHOUT_PDL = False
 
 def ahead(kernel: str, device: torch.device) -> dict[str, bool]:
     """``AHEAD=True`` for ``kernel``'s launch where it reads ahead (``AHEAD`` names it,
-    under dependent launch, or ``AHEAD_WITHOUT_PDL``), else nothing."""
-    on = kernel in AHEAD and (AHEAD_WITHOUT_PDL or bool(pdl(device)))
-    return {"AHEAD": True} if on else {}
+    and ``reading_ahead``), else nothing."""
+    return {"AHEAD": True} if kernel in AHEAD and reading_ahead(device) else {}
+
+
+def reading_ahead(device: torch.device) -> bool:
+    """Whether a launch on ``device`` here may read before its wait: under dependent
+    launch, or with ``AHEAD_WITHOUT_PDL`` (the interpreter's tests)."""
+    return AHEAD_WITHOUT_PDL or bool(pdl(device))
 
 
 def available() -> str | None:
@@ -464,7 +469,7 @@ def _pair_outputs(
     bk = _cols(bk, group)
     tiles = triton.cdiv(h_dim, bk)  # gate/up's rows loaded at once: int4 words, <= 4 tiles
     whole = tiles if words and tiles <= 4 and WHOLE_GATE_UP else 0
-    guess = GUESS_GATE_UP and whole > 0 and (AHEAD_WITHOUT_PDL or bool(pdl(x.device)))
+    guess = GUESS_GATE_UP and whole > 0 and reading_ahead(x.device)
     gate_up_kernel[(pairs, triton.cdiv(i_dim, bn))](
         vector, ids, hidden, *_args(pool.gate), *_args(pool.up), gate_b, up_b, h_dim,
         i_dim, xs, hs, pool.alpha, pool.limit, OUT=_DTYPES[x.dtype], TOPK=top_k,
