@@ -2553,8 +2553,31 @@ gpu172() {
     | tail -3
 }
 
+gpu173() {
+  # gate/up guessing experts 0..K-1 before its wait (moe_kernel.GUESS_GATE_UP): its CUDA
+  # test, then each way alone in two processes on q30e8 (8 experts of 8: every guess right,
+  # the gain's bound) and q30 (128 experts: nearly every guess wrong, the cost's bound).
+  python3 -m pytest tests/models/test_read_ahead.py -q -m gpu -k guessing -p no:cacheprovider \
+    2>&1 | tail -3
+  synth30 q30
+  python3 -c "from pathlib import Path; from flint import synth as s; \
+s.GEOMETRIES['q30e8'] = dict(s.GEOMETRIES['qwen3-30b-a3b'], num_experts=8); \
+print(s.synth('q30e8', 'int4', Path('$DATA/q30e8.ftw')))"
+  for m in q30e8 q30; do
+    echo "== step $m"
+    timeout 170 python3 benches/step_ab.py "$DATA/$m.ftw" --configs base,gu-guess --processes 2 \
+      2>&1 | grep -E '"config"|rror|failed'
+  done
+  for c in base gu-guess; do
+    echo "== timeline q30e8 $c"
+    timeout 60 python3 benches/step_ab.py "$DATA/q30e8.ftw" --configs $c --profile $c \
+      --timeline 20 2>&1 | grep -E '"layer"|profile_us|rror'
+  done
+}
+
 case $what in
   install) install ;;
+  gpu173) install; gpu173 ;;
   gpu172) install; gpu172 ;;
   gpu171) install; gpu171 ;;
   gpu170) install; gpu170 ;;
