@@ -2554,24 +2554,28 @@ gpu172() {
 }
 
 gpu173() {
-  # gate/up guessing experts 0..K-1 before its wait (moe_kernel.GUESS_GATE_UP): its CUDA
-  # test, then each way alone in two processes on q30e8 (8 experts of 8: every guess right,
-  # the gain's bound) and q30 (128 experts: nearly every guess wrong, the cost's bound).
-  python3 -m pytest tests/models/test_read_ahead.py -q -m gpu -k guessing -p no:cacheprovider \
-    2>&1 | tail -3
+  # gate/up reading guessed experts' rows before its wait (decode.GUESS_EXPERTS): the
+  # CUDA tests, then each way alone in two processes on q30e8 (8 experts of 8: the fixed
+  # guess 0..7 always right, the gain's bound) and q30 (128 experts: the fixed guess
+  # nearly always wrong, the cost's bound; "guess" predicted from the router's rows under
+  # q/k/v), then R0 of q30 with predicted guesses and without.
+  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
+  timeout 150 python3 -m pytest tests/models/test_read_ahead.py tests/models/test_guess.py -q \
+    -m gpu -k "guess" -p no:cacheprovider --tb=short 2>&1 | tail -4
   synth30 q30
   python3 -c "from pathlib import Path; from flint import synth as s; \
 s.GEOMETRIES['q30e8'] = dict(s.GEOMETRIES['qwen3-30b-a3b'], num_experts=8); \
 print(s.synth('q30e8', 'int4', Path('$DATA/q30e8.ftw')))"
-  for m in q30e8 q30; do
-    echo "== step $m"
-    timeout 170 python3 benches/step_ab.py "$DATA/$m.ftw" --configs base,gu-guess --processes 2 \
-      2>&1 | grep -E '"config"|rror|failed'
-  done
-  for c in base gu-guess; do
-    echo "== timeline q30e8 $c"
-    timeout 60 python3 benches/step_ab.py "$DATA/q30e8.ftw" --configs $c --profile $c \
-      --timeline 20 2>&1 | grep -E '"layer"|profile_us|rror'
+  echo "== step q30e8"
+  timeout 120 python3 benches/step_ab.py "$DATA/q30e8.ftw" --configs base,gu-guess --processes 2 \
+    2>&1 | grep -E '"config"|rror|failed'
+  echo "== step q30"
+  timeout 170 python3 benches/step_ab.py "$DATA/q30.ftw" --configs base,guess,gu-guess \
+    --processes 2 2>&1 | grep -E '"config"|rror|failed'
+  for arg in predicted off; do
+    echo "== R0 q30 --guess $arg"
+    timeout 80 python3 benches/graph_decode.py "$DATA/q30.ftw" --tokens 128 --reps 2 --modes on \
+      --guess $arg 2>&1 | grep -E "tg_tok|_sd|roofline|copy_gb|replay_us|guess|Error"
   done
 }
 

@@ -253,7 +253,16 @@ def main() -> None:
         "ranks, 2 takes a bitonic top-k, on WARPS warps, e.g. 2,1; off: the chain of "
         "reductions on one warp, the default before gpu170",
     )
+    parser.add_argument(
+        "--guess",
+        choices=decode.GUESSES,
+        default=decode.GUESS_EXPERTS,
+        help="guesses at each MoE layer's experts that gate/up reads before its wait "
+        "(flint.graphs.decode.GUESS_EXPERTS): predicted from the router's rows under "
+        "q/k/v, fixed 0..K-1, or off",
+    )
     args = parser.parse_args()
+    decode.GUESS_EXPERTS = args.guess
     fused.QKV_AFTER_WAIT = args.qkv_after
     if args.route_ranks == "off":
         fused.ROUTE_RANK_WARPS = 0
@@ -286,6 +295,7 @@ def main() -> None:
     result["early"] = sorted(moe_kernel.EARLY)
     result["qkv_after_wait"] = fused.QKV_AFTER_WAIT
     result["route_ranks"] = [fused.ROUTE_RANKS, fused.ROUTE_RANK_WARPS]
+    result["guess"] = decode.GUESS_EXPERTS
     result["copy_gb_s"] = round(copy_rate(device) / 1e9, 1)
     ids: list[int] = []
     step_tokens: dict[str, list[int]] = {}  # "on" and "eager": the same step, the same tokens

@@ -244,12 +244,9 @@ def _attention(fused: Any, q: torch.Tensor, cache: torch.Tensor, heads: int, dim
 
 
 def _guessing(mk: Any, x: torch.Tensor, ids: torch.Tensor, w: torch.Tensor, pool: Any) -> None:
-    """The experts with gate/up guessing experts 0..K-1 before its wait (GUESS_GATE_UP)."""
-    saved, mk.GUESS_GATE_UP = mk.GUESS_GATE_UP, True
-    try:
-        mk.moe_experts(x, ids, w, pool)
-    finally:
-        mk.GUESS_GATE_UP = saved
+    """The experts with gate/up reading guessed experts' rows before its wait."""
+    guess = torch.arange(ids.shape[1], device=ids.device).repeat(ids.shape[0], 1)
+    mk.moe_experts(x, ids, w, pool, guess=guess)
 
 
 def _route(fused: Any, logits: torch.Tensor, one_pass: bool, warps: int, ranks: int) -> None:

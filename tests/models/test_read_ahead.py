@@ -298,38 +298,44 @@ def test_gate_up_loads_its_rows_at_once_to_the_same_bits_on_cuda(
 def _guessing_agrees(
     device: torch.device, monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype
 ) -> None:
-    """gate/up guessing experts 0..K-1 before its wait (``GUESS_GATE_UP``, reading ahead
-    on) and not: the same bits when every rank chose a guessed expert, when none did,
-    and when some did (the slots whose guess no rank chose then make the other ranks'
-    h), for one token and for three; K = 3, 8 (the 30B-A3B's, with 8 and 12 experts)
-    and 1. On CUDA under dependent launch, so the guess is read before the wait."""
+    """gate/up reading guessed experts' rows before its wait (``moe_experts``' guess,
+    reading ahead on) and not: the same bits when every rank chose a guessed expert (in
+    the guesses' order and in another), when none did, when some did (the slots whose
+    guess no rank chose then make the other ranks' h), and with guesses repeated or out
+    of range, for one token and for three; K = 3, 8 (the 30B-A3B's, with 8 and 12
+    experts) and 1. On CUDA under dependent launch, so the guess is read before the
+    wait."""
     monkeypatch.setattr(moe_kernel, "AHEAD_WITHOUT_PDL", True)
     hidden, inter, group = 256, 64, 32
     shapes = ((inter, hidden), (inter, hidden), (hidden, inter))
     launched = _spy(monkeypatch, "gate_up_kernel", "GUESS")
-    cases = [
-        (6, [[2, 0, 1]], [[5, 3, 4]], [[4, 0, 3]], [[1, 5, 2], [3, 4, 5], [0, 1, 2]]),
-        (8, [[7, 6, 5, 4, 3, 2, 1, 0]], [[3, 0, 7, 1, 6, 2, 5, 4]]),
-        (12, [[11, 0, 9, 3, 8, 6, 10, 1]], [[8, 9, 10, 11, 0, 1, 2, 3]]),
-        (4, [[0]], [[3]], [[2], [0]]),
+    cases = [  # experts, chosen ids, the guesses for each
+        (6, [[2, 0, 1]], [[0, 1, 2], [2, 0, 1], [5, 3, 4], [2, 4, 5], [2, 2, 2], [-1, 6, 0]]),
+        (6, [[4, 0, 3], [1, 5, 2], [3, 4, 5]], [[0, 1, 2], [3, 4, 5], [9, 4, 4]]),
+        (8, [[7, 6, 5, 4, 3, 2, 1, 0]], [[0, 1, 2, 3, 4, 5, 6, 7], [7, 7, 6, 6, 0, 1, 99, -5]]),
+        (12, [[11, 0, 9, 3, 8, 6, 10, 1]], [[0, 1, 2, 3, 4, 5, 6, 7], [1, 3, 5, 7, 9, 11, 2, 4]]),
+        (4, [[0], [3]], [[0], [3], [2]]),
     ]
-    for experts, *id_lists in cases:
+    expected: list[bool] = []  # GUESS in each gate/up launch: off without a guess
+    for experts, chosen, guesses in cases:
         torch.manual_seed(experts)
         slabs, offsets, _ = _slabs("int4", experts, shapes, group)
         pool = slab_pool(slabs.to(device), "int4", group, shapes, offsets)
-        for chosen in id_lists:
-            ids = torch.tensor(chosen, device=device)
-            tokens, k = ids.shape
-            x = (torch.randn(tokens, hidden) / hidden**0.5).to(dtype).to(device)
-            w = torch.rand(tokens, k).to(dtype).to(device)
-            got = []
-            for guess in (True, False):
-                monkeypatch.setattr(moe_kernel, "GUESS_GATE_UP", guess)
-                with moe_kernel.dependent_launch():
-                    got.append(moe_experts(x, ids, w, pool))
-            assert torch.isfinite(got[0]).all()
-            _same(got[0], got[1])
-    assert launched == [True, False] * sum(len(ids) for _, *ids in cases)
+        ids = torch.tensor(chosen, device=device)
+        tokens, k = ids.shape
+        x = (torch.randn(tokens, hidden) / hidden**0.5).to(dtype).to(device)
+        w = torch.rand(tokens, k).to(dtype).to(device)
+        with moe_kernel.dependent_launch():
+            want = moe_experts(x, ids, w, pool)
+        assert torch.isfinite(want).all()
+        expected.append(False)
+        for guess in guesses:
+            per_token = torch.tensor([guess] * tokens, device=device)
+            with moe_kernel.dependent_launch():
+                got = moe_experts(x, ids, w, pool, guess=per_token)
+            _same(got, want)
+            expected.append(True)
+    assert launched == expected
 
 
 @pytest.mark.interpreter

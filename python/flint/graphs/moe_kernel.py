@@ -321,14 +321,12 @@ WORDS_DOWN_BLOCK = (16, 256, 4)
 # 1,657.0, the loop of (4, 512, 4) 1,691.5 (gpu119, docs/benchmarks.md).
 WHOLE_GATE_UP = True
 # gate/up (its rows loaded at once) guessing before its wait, under dependent launch (or
-# with AHEAD_WITHOUT_PDL): the program of rank slot j reads expert j's rows then, and
-# after the wait makes the h of whichever rank chose expert j; a slot whose guess no
-# rank chose makes the h of a rank whose expert no slot guessed, its rows read after
-# the wait. The same bits whatever was guessed (gate_up_kernel's GUESS). Experts
-# 0..K-1 are a fixed guess, no prediction: an A/B in benches/step_ab.py, on a file of
-# K experts (every guess right) and of many (almost every guess wrong), to bound what
-# a router prediction before the wait could gain. Off.
-GUESS_GATE_UP = False
+# with AHEAD_WITHOUT_PDL), where ``moe_experts`` is given guesses [T, K]: the program of
+# rank slot j reads guess j's rows then, and after the wait makes the h of whichever
+# rank chose that expert; a slot whose guess no rank chose makes the h of a rank whose
+# expert no slot guessed, its rows read after the wait. The same bits whatever was
+# guessed (gate_up_kernel's GUESS). The guesses come from ``GraphDecoder``
+# (decode.GUESS_EXPERTS).
 
 
 def _even(cols: int, block: int) -> bool:
@@ -404,13 +402,17 @@ def moe_experts(
     scratch: tuple[torch.Tensor, torch.Tensor] | None = None,  # [T*K, I], [T*K, H] f32
     out: torch.Tensor | None = None,  # [T, H] result (fixed address for graphs)
     x_eighths: torch.Tensor | None = None,  # ``eighths(x)``, where the caller has it
+    guess: torch.Tensor | None = None,  # [T, K] int64: experts gate/up may read early
 ) -> torch.Tensor:
     """sum over k of weights[t, k] * expert_{ids[t, k]}(x[t]) -> [T, H] in x's dtype.
     ``scratch``: the activations and per-rank outputs (given: fixed addresses; the word
-    kernels keep their activations in the eighths layout, in a buffer of their own)."""
+    kernels keep their activations in the eighths layout, in a buffer of their own).
+    ``guess``: each token's K experts as guessed before ``ids`` are known (any values:
+    a wrong guess costs time, never bits); under dependent launch gate/up reads their
+    rows before its wait (int4 words whose rows it loads at once; elsewhere unused)."""
     assert triton is not None, "check available() first"
     with on_device(x.device):
-        return _launch(x, ids, weights, pool, scratch, out, x_eighths)
+        return _launch(x, ids, weights, pool, scratch, out, x_eighths, guess)
 
 
 def _launch(
@@ -421,6 +423,7 @@ def _launch(
     scratch: tuple[torch.Tensor, torch.Tensor] | None,
     out: torch.Tensor | None,
     x_eighths: torch.Tensor | None = None,
+    guess: torch.Tensor | None = None,
 ) -> torch.Tensor:
     tokens, top_k = ids.shape
     h_dim, i_dim = pool.hidden, pool.inter
@@ -433,7 +436,7 @@ def _launch(
     if out is None:
         out = torch.empty(tokens, h_dim, dtype=x.dtype, device=x.device)
     x, ids, weights = x.contiguous(), ids.contiguous(), weights.contiguous()
-    _pair_outputs(x, ids, pool, hidden, per_rank, x_eighths)
+    _pair_outputs(x, ids, pool, hidden, per_rank, x_eighths, guess)
     return _ranked_sum(per_rank, weights, out)
 
 
@@ -444,6 +447,7 @@ def _pair_outputs(
     hidden: torch.Tensor | None,  # [T*K, I] in x's dtype: the activations (None: made)
     y: torch.Tensor,  # [T*K, H] fp32: each pair's expert output, rounded to x's dtype
     x_eighths: torch.Tensor | None = None,  # ``eighths(x)``, where the caller has it
+    guess: torch.Tensor | None = None,  # [T, K] int64 (``moe_experts``)
 ) -> None:
     """gate/up, then down, of every (token, rank) pair: two launches. The word kernels
     keep x and the activations in the eighths layout (a buffer of their own, not
@@ -469,13 +473,15 @@ def _pair_outputs(
     bk = _cols(bk, group)
     tiles = triton.cdiv(h_dim, bk)  # gate/up's rows loaded at once: int4 words, <= 4 tiles
     whole = tiles if words and tiles <= 4 and WHOLE_GATE_UP else 0
-    guess = GUESS_GATE_UP and whole > 0 and reading_ahead(x.device)
+    guessing = guess is not None and whole > 0 and reading_ahead(x.device)
+    if guessing:
+        assert guess is not None and guess.shape == ids.shape and guess.is_contiguous()
     gate_up_kernel[(pairs, triton.cdiv(i_dim, bn))](
         vector, ids, hidden, *_args(pool.gate), *_args(pool.up), gate_b, up_b, h_dim,
-        i_dim, xs, hs, pool.alpha, pool.limit, OUT=_DTYPES[x.dtype], TOPK=top_k,
-        SCHEME=code, GROUP=group, BN=bn, BK=bk, HAS_BIAS=has_bias,
-        ACT=pool.act, EVEN=_even(h_dim, bk), WORDS=words, WHOLE=whole, GUESS=guess,
-        num_warps=warps, **pdl(x.device, "gate_up"),
+        i_dim, xs, hs, pool.alpha, pool.limit, guess if guessing else ids, pool.experts,
+        OUT=_DTYPES[x.dtype], TOPK=top_k, SCHEME=code, GROUP=group, BN=bn, BK=bk,
+        HAS_BIAS=has_bias, ACT=pool.act, EVEN=_even(h_dim, bk), WORDS=words, WHOLE=whole,
+        GUESS=guessing, num_warps=warps, **pdl(x.device, "gate_up"),
     )  # fmt: skip
     bn, bk, warps = down_block
     bk = _cols(bk, group)
