@@ -2578,9 +2578,28 @@ print(s.synth('q30e8', 'int4', Path('$DATA/q30e8.ftw')))"
       --guess $arg 2>&1 | grep -E "tg_tok|_sd|roofline|copy_gb|replay_us|guess|Error"
   done
 }
+gpu174() {
+  # gate/up's guess with gate/up started earlier (the router's launches letting the next
+  # start before their wait), on q30e8 (the fixed guess always right); then in-process
+  # decisions re-measured alone on q30: the attention's 128 positions a step and its
+  # chunks of 64, the router's norm-and-product and RoPE on two warps.
+  python3 -c "from pathlib import Path; from flint import synth as s; \
+s.GEOMETRIES['q30e8'] = dict(s.GEOMETRIES['qwen3-30b-a3b'], num_experts=8); \
+print(s.synth('q30e8', 'int4', Path('$DATA/q30e8.ftw')))"
+  echo "== step q30e8"
+  timeout 200 python3 benches/step_ab.py "$DATA/q30e8.ftw" \
+    --configs base,early-route,gu-guess-early,gu-guess-early2 --processes 2 \
+    2>&1 | grep -E '"config"|rror|failed'
+  synth30 q30
+  echo "== step q30"
+  timeout 200 python3 benches/step_ab.py "$DATA/q30.ftw" \
+    --configs base,attn-b128,attn-chunk64,nl-w2,rope-w2 --processes 2 \
+    2>&1 | grep -E '"config"|rror|failed'
+}
 
 case $what in
   install) install ;;
+  gpu174) install; gpu174 ;;
   gpu173) install; gpu173 ;;
   gpu172) install; gpu172 ;;
   gpu171) install; gpu171 ;;

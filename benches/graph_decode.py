@@ -65,7 +65,8 @@ def pool_bytes(pool: ExpertPool) -> int:
 def token_bytes(model: MoEModel, pools: dict[int, ExpertPool], decoder: object = None) -> int:
     """``decoder``'s int8 attention matrices and LM head (``GraphDecoder.int8``,
     ``int8_head``), where it has them, are read in place of the model's dequantized
-    q/k/v/o and ``model.lm_head``."""
+    q/k/v/o and ``model.lm_head``. The model's bytes only: rows the decoder stacks
+    under q/k/v to guess experts (``decode.GUESS_EXPERTS``) are not counted."""
     int8 = getattr(decoder, "int8", None)
     int8_head = getattr(decoder, "int8_head", None)
     seen: set[int] = {model.embed.data_ptr()}  # one row of it is read
@@ -73,7 +74,9 @@ def token_bytes(model: MoEModel, pools: dict[int, ExpertPool], decoder: object =
     for index, matrices in (int8 or {}).items():
         attn = model.layers[index].attn
         seen.update(t.data_ptr() for t in (attn.q_w, attn.k_w, attn.v_w, attn.o_w))
-        stored += tensor_bytes(matrices, set())
+        (qkv, qkv_scale), o = matrices
+        rows = sum(t.shape[0] for t in (attn.q_w, attn.k_w, attn.v_w))
+        stored += tensor_bytes((qkv[:rows], qkv_scale[:rows], o), set())
     if int8_head is not None:
         seen.add(model.lm_head.data_ptr())
         stored += tensor_bytes(int8_head, set())

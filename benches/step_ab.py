@@ -153,6 +153,14 @@ CONFIGS: dict[str, dict[str, Any]] = {
     # of many almost every one is wrong), or predicted from the router's rows under q/k/v
     "gu-guess": {"decode.GUESS_EXPERTS": "fixed"},
     "guess": {"decode.GUESS_EXPERTS": "predicted"},
+    # the same with gate/up started earlier: the router's top-k (and its product) letting
+    # the next kernel start before their wait
+    "early-route": {"EARLY": frozenset({"route"})},
+    "gu-guess-early": {"decode.GUESS_EXPERTS": "fixed", "EARLY": frozenset({"route"})},
+    "gu-guess-early2": {
+        "decode.GUESS_EXPERTS": "fixed",
+        "EARLY": frozenset({"route", "norm_linear"}),
+    },
     "gu-loop-b8": {"WHOLE_GATE_UP": False, "WORDS_GATE_UP_BLOCK": (8, 512, 4)},
     "gu-b8": {"WORDS_GATE_UP_BLOCK": (8, 512, 4)},
     "gu-b2-w2": {"WORDS_GATE_UP_BLOCK": (2, 512, 2)},
