@@ -2597,8 +2597,28 @@ print(s.synth('q30e8', 'int4', Path('$DATA/q30e8.ftw')))"
     2>&1 | grep -E '"config"|rror|failed'
 }
 
+gpu175() {
+  # The router's top-k letting gate/up start before its wait (moe_kernel.EARLY =
+  # {"route"}, the default in this wheel): the GPU tests, then on q30 the step alone in
+  # two processes with it and with no kernel early, then R0 alternating.
+  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
+  echo "== GPU tests"; timeout 230 python3 -m pytest tests -q -p no:cacheprovider --tb=short -rf \
+    -m gpu --ignore=tests/server --ignore=tests/chat 2>&1 \
+    | grep -E "passed|failed|FAILED|Error|assert" | head -20
+  synth30 q30
+  echo "== step q30"
+  timeout 120 python3 benches/step_ab.py "$DATA/q30.ftw" --configs base,no-early --processes 2 \
+    2>&1 | grep -E '"config"|rror|failed'
+  for arg in route none route none; do
+    echo "== R0 q30 --early-kernels $arg"
+    timeout 80 python3 benches/graph_decode.py "$DATA/q30.ftw" --tokens 128 --reps 2 --modes on \
+      --early-kernels $arg 2>&1 | grep -E "tg_tok|_sd|roofline|copy_gb|replay_us|early|Error"
+  done
+}
+
 case $what in
   install) install ;;
+  gpu175) install; gpu175 ;;
   gpu174) install; gpu174 ;;
   gpu173) install; gpu173 ;;
   gpu172) install; gpu172 ;;

@@ -65,8 +65,7 @@ def pool_bytes(pool: ExpertPool) -> int:
 def token_bytes(model: MoEModel, pools: dict[int, ExpertPool], decoder: object = None) -> int:
     """``decoder``'s int8 attention matrices and LM head (``GraphDecoder.int8``,
     ``int8_head``), where it has them, are read in place of the model's dequantized
-    q/k/v/o and ``model.lm_head``. The model's bytes only: rows the decoder stacks
-    under q/k/v to guess experts (``decode.GUESS_EXPERTS``) are not counted."""
+    q/k/v/o and ``model.lm_head``."""
     int8 = getattr(decoder, "int8", None)
     int8_head = getattr(decoder, "int8_head", None)
     seen: set[int] = {model.embed.data_ptr()}  # one row of it is read
@@ -74,9 +73,7 @@ def token_bytes(model: MoEModel, pools: dict[int, ExpertPool], decoder: object =
     for index, matrices in (int8 or {}).items():
         attn = model.layers[index].attn
         seen.update(t.data_ptr() for t in (attn.q_w, attn.k_w, attn.v_w, attn.o_w))
-        (qkv, qkv_scale), o = matrices
-        rows = sum(t.shape[0] for t in (attn.q_w, attn.k_w, attn.v_w))
-        stored += tensor_bytes((qkv[:rows], qkv_scale[:rows], o), set())
+        stored += tensor_bytes(matrices, set())
     if int8_head is not None:
         seen.add(model.lm_head.data_ptr())
         stored += tensor_bytes(int8_head, set())
@@ -239,7 +236,8 @@ def main() -> None:
         "--early-kernels",
         metavar="NAMES",
         help="these kernels (comma-separated, of flint.graphs.moe_kernel.EARLY_NAMES) let "
-        "the next start before their own wait, e.g. ranked_sum,norm",
+        "the next start before their own wait, e.g. ranked_sum,norm; none: no kernel "
+        "(the default is route)",
     )
     parser.add_argument(
         "--qkv-after",
@@ -256,16 +254,7 @@ def main() -> None:
         "ranks, 2 takes a bitonic top-k, on WARPS warps, e.g. 2,1; off: the chain of "
         "reductions on one warp, the default before gpu170",
     )
-    parser.add_argument(
-        "--guess",
-        choices=decode.GUESSES,
-        default=decode.GUESS_EXPERTS,
-        help="guesses at each MoE layer's experts that gate/up reads before its wait "
-        "(flint.graphs.decode.GUESS_EXPERTS): predicted from the router's rows under "
-        "q/k/v, fixed 0..K-1, or off",
-    )
     args = parser.parse_args()
-    decode.GUESS_EXPERTS = args.guess
     fused.QKV_AFTER_WAIT = args.qkv_after
     if args.route_ranks == "off":
         fused.ROUTE_RANK_WARPS = 0
@@ -281,7 +270,7 @@ def main() -> None:
     if args.early:
         moe_kernel.EARLY = moe_kernel.SMALL_KERNELS
     if args.early_kernels:
-        names = frozenset(args.early_kernels.split(","))
+        names = frozenset(args.early_kernels.split(",")) - {"none"}
         if not names <= moe_kernel.EARLY_NAMES:
             parser.error(f"--early-kernels: not in {sorted(moe_kernel.EARLY_NAMES)}")
         moe_kernel.EARLY = names
@@ -298,7 +287,6 @@ def main() -> None:
     result["early"] = sorted(moe_kernel.EARLY)
     result["qkv_after_wait"] = fused.QKV_AFTER_WAIT
     result["route_ranks"] = [fused.ROUTE_RANKS, fused.ROUTE_RANK_WARPS]
-    result["guess"] = decode.GUESS_EXPERTS
     result["copy_gb_s"] = round(copy_rate(device) / 1e9, 1)
     ids: list[int] = []
     step_tokens: dict[str, list[int]] = {}  # "on" and "eager": the same step, the same tokens

@@ -187,7 +187,6 @@ def launches(scheme: str) -> list[tuple[str, Any]]:
     w = torch.rand(1, TOP_K).bfloat16()
     out = []
     out.append(("experts", lambda: mk.moe_experts(x, ids, w, pool)))
-    out.append(("experts guessing", lambda: _guessing(mk, x, ids, w, pool)))
     for label, rows, cols in (("qkv", QKV_ROWS, HIDDEN), ("o", HIDDEN, O_COLS)):
         xv = torch.randn(1, cols).bfloat16()
         bf = torch.randn(rows, cols).bfloat16()
@@ -241,12 +240,6 @@ def _attention(fused: Any, q: torch.Tensor, cache: torch.Tensor, heads: int, dim
         GROUP=heads // kv, GP=max(16, heads // kv), DP=dim, BS=fused.ATTENTION_BLOCK,
         CHUNK=fused.ATTENTION_CHUNK, SPLIT=False, F32=False, **mk.ahead("attention", q.device),
     )  # fmt: skip
-
-
-def _guessing(mk: Any, x: torch.Tensor, ids: torch.Tensor, w: torch.Tensor, pool: Any) -> None:
-    """The experts with gate/up reading guessed experts' rows before its wait."""
-    guess = torch.arange(ids.shape[1], device=ids.device).repeat(ids.shape[0], 1)
-    mk.moe_experts(x, ids, w, pool, guess=guess)
 
 
 def _route(fused: Any, logits: torch.Tensor, one_pass: bool, warps: int, ranks: int) -> None:

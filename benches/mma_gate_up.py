@@ -248,9 +248,9 @@ def word_launch(x8, ids, h8, pool, block=None):
     whole = HIDDEN // bk
     gate_up_kernel[(TOP_K, INTER // bn)](
         x8, ids, h8, *mk._args(pool.gate), *mk._args(pool.up), x8, x8, HIDDEN, INTER,
-        xs, hs, 0.0, 0.0, ids, pool.experts, OUT=mk._DTYPES[torch.bfloat16], TOPK=TOP_K,
-        SCHEME=mk.INT4, GROUP=32, BN=bn, BK=bk, HAS_BIAS=False, ACT=0, EVEN=True, WORDS=True,
-        WHOLE=whole, num_warps=warps,
+        xs, hs, 0.0, 0.0, OUT=mk._DTYPES[torch.bfloat16], TOPK=TOP_K, SCHEME=mk.INT4,
+        GROUP=32, BN=bn, BK=bk, HAS_BIAS=False, ACT=0, EVEN=True, WORDS=True, WHOLE=whole,
+        num_warps=warps,
     )  # fmt: skip
 
 

@@ -49,10 +49,10 @@ or two warps), ``early-rn`` (the ranked sum and the norm letting the next kernel
 before their wait), ``route-count-w*`` and ``route-sort-w*`` (the router's picks by
 counting ranks or by a bitonic top-k, on 1, 2, 4 or 8 warps: fused.ROUTE_RANKS;
 ``route-sort-w2`` is the default since gpu170), ``route-chain`` (by eight dependent
-reductions on one warp, as before), ``gu-guess`` (gate/up reading experts 0..K-1
-before its wait: decode.GUESS_EXPERTS "fixed"; on a file of K experts a layer, e.g. q30
-synthesised with 8, every guess is right) and ``guess`` (the experts predicted from the
-router's rows stacked under q/k/v: "predicted").
+reductions on one warp, as before), ``early-route`` (the router's top-k letting
+gate/up start before its wait) and ``no-early`` (no kernel doing so). The thirty-first
+session's ``gu-guess`` and ``guess`` (gate/up reading guessed experts' rows before its
+wait) were taken out with the code.
 ``--profile
 CONFIG[,CONFIG]`` then prints each kernel's time per step, and its share of the stream's time
 (under dependent launch, kernels overlap: a kernel's share is its end less the later
@@ -148,19 +148,9 @@ CONFIGS: dict[str, dict[str, Any]] = {
     # int4 gate/up: the loop of tiles instead of every tile of a program's rows loaded
     # at once (WHOLE_GATE_UP), and its blocks (rows, columns, warps; default (4, 2048, 2))
     "gu-loop": {"WHOLE_GATE_UP": False},
-    # gate/up reading guessed experts' rows before its wait (decode.GUESS_EXPERTS):
-    # experts 0..K-1, a fixed guess (on a file of K experts every guess is right, on one
-    # of many almost every one is wrong), or predicted from the router's rows under q/k/v
-    "gu-guess": {"decode.GUESS_EXPERTS": "fixed"},
-    "guess": {"decode.GUESS_EXPERTS": "predicted"},
-    # the same with gate/up started earlier: the router's top-k (and its product) letting
-    # the next kernel start before their wait
+    # the router's top-k letting the next kernel start before its wait (gpu174)
     "early-route": {"EARLY": frozenset({"route"})},
-    "gu-guess-early": {"decode.GUESS_EXPERTS": "fixed", "EARLY": frozenset({"route"})},
-    "gu-guess-early2": {
-        "decode.GUESS_EXPERTS": "fixed",
-        "EARLY": frozenset({"route", "norm_linear"}),
-    },
+    "no-early": {"EARLY": frozenset()},  # no kernel starting the next before its wait
     "gu-loop-b8": {"WHOLE_GATE_UP": False, "WORDS_GATE_UP_BLOCK": (8, 512, 4)},
     "gu-b8": {"WORDS_GATE_UP_BLOCK": (8, 512, 4)},
     "gu-b2-w2": {"WORDS_GATE_UP_BLOCK": (2, 512, 2)},

@@ -1036,7 +1036,7 @@ def test_gate_up_never_lets_down_start_early(monkeypatch: pytest.MonkeyPatch) ->
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("early", ["none", "small", "all"])
+@pytest.mark.parametrize("early", ["none", "route", "small", "all"])
 @pytest.mark.parametrize("family", COVERED)
 def test_dependent_launch_gives_the_serial_launchs_bits(
     family: str, early: str, tiny_ftw: dict[str, Path], monkeypatch: pytest.MonkeyPatch
@@ -1045,9 +1045,13 @@ def test_dependent_launch_gives_the_serial_launchs_bits(
     one before finishes, on Hopper and later) and launched one after the other: the
     same bits over 40 tokens (a kernel reading its input before the one before has
     written it would show here). ``early``: which kernels let the next one start before
-    their own wait (``moe_kernel.EARLY``): none (the default), the small ones, or all
-    but gate/up."""
-    names = {"small": moe_kernel.SMALL_KERNELS, "all": moe_kernel.EARLY_NAMES}
+    their own wait (``moe_kernel.EARLY``): none, the router's top-k (the default), the
+    small ones, or all but gate/up."""
+    names = {
+        "route": frozenset({"route"}),
+        "small": moe_kernel.SMALL_KERNELS,
+        "all": moe_kernel.EARLY_NAMES,
+    }
     monkeypatch.setattr(moe_kernel, "EARLY", names.get(early, frozenset()))
     if not moe_kernel._pdl_capable(0):
         pytest.skip("programmatic dependent launch needs Hopper or later and Triton's gdc")

@@ -295,65 +295,6 @@ def test_gate_up_loads_its_rows_at_once_to_the_same_bits_on_cuda(
     _gate_up_whole_agrees(hidden, inter, group, torch.device("cuda"), monkeypatch, dtype)
 
 
-def _guessing_agrees(
-    device: torch.device, monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype
-) -> None:
-    """gate/up reading guessed experts' rows before its wait (``moe_experts``' guess,
-    reading ahead on) and not: the same bits when every rank chose a guessed expert (in
-    the guesses' order and in another), when none did, when some did (the slots whose
-    guess no rank chose then make the other ranks' h), and with guesses repeated or out
-    of range, for one token and for three; K = 3, 8 (the 30B-A3B's, with 8 and 12
-    experts) and 1. On CUDA under dependent launch, so the guess is read before the
-    wait."""
-    monkeypatch.setattr(moe_kernel, "AHEAD_WITHOUT_PDL", True)
-    hidden, inter, group = 256, 64, 32
-    shapes = ((inter, hidden), (inter, hidden), (hidden, inter))
-    launched = _spy(monkeypatch, "gate_up_kernel", "GUESS")
-    cases = [  # experts, chosen ids, the guesses for each
-        (6, [[2, 0, 1]], [[0, 1, 2], [2, 0, 1], [5, 3, 4], [2, 4, 5], [2, 2, 2], [-1, 6, 0]]),
-        (6, [[4, 0, 3], [1, 5, 2], [3, 4, 5]], [[0, 1, 2], [3, 4, 5], [9, 4, 4]]),
-        (8, [[7, 6, 5, 4, 3, 2, 1, 0]], [[0, 1, 2, 3, 4, 5, 6, 7], [7, 7, 6, 6, 0, 1, 99, -5]]),
-        (12, [[11, 0, 9, 3, 8, 6, 10, 1]], [[0, 1, 2, 3, 4, 5, 6, 7], [1, 3, 5, 7, 9, 11, 2, 4]]),
-        (4, [[0], [3]], [[0], [3], [2]]),
-    ]
-    expected: list[bool] = []  # GUESS in each gate/up launch: off without a guess
-    for experts, chosen, guesses in cases:
-        torch.manual_seed(experts)
-        slabs, offsets, _ = _slabs("int4", experts, shapes, group)
-        pool = slab_pool(slabs.to(device), "int4", group, shapes, offsets)
-        ids = torch.tensor(chosen, device=device)
-        tokens, k = ids.shape
-        x = (torch.randn(tokens, hidden) / hidden**0.5).to(dtype).to(device)
-        w = torch.rand(tokens, k).to(dtype).to(device)
-        with moe_kernel.dependent_launch():
-            want = moe_experts(x, ids, w, pool)
-        assert torch.isfinite(want).all()
-        expected.append(False)
-        for guess in guesses:
-            per_token = torch.tensor([guess] * tokens, device=device)
-            with moe_kernel.dependent_launch():
-                got = moe_experts(x, ids, w, pool, guess=per_token)
-            _same(got, want)
-            expected.append(True)
-    assert launched == expected
-
-
-@pytest.mark.interpreter
-def test_gate_up_guessing_its_experts_gives_the_same_bits(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    _guessing_agrees(torch.device("cpu"), monkeypatch, torch.float32)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-def test_gate_up_guessing_its_experts_gives_the_same_bits_on_cuda(
-    dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The same compiled."""
-    _guessing_agrees(torch.device("cuda"), monkeypatch, dtype)
-
-
 def test_rows_wider_than_one_tile_take_the_four_warp_block() -> None:
     narrow, wide = moe_kernel.WORDS_GATE_UP_BLOCK, moe_kernel.WORDS_GATE_UP_WIDE
     assert narrow[1] >= moe_kernel.NARROW_COLS and wide[2] == 4  # narrow: whole rows

@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from flint.format.quant import LM_HEAD
-from flint.graphs import fused, moe_kernel
+from flint.graphs import fused
 from flint.graphs.moe_kernel import (
     ExpertPool,
     available,
@@ -78,15 +78,6 @@ INT8_HEAD = True
 # A caller that samples writes its token into the buffer before each step, as always.
 # False for an A/B in benches.
 ARGMAX_IN_STEP = True
-# Guesses at each MoE layer's experts that its gate/up reads before its wait
-# (``moe_experts``' ``guess``; int4 word experts under dependent launch): "predicted",
-# the top-k of the layer's router applied to the attention's input (``guess_rows``:
-# the router's rows, rescaled to that input's norm, stacked under q/k/v's; the top-k by
-# one more program of the attention's launch, ``fused.decode_attention``); "fixed",
-# experts 0..K-1 (an A/B's bound: on a file of K experts a layer every guess is
-# right); "off". The same bits whichever: a wrong guess costs time, never output.
-GUESS_EXPERTS = "off"
-GUESSES = ("off", "fixed", "predicted")
 
 
 def expert_pools(backend: object) -> dict[int, ExpertPool] | None:
@@ -132,57 +123,29 @@ def unsupported(model: MoEModel, backend: object) -> str | None:
     return None
 
 
-def stack_qkv(
-    attn: Attention, extra: torch.Tensor | None = None
-) -> tuple[torch.Tensor, torch.Tensor | None]:
+def stack_qkv(attn: Attention) -> tuple[torch.Tensor, torch.Tensor | None]:
     """q, k and v projections as one weight (and bias); the attention's own tensors
     become views of it (no second copy; contiguous row blocks, so the eager path
-    computes from them as before). ``extra``: more rows stacked under v's (a bias of
-    zeros for them), whose products follow q/k/v's in the output."""
-    q_rows, k_rows, v_rows = attn.q_w.shape[0], attn.k_w.shape[0], attn.v_w.shape[0]
-    parts = [attn.q_w, attn.k_w, attn.v_w] + ([] if extra is None else [extra])
-    weight = torch.cat(parts)
-    k_end, v_end = q_rows + k_rows, q_rows + k_rows + v_rows
-    attn.q_w, attn.k_w, attn.v_w = weight[:q_rows], weight[q_rows:k_end], weight[k_end:v_end]
+    computes from them as before)."""
+    weight = torch.cat([attn.q_w, attn.k_w, attn.v_w])
+    q_rows, k_rows = attn.q_w.shape[0], attn.k_w.shape[0]
+    k_end = q_rows + k_rows
+    attn.q_w, attn.k_w, attn.v_w = weight[:q_rows], weight[q_rows:k_end], weight[k_end:]
     bias = None
     if attn.q_b is not None and attn.k_b is not None and attn.v_b is not None:
-        zeros = [] if extra is None else [attn.v_b.new_zeros(extra.shape[0])]
-        bias = torch.cat([attn.q_b, attn.k_b, attn.v_b, *zeros])
-        attn.q_b, attn.k_b, attn.v_b = bias[:q_rows], bias[q_rows:k_end], bias[k_end:v_end]
+        bias = torch.cat([attn.q_b, attn.k_b, attn.v_b])
+        attn.q_b, attn.k_b, attn.v_b = bias[:q_rows], bias[q_rows:k_end], bias[k_end:]
     return weight, bias
-
-
-def guess_rows(layer: DecoderLayer) -> torch.Tensor:
-    """The router's rows [E, H] rescaled, column by column, by the post-attention norm's
-    weight over the input norm's (0 where the input norm's is 0): times the layer's
-    input norm they give the router's logits as if the attention added nothing to the
-    residual, a guess at its picks (both norms divide by the same kind of root mean
-    square, of different vectors)."""
-    mlp = layer.mlp
-    assert isinstance(mlp, MoEBlock)
-    w_in, w_post = layer.input_norm.float(), layer.post_norm.float()
-    ratio = torch.where(w_in != 0, w_post / torch.where(w_in != 0, w_in, 1.0), 0.0)
-    return (mlp.router.float() * ratio).to(mlp.router.dtype)
-
-
-def int8_rows(rows: torch.Tensor) -> Int8:
-    """``rows`` [N, K] as int8 with fp32 row scales (max |row| / 127, round to nearest)."""
-    scale = rows.float().abs().amax(1).clamp_min(1e-30) / 127
-    q = torch.round(rows.float() / scale[:, None]).clamp(-127, 127).to(torch.int8)
-    return q, scale
 
 
 Int8 = tuple[torch.Tensor, torch.Tensor]  # an int8 matrix [N, K] and its f32 row scales [N]
 
 
-def int8_attention(
-    model: MoEModel, source: object, extra: dict[int, torch.Tensor] | None = None
-) -> dict[int, tuple[Int8, Int8]]:
+def int8_attention(model: MoEModel, source: object) -> dict[int, tuple[Int8, Int8]]:
     """layer -> (q, k and v stacked, o) as the file stores them, where it stores them
     as int8 (``--dense-quant int8``), on the model's device: ``fused.linear`` reads
     these bytes, half of the dequantized matrices' (which the model keeps for its
-    other paths). Empty for a source without int8 matrices. ``extra``: layer -> more
-    rows stacked under v's, made int8 here (``int8_rows``)."""
+    other paths). Empty for a source without int8 matrices."""
     read = getattr(source, "int8_matrix", None)
     if read is None:
         return {}
@@ -196,9 +159,7 @@ def int8_attention(
         if any(part is None for part in parts):
             continue
         q, k, v, o = parts
-        more = (extra or {}).get(layer.index)
-        rows = [q, k, v] + ([] if more is None else [int8_rows(more.cpu())])
-        qkv = (torch.cat([r[0] for r in rows]), torch.cat([r[1].float() for r in rows]))
+        qkv = (torch.cat([q[0], k[0], v[0]]), torch.cat([q[1], k[1], v[1]]))
         out[layer.index] = (
             (qkv[0].to(device), qkv[1].to(device)),
             (o[0].to(device), o[1].to(device)),
@@ -273,24 +234,16 @@ class GraphDecoder:
                 1, heads * cfg.head_dim, dtype=model.place.dtype, device=device
             )
         self.cos_table, self.sin_table = model.cos.contiguous(), model.sin.contiguous()
-        # MoE layer -> its row of guesses at its experts (GUESS_EXPERTS), [layers, K]
-        self.guess_row: dict[int, int] = {}
-        predicted = self._predicted_layers()
-        rows = {index: guess_rows(model.layers[index]) for index in predicted}
         # layer -> q, k and v stacked in one weight [(Nq + 2 Nkv) D, H] (and bias): one
-        # matrix-vector product instead of three (the guessing rows under them)
+        # matrix-vector product instead of three
         self.qkv: dict[int, tuple[torch.Tensor, torch.Tensor | None]] = {}
         if self.fused_attention:
             for layer in model.layers:
                 if isinstance(layer.attn, Attention):  # SinkAttention is one too
-                    self.qkv[layer.index] = stack_qkv(layer.attn, rows.get(layer.index))
+                    self.qkv[layer.index] = stack_qkv(layer.attn)
         self.int8: dict[int, tuple[Int8, Int8]] = {}
         if self.fused_attention and self.fused_dense and source is not None:
-            self.int8 = int8_attention(model, source, rows)
-        guessed = sorted(pools) if GUESS_EXPERTS == "fixed" else predicted
-        self.guess_row = {index: row for row, index in enumerate(guessed)}
-        self.guesses = torch.arange(top_k, device=device).repeat(max(1, len(pools)), 1)
-        self.predicted = frozenset(predicted)
+            self.int8 = int8_attention(model, source)
         self.int8_head = int8_head(model, source) if self.fused_dense and INT8_HEAD else None
         # the streamed step's hops read the router's ids on the host: no greedy ahead
         self.argmax_in_step = ARGMAX_IN_STEP and self.device_greedy
@@ -398,34 +351,6 @@ class GraphDecoder:
         return graph
 
     @torch.inference_mode()
-    def _predicted_layers(self) -> list[int]:
-        """The MoE layers whose experts are guessed from the router's rows under q/k/v
-        (GUESS_EXPERTS "predicted"): plain attention in fused kernels, a plain softmax
-        router, experts in ``pools``."""
-        if GUESS_EXPERTS != "predicted" or not (
-            self.fused_attention and self.fused_sdpa and self.fused_router and self.fused_norm
-        ):
-            return []
-        return [
-            layer.index
-            for layer in self.model.layers
-            if layer.index in self.pools
-            and isinstance(layer.mlp, MoEBlock)
-            and type(layer.attn) is Attention
-            and layer.mlp.router.shape[0] <= fused.GUESS_EXPERTS_MAX
-        ]
-
-    def _guess(self, layer: int) -> torch.Tensor | None:
-        """The layer's guesses [1, K] at its experts, where it has them. gate/up reads
-        them before its wait, where the attention's launch, four kernels back, wrote
-        them: safe while o's product ("linear") or the router's top-k ("route") lets
-        the next kernel start only after its own wait (``moe_kernel.EARLY``), so that
-        the attention has finished whenever gate/up runs."""
-        row = self.guess_row.get(layer)
-        if row is None or {"linear", "route"} <= moe_kernel.EARLY:
-            return None
-        return self.guesses[row : row + 1]
-
     def _step(self, span: int) -> None:
         model = self.model
         cos, sin, mask = self._inputs(span)
@@ -528,10 +453,7 @@ class GraphDecoder:
             return h, mlp(self._norm(layer.norm, h, layer.post_norm, layer.eps))
         normed, ids, weights = self._moe_input(layer, mlp, h, eighths)
         pool = self.pools[layer.index]
-        out = moe_experts(
-            normed, ids, weights, pool, self.scratch, self.moe_out, eighths,
-            self._guess(layer.index),
-        )  # fmt: skip
+        out = moe_experts(normed, ids, weights, pool, self.scratch, self.moe_out, eighths)
         if mlp.shared is not None:
             out = out + mlp._shared(normed)
         return h, out
@@ -600,19 +522,15 @@ class GraphDecoder:
             return residual + y if h is None else torch.add(residual, y, out=h)
         assert isinstance(attn, Attention)
         cfg, cache = attn.cfg, self.model.cache
-        guess = None
         if self.fused_attention:
-            q, y = self._project_fused(attn, x)
-            if attn.layer in self.predicted:  # the guessing rows' logits follow q/k/v's
-                logits = y[cfg.head_dim * (cfg.num_heads + 2 * cfg.num_kv_heads) :]
-                guess = logits, self.guesses[self.guess_row[attn.layer]]
+            q = self._project_fused(attn, x)
         else:
             q = self._project(attn, x, cos, sin)
         keys, values = cache.keys[attn.layer], cache.values[attn.layer]  # [Nkv, ctx, D]
         o8 = self._stored(attn.layer, 1)
         if self.fused_sdpa and not isinstance(attn, SinkAttention):
             out = fused.decode_attention(
-                q, keys, values, self.position, span, self.attn_out, self.attn_parts, guess
+                q, keys, values, self.position, span, self.attn_out, self.attn_parts
             )
             return self._linear(out, attn.o_w, attn.o_b, residual, h, o8)
         if isinstance(attn, SinkAttention):
@@ -633,10 +551,10 @@ class GraphDecoder:
         stored = self.int8.get(layer)
         return None if stored is None else stored[part]
 
-    def _project_fused(self, attn: Attention, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(q [Nq, 1, D], the stacked product [(Nq + 2 Nkv) D + more]): q's heads normed
-        (q/k norms: both or neither, ``Attention``) and rotated in one launch for q, k
-        and v; the key and value go straight into the cache row."""
+    def _project_fused(self, attn: Attention, x: torch.Tensor) -> torch.Tensor:
+        """q [Nq, 1, D], each head normed (q/k norms: both or neither, ``Attention``)
+        and rotated in one launch for q, k and v; the key and value go straight into
+        the cache row."""
         cfg, cache = attn.cfg, self.model.cache
         heads, dim = cfg.num_heads, cfg.head_dim
         q = torch.empty(heads, 1, dim, dtype=x.dtype, device=x.device)  # [Nq, 1, D]
@@ -646,7 +564,7 @@ class GraphDecoder:
             y, attn.q_norm, attn.k_norm, self.cos_table, self.sin_table, self.position, q,
             keys, values, cfg.rms_norm_eps,
         )  # fmt: skip
-        return q, y
+        return q
 
     def _project(
         self, attn: Attention, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor

@@ -9,8 +9,6 @@ squares, the router's softmax, and the product with the router's rows where
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 from flint.graphs.moe_kernel import _DTYPES, ahead, on_device, pdl
@@ -286,7 +284,6 @@ def qkv_rope(
         )  # fmt: skip
 
 
-GUESS_EXPERTS_MAX = 1024  # the most logits ``decode_attention``'s guess takes a top-k of
 ATTENTION_CHUNK = 256  # cache positions per program of decode_attention (a split)
 ATTENTION_BLOCK = 64  # positions per step within one
 ATTENTION_LAUNCH: dict[str, int] = {}  # num_warps / num_stages when set (an A/B; Triton's defaults)
@@ -313,37 +310,24 @@ def decode_attention(
     span: int,  # positions the step covers (a multiple of ATTENTION_CHUNK or the context)
     out: torch.Tensor,  # [1, Nq * D]
     parts: Parts,  # attention_parts(...)
-    guess: tuple[torch.Tensor, torch.Tensor] | None = None,  # logits [E], ids out [K]
 ) -> torch.Tensor:
     """One query token against cache positions 0..position (GQA, scale 1/sqrt(D)):
     ``F.scaled_dot_product_attention``'s result in its own summation order. One program
     per key/value head and chunk of positions; a second launch merges the chunks when
-    the span has more than one. ``guess``: one more program, beside them, writes the ids
-    of the K largest logits (the lower id first among equal ones) into the int64 [K]."""
+    the span has more than one."""
     heads, _, dim = q.shape
     kv_heads = keys.shape[0]
     group = heads // kv_heads
     splits = -(-span // ATTENTION_CHUNK)
     m, total, acc = parts
     assert splits <= m.shape[0] and keys.stride(2) == 1 and values.stride(2) == 1
-    guessing: dict[str, Any] = {}
-    if guess is not None:
-        logits, picks = guess
-        assert logits.dim() == 1 and logits.stride(0) == 1 and picks.is_contiguous()
-        assert picks.dtype == torch.int64 and 0 < picks.numel() <= logits.numel()
-        guessing = dict(
-            guess_ptr=logits, guess_out_ptr=picks, experts=logits.numel(),
-            GUESS_K=picks.numel(), GUESS_KP=_block(picks.numel()),
-            GUESS_BLOCK=_block(logits.numel()),
-        )  # fmt: skip
     with on_device(q.device):
-        decode_attention_kernel[(kv_heads + (guess is not None), splits)](
+        decode_attention_kernel[(kv_heads, splits)](
             q, keys, values, position, out, m, total, acc, keys.stride(0), keys.stride(1),
             values.stride(0), values.stride(1), heads, dim, dim**-0.5, GROUP=group,
             GP=max(16, _block(group)), DP=max(16, _block(dim)), BS=ATTENTION_BLOCK,
             CHUNK=ATTENTION_CHUNK, SPLIT=splits > 1, F32=q.device.type == "cpu",
-            **ATTENTION_LAUNCH, **ahead("attention", q.device), **guessing,
-            **pdl(q.device, "attention"),
+            **ATTENTION_LAUNCH, **ahead("attention", q.device), **pdl(q.device, "attention"),
         )  # fmt: skip
         if splits > 1:
             attention_combine_kernel[(heads,)](

@@ -105,8 +105,12 @@ def _pdl_capable(index: int) -> bool:
 # the 30B-A3B step (q30) 1,786.6 us against 1,793.1 in benches/step_ab.py (gpu154;
 # 1,790.6 against 1,795.2, gpu155), but greedy decode slower (benches/graph_decode.py,
 # gpu156: 538.2 tok/s against 563.3, the replay 1,846.4 us against 1,769.1; why is not
-# known). Every kernel but gate/up: 1,850.2 in step_ab. A switch for the benches' A/B.
-EARLY: frozenset[str] = frozenset()
+# known). Every kernel but gate/up: 1,850.2 in step_ab. The router's top-k alone
+# ("route": gate/up's programs start while it runs, as down's start while gate/up
+# runs), each configuration alone in two processes: q30 with 8 experts a layer 1,734.6
+# us against 1,741.4 (gpu174); on q30 in step_ab and R0: gpu175 (docs/benchmarks.md,
+# "Thirty-first session"). A switch for the benches' A/B.
+EARLY: frozenset[str] = frozenset({"route"})
 SMALL_KERNELS = frozenset({"norm", "rope", "attention", "route", "ranked_sum", "norm_linear"})
 EARLY_NAMES = SMALL_KERNELS | {"linear", "down", "argmax", "eighths"}
 
@@ -320,13 +324,10 @@ WORDS_DOWN_BLOCK = (16, 256, 4)
 # attention; bf16 attention 1,843.7 against 1,886.2); (8, 512, 4) loaded at once
 # 1,657.0, the loop of (4, 512, 4) 1,691.5 (gpu119, docs/benchmarks.md).
 WHOLE_GATE_UP = True
-# gate/up (its rows loaded at once) guessing before its wait, under dependent launch (or
-# with AHEAD_WITHOUT_PDL), where ``moe_experts`` is given guesses [T, K]: the program of
-# rank slot j reads guess j's rows then, and after the wait makes the h of whichever
-# rank chose that expert; a slot whose guess no rank chose makes the h of a rank whose
-# expert no slot guessed, its rows read after the wait. The same bits whatever was
-# guessed (gate_up_kernel's GUESS). The guesses come from ``GraphDecoder``
-# (decode.GUESS_EXPERTS).
+# gate/up reading guessed experts' rows before its wait (the guess checked after it,
+# so the same bits) was built and measured slower, even with every guess right: on
+# the H200, 30B-A3B with 8 experts a layer, 1,825.9 us a step against 1,740.7 (gpu173;
+# docs/benchmarks.md, "Thirty-first session"). Taken out.
 
 
 def _even(cols: int, block: int) -> bool:
@@ -402,17 +403,13 @@ def moe_experts(
     scratch: tuple[torch.Tensor, torch.Tensor] | None = None,  # [T*K, I], [T*K, H] f32
     out: torch.Tensor | None = None,  # [T, H] result (fixed address for graphs)
     x_eighths: torch.Tensor | None = None,  # ``eighths(x)``, where the caller has it
-    guess: torch.Tensor | None = None,  # [T, K] int64: experts gate/up may read early
 ) -> torch.Tensor:
     """sum over k of weights[t, k] * expert_{ids[t, k]}(x[t]) -> [T, H] in x's dtype.
     ``scratch``: the activations and per-rank outputs (given: fixed addresses; the word
-    kernels keep their activations in the eighths layout, in a buffer of their own).
-    ``guess``: each token's K experts as guessed before ``ids`` are known (any values:
-    a wrong guess costs time, never bits); under dependent launch gate/up reads their
-    rows before its wait (int4 words whose rows it loads at once; elsewhere unused)."""
+    kernels keep their activations in the eighths layout, in a buffer of their own)."""
     assert triton is not None, "check available() first"
     with on_device(x.device):
-        return _launch(x, ids, weights, pool, scratch, out, x_eighths, guess)
+        return _launch(x, ids, weights, pool, scratch, out, x_eighths)
 
 
 def _launch(
@@ -423,7 +420,6 @@ def _launch(
     scratch: tuple[torch.Tensor, torch.Tensor] | None,
     out: torch.Tensor | None,
     x_eighths: torch.Tensor | None = None,
-    guess: torch.Tensor | None = None,
 ) -> torch.Tensor:
     tokens, top_k = ids.shape
     h_dim, i_dim = pool.hidden, pool.inter
@@ -436,7 +432,7 @@ def _launch(
     if out is None:
         out = torch.empty(tokens, h_dim, dtype=x.dtype, device=x.device)
     x, ids, weights = x.contiguous(), ids.contiguous(), weights.contiguous()
-    _pair_outputs(x, ids, pool, hidden, per_rank, x_eighths, guess)
+    _pair_outputs(x, ids, pool, hidden, per_rank, x_eighths)
     return _ranked_sum(per_rank, weights, out)
 
 
@@ -447,7 +443,6 @@ def _pair_outputs(
     hidden: torch.Tensor | None,  # [T*K, I] in x's dtype: the activations (None: made)
     y: torch.Tensor,  # [T*K, H] fp32: each pair's expert output, rounded to x's dtype
     x_eighths: torch.Tensor | None = None,  # ``eighths(x)``, where the caller has it
-    guess: torch.Tensor | None = None,  # [T, K] int64 (``moe_experts``)
 ) -> None:
     """gate/up, then down, of every (token, rank) pair: two launches. The word kernels
     keep x and the activations in the eighths layout (a buffer of their own, not
@@ -473,15 +468,12 @@ def _pair_outputs(
     bk = _cols(bk, group)
     tiles = triton.cdiv(h_dim, bk)  # gate/up's rows loaded at once: int4 words, <= 4 tiles
     whole = tiles if words and tiles <= 4 and WHOLE_GATE_UP else 0
-    guessing = guess is not None and whole > 0 and reading_ahead(x.device)
-    if guessing:
-        assert guess is not None and guess.shape == ids.shape and guess.is_contiguous()
     gate_up_kernel[(pairs, triton.cdiv(i_dim, bn))](
         vector, ids, hidden, *_args(pool.gate), *_args(pool.up), gate_b, up_b, h_dim,
-        i_dim, xs, hs, pool.alpha, pool.limit, guess if guessing else ids, pool.experts,
-        OUT=_DTYPES[x.dtype], TOPK=top_k, SCHEME=code, GROUP=group, BN=bn, BK=bk,
-        HAS_BIAS=has_bias, ACT=pool.act, EVEN=_even(h_dim, bk), WORDS=words, WHOLE=whole,
-        GUESS=guessing, num_warps=warps, **pdl(x.device, "gate_up"),
+        i_dim, xs, hs, pool.alpha, pool.limit, OUT=_DTYPES[x.dtype], TOPK=top_k,
+        SCHEME=code, GROUP=group, BN=bn, BK=bk, HAS_BIAS=has_bias,
+        ACT=pool.act, EVEN=_even(h_dim, bk), WORDS=words, WHOLE=whole,
+        num_warps=warps, **pdl(x.device, "gate_up"),
     )  # fmt: skip
     bn, bk, warps = down_block
     bk = _cols(bk, group)

@@ -322,8 +322,6 @@ if triton is not None:
         h_stride,
         alpha,
         limit,
-        guess_ptr,
-        experts,
         OUT: tl.constexpr,
         TOPK: tl.constexpr,
         SCHEME: tl.constexpr,
@@ -335,7 +333,6 @@ if triton is not None:
         EVEN: tl.constexpr = False,
         WORDS: tl.constexpr = False,
         WHOLE: tl.constexpr = 0,
-        GUESS: tl.constexpr = False,
         GDC: tl.constexpr = False,
     ):
         """h[pair, rows] = act(gate(x) (+ bias), up(x) (+ bias)) for one (token, rank)
@@ -343,66 +340,31 @@ if triton is not None:
         in the eighths layout (rows of ``x_stride`` and ``h_stride``), h as ``down``
         reads it. ``WHOLE`` (int4 words whose rows are 1 to 4 tiles, ``WHOLE`` of them):
         every tile of the program's gate and up rows loaded at once, then dotted in
-        ``_rows_dot2``'s order (one memory round trip, not one per tile). ``GUESS``
-        (with ``WHOLE``; the token's ids distinct): the program of rank slot j reads
-        the rows of the token's guess j (``guess_ptr`` [T, TOPK], of ``experts``)
-        before its wait. After it, if a rank of the token chose that expert, the
-        program makes that rank's h from them; if none did, it reads the rows of a rank
-        whose expert no slot guessed and makes its h (``_guessed_pair``). Each rank's h
-        is made once, by the same code: the same bits whatever was guessed (a guess
-        repeated or out of range is a miss)."""
+        ``_rows_dot2``'s order (one memory round trip, not one per tile)."""
         pair = tl.program_id(0)
         token = pair // TOPK
         rows = tl.program_id(1) * BN + tl.arange(0, BN)
         row_ok = rows < inter
         x = x_ptr + token * (8 * x_stride if WORDS else hid)
-        if GUESS:
-            tl.static_assert(
-                WORDS and SCHEME == 2 and WHOLE > 0 and WHOLE <= 4, "GUESS: int4 words, 1-4 tiles"
-            )
-            slot = pair % TOPK
-            guesses = guess_ptr + token * TOPK
-            guess, mine = _own_guess(guesses, slot, experts, TOPK)
+        _await_inputs(GDC)
+        expert = tl.load(ids_ptr + pair).to(tl.int64)
+        if WHOLE > 0:
+            tl.static_assert(WORDS and SCHEME == 2 and WHOLE <= 4, "WHOLE: int4 words, 1-4 tiles")
             tiles = _gate_up_tiles(
-                g_ptr, g_we, gs_ptr, gs_e, g_wr, gs_r, u_ptr, u_we, us_ptr, us_e, u_wr, us_r,
-                guess, rows, row_ok, hid, GROUP, BK, EVEN, WHOLE,
+                g_ptr, g_we, gs_ptr, gs_e, g_wr, gs_r, u_ptr, u_we, us_ptr, us_e, u_wr,
+                us_r, expert, rows, row_ok, hid, GROUP, BK, EVEN, WHOLE,
             )  # fmt: skip
-            _await_inputs(GDC)
-            rank, expert, hit = _guessed_pair(
-                ids_ptr + token * TOPK, guesses, slot, mine, experts, TOPK
-            )
-            if not hit:  # a rank no slot guessed: its rows now, in place of the guess's
-                tiles = _gate_up_tiles(
-                    g_ptr, g_we, gs_ptr, gs_e, g_wr, gs_r, u_ptr, u_we, us_ptr, us_e, u_wr,
-                    us_r, expert, rows, row_ok, hid, GROUP, BK, EVEN, WHOLE,
-                )  # fmt: skip
             gate, up = _gate_up_dots(tiles, x, x_stride, hid, BN, BK, GROUP, EVEN, WHOLE)
-            _gate_up_out(
-                gate, up, expert, token * TOPK + rank, rows, row_ok, gb_ptr, ub_ptr, h_ptr,
-                inter, h_stride, alpha, limit, OUT, HAS_BIAS, ACT, WORDS,
-            )  # fmt: skip
         else:
-            _await_inputs(GDC)
-            expert = tl.load(ids_ptr + pair).to(tl.int64)
-            if WHOLE > 0:
-                tl.static_assert(
-                    WORDS and SCHEME == 2 and WHOLE <= 4, "WHOLE: int4 words, 1-4 tiles"
-                )
-                tiles = _gate_up_tiles(
-                    g_ptr, g_we, gs_ptr, gs_e, g_wr, gs_r, u_ptr, u_we, us_ptr, us_e, u_wr,
-                    us_r, expert, rows, row_ok, hid, GROUP, BK, EVEN, WHOLE,
-                )  # fmt: skip
-                gate, up = _gate_up_dots(tiles, x, x_stride, hid, BN, BK, GROUP, EVEN, WHOLE)
-            else:
-                gate, up = _rows_dot2(
-                    g_ptr + expert * g_we, gs_ptr + expert * gs_e, g_wr, gs_r,
-                    u_ptr + expert * u_we, us_ptr + expert * us_e, u_wr, us_r, x, x_stride,
-                    rows, row_ok, hid, SCHEME, GROUP, BN, BK, EVEN, WORDS,
-                )  # fmt: skip
-            _gate_up_out(
-                gate, up, expert, pair, rows, row_ok, gb_ptr, ub_ptr, h_ptr, inter, h_stride,
-                alpha, limit, OUT, HAS_BIAS, ACT, WORDS,
+            gate, up = _rows_dot2(
+                g_ptr + expert * g_we, gs_ptr + expert * gs_e, g_wr, gs_r,
+                u_ptr + expert * u_we, us_ptr + expert * us_e, u_wr, us_r, x, x_stride,
+                rows, row_ok, hid, SCHEME, GROUP, BN, BK, EVEN, WORDS,
             )  # fmt: skip
+        _gate_up_out(
+            gate, up, expert, pair, rows, row_ok, gb_ptr, ub_ptr, h_ptr, inter, h_stride,
+            alpha, limit, OUT, HAS_BIAS, ACT, WORDS,
+        )  # fmt: skip
 
     @triton.jit
     def _gate_up_tiles(g_ptr, g_we, gs_ptr, gs_e, g_wr, gs_r, u_ptr, u_we, us_ptr, us_e,
@@ -432,59 +394,6 @@ if triton is not None:
             b0, bs0, b1, bs1, b2, bs2, b3, bs3, x, x_stride, hid, BN, BK, GROUP, EVEN, WHOLE
         )
         return gate, up
-
-    @triton.jit
-    def _own_guess(guesses, slot, experts, TOPK: tl.constexpr):
-        """Slot ``slot``'s guess, read before gate/up's wait: (the expert whose rows it
-        reads, int64, always in [0, experts); the guess as ``_guessed_pair`` matches it,
-        -1 where it is out of range or repeats an earlier slot's, so never a hit)."""
-        raw = tl.load(guesses + slot).to(tl.int64)
-        valid = (raw >= 0) & (raw < experts)
-        for t in tl.static_range(TOPK):
-            valid = valid & ~((t < slot) & (tl.load(guesses + t) == raw))
-        return tl.minimum(tl.maximum(raw, 0), experts - 1), tl.where(valid, raw, -1)
-
-    @triton.jit
-    def _guessed_pair(ids_ptr, guesses, slot, mine, experts, TOPK: tl.constexpr):
-        """For gate/up's program of rank slot ``slot`` (0..TOPK-1), whose guess as
-        ``_own_guess`` matches it is ``mine``, given the token's chosen experts at
-        ``ids_ptr`` [TOPK] (distinct) and its guesses at ``guesses`` [TOPK]: (the rank
-        whose h it makes, that rank's expert, whether that is the guess). A rank that
-        chose a guessed expert is made by the slot that guessed it; the m-th rank, in
-        rank order, whose expert no slot guessed, by the m-th slot whose guess no rank
-        chose (a guess out of range or repeating an earlier slot's counts as unchosen).
-        Both sets have as many members, so every rank is made once. Scalars and
-        bitmasks only: no reductions across threads."""
-        hit_rank = TOPK
-        for r in tl.static_range(TOPK):
-            hit_rank = tl.where(tl.load(ids_ptr + r) == mine, r, hit_rank)
-        hit = hit_rank < TOPK
-        rank = hit_rank
-        if not hit:  # the slots' guesses against the ranks' experts, as bitmasks
-            chosen = 0  # bit s: slot s's guess is valid and some rank chose it
-            guessed = 0  # bit r: rank r's expert is some slot's valid guess
-            for s in tl.static_range(TOPK):
-                g = tl.load(guesses + s)
-                valid = (g >= 0) & (g < experts)
-                for t in tl.static_range(s):
-                    valid = valid & (tl.load(guesses + t) != g)
-                for r in tl.static_range(TOPK):
-                    same = (valid & (tl.load(ids_ptr + r) == g)).to(tl.int32)
-                    chosen = chosen | (same << s)
-                    guessed = guessed | (same << r)
-            m = 0  # this slot's place among the slots whose guess no rank chose
-            for s in tl.static_range(TOPK):
-                m += ((s < slot) & (((chosen >> s) & 1) == 0)).to(tl.int32)
-            rank = TOPK
-            missed = 0  # ranks so far whose expert no slot guessed
-            for r in tl.static_range(TOPK):
-                unguessed = ((guessed >> r) & 1) == 0
-                rank = tl.where(unguessed & (missed == m), r, rank)
-                missed += unguessed.to(tl.int32)
-        # always below TOPK for distinct ids; kept there for ids that are not (repeated
-        # ids would leave a rank unmade, but no load or store leaves the token's rows)
-        rank = tl.minimum(rank, TOPK - 1)
-        return rank, tl.load(ids_ptr + rank).to(tl.int64), hit
 
     @triton.jit
     def _gate_up_out(gate, up, expert, pair, rows, row_ok, gb_ptr, ub_ptr, h_ptr, inter,

@@ -421,12 +421,6 @@ if triton is not None:
         SPLIT: tl.constexpr,
         F32: tl.constexpr,
         AHEAD: tl.constexpr = False,
-        guess_ptr=None,
-        guess_out_ptr=None,
-        experts=0,
-        GUESS_K: tl.constexpr = 0,
-        GUESS_KP: tl.constexpr = 1,
-        GUESS_BLOCK: tl.constexpr = 1,
         GDC: tl.constexpr = False,
     ):
         """One query token's attention for the ``GROUP`` query heads of key/value head
@@ -438,56 +432,7 @@ if triton is not None:
         ``acc`` [splits, Nq, D] for ``attention_combine_kernel``. ``F32``: the products
         on fp32 copies (Triton's CPU interpreter multiplies bf16 tiles wrongly).
         ``AHEAD``: the position read before ``_await_inputs``, so that the loop's first
-        loads of keys and values are issued as soon as the wait ends. ``GUESS_K``: one
-        more program (the last of axis 0, split 0) writes the top ``GUESS_K`` of the
-        ``experts`` logits at ``guess_ptr`` into ``guess_out_ptr`` (``_guess_top``),
-        beside the attention's few programs; its other splits do nothing."""
-        if GUESS_K > 0:
-            if tl.program_id(0) == tl.num_programs(0) - 1:
-                if tl.program_id(1) == 0:
-                    _guess_top(
-                        guess_ptr, guess_out_ptr, experts, GUESS_K, GUESS_KP, GUESS_BLOCK, GDC
-                    )
-            else:
-                _attend(
-                    q_ptr, k_ptr, v_ptr, pos_ptr, o_ptr, m_ptr, l_ptr, acc_ptr, k_head, k_pos,
-                    v_head, v_pos, heads, dim, scale, GROUP, GP, DP, BS, CHUNK, SPLIT, F32,
-                    AHEAD, GDC,
-                )  # fmt: skip
-        else:
-            _attend(
-                q_ptr, k_ptr, v_ptr, pos_ptr, o_ptr, m_ptr, l_ptr, acc_ptr, k_head, k_pos,
-                v_head, v_pos, heads, dim, scale, GROUP, GP, DP, BS, CHUNK, SPLIT, F32, AHEAD,
-                GDC,
-            )  # fmt: skip
-
-    @triton.jit
-    def _guess_top(logits_ptr, out_ptr, experts, K: tl.constexpr, KP: tl.constexpr,
-                   BLOCK: tl.constexpr, GDC: tl.constexpr):  # fmt: skip
-        """The ids of the K largest of ``experts`` logits (the lower id first among equal
-        ones) into ``out_ptr`` [K] int64, in descending order: a bitonic top-KP of int64
-        keys, the logit's bits made to order as signed integers above, BLOCK - 1 - id
-        below. A guess at the router's picks, so the logits' dtype and any NaN matter
-        only to how good it is."""
-        _await_inputs(GDC)
-        e = tl.arange(0, BLOCK)
-        logits = tl.load(logits_ptr + e, mask=e < experts, other=float("-inf"))
-        bits = logits.to(tl.float32).to(tl.int32, bitcast=True)
-        ordered = bits ^ ((bits >> 31) & 0x7FFFFFFF)  # negative floats: order reversed
-        key = (ordered.to(tl.int64) << 32) | (BLOCK - 1 - e).to(tl.int64)
-        top = tl.topk(key, KP)
-        ids = (BLOCK - 1 - (top & 0xFFFFFFFF)).to(tl.int64)
-        k = tl.arange(0, KP)
-        tl.store(out_ptr + k, ids, mask=k < K)
-
-    @triton.jit
-    def _attend(q_ptr, k_ptr, v_ptr, pos_ptr, o_ptr, m_ptr, l_ptr, acc_ptr, k_head, k_pos,
-                v_head, v_pos, heads, dim, scale, GROUP: tl.constexpr, GP: tl.constexpr,
-                DP: tl.constexpr, BS: tl.constexpr, CHUNK: tl.constexpr,
-                SPLIT: tl.constexpr, F32: tl.constexpr, AHEAD: tl.constexpr,
-                GDC: tl.constexpr):  # fmt: skip
-        """``decode_attention_kernel``'s attention, for its program (kv, split)."""
-
+        loads of keys and values are issued as soon as the wait ends."""
         kv = tl.program_id(0)
         split = tl.program_id(1)
         g = tl.arange(0, GP)
