@@ -237,7 +237,7 @@ def main() -> None:
         metavar="NAMES",
         help="these kernels (comma-separated, of flint.graphs.moe_kernel.EARLY_NAMES) let "
         "the next start before their own wait, e.g. ranked_sum,norm; none: no kernel "
-        "(the default is route)",
+        "(the default)",
     )
     parser.add_argument(
         "--qkv-after",

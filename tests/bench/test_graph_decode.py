@@ -41,3 +41,17 @@ def test_route_ranks_must_name_a_mode_and_warps(
     with pytest.raises(SystemExit):
         main()
     assert "WARPS 1, 2, 4 or 8" in capsys.readouterr().err
+
+
+def test_early_kernels_none_starts_no_kernel_early(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--early-kernels none``: no kernel lets the next start before its wait (the A/B
+    against a set), accepted by the parser."""
+    from flint.graphs import moe_kernel
+
+    main = runpy.run_path(str(GRAPH_DECODE))["main"]
+    monkeypatch.setattr(moe_kernel, "EARLY", frozenset({"route"}))
+    monkeypatch.setattr(sys, "argv", ["graph_decode.py", "m.ftw", "--early-kernels", "none"])
+    with pytest.raises(Exception) as raised:  # past the parser: no GPU or no file here
+        main()
+    assert not isinstance(raised.value, SystemExit)
+    assert not moe_kernel.EARLY

@@ -1045,7 +1045,7 @@ def test_dependent_launch_gives_the_serial_launchs_bits(
     one before finishes, on Hopper and later) and launched one after the other: the
     same bits over 40 tokens (a kernel reading its input before the one before has
     written it would show here). ``early``: which kernels let the next one start before
-    their own wait (``moe_kernel.EARLY``): none, the router's top-k (the default), the
+    their own wait (``moe_kernel.EARLY``): none (the default), the router's top-k, the
     small ones, or all but gate/up."""
     names = {
         "route": frozenset({"route"}),

@@ -106,11 +106,12 @@ def _pdl_capable(index: int) -> bool:
 # 1,790.6 against 1,795.2, gpu155), but greedy decode slower (benches/graph_decode.py,
 # gpu156: 538.2 tok/s against 563.3, the replay 1,846.4 us against 1,769.1; why is not
 # known). Every kernel but gate/up: 1,850.2 in step_ab. The router's top-k alone
-# ("route": gate/up's programs start while it runs, as down's start while gate/up
-# runs), each configuration alone in two processes: q30 with 8 experts a layer 1,734.6
-# us against 1,741.4 (gpu174); on q30 in step_ab and R0: gpu175 (docs/benchmarks.md,
-# "Thirty-first session"). A switch for the benches' A/B.
-EARLY: frozenset[str] = frozenset({"route"})
+# ("route"; gate/up's programs then start while it runs), each configuration alone in
+# two processes: faster on q30 with 8 experts a layer (1,734.6 us against 1,741.4,
+# gpu174), slower on q30 (1,771.7 against 1,759.6; R0 565.4 tok/s twice against 568.4
+# and 569.1, gpu175; docs/benchmarks.md, "Thirty-first session"). A switch for the
+# benches' A/B.
+EARLY: frozenset[str] = frozenset()
 SMALL_KERNELS = frozenset({"norm", "rope", "attention", "route", "ranked_sum", "norm_linear"})
 EARLY_NAMES = SMALL_KERNELS | {"linear", "down", "argmax", "eighths"}
 
