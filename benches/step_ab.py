@@ -50,7 +50,8 @@ before their wait), ``route-count-w*`` and ``route-sort-w*`` (the router's picks
 counting ranks or by a bitonic top-k, on 1, 2, 4 or 8 warps: fused.ROUTE_RANKS;
 ``route-sort-w2`` is the default since gpu170), ``route-chain`` (by eight dependent
 reductions on one warp, as before), ``early-route`` (the router's top-k letting
-gate/up start before its wait) and ``no-early`` (no kernel doing so). The thirty-first
+gate/up start before its wait) and ``no-early`` (no kernel doing so; gpu155 had it while
+the small kernels started the next early by default). The thirty-first
 session's ``gu-guess`` and ``guess`` (gate/up reading guessed experts' rows before its
 wait) were taken out with the code.
 ``--profile
@@ -67,8 +68,7 @@ twenty-fifth's ``pf-*`` (L2 asks from a second stream), ``gu-st*``, ``lin-st*`` 
 ``lin-r32`` and ``r-all`` (registers capped), the twenty-seventh's ``o-at-once``
 (bf16 o's tiles at once), ``late-*`` (kernels launched without programmatic
 serialization), ``attn-s*`` (the attention's pipeline stages), ``rope-attn*`` (RoPE
-and the attention in one launch) and ``no-early`` (gpu155's, while the small kernels
-started the next early by default), the twenty-eighth's ``qkv-late`` (bf16 q/k/v's
+and the attention in one launch), the twenty-eighth's ``qkv-late`` (bf16 q/k/v's
 first tile after the wait, two rows a program), ``qkv-late-b4`` (now ``qkv-after``)
 and ``qkv-before`` (gpu159-160, while ``qkv-after`` was the default), the
 twenty-ninth's ``input-norm-launch`` (while q/k/v's product made the input norm,
