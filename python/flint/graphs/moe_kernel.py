@@ -152,14 +152,9 @@ AHEAD_WITHOUT_PDL = False
 
 def ahead(kernel: str, device: torch.device) -> dict[str, bool]:
     """``AHEAD=True`` for ``kernel``'s launch where it reads ahead (``AHEAD`` names it,
-    and ``reading_ahead``), else nothing."""
-    return {"AHEAD": True} if kernel in AHEAD and reading_ahead(device) else {}
-
-
-def reading_ahead(device: torch.device) -> bool:
-    """Whether a launch on ``device`` here may read before its wait: under dependent
-    launch, or with ``AHEAD_WITHOUT_PDL`` (the interpreter's tests)."""
-    return AHEAD_WITHOUT_PDL or bool(pdl(device))
+    under dependent launch, or ``AHEAD_WITHOUT_PDL``), else nothing."""
+    on = kernel in AHEAD and (AHEAD_WITHOUT_PDL or bool(pdl(device)))
+    return {"AHEAD": True} if on else {}
 
 
 def available() -> str | None:

@@ -341,67 +341,35 @@ if triton is not None:
         reads it. ``WHOLE`` (int4 words whose rows are 1 to 4 tiles, ``WHOLE`` of them):
         every tile of the program's gate and up rows loaded at once, then dotted in
         ``_rows_dot2``'s order (one memory round trip, not one per tile)."""
+        _await_inputs(GDC)
         pair = tl.program_id(0)
         token = pair // TOPK
+        expert = tl.load(ids_ptr + pair).to(tl.int64)
         rows = tl.program_id(1) * BN + tl.arange(0, BN)
         row_ok = rows < inter
         x = x_ptr + token * (8 * x_stride if WORDS else hid)
-        _await_inputs(GDC)
-        expert = tl.load(ids_ptr + pair).to(tl.int64)
         if WHOLE > 0:
             tl.static_assert(WORDS and SCHEME == 2 and WHOLE <= 4, "WHOLE: int4 words, 1-4 tiles")
-            tiles = _gate_up_tiles(
-                g_ptr, g_we, gs_ptr, gs_e, g_wr, gs_r, u_ptr, u_we, us_ptr, us_e, u_wr,
-                us_r, expert, rows, row_ok, hid, GROUP, BK, EVEN, WHOLE,
+            a0, as0, a1, as1, a2, as2, a3, as3 = _words_ahead(
+                g_ptr + expert * g_we, gs_ptr + expert * gs_e, g_wr, gs_r, rows, row_ok, hid,
+                GROUP, BK, EVEN, WHOLE,
             )  # fmt: skip
-            gate, up = _gate_up_dots(tiles, x, x_stride, hid, BN, BK, GROUP, EVEN, WHOLE)
+            b0, bs0, b1, bs1, b2, bs2, b3, bs3 = _words_ahead(
+                u_ptr + expert * u_we, us_ptr + expert * us_e, u_wr, us_r, rows, row_ok, hid,
+                GROUP, BK, EVEN, WHOLE,
+            )  # fmt: skip
+            gate = _words_ahead_dot(
+                a0, as0, a1, as1, a2, as2, a3, as3, x, x_stride, hid, BN, BK, GROUP, EVEN, WHOLE
+            )
+            up = _words_ahead_dot(
+                b0, bs0, b1, bs1, b2, bs2, b3, bs3, x, x_stride, hid, BN, BK, GROUP, EVEN, WHOLE
+            )
         else:
             gate, up = _rows_dot2(
                 g_ptr + expert * g_we, gs_ptr + expert * gs_e, g_wr, gs_r,
-                u_ptr + expert * u_we, us_ptr + expert * us_e, u_wr, us_r, x, x_stride,
-                rows, row_ok, hid, SCHEME, GROUP, BN, BK, EVEN, WORDS,
+                u_ptr + expert * u_we, us_ptr + expert * us_e, u_wr, us_r, x, x_stride, rows,
+                row_ok, hid, SCHEME, GROUP, BN, BK, EVEN, WORDS,
             )  # fmt: skip
-        _gate_up_out(
-            gate, up, expert, pair, rows, row_ok, gb_ptr, ub_ptr, h_ptr, inter, h_stride,
-            alpha, limit, OUT, HAS_BIAS, ACT, WORDS,
-        )  # fmt: skip
-
-    @triton.jit
-    def _gate_up_tiles(g_ptr, g_we, gs_ptr, gs_e, g_wr, gs_r, u_ptr, u_we, us_ptr, us_e,
-                       u_wr, us_r, expert, rows, row_ok, hid, GROUP: tl.constexpr,
-                       BK: tl.constexpr, EVEN: tl.constexpr, WHOLE: tl.constexpr):  # fmt: skip
-        """``expert``'s gate and up rows for ``gate_up_kernel``, every tile loaded at once
-        (``_words_ahead`` twice): a tuple for ``_gate_up_dots``."""
-        gate = _words_ahead(
-            g_ptr + expert * g_we, gs_ptr + expert * gs_e, g_wr, gs_r, rows, row_ok, hid,
-            GROUP, BK, EVEN, WHOLE,
-        )  # fmt: skip
-        up = _words_ahead(
-            u_ptr + expert * u_we, us_ptr + expert * us_e, u_wr, us_r, rows, row_ok, hid,
-            GROUP, BK, EVEN, WHOLE,
-        )  # fmt: skip
-        return gate + up
-
-    @triton.jit
-    def _gate_up_dots(tiles, x, x_stride, hid, BN: tl.constexpr, BK: tl.constexpr,
-                      GROUP: tl.constexpr, EVEN: tl.constexpr, WHOLE: tl.constexpr):  # fmt: skip
-        """(gate, up) [BN] fp32: ``_words_ahead_dot`` of ``_gate_up_tiles``' tiles."""
-        a0, as0, a1, as1, a2, as2, a3, as3, b0, bs0, b1, bs1, b2, bs2, b3, bs3 = tiles
-        gate = _words_ahead_dot(
-            a0, as0, a1, as1, a2, as2, a3, as3, x, x_stride, hid, BN, BK, GROUP, EVEN, WHOLE
-        )
-        up = _words_ahead_dot(
-            b0, bs0, b1, bs1, b2, bs2, b3, bs3, x, x_stride, hid, BN, BK, GROUP, EVEN, WHOLE
-        )
-        return gate, up
-
-    @triton.jit
-    def _gate_up_out(gate, up, expert, pair, rows, row_ok, gb_ptr, ub_ptr, h_ptr, inter,
-                     h_stride, alpha, limit, OUT: tl.constexpr, HAS_BIAS: tl.constexpr,
-                     ACT: tl.constexpr, WORDS: tl.constexpr):  # fmt: skip
-        """``gate_up_kernel``'s epilogue: gate and up (fp32 dots of ``expert``'s rows)
-        rounded to ``OUT`` as F.linear's output, biased, activated, stored as ``pair``'s
-        h."""
         out_type: tl.constexpr = OUT
         gate = _round(gate, out_type)  # F.linear's output dtype
         up = _round(up, out_type)
