@@ -2616,8 +2616,41 @@ gpu175() {
   done
 }
 
+gpu176() {
+  # The thirty-second session: the attention's earlier keys and values asked of the L2
+  # before its wait (fused.KV_ASK, by RoPE's launch or the attention's own, and with bf16
+  # o's whole rows ahead), and the step's RoPE rows and mask made only where used (the
+  # default in this wheel; rows-every-step is as before): the CUDA test of the asks, then
+  # each configuration alone in two processes on q30.
+  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
+  timeout 100 python3 -m pytest tests/models/test_graphs.py -q -m gpu -k "asking_the_l2" \
+    -p no:cacheprovider --tb=short 2>&1 | tail -4
+  synth30 q30
+  echo "== step q30"
+  timeout 330 python3 benches/step_ab.py "$DATA/q30.ftw" \
+    --configs base,rows-every-step,kv-ask-rope,kv-ask-attn,kv-ask-rope-o-whole2 --processes 2 \
+    2>&1 | grep -E '"config"|rror|failed'
+}
+
+gpu177() {
+  # The GPU tests with the thirty-second session's defaults (the attention's keys and
+  # values asked of the L2 by RoPE's launch, the embedding read by the first norm, the
+  # greedy token read from pinned memory the step writes, the cache's token record
+  # written once), then on q30 each of the new defaults undone alone, two processes each.
+  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
+  echo "== GPU tests"; timeout 240 python3 -m pytest tests -q -p no:cacheprovider --tb=short -rf \
+    -m gpu --ignore=tests/server --ignore=tests/chat 2>&1 \
+    | grep -E "passed|failed|FAILED|Error|assert" | head -20
+  synth30 q30
+  echo "== step q30"
+  timeout 200 python3 benches/step_ab.py "$DATA/q30.ftw" --configs base,no-kv-ask,embed-op \
+    --processes 2 2>&1 | grep -E '"config"|rror|failed'
+}
+
 case $what in
   install) install ;;
+  gpu177) install; gpu177 ;;
+  gpu176) install; gpu176 ;;
   gpu175) install; gpu175 ;;
   gpu174) install; gpu174 ;;
   gpu173) install; gpu173 ;;

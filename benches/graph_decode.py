@@ -4,7 +4,8 @@ general eager path, with the HBM roofline of flint's own bytes (issue 10, R0).
 Usage: python benches/graph_decode.py MODEL [--tokens 128] [--prompt 64] [--reps 3]
        [--modes on,eager,off] [--profile] [--between] [--torch-dense]
        [--torch-attention] [--no-ahead] [--no-pdl] [--early] [--qkv-after]
-       [--early-kernels NAMES]
+       [--early-kernels NAMES] [--kv-ask rope|attention|none] [--rows-every-step]
+       [--embed-op] [--tokens-copied]
 
 Each mode loads the model once (resident, cuda:0) and decodes ``--tokens`` greedy
 tokens after a ``--prompt``-token prompt, ``--reps`` times after a warm-up run (which
@@ -254,8 +255,37 @@ def main() -> None:
         "ranks, 2 takes a bitonic top-k, on WARPS warps, e.g. 2,1; off: the chain of "
         "reductions on one warp, the default before gpu170",
     )
+    parser.add_argument(
+        "--kv-ask",
+        choices=("rope", "attention", "none"),
+        help="the attention's earlier keys and values asked of the L2 before its wait, by "
+        "RoPE's launch or the attention's own, or not (the A/B of flint.graphs.fused.KV_ASK)",
+    )
+    parser.add_argument(
+        "--embed-op",
+        action="store_true",
+        help="the token's embedding by a torch op before the first norm (the A/B of "
+        "flint.graphs.decode.EMBED_IN_NORM, as before the thirty-second session)",
+    )
+    parser.add_argument(
+        "--tokens-copied",
+        action="store_true",
+        help="the greedy loop copies each token in the stream instead of reading it from "
+        "pinned memory the step writes (the A/B of flint.graphs.decode.TOKENS_TO_HOST)",
+    )
+    parser.add_argument(
+        "--rows-every-step",
+        action="store_true",
+        help="the RoPE rows and the mask made at every step's start, used or not (the A/B "
+        "of flint.graphs.decode.ROWS_EVERY_STEP, as before the thirty-second session)",
+    )
     args = parser.parse_args()
     fused.QKV_AFTER_WAIT = args.qkv_after
+    if args.kv_ask:
+        fused.KV_ASK = "" if args.kv_ask == "none" else args.kv_ask
+    decode.ROWS_EVERY_STEP = args.rows_every_step
+    decode.EMBED_IN_NORM = not args.embed_op
+    decode.TOKENS_TO_HOST = not args.tokens_copied
     if args.route_ranks == "off":
         fused.ROUTE_RANK_WARPS = 0
     elif args.route_ranks:
@@ -287,6 +317,10 @@ def main() -> None:
     result["early"] = sorted(moe_kernel.EARLY)
     result["qkv_after_wait"] = fused.QKV_AFTER_WAIT
     result["route_ranks"] = [fused.ROUTE_RANKS, fused.ROUTE_RANK_WARPS]
+    result["kv_ask"] = fused.KV_ASK
+    result["rows_every_step"] = decode.ROWS_EVERY_STEP
+    result["embed_in_norm"] = decode.EMBED_IN_NORM
+    result["tokens_to_host"] = decode.TOKENS_TO_HOST
     result["copy_gb_s"] = round(copy_rate(device) / 1e9, 1)
     ids: list[int] = []
     step_tokens: dict[str, list[int]] = {}  # "on" and "eager": the same step, the same tokens

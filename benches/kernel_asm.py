@@ -210,7 +210,9 @@ def launches(scheme: str) -> list[tuple[str, Any]]:
         "qkv rope",
         lambda: fused.qkv_rope(y, hn, hn, cos, sin, torch.tensor([5]), q, cache, cache, 1e-6),
     ))  # fmt: skip
+    out.append(("qkv rope ask", lambda: _rope_ask(y, hn, cos, sin, q, cache, ctx)))
     out.append(("attention", lambda: _attention(fused, q, cache, heads, dim)))
+    out.append(("attention ask", lambda: _attention(fused, q, cache, heads, dim, True)))
     per_rank = torch.randn(TOP_K, HIDDEN)
     out.append(("ranked sum", lambda: mk.ranked_sum(per_rank, w, torch.bfloat16)))
     logits = torch.randn(1, EXPERTS).bfloat16()
@@ -225,9 +227,33 @@ def launches(scheme: str) -> list[tuple[str, Any]]:
     return out
 
 
-def _attention(fused: Any, q: torch.Tensor, cache: torch.Tensor, heads: int, dim: int) -> None:
+def _rope_ask(
+    y: torch.Tensor,
+    hn: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    q: torch.Tensor,
+    cache: torch.Tensor,
+    ask: int,
+) -> None:
+    """``fused.qkv_rope``'s kernel asking the L2 for the cache rows (``fused.KV_ASK``
+    "rope", which its wrapper sets only under dependent launch on a GPU)."""
+    from flint.graphs.triton_kernels import qkv_rope_kernel
+
+    heads, kv, dim = q.shape[0], cache.shape[0], q.shape[2]
+    qkv_rope_kernel[(heads + 2 * kv,)](
+        y, hn, hn, cos, sin, torch.tensor([5]), q, cache, cache, cache.stride(0),
+        cache.stride(1), cache.stride(0), cache.stride(1), heads, kv, dim, 1e-6, NORM=True,
+        ROT=dim, BLOCK=dim, num_warps=1, ASK=ask,
+    )  # fmt: skip
+
+
+def _attention(
+    fused: Any, q: torch.Tensor, cache: torch.Tensor, heads: int, dim: int, ask: bool = False
+) -> None:
     """``fused.decode_attention``'s kernel as the GPU runs it (bf16 products: on CPU
-    tensors the wrapper takes the interpreter's fp32 path), one chunk."""
+    tensors the wrapper takes the interpreter's fp32 path), one chunk; ``ask``: asking
+    the L2 for its keys and values (``fused.KV_ASK`` "attention", with ``--ahead``)."""
     from flint.graphs import moe_kernel as mk
     from flint.graphs.triton_kernels import decode_attention_kernel
 
@@ -239,6 +265,7 @@ def _attention(fused: Any, q: torch.Tensor, cache: torch.Tensor, heads: int, dim
         cache.stride(1), cache.stride(0), cache.stride(1), heads, dim, dim**-0.5,
         GROUP=heads // kv, GP=max(16, heads // kv), DP=dim, BS=fused.ATTENTION_BLOCK,
         CHUNK=fused.ATTENTION_CHUNK, SPLIT=False, F32=False, **mk.ahead("attention", q.device),
+        ASK=ask,
     )  # fmt: skip
 
 

@@ -51,7 +51,11 @@ counting ranks or by a bitonic top-k, on 1, 2, 4 or 8 warps: fused.ROUTE_RANKS;
 ``route-sort-w2`` is the default since gpu170), ``route-chain`` (by eight dependent
 reductions on one warp, as before), ``early-route`` (the router's top-k letting
 gate/up start before its wait) and ``no-early`` (no kernel doing so; gpu155 had it while
-the small kernels started the next early by default). The thirty-first
+the small kernels started the next early by default), ``kv-ask-*`` and ``no-kv-ask``
+(the attention's keys and values asked of the L2 before the wait, or not:
+fused.KV_ASK, "rope" by default since gpu176) and ``rows-every-step``
+(decode.ROWS_EVERY_STEP: the three ops the thirty-second session made lazy) and
+``embed-op`` (decode.EMBED_IN_NORM off: the embedding's row by a torch op). The thirty-first
 session's ``gu-guess`` and ``guess`` (gate/up reading guessed experts' rows before its
 wait) were taken out with the code.
 ``--profile
@@ -212,6 +216,20 @@ CONFIGS: dict[str, dict[str, Any]] = {
     # the router's picks by counting ranks (1) or a bitonic top-k (2) on w warps, or by
     # the chain of reductions on one warp (the default before gpu170)
     "route-chain": {"fused.ROUTE_RANK_WARPS": 0},
+    # the attention's earlier keys and values asked of the L2 before the wait: by the
+    # key and value programs of RoPE's launch, or by the attention's own programs; and
+    # with bf16 o's whole rows read before its wait (its reads had slowed the attention)
+    "kv-ask-rope": {"fused.KV_ASK": "rope"},  # the default since gpu176
+    "no-kv-ask": {"fused.KV_ASK": ""},
+    "kv-ask-attn": {"fused.KV_ASK": "attention"},
+    "kv-ask-rope-o-whole2": {
+        "fused.KV_ASK": "rope",
+        "fused.linear_block": lambda r, c, i8: _o_block(r, c, i8, (2, 4096, 4)),
+    },
+    # the RoPE rows and the mask made at every step's start, used or not (as before)
+    "rows-every-step": {"decode.ROWS_EVERY_STEP": True},
+    # the token's embedding by a torch op before the first norm (as before)
+    "embed-op": {"decode.EMBED_IN_NORM": False},
     **{
         f"route-{name}-w{w}": {"fused.ROUTE_RANKS": mode, "fused.ROUTE_RANK_WARPS": w}
         for name, mode in (("count", 1), ("sort", 2))

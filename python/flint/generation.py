@@ -243,7 +243,10 @@ def _greedy_ahead(
     token (the host's work between tokens, and its synchronisation, leave the GPU's
     critical path). The same steps on the same inputs as the loop above, so the same
     tokens; the KV cache and its length end as that loop leaves them (a step queued
-    for a token that ends the reply writes a cache row past the length, unused)."""
+    for a token that ends the reply writes a cache row past the length, unused). The
+    host reads each token from pinned memory the step's argmax writes
+    (``GraphDecoder.tokens_on_host``), or else copies it in the stream; the cache's
+    record of the tokens is written once, as the reply ends."""
     from flint.graphs.decode import GraphDecoder  # loaded already: the model has one
 
     decoder = model.decoder
@@ -251,32 +254,46 @@ def _greedy_ahead(
     cuda = decoder.device.type == "cuda"
     vocab = model.config.vocab_size
     read = torch.empty(1, dtype=torch.int64, pin_memory=cuda)  # each token, in turn
+    # where the step at position p writes the token after it (slot p % 2), if it does:
+    # then only the first token (the prompt's) is copied in the stream
+    slots = decoder.tokens_on_host(vocab)
     decoder.greedy_first(logits, vocab)
-    while True:
-        if cancel is not None and cancel.is_set():
-            return
-        position = model.cache.length
-        read.copy_(decoder.token, non_blocking=cuda)  # this token, before its step
-        ready = torch.cuda.Event() if cuda else None  # type: ignore[no-untyped-call]
-        if ready is not None:  # on the decoder's GPU, which need not be the current one
-            ready.record(torch.cuda.current_stream(decoder.device))
-        last = len(request.generated) + 1 >= request.params.max_tokens
-        if position < model.context_length and not last:
-            decoder.launch_greedy(position, vocab)
-        if ready is not None:
-            ready.synchronize()
-        token = int(read[0])
-        chunk = request.step(token)
-        if chunk is not None:
-            yield chunk
-            if chunk.finish_reason is not None:
+    start = model.cache.length
+    made: list[int] = []  # the tokens at start, start + 1, ...: for the cache's record
+    try:
+        while True:
+            if cancel is not None and cancel.is_set():
                 return
-        # a kernel with the id as its argument: assigning the int would copy it from
-        # pageable memory, which waits for the stream, so for the step queued ahead
-        # (the host then queued each next step only after the GPU had finished the
-        # last: 45-170 us idle a token on the H200, docs/benchmarks.md, gpu111)
-        model.cache.tokens[position].fill_(token)
-        model.cache.length = position + 1
+            position = model.cache.length
+            copied = slots is None or not made
+            if copied:
+                read.copy_(decoder.token, non_blocking=cuda)  # this token, before its step
+            ready = torch.cuda.Event() if cuda else None  # type: ignore[no-untyped-call]
+            if ready is not None:  # on the decoder's GPU, which need not be the current one
+                ready.record(torch.cuda.current_stream(decoder.device))
+            last = len(request.generated) + 1 >= request.params.max_tokens
+            if position < model.context_length and not last:
+                decoder.launch_greedy(position, vocab)
+            if ready is not None:
+                ready.synchronize()
+            token = int(read[0]) if copied or slots is None else int(slots[(position - 1) % 2])
+            chunk = request.step(token)
+            if chunk is not None:
+                yield chunk
+                if chunk.finish_reason is not None:
+                    return
+            made.append(token)
+            model.cache.length = position + 1
+    finally:
+        # the cache's token record, once: a write per token would be a launch in the
+        # stream between the steps (and assigning an int, a copy from pageable memory
+        # that waits for the stream: the host then queued each next step only after the
+        # GPU had finished the last, 45-170 us idle a token on the H200, gpu111). From
+        # pinned memory, so that this copy does not wait for the stream either.
+        if made:
+            record = torch.tensor(made, dtype=torch.int64)
+            record = record.pin_memory() if cuda else record
+            model.cache.tokens[start : start + len(made)].copy_(record, non_blocking=cuda)
 
 
 def collect(prompt: Sequence[int], chunks: Iterator[StreamChunk]) -> Completion:

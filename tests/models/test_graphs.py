@@ -230,6 +230,24 @@ def test_the_norm_writes_the_eighths_of_its_output(w32: bool) -> None:
 
 
 @pytest.mark.interpreter
+@pytest.mark.parametrize("w32", [False, True])
+def test_the_first_norm_reads_the_embedding_rows_itself(w32: bool) -> None:
+    """``fused.embed_rms_norm``: the table's rows at the ids, and their norm, with the
+    bits of ``index_select`` and then ``fused.rms_norm`` (ids repeated and out of order,
+    a width that is not a whole number of blocks)."""
+    from flint.graphs import fused
+
+    torch.manual_seed(6)
+    table = torch.randn(50, 200).bfloat16()
+    weight = (torch.rand(200) + 0.5).bfloat16()
+    ids = torch.tensor([7, 49, 0, 7])
+    x, normed = fused.embed_rms_norm(table, ids, weight, 1e-6, w32)
+    want = table.index_select(0, ids)
+    assert torch.equal(x, want)
+    assert torch.equal(normed, fused.rms_norm(want, weight, 1e-6, w32))
+
+
+@pytest.mark.interpreter
 def test_eighths_layout_holds_the_vector_exactly() -> None:
     """Row k of a vector's eighths holds its columns 8m + k times 2^E exactly
     (E = 23 - 4k, or 35 - 4k from k = 5): what the word kernels multiply each nibble by."""
@@ -1065,6 +1083,27 @@ def test_dependent_launch_gives_the_serial_launchs_bits(
             runs[on] = _decode(llm.model, prompt, 40)
     assert runs[True][0] == runs[False][0]
     assert torch.equal(runs[True][1], runs[False][1])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("ask", ["rope", "attention"])
+def test_asking_the_l2_for_keys_and_values_gives_the_same_bits(
+    ask: str, tiny_ftw: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``fused.KV_ASK``: the attention's earlier keys and values asked of the L2 before
+    the wait, by RoPE's key and value programs or by the attention's own (a hint): the
+    same tokens and logits over 40 captured tokens as without the asks."""
+    if not moe_kernel._pdl_capable(0):
+        pytest.skip("the asks are made under dependent launch: Hopper or later and Triton's gdc")
+    prompt = [(11 * i + 5) % 300 + 2 for i in range(24)]
+    runs = {}
+    for value in (ask, ""):
+        monkeypatch.setattr(fused, "KV_ASK", value)
+        path = tiny_ftw["qwen3_moe"]
+        with flint.LLM(path, device="cuda:0", context_length=128, graphs="on") as llm:
+            runs[value] = _decode(llm.model, prompt, 40)
+    assert runs[ask][0] == runs[""][0]
+    assert torch.equal(runs[ask][1], runs[""][1])
 
 
 @pytest.mark.gpu

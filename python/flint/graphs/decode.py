@@ -24,6 +24,7 @@ every layer on one GPU, every expert resident (docs/cuda-graphs.md lists the fam
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import cached_property
 from typing import Any
 
 import torch
@@ -78,6 +79,44 @@ INT8_HEAD = True
 # A caller that samples writes its token into the buffer before each step, as always.
 # False for an A/B in benches.
 ARGMAX_IN_STEP = True
+# The step's argmax also written into pinned host memory (``host_tokens``, slot
+# position % 2), which the greedy loop reads once the step is done, instead of a copy
+# of the token in the stream between the steps: False for an A/B in benches.
+TOKENS_TO_HOST = True
+# The token's embedding read by the first layer's norm kernel (``fused.embed_rms_norm``)
+# instead of a torch op before it, where the norms are fused: False for an A/B in
+# benches.
+EMBED_IN_NORM = True
+# The RoPE rows and the span's mask made at the start of every step, used or not (as
+# before the thirty-second session): True for an A/B in benches. Off, ``StepRows``
+# makes them where a path first takes them.
+ROWS_EVERY_STEP = False
+
+
+class StepRows:
+    """A step's RoPE rows at its position (``cos``, ``sin`` [1, R]) and its span's mask
+    [1, S], for the paths that take them: the attention through its torch ops, latent
+    attention, torch's SDPA. Each is made on first use, inside the step (and so inside
+    its graph), so a step whose kernels read the position themselves (the fused q/k/v
+    RoPE and attention) launches none of these three ops."""
+
+    def __init__(self, decoder: GraphDecoder, span: int) -> None:
+        self.decoder, self.span = decoder, span
+        if ROWS_EVERY_STEP:
+            _ = self.cos, self.sin, self.mask
+
+    @cached_property
+    def cos(self) -> torch.Tensor:
+        return self.decoder.model.cos.index_select(0, self.decoder.position)
+
+    @cached_property
+    def sin(self) -> torch.Tensor:
+        return self.decoder.model.sin.index_select(0, self.decoder.position)
+
+    @cached_property
+    def mask(self) -> torch.Tensor:
+        decoder = self.decoder
+        return (decoder.positions[: self.span] <= decoder.position)[None, :]
 
 
 def expert_pools(backend: object) -> dict[int, ExpertPool] | None:
@@ -247,8 +286,12 @@ class GraphDecoder:
         self.int8_head = int8_head(model, source) if self.fused_dense and INT8_HEAD else None
         # the streamed step's hops read the router's ids on the host: no greedy ahead
         self.argmax_in_step = ARGMAX_IN_STEP and self.device_greedy
+        # the greedy loop reads each token from here (``flint.generation``)
+        self.host_tokens: torch.Tensor | None = None
         if self.argmax_in_step:
             self.argmax_parts = fused.argmax_parts(cfg.vocab_size, device)
+            if device.type == "cuda" and TOKENS_TO_HOST:
+                self.host_tokens = torch.zeros(2, dtype=torch.int64, pin_memory=True)
         if self.fused_norm and EIGHTHS_IN_NORM:
             for index, pool in pools.items():
                 buffer = eighths_buffer(pool, 1, device)
@@ -289,6 +332,14 @@ class GraphDecoder:
         entries, the first of ties as ``torch.argmax``) into the step's input."""
         with on_device(self.device):
             self.token.copy_(torch.argmax(logits[:vocab]).view(1))
+
+    def tokens_on_host(self, vocab: int) -> torch.Tensor | None:
+        """The pinned slots [2] into which the step at position p writes its greedy
+        next token (slot p % 2), where the step's own argmax is that token for ``vocab``
+        (``launch_greedy``); else None."""
+        if self.host_tokens is None or vocab != self.logits.shape[1]:
+            return None
+        return self.host_tokens
 
     def launch_greedy(self, position: int, vocab: int) -> None:
         """Enqueues the step of the token in the input buffer at ``position``, then the
@@ -353,22 +404,19 @@ class GraphDecoder:
     @torch.inference_mode()
     def _step(self, span: int) -> None:
         model = self.model
-        cos, sin, mask = self._inputs(span)
-        x = model.embed.index_select(0, self.token)  # [1, H]
+        rows = StepRows(self, span)
+        x: torch.Tensor | None = None  # the token's embedding, read by the first norm
+        if not (self.fused_norm and EMBED_IN_NORM):
+            x = model.embed.index_select(0, self.token)  # [1, H]
         delta: torch.Tensor | None = None  # the last MLP's output, not yet added to x
         with dependent_launch():  # one stream, kernel after kernel: moe_kernel.PDL
             for layer in model.layers:
-                x, delta = self._layer(layer, x, delta, cos, sin, mask, span)
+                x, delta = self._layer(layer, x, delta, rows)
+            assert x is not None, "a model has layers"
             self._head(x, delta)
             if self.argmax_in_step:  # the greedy next token, into the input buffer
-                fused.argmax(self.logits[0], self.token, self.argmax_parts)
-
-    def _inputs(self, span: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """RoPE rows cos, sin [1, D] at ``position`` and the span's mask [1, S]."""
-        cos = self.model.cos.index_select(0, self.position)  # [1, D]
-        sin = self.model.sin.index_select(0, self.position)
-        mask = (self.positions[:span] <= self.position)[None, :]  # [1, S]
-        return cos, sin, mask
+                parts, host = self.argmax_parts, self.host_tokens
+                fused.argmax(self.logits[0], self.token, parts, host, self.position)
 
     def _head(self, x: torch.Tensor, delta: torch.Tensor | None = None) -> None:
         """The final norm and LM head of x (+ delta) [1, H] into ``logits``."""
@@ -436,19 +484,22 @@ class GraphDecoder:
     def _layer(
         self,
         layer: DecoderLayer,
-        x: torch.Tensor,
+        x: torch.Tensor | None,
         delta: torch.Tensor | None,
-        cos: torch.Tensor,
-        sin: torch.Tensor,
-        mask: torch.Tensor,
-        span: int,
+        rows: StepRows,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The layer on its input x + delta: (the residual after attention, the MLP's
-        output), whose sum is the layer's output (added by the next norm's kernel)."""
-        x, xs = self._add_norm(layer.norm, x, delta, layer.input_norm, layer.eps)
+        output), whose sum is the layer's output (added by the next norm's kernel). x
+        None: the token's embedding, read by the norm's kernel (``EMBED_IN_NORM``)."""
+        if x is None:
+            x, xs = fused.embed_rms_norm(
+                self.model.embed, self.token, layer.input_norm, layer.eps, self.norm_fp32
+            )
+        else:
+            x, xs = self._add_norm(layer.norm, x, delta, layer.input_norm, layer.eps)
         eighths = self.eighths.get(layer.index)
         mlp = layer.mlp
-        h = self._attended(layer, x, cos, sin, mask, span, normed_x=xs)
+        h = self._attended(layer, x, rows, normed_x=xs)
         if not isinstance(mlp, MoEBlock):
             return h, mlp(self._norm(layer.norm, h, layer.post_norm, layer.eps))
         normed, ids, weights = self._moe_input(layer, mlp, h, eighths)
@@ -462,10 +513,7 @@ class GraphDecoder:
         self,
         layer: DecoderLayer,
         x: torch.Tensor,
-        cos: torch.Tensor,
-        sin: torch.Tensor,
-        mask: torch.Tensor,
-        span: int,
+        rows: StepRows,
         h: torch.Tensor | None = None,
         normed_x: torch.Tensor | None = None,
     ) -> torch.Tensor:
@@ -475,7 +523,7 @@ class GraphDecoder:
         xs = normed_x
         if xs is None:
             xs = self._norm(layer.norm, x, layer.input_norm, layer.eps)
-        return self._attention(layer.attn, xs, cos, sin, mask, span, x, h)
+        return self._attention(layer.attn, xs, rows, x, h)
 
     def _moe_input(
         self, layer: DecoderLayer, mlp: MoEBlock, h: torch.Tensor, eighths: torch.Tensor | None
@@ -507,10 +555,7 @@ class GraphDecoder:
         self,
         attn: object,
         x: torch.Tensor,  # [1, H]
-        cos: torch.Tensor,  # [1, R]
-        sin: torch.Tensor,
-        mask: torch.Tensor,  # [1, S]
-        span: int,
+        rows: StepRows,
         residual: torch.Tensor,  # [1, H], the layer's input
         h: torch.Tensor | None,  # where the result goes, if given
     ) -> torch.Tensor:
@@ -518,14 +563,12 @@ class GraphDecoder:
         key and value written into the cache row, the query against the span's filled
         positions, the output projection added to ``residual``."""
         if isinstance(attn, LatentAttention):
-            y = self._latent_attention(attn, x, cos, sin, mask, span)
+            y = self._latent_attention(attn, x, rows)
             return residual + y if h is None else torch.add(residual, y, out=h)
         assert isinstance(attn, Attention)
-        cfg, cache = attn.cfg, self.model.cache
-        if self.fused_attention:
-            q = self._project_fused(attn, x)
-        else:
-            q = self._project(attn, x, cos, sin)
+        cfg, cache, span = attn.cfg, self.model.cache, rows.span
+        fused_qkv = self.fused_attention
+        q = self._project_fused(attn, x) if fused_qkv else self._project(attn, x, rows)
         keys, values = cache.keys[attn.layer], cache.values[attn.layer]  # [Nkv, ctx, D]
         o8 = self._stored(attn.layer, 1)
         if self.fused_sdpa and not isinstance(attn, SinkAttention):
@@ -540,7 +583,7 @@ class GraphDecoder:
                 q.unsqueeze(0),
                 keys[:, :span].unsqueeze(0),
                 values[:, :span].unsqueeze(0),
-                attn_mask=mask,
+                attn_mask=rows.mask,
                 enable_gqa=cfg.num_heads != cfg.num_kv_heads,
             )[0]  # [Nq, 1, D]
         out = out.transpose(0, 1).reshape(1, -1)
@@ -566,12 +609,11 @@ class GraphDecoder:
         )  # fmt: skip
         return q
 
-    def _project(
-        self, attn: Attention, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
-    ) -> torch.Tensor:
+    def _project(self, attn: Attention, x: torch.Tensor, rows: StepRows) -> torch.Tensor:
         """``_project_fused`` through the attention's own torch ops (a q/k norm over all
         heads, clipping)."""
         cache = self.model.cache
+        cos, sin = rows.cos, rows.sin  # [1, R]
         q = apply_rope(attn._project(x, attn.q_w, attn.q_b, attn.q_norm), cos, sin)  # [Nq, 1, D]
         k = apply_rope(attn._project(x, attn.k_w, attn.k_b, attn.k_norm), cos, sin)
         v = attn._project(x, attn.v_w, attn.v_b, None)  # [Nkv, 1, D]
@@ -599,16 +641,14 @@ class GraphDecoder:
         self,
         attn: LatentAttention,
         x: torch.Tensor,  # [1, H]
-        cos: torch.Tensor,  # [1, Dr]
-        sin: torch.Tensor,
-        mask: torch.Tensor,  # [1, S]
-        span: int,
+        rows: StepRows,  # cos, sin [1, Dr]; mask [1, S]
     ) -> torch.Tensor:
         """DeepSeek's latent attention (``LatentAttention.__call__``'s ops): the latent
         and rotated shared key written into the cache row, the span's latents expanded
         into keys and values."""
-        query, latent, k_rot = attn.project(x, cos, sin)
+        query, latent, k_rot = attn.project(x, rows.cos, rows.sin)
         latents, k_rots = self.model.cache.keys[attn.layer], self.model.cache.values[attn.layer]
         latents.index_copy_(1, self.position, latent)  # [1, ctx, R]
         k_rots.index_copy_(1, self.position, k_rot)  # [1, ctx, Dr]
-        return attn.attend(query, latents[:, :span], k_rots[:, :span], mask)
+        span = rows.span
+        return attn.attend(query, latents[:, :span], k_rots[:, :span], rows.mask)

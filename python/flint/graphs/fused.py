@@ -63,6 +63,13 @@ NORM_LINEAR_WARPS = 4  # ``norm_linear``'s (8: 1,900.2 against 1,898.5 us, gpu10
 # ``qkv_rope``'s and ``head_rope``'s warps: one per head's program (the step 1,891.2
 # against 1,898.5 us with four, gpu101); a dict for the benches' A/B
 ROPE_LAUNCH: dict[str, int] = {"num_warps": 1}
+# Which launch asks the L2 for the attention's earlier keys and values before its wait
+# (Hopper's bulk prefetch under dependent launch; a hint, the same bits): "rope" (the
+# key and value programs of ``qkv_rope``, the first ``ATTENTION_CHUNK`` rows of their
+# head), "attention" (each program its chunk's), or "" (none). The 30B-A3B step alone
+# in two processes (gpu176): 1,745.8 us with "rope", 1,748.0 with "attention", 1,753.8
+# without; with bf16 o's whole rows also read ahead, 1,808.2.
+KV_ASK = "rope"
 
 
 def rms_norm(
@@ -86,6 +93,29 @@ def rms_norm(
             **NORM_LAUNCH, **ahead("norm", x.device), **pdl(x.device, "norm"),
         )  # fmt: skip
     return out
+
+
+def embed_rms_norm(
+    table: torch.Tensor,  # [V, H] an embedding
+    ids: torch.Tensor,  # [T] int64
+    weight: torch.Tensor,
+    eps: float,
+    weight_in_fp32: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The rows x = ``table[ids]`` [T, H] (``index_select``'s) and ``rms_norm(x, ...)``,
+    in one kernel: (x, normed). The step's first norm: the token's embedding read by the
+    norm's launch, under dependent launch, not by a torch op of its own."""
+    assert table.is_contiguous() and ids.dtype == torch.int64
+    n = table.shape[1]
+    x = torch.empty(ids.shape[0], n, dtype=table.dtype, device=table.device)
+    out = torch.empty_like(x)
+    with on_device(x.device):
+        rms_norm_kernel[(ids.shape[0],)](
+            table, ids, x, weight, out, n, eps, x, 0, BLOCK=_block(n), W32=weight_in_fp32,
+            ADD=False, GATHER=True, **NORM_LAUNCH, **ahead("norm", x.device),
+            **pdl(x.device, "norm"),
+        )  # fmt: skip
+    return x, out
 
 
 def add_rms_norm(
@@ -275,12 +305,13 @@ def qkv_rope(
     heads, _, dim = q.shape
     kv_heads = keys.shape[0]
     assert (q_norm is None) == (k_norm is None)
+    ask = ATTENTION_CHUNK if KV_ASK == "rope" and pdl(y.device) else 0
     with on_device(y.device):
         qkv_rope_kernel[(heads + 2 * kv_heads,)](
             y, y if q_norm is None else q_norm, y if k_norm is None else k_norm, cos, sin,
             position, q, keys, values, keys.stride(0), keys.stride(1), values.stride(0),
             values.stride(1), heads, kv_heads, dim, eps, NORM=q_norm is not None,
-            ROT=cos.shape[-1], BLOCK=_block(dim), **ROPE_LAUNCH, **pdl(y.device, "rope"),
+            ROT=cos.shape[-1], BLOCK=_block(dim), **ROPE_LAUNCH, **pdl(y.device, "rope"), ASK=ask,
         )  # fmt: skip
 
 
@@ -321,13 +352,15 @@ def decode_attention(
     splits = -(-span // ATTENTION_CHUNK)
     m, total, acc = parts
     assert splits <= m.shape[0] and keys.stride(2) == 1 and values.stride(2) == 1
+    read_ahead = ahead("attention", q.device)
+    ask = {"ASK": True} if KV_ASK == "attention" and read_ahead and pdl(q.device) else {}
     with on_device(q.device):
         decode_attention_kernel[(kv_heads, splits)](
             q, keys, values, position, out, m, total, acc, keys.stride(0), keys.stride(1),
             values.stride(0), values.stride(1), heads, dim, dim**-0.5, GROUP=group,
             GP=max(16, _block(group)), DP=max(16, _block(dim)), BS=ATTENTION_BLOCK,
             CHUNK=ATTENTION_CHUNK, SPLIT=splits > 1, F32=q.device.type == "cpu",
-            **ATTENTION_LAUNCH, **ahead("attention", q.device), **pdl(q.device, "attention"),
+            **ATTENTION_LAUNCH, **read_ahead, **pdl(q.device, "attention"), **ask,
         )  # fmt: skip
         if splits > 1:
             attention_combine_kernel[(heads,)](
@@ -369,21 +402,32 @@ def argmax_parts(n: int, device: torch.device) -> tuple[torch.Tensor, torch.Tens
 
 
 def argmax(
-    x: torch.Tensor, out: torch.Tensor, parts: tuple[torch.Tensor, torch.Tensor]
+    x: torch.Tensor,
+    out: torch.Tensor,
+    parts: tuple[torch.Tensor, torch.Tensor],
+    host: torch.Tensor | None = None,  # [2] int64, pinned
+    position: torch.Tensor | None = None,  # [1] int64
 ) -> torch.Tensor:
     """``torch.argmax(x)`` of fp32 x [n] into ``out`` [1] (int64) in two launches: the
     first of the largest entries (-0 equal to +0, NaN above everything, the first NaN
-    if any), as torch picks. For the greedy step's next token, on the device."""
+    if any), as torch picks. For the greedy step's next token, on the device; with
+    ``host``, also into its slot ``position % 2`` (pinned host memory, which the kernel
+    writes through its mapping: the host reads it once the step is done, with no copy
+    in the stream)."""
     (n,) = x.shape
     assert x.dtype == torch.float32 and x.is_contiguous() and out.dtype == torch.int64
     keys, first = parts
     blocks = keys.shape[0]
     assert blocks == -(-n // ARGMAX_BLOCK), (blocks, n)
+    on_host = host is not None and position is not None
+    if on_host:
+        assert host is not None and host.is_pinned() and host.dtype == torch.int64
     with on_device(x.device):
         argmax_blocks_kernel[(blocks,)](
             x, keys, first, n, BLOCK=ARGMAX_BLOCK, **pdl(x.device, "argmax")
         )
         argmax_kernel[(1,)](
-            keys, first, out, blocks, n, BLOCK=_block(blocks), **pdl(x.device, "argmax")
+            keys, first, out, host if on_host else out, position if on_host else out, blocks,
+            n, BLOCK=_block(blocks), HOST=on_host, **pdl(x.device, "argmax"),
         )  # fmt: skip
     return out

@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from flint.graphs.decode import GraphDecoder
+from flint.graphs.decode import GraphDecoder, StepRows
 from flint.graphs.moe_kernel import on_device
 from flint.models.moe import MoEBlock
 from flint.models.transformer import MoEModel
@@ -159,7 +159,7 @@ class StreamedDecoder(GraphDecoder):
     def _segment(self, span: int, k: int) -> None:
         """Segment ``k``'s ops, from and into the fixed buffers."""
         model, seg = self.model, self.segments[k]
-        cos, sin, mask = self._inputs(span)
+        rows = StepRows(self, span)
         first = seg.dense[0] if seg.dense else seg.moe
         if first is None:  # no layer after the last MoE layer
             self._head(self.x[-1])
@@ -167,7 +167,7 @@ class StreamedDecoder(GraphDecoder):
         x = model.embed.index_select(0, self.token) if first == 0 else self.x[first]
         for index in seg.dense:
             layer = model.layers[index]
-            h = self._attended(layer, x, cos, sin, mask, span, self.h[index])
+            h = self._attended(layer, x, rows, self.h[index])
             normed = self._norm(layer.norm, h, layer.post_norm, layer.eps)
             x = torch.add(h, layer.mlp(normed), out=self.x[index + 1])
         if seg.moe is None:
@@ -177,7 +177,7 @@ class StreamedDecoder(GraphDecoder):
         layer = model.layers[index]
         mlp = layer.mlp
         assert isinstance(mlp, MoEBlock)
-        h = self._attended(layer, x, cos, sin, mask, span, self.h[index])
+        h = self._attended(layer, x, rows, self.h[index])
         normed, ids, weights = self._moe_input(layer, mlp, h, None)
         self.normed[index].copy_(normed)
         self.ids[index].copy_(ids)

@@ -14,6 +14,7 @@ __all__ = [
     "_await_inputs",
     "_eighth_exp",
     "_eighths_index",
+    "_l2_ask",
     "_round",
     "_times_2_to",
     "_w_steps",
@@ -74,6 +75,32 @@ if triton is not None:
         elif GDC:
             tl.extra.cuda.gdc_wait()
             tl.extra.cuda.gdc_launch_dependents()
+
+    @triton.jit
+    def _l2_ask(at, size):
+        """Asks the L2 cache for ``size`` bytes at the byte address ``at`` (scalars), from
+        one thread of the program (Hopper's bulk prefetch, ``cp.async.bulk.prefetch.L2``:
+        issued and not waited for; a hint that changes no result, since the L2 is where
+        the GPU's global memory is coherent). ``at`` 16-byte aligned, ``size`` a
+        multiple of 16 (0 or less: nothing asked). CUDA sm_90 and later only (inline
+        PTX): the interpreter has no such instruction."""
+        return tl.inline_asm_elementwise(
+            "{ .reg .pred p; .reg .u32 t; mov.u32 t, %tid.x; setp.eq.u32 p, t, 0;"
+            " setp.gt.and.s32 p, $2, 0, p;"
+            " @p cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
+            "=r,l,r",
+            [at, size],
+            dtype=tl.int32,
+            is_pure=False,
+            pack=1,
+        )
+
+    @triton.jit
+    def _ask_rows(ptr, at, count):
+        """``_l2_ask`` for the ``count`` elements at ``ptr + at``: KV cache rows, which
+        are contiguous in a head (``decode_attention`` asserts it)."""
+        size = ptr.dtype.element_ty.primitive_bitwidth // 8
+        _l2_ask(ptr + at, (count * size).to(tl.int32) // 16 * 16)
 
     @triton.jit
     def _eighth_exp(k):
@@ -199,20 +226,29 @@ if triton is not None:
         EIGHTHS: tl.constexpr = False,
         AHEAD: tl.constexpr = False,
         GDC: tl.constexpr = False,
+        GATHER: tl.constexpr = False,
     ):
         """One row as ``flint.models.norm.rms_norm``: ``w * (x / rms(x)).to(dtype)``, or
         with ``W32`` (GPT-OSS) the weight multiplied in fp32 before the one cast. With
         ``ADD``, x is first the residual sum ``x + d`` rounded to the dtype (torch's
-        add), also written to ``sum_ptr``. With ``EIGHTHS``, the output is also written
-        in the word kernels' eighths layout at ``e_ptr`` (``eighths_kernel``'s bits).
-        ``AHEAD``: the weight read before ``_await_inputs``, not after the row's sum."""
+        add), also written to ``sum_ptr``. With ``GATHER``, x is row ``d[row]`` of the
+        table at ``x_ptr`` (an embedding), also copied to ``sum_ptr``. With
+        ``EIGHTHS``, the output is also written in the word kernels' eighths layout at
+        ``e_ptr`` (``eighths_kernel``'s bits). ``AHEAD``: the weight read before
+        ``_await_inputs``, not after the row's sum."""
         row = tl.program_id(0)
         cols = tl.arange(0, BLOCK)
         ok = cols < n
         w = _read_if(w_ptr, cols, ok, AHEAD)  # the weight ahead of the wait
         _await_inputs(GDC)
-        x = tl.load(x_ptr + row * n + cols, mask=ok, other=0.0).to(tl.float32)
         out_type = out_ptr.dtype.element_ty
+        if GATHER:
+            at = tl.load(d_ptr + row).to(tl.int64) * n
+            x = tl.load(x_ptr + at + cols, mask=ok, other=0.0)
+            tl.store(sum_ptr + row * n + cols, x, mask=ok)
+            x = x.to(tl.float32)
+        else:
+            x = tl.load(x_ptr + row * n + cols, mask=ok, other=0.0).to(tl.float32)
         if ADD:
             d = tl.load(d_ptr + row * n + cols, mask=ok, other=0.0).to(tl.float32)
             x = _round(x + d, out_type)
@@ -378,12 +414,22 @@ if triton is not None:
         ROT: tl.constexpr,
         BLOCK: tl.constexpr,
         GDC: tl.constexpr = False,
+        ASK: tl.constexpr = 0,
     ):
         """One launch for a token's stacked q, k, v projection [(Nq + 2 Nkv) D]: program
         h < Nq normalises and rotates query head h into ``q_ptr`` [Nq, D]; the next Nkv
-        the key heads into the cache row; the last Nkv copy the value heads into theirs."""
-        _await_inputs(GDC)
+        the key heads into the cache row; the last Nkv copy the value heads into theirs.
+        ``ASK`` > 0 (``fused.KV_ASK``): before its wait, each key and value program asks
+        the L2 for its head's earlier cache rows, at most ``ASK`` of them (the position
+        was copied in before the replay), for the attention that follows."""
         h = tl.program_id(0)
+        if ASK > 0:
+            pos = tl.minimum(tl.load(pos_ptr), ASK)
+            if h >= heads + kv_heads:
+                _ask_rows(v_ptr, (h - heads - kv_heads) * v_head, pos * v_pos)
+            elif h >= heads:
+                _ask_rows(k_ptr, (h - heads) * k_head, pos * k_pos)
+        _await_inputs(GDC)
         pos = tl.load(pos_ptr)
         y = y_ptr + h * dim
         if h < heads:
@@ -422,6 +468,7 @@ if triton is not None:
         F32: tl.constexpr,
         AHEAD: tl.constexpr = False,
         GDC: tl.constexpr = False,
+        ASK: tl.constexpr = False,
     ):
         """One query token's attention for the ``GROUP`` query heads of key/value head
         ``program_id(0)`` over cache positions [split * CHUNK, + CHUNK) up to the token's
@@ -432,7 +479,9 @@ if triton is not None:
         ``acc`` [splits, Nq, D] for ``attention_combine_kernel``. ``F32``: the products
         on fp32 copies (Triton's CPU interpreter multiplies bf16 tiles wrongly).
         ``AHEAD``: the position read before ``_await_inputs``, so that the loop's first
-        loads of keys and values are issued as soon as the wait ends."""
+        loads of keys and values are issued as soon as the wait ends. ``ASK`` (with
+        ``AHEAD``; ``fused.KV_ASK``): the L2 asked there for the chunk's earlier keys and
+        values (every row but the token's)."""
         kv = tl.program_id(0)
         split = tl.program_id(1)
         g = tl.arange(0, GP)
@@ -441,6 +490,11 @@ if triton is not None:
         d_ok = d < dim
         if AHEAD:
             pos = tl.load(pos_ptr).to(tl.int32)
+            if ASK:
+                first = split * CHUNK
+                rows = tl.maximum(tl.minimum(first + CHUNK, pos) - first, 0)
+                _ask_rows(k_ptr, kv * k_head + first * k_pos, rows * k_pos)
+                _ask_rows(v_ptr, kv * v_head + first * v_pos, rows * v_pos)
         _await_inputs(GDC)
         head = kv * GROUP + g
         q_at = q_ptr + head[:, None] * dim + d[None, :]
@@ -664,10 +718,20 @@ if triton is not None:
 
     @triton.jit
     def argmax_kernel(
-        keys_ptr, first_ptr, out_ptr, blocks, n, BLOCK: tl.constexpr, GDC: tl.constexpr = False
+        keys_ptr,
+        first_ptr,
+        out_ptr,
+        host_ptr,
+        pos_ptr,
+        blocks,
+        n,
+        BLOCK: tl.constexpr,
+        GDC: tl.constexpr = False,
+        HOST: tl.constexpr = False,
     ):
         """One program: the blocks' largest key and, of the blocks holding it, the
-        first one's entry (blocks are in entry order), written as int64."""
+        first one's entry (blocks are in entry order), written as int64. ``HOST``: also
+        into slot ``position % 2`` of ``host_ptr`` (pinned host memory, mapped)."""
         _await_inputs(GDC)
         b = tl.arange(0, BLOCK)
         ok = b < blocks
@@ -675,3 +739,5 @@ if triton is not None:
         first = tl.load(first_ptr + b, mask=ok, other=n)
         _, token = _first_max(key, first, n)
         tl.store(out_ptr, token.to(tl.int64))
+        if HOST:
+            tl.store(host_ptr + tl.load(pos_ptr) % 2, token.to(tl.int64))
