@@ -2636,7 +2636,8 @@ gpu177() {
   # The GPU tests with the thirty-second session's defaults (the attention's keys and
   # values asked of the L2 by RoPE's launch, the embedding read by the first norm, the
   # greedy token read from pinned memory the step writes, the cache's token record
-  # written once), then on q30 each of the new defaults undone alone, two processes each.
+  # written once), then on q30 each of the new defaults undone alone, two processes each
+  # (embed-op undid the embedding read by the first norm: taken out after this call).
   [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
   echo "== GPU tests"; timeout 240 python3 -m pytest tests -q -p no:cacheprovider --tb=short -rf \
     -m gpu --ignore=tests/server --ignore=tests/chat 2>&1 \
@@ -2647,8 +2648,25 @@ gpu177() {
     --processes 2 2>&1 | grep -E '"config"|rror|failed'
 }
 
+gpu178() {
+  # R0 with the thirty-second session's defaults against all three undone (the L2 asks,
+  # lazy RoPE rows, the greedy token from pinned memory; the cache's token record once
+  # has no switch; the embedding read by the first norm, gpu177's, was taken out),
+  # alternating, then with the token copied in the stream alone; R0 of q30d8.
+  synth30 q30
+  local before="--kv-ask none --rows-every-step --tokens-copied"
+  for args in "" "$before" "" "$before" "--tokens-copied" "--tokens-copied"; do
+    echo "== R0 q30 ${args:-defaults}"
+    timeout 80 python3 benches/graph_decode.py "$DATA/q30.ftw" --tokens 128 --reps 2 --modes on \
+      $args 2>&1 | grep -E "tg_tok|_sd|roofline|copy_gb|replay_us|greedy_us|Error"
+  done
+  synth30 q30d8 --dense-quant int8
+  echo "== R0 q30d8"; r0 q30d8
+}
+
 case $what in
   install) install ;;
+  gpu178) install; gpu178 ;;
   gpu177) install; gpu177 ;;
   gpu176) install; gpu176 ;;
   gpu175) install; gpu175 ;;

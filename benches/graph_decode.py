@@ -5,7 +5,7 @@ Usage: python benches/graph_decode.py MODEL [--tokens 128] [--prompt 64] [--reps
        [--modes on,eager,off] [--profile] [--between] [--torch-dense]
        [--torch-attention] [--no-ahead] [--no-pdl] [--early] [--qkv-after]
        [--early-kernels NAMES] [--kv-ask rope|attention|none] [--rows-every-step]
-       [--embed-op] [--tokens-copied]
+       [--tokens-copied]
 
 Each mode loads the model once (resident, cuda:0) and decodes ``--tokens`` greedy
 tokens after a ``--prompt``-token prompt, ``--reps`` times after a warm-up run (which
@@ -262,12 +262,6 @@ def main() -> None:
         "RoPE's launch or the attention's own, or not (the A/B of flint.graphs.fused.KV_ASK)",
     )
     parser.add_argument(
-        "--embed-op",
-        action="store_true",
-        help="the token's embedding by a torch op before the first norm (the A/B of "
-        "flint.graphs.decode.EMBED_IN_NORM, as before the thirty-second session)",
-    )
-    parser.add_argument(
         "--tokens-copied",
         action="store_true",
         help="the greedy loop copies each token in the stream instead of reading it from "
@@ -284,7 +278,6 @@ def main() -> None:
     if args.kv_ask:
         fused.KV_ASK = "" if args.kv_ask == "none" else args.kv_ask
     decode.ROWS_EVERY_STEP = args.rows_every_step
-    decode.EMBED_IN_NORM = not args.embed_op
     decode.TOKENS_TO_HOST = not args.tokens_copied
     if args.route_ranks == "off":
         fused.ROUTE_RANK_WARPS = 0
@@ -319,7 +312,6 @@ def main() -> None:
     result["route_ranks"] = [fused.ROUTE_RANKS, fused.ROUTE_RANK_WARPS]
     result["kv_ask"] = fused.KV_ASK
     result["rows_every_step"] = decode.ROWS_EVERY_STEP
-    result["embed_in_norm"] = decode.EMBED_IN_NORM
     result["tokens_to_host"] = decode.TOKENS_TO_HOST
     result["copy_gb_s"] = round(copy_rate(device) / 1e9, 1)
     ids: list[int] = []

@@ -54,8 +54,7 @@ gate/up start before its wait) and ``no-early`` (no kernel doing so; gpu155 had 
 the small kernels started the next early by default), ``kv-ask-*`` and ``no-kv-ask``
 (the attention's keys and values asked of the L2 before the wait, or not:
 fused.KV_ASK, "rope" by default since gpu176) and ``rows-every-step``
-(decode.ROWS_EVERY_STEP: the three ops the thirty-second session made lazy) and
-``embed-op`` (decode.EMBED_IN_NORM off: the embedding's row by a torch op). The thirty-first
+(decode.ROWS_EVERY_STEP: the three ops the thirty-second session made lazy). The thirty-first
 session's ``gu-guess`` and ``guess`` (gate/up reading guessed experts' rows before its
 wait) were taken out with the code.
 ``--profile
@@ -228,8 +227,6 @@ CONFIGS: dict[str, dict[str, Any]] = {
     },
     # the RoPE rows and the mask made at every step's start, used or not (as before)
     "rows-every-step": {"decode.ROWS_EVERY_STEP": True},
-    # the token's embedding by a torch op before the first norm (as before)
-    "embed-op": {"decode.EMBED_IN_NORM": False},
     **{
         f"route-{name}-w{w}": {"fused.ROUTE_RANKS": mode, "fused.ROUTE_RANK_WARPS": w}
         for name, mode in (("count", 1), ("sort", 2))

@@ -230,24 +230,6 @@ def test_the_norm_writes_the_eighths_of_its_output(w32: bool) -> None:
 
 
 @pytest.mark.interpreter
-@pytest.mark.parametrize("w32", [False, True])
-def test_the_first_norm_reads_the_embedding_rows_itself(w32: bool) -> None:
-    """``fused.embed_rms_norm``: the table's rows at the ids, and their norm, with the
-    bits of ``index_select`` and then ``fused.rms_norm`` (ids repeated and out of order,
-    a width that is not a whole number of blocks)."""
-    from flint.graphs import fused
-
-    torch.manual_seed(6)
-    table = torch.randn(50, 200).bfloat16()
-    weight = (torch.rand(200) + 0.5).bfloat16()
-    ids = torch.tensor([7, 49, 0, 7])
-    x, normed = fused.embed_rms_norm(table, ids, weight, 1e-6, w32)
-    want = table.index_select(0, ids)
-    assert torch.equal(x, want)
-    assert torch.equal(normed, fused.rms_norm(want, weight, 1e-6, w32))
-
-
-@pytest.mark.interpreter
 def test_eighths_layout_holds_the_vector_exactly() -> None:
     """Row k of a vector's eighths holds its columns 8m + k times 2^E exactly
     (E = 23 - 4k, or 35 - 4k from k = 5): what the word kernels multiply each nibble by."""

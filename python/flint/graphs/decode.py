@@ -83,10 +83,6 @@ ARGMAX_IN_STEP = True
 # position % 2), which the greedy loop reads once the step is done, instead of a copy
 # of the token in the stream between the steps: False for an A/B in benches.
 TOKENS_TO_HOST = True
-# The token's embedding read by the first layer's norm kernel (``fused.embed_rms_norm``)
-# instead of a torch op before it, where the norms are fused: False for an A/B in
-# benches.
-EMBED_IN_NORM = True
 # The RoPE rows and the span's mask made at the start of every step, used or not (as
 # before the thirty-second session): True for an A/B in benches. Off, ``StepRows``
 # makes them where a path first takes them.
@@ -405,14 +401,11 @@ class GraphDecoder:
     def _step(self, span: int) -> None:
         model = self.model
         rows = StepRows(self, span)
-        x: torch.Tensor | None = None  # the token's embedding, read by the first norm
-        if not (self.fused_norm and EMBED_IN_NORM):
-            x = model.embed.index_select(0, self.token)  # [1, H]
+        x = model.embed.index_select(0, self.token)  # [1, H]
         delta: torch.Tensor | None = None  # the last MLP's output, not yet added to x
         with dependent_launch():  # one stream, kernel after kernel: moe_kernel.PDL
             for layer in model.layers:
                 x, delta = self._layer(layer, x, delta, rows)
-            assert x is not None, "a model has layers"
             self._head(x, delta)
             if self.argmax_in_step:  # the greedy next token, into the input buffer
                 parts, host = self.argmax_parts, self.host_tokens
@@ -484,19 +477,13 @@ class GraphDecoder:
     def _layer(
         self,
         layer: DecoderLayer,
-        x: torch.Tensor | None,
+        x: torch.Tensor,
         delta: torch.Tensor | None,
         rows: StepRows,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The layer on its input x + delta: (the residual after attention, the MLP's
-        output), whose sum is the layer's output (added by the next norm's kernel). x
-        None: the token's embedding, read by the norm's kernel (``EMBED_IN_NORM``)."""
-        if x is None:
-            x, xs = fused.embed_rms_norm(
-                self.model.embed, self.token, layer.input_norm, layer.eps, self.norm_fp32
-            )
-        else:
-            x, xs = self._add_norm(layer.norm, x, delta, layer.input_norm, layer.eps)
+        output), whose sum is the layer's output (added by the next norm's kernel)."""
+        x, xs = self._add_norm(layer.norm, x, delta, layer.input_norm, layer.eps)
         eighths = self.eighths.get(layer.index)
         mlp = layer.mlp
         h = self._attended(layer, x, rows, normed_x=xs)

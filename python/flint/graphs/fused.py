@@ -95,29 +95,6 @@ def rms_norm(
     return out
 
 
-def embed_rms_norm(
-    table: torch.Tensor,  # [V, H] an embedding
-    ids: torch.Tensor,  # [T] int64
-    weight: torch.Tensor,
-    eps: float,
-    weight_in_fp32: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The rows x = ``table[ids]`` [T, H] (``index_select``'s) and ``rms_norm(x, ...)``,
-    in one kernel: (x, normed). The step's first norm: the token's embedding read by the
-    norm's launch, under dependent launch, not by a torch op of its own."""
-    assert table.is_contiguous() and ids.dtype == torch.int64
-    n = table.shape[1]
-    x = torch.empty(ids.shape[0], n, dtype=table.dtype, device=table.device)
-    out = torch.empty_like(x)
-    with on_device(x.device):
-        rms_norm_kernel[(ids.shape[0],)](
-            table, ids, x, weight, out, n, eps, x, 0, BLOCK=_block(n), W32=weight_in_fp32,
-            ADD=False, GATHER=True, **NORM_LAUNCH, **ahead("norm", x.device),
-            **pdl(x.device, "norm"),
-        )  # fmt: skip
-    return x, out
-
-
 def add_rms_norm(
     x: torch.Tensor,
     delta: torch.Tensor,

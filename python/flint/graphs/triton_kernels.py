@@ -226,29 +226,20 @@ if triton is not None:
         EIGHTHS: tl.constexpr = False,
         AHEAD: tl.constexpr = False,
         GDC: tl.constexpr = False,
-        GATHER: tl.constexpr = False,
     ):
         """One row as ``flint.models.norm.rms_norm``: ``w * (x / rms(x)).to(dtype)``, or
         with ``W32`` (GPT-OSS) the weight multiplied in fp32 before the one cast. With
         ``ADD``, x is first the residual sum ``x + d`` rounded to the dtype (torch's
-        add), also written to ``sum_ptr``. With ``GATHER``, x is row ``d[row]`` of the
-        table at ``x_ptr`` (an embedding), also copied to ``sum_ptr``. With
-        ``EIGHTHS``, the output is also written in the word kernels' eighths layout at
-        ``e_ptr`` (``eighths_kernel``'s bits). ``AHEAD``: the weight read before
-        ``_await_inputs``, not after the row's sum."""
+        add), also written to ``sum_ptr``. With ``EIGHTHS``, the output is also written
+        in the word kernels' eighths layout at ``e_ptr`` (``eighths_kernel``'s bits).
+        ``AHEAD``: the weight read before ``_await_inputs``, not after the row's sum."""
         row = tl.program_id(0)
         cols = tl.arange(0, BLOCK)
         ok = cols < n
         w = _read_if(w_ptr, cols, ok, AHEAD)  # the weight ahead of the wait
         _await_inputs(GDC)
+        x = tl.load(x_ptr + row * n + cols, mask=ok, other=0.0).to(tl.float32)
         out_type = out_ptr.dtype.element_ty
-        if GATHER:
-            at = tl.load(d_ptr + row).to(tl.int64) * n
-            x = tl.load(x_ptr + at + cols, mask=ok, other=0.0)
-            tl.store(sum_ptr + row * n + cols, x, mask=ok)
-            x = x.to(tl.float32)
-        else:
-            x = tl.load(x_ptr + row * n + cols, mask=ok, other=0.0).to(tl.float32)
         if ADD:
             d = tl.load(d_ptr + row * n + cols, mask=ok, other=0.0).to(tl.float32)
             x = _round(x + d, out_type)
