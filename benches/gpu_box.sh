@@ -2668,12 +2668,12 @@ gpu179() {
   # With the attention's keys and values in the L2 (gpu176), does it still lose to the
   # output projection's reads before its wait, and to its own bigger steps? bf16 o in
   # two tiles of 2048 columns (four or two rows a program: half its bytes read ahead,
-  # against a quarter), the attention on 128 positions a step or two warps; each alone
-  # in two processes on q30.
+  # against a quarter), the attention on 128 positions a step; each alone in two
+  # processes on q30.
   synth30 q30
   echo "== step q30"
-  timeout 400 python3 benches/step_ab.py "$DATA/q30.ftw" \
-    --configs base,o-k2048,o-b2-k2048,attn-b128,attn-w2 --processes 2 \
+  timeout 300 python3 benches/step_ab.py "$DATA/q30.ftw" \
+    --configs base,o-k2048,o-b2-k2048,attn-b128 --processes 2 \
     2>&1 | grep -E '"config"|rror|failed'
 }
 
