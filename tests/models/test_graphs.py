@@ -598,6 +598,38 @@ def _decode(model: MoEModel, prompt: list[int], steps: int) -> tuple[list[int], 
     return greedy_decode(model, prompt, steps)
 
 
+@pytest.mark.interpreter
+@pytest.mark.parametrize(
+    ("family", "made"), [("qwen3_moe", set()), ("olmoe", {"cos", "sin", "mask"})]
+)
+def test_the_step_makes_rope_rows_only_where_a_path_takes_them(
+    family: str, made: set[str], tiny_ftw: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``StepRows``: a step whose kernels read the position themselves (the fused q/k/v
+    RoPE and attention) makes no RoPE rows nor mask; OLMoE's q/k norm over all heads
+    projects through the attention's torch ops and attends through SDPA, which take
+    them."""
+    asked: set[str] = set()
+
+    class Counted(decode_module.StepRows):
+        def __getattribute__(self, name: str) -> object:
+            if name in ("cos", "sin", "mask"):
+                asked.add(name)
+            return super().__getattribute__(name)
+
+    monkeypatch.setattr(decode_module, "StepRows", Counted)
+    with flint.LLM(
+        tiny_ftw[family], device="cpu", dtype="bfloat16", context_length=64,
+        expert_kernels="torch",
+    ) as llm:  # fmt: skip
+        model = llm.model
+        pools = expert_pools(model.experts)
+        assert pools is not None
+        model.decoder = GraphDecoder(model, pools, capture=False)
+        _decode(model, [5, 17, 250, 3], 2)
+    assert asked == made
+
+
 def test_the_step_covers_the_standard_attention_families(tiny_ftw: dict[str, Path]) -> None:
     covered = _covered(tiny_ftw)
     assert set(COVERED) <= set(covered), covered
