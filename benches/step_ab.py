@@ -56,7 +56,8 @@ the small kernels started the next early by default), ``kv-ask-*`` and ``no-kv-a
 fused.KV_ASK, "rope" by default since gpu176) and ``rows-every-step``
 (decode.ROWS_EVERY_STEP: the three ops the thirty-second session made lazy). The thirty-first
 session's ``gu-guess`` and ``guess`` (gate/up reading guessed experts' rows before its
-wait) were taken out with the code.
+wait) and the thirty-second's ``embed-op`` (the token's embedding by a torch op, while
+the first norm read it: gpu177) were taken out with the code.
 ``--profile
 CONFIG[,CONFIG]`` then prints each kernel's time per step, and its share of the stream's time
 (under dependent launch, kernels overlap: a kernel's share is its end less the later
