@@ -265,9 +265,10 @@ def _greedy_ahead(
             if cancel is not None and cancel.is_set():
                 return
             position = model.cache.length
-            copied = slots is None or not made
-            if copied:
-                read.copy_(decoder.token, non_blocking=cuda)  # this token, before its step
+            # this token: in the slot the step before wrote, or else copied before its step
+            source, at = (read, 0) if slots is None or not made else (slots, (position - 1) % 2)
+            if source is read:
+                read.copy_(decoder.token, non_blocking=cuda)
             ready = torch.cuda.Event() if cuda else None  # type: ignore[no-untyped-call]
             if ready is not None:  # on the decoder's GPU, which need not be the current one
                 ready.record(torch.cuda.current_stream(decoder.device))
@@ -276,7 +277,7 @@ def _greedy_ahead(
                 decoder.launch_greedy(position, vocab)
             if ready is not None:
                 ready.synchronize()
-            token = int(read[0]) if copied or slots is None else int(slots[(position - 1) % 2])
+            token = int(source[at])
             chunk = request.step(token)
             if chunk is not None:
                 yield chunk

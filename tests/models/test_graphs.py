@@ -5,6 +5,7 @@ fixed-address step. Without a GPU the Triton kernels run in Triton's CPU interpr
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -618,16 +619,22 @@ def test_the_step_makes_rope_rows_only_where_a_path_takes_them(
             return super().__getattribute__(name)
 
     monkeypatch.setattr(decode_module, "StepRows", Counted)
-    with flint.LLM(
-        tiny_ftw[family], device="cpu", dtype="bfloat16", context_length=64,
-        expert_kernels="torch",
-    ) as llm:  # fmt: skip
-        model = llm.model
-        pools = expert_pools(model.experts)
-        assert pools is not None
-        model.decoder = GraphDecoder(model, pools, capture=False)
-        _decode(model, [5, 17, 250, 3], 2)
+    with _uncaptured_step(tiny_ftw[family]) as llm:
+        _decode(llm.model, [5, 17, 250, 3], 2)
     assert asked == made
+
+
+@contextmanager
+def _uncaptured_step(path: Path) -> Iterator[flint.LLM]:
+    """``path`` on the CPU in bf16 (64 positions, torch's expert kernels) decoding
+    through the graph step launched op by op."""
+    with flint.LLM(
+        path, device="cpu", dtype="bfloat16", context_length=64, expert_kernels="torch"
+    ) as llm:
+        pools = expert_pools(llm.model.experts)
+        assert pools is not None
+        llm.model.decoder = GraphDecoder(llm.model, pools, capture=False)
+        yield llm
 
 
 def test_the_step_covers_the_standard_attention_families(tiny_ftw: dict[str, Path]) -> None:
@@ -912,14 +919,8 @@ def test_greedy_ahead_gives_the_plain_loops_tokens(
         ({"max_tokens": 40, "ignore_eos": True}, 11),  # the context fills at 11
         ({"max_tokens": 2, "ignore_eos": True, "repetition_penalty": 1.3}, 64),
     ]
-    with flint.LLM(
-        tiny_ftw["qwen3_moe"], device="cpu", dtype="bfloat16", context_length=64,
-        expert_kernels="torch",
-    ) as llm:  # fmt: skip
+    with _uncaptured_step(tiny_ftw["qwen3_moe"]) as llm:
         model = llm.model
-        pools = expert_pools(model.experts)
-        assert pools is not None
-        model.decoder = GraphDecoder(model, pools, capture=False)
         # an end-of-sequence token: the third token the plain loop gives
         want = llm.generate(prompt, max_tokens=3, temperature=0.0, ignore_eos=True)
         monkeypatch.setattr(llm.tokenizer, "eos_token_ids", frozenset({want.token_ids[-1]}))
