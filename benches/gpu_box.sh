@@ -2677,8 +2677,58 @@ gpu179() {
     2>&1 | grep -E '"config"|rror|failed'
 }
 
+gpu180() {
+  # The MoE block's ranked sum made by the next norm's launch, eight programs in one
+  # thread-block cluster adding their sums of squares through each other's shared
+  # memory (fused.CLUSTER_NORM, new): its GPU tests, then on q30 the step with and
+  # without it alone in two processes each, R0 both ways, alternating, and the
+  # layer's timeline.
+  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
+  echo "== GPU tests (cluster norm)"
+  timeout 150 python3 -m pytest tests/models/test_graphs.py -q -p no:cacheprovider --tb=short \
+    -rf -m gpu -k "ranked or bit_identical or serial_launch or greedy" 2>&1 \
+    | grep -E "passed|failed|FAILED|Error|assert" | head -20
+  synth30 q30
+  echo "== step q30"
+  timeout 200 python3 benches/step_ab.py "$DATA/q30.ftw" --configs base,no-cluster-norm \
+    --processes 2 2>&1 | grep -E '"config"|rror|failed'
+  for args in "" "--no-cluster-norm" "" "--no-cluster-norm"; do
+    echo "== R0 q30 ${args:-defaults}"
+    timeout 80 python3 benches/graph_decode.py "$DATA/q30.ftw" --tokens 128 --reps 2 --modes on \
+      $args 2>&1 | grep -E "tg_tok|_sd|roofline|copy_gb|replay_us|greedy_us|Error"
+  done
+  echo "== timeline q30"
+  timeout 90 python3 benches/step_ab.py "$DATA/q30.ftw" --configs base --profile base \
+    --timeline 20 2>&1 | grep -E 'profile_us|"layer"|rror'
+}
+
+gpu181() {
+  # The cluster folds: the router's top-k made by its product's launch (eight programs
+  # in one cluster, program 0 picking after the barrier: fused.CLUSTER_ROUTE, new) and
+  # the ranked sum by the norm's (gpu180), the residual's store now after the exchange.
+  # A chain of eight-program cluster launches exchanging one sum through shared memory
+  # against plain dependent launches of eight programs; the folds' CUDA tests; on q30
+  # the step with each fold undone, both, and q/k/v's programs started once the norm's
+  # cluster has the ranks' rows, alone in two processes each.
+  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
+  echo "== launch floor"
+  timeout 60 python3 benches/launch_floor.py --programs 8 --launches 100,500 \
+    --syncs pdl,cluster 2>&1 | grep -E 'programs|rror'
+  echo "== GPU tests (cluster folds)"
+  timeout 100 python3 -m pytest tests/models/test_graphs.py -q -p no:cacheprovider --tb=short \
+    -rf -m gpu -k "ranked or top_k or cluster" 2>&1 | grep -E "passed|failed|FAILED|Error|assert" \
+    | head -20
+  synth30 q30
+  echo "== step q30"
+  timeout 360 python3 benches/step_ab.py "$DATA/q30.ftw" \
+    --configs base,no-cluster-route,no-cluster-norm,no-cluster-folds,cluster-norm-late1 \
+    --processes 2 2>&1 | grep -E '"config"|rror|failed'
+}
+
 case $what in
   install) install ;;
+  gpu181) install; gpu181 ;;
+  gpu180) install; gpu180 ;;
   gpu179) install; gpu179 ;;
   gpu178) install; gpu178 ;;
   gpu177) install; gpu177 ;;

@@ -6,9 +6,13 @@ start early and wait in ``griddepcontrol.wait`` until the kernel before has fini
 or with dependent launch and a counter instead of that wait (``flag``: each program
 adds one to its kernel's counter, release, once its stores are done; the next
 kernel's programs poll that counter, acquire, until every program has added).
+``cluster`` (eight programs only): dependent launch of one thread-block cluster of
+eight, whose programs add one partial sum each through each other's shared memory
+(``_cluster_sum``, ``fused.CLUSTER_NORM``'s exchange) before their stores: a launch
+with that exchange against ``pdl`` at eight programs without it.
 
 Usage: python benches/launch_floor.py [--launches 100,500] [--programs 1,132,1024]
-       [--syncs serial,pdl,flag]
+       [--syncs serial,pdl,flag,cluster]
 
 The graph decode step of the 30B-A3B geometry is ~530 launches a token (docs/benchmarks.md):
 the microseconds per launch here, times 530, is the part of a token no kernel's bytes
@@ -26,8 +30,8 @@ import torch
 import triton
 import triton.language as tl
 
-from flint.graphs import moe_kernel
-from flint.graphs.triton_kernels import _await_inputs
+from flint.graphs import fused, moe_kernel
+from flint.graphs.triton_kernels import _await_inputs, _cluster_sum
 from step_ab import timed  # benches/ is the script's own folder
 
 
@@ -37,6 +41,17 @@ def step_kernel(src_ptr, dst_ptr, BLOCK: tl.constexpr, GDC: tl.constexpr = False
     _await_inputs(GDC)
     at = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     tl.store(dst_ptr + at, tl.load(src_ptr + at) + 1.0)
+
+
+@triton.jit
+def cluster_step_kernel(src_ptr, dst_ptr, BLOCK: tl.constexpr, GDC: tl.constexpr = False):
+    """``step_kernel`` whose eight programs, one cluster, first add their blocks' sums
+    through each other's shared memory (added back as 0 * sum: the same values)."""
+    _await_inputs(GDC)
+    at = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(src_ptr + at)
+    total = _cluster_sum(tl.sum(x, axis=0))
+    tl.store(dst_ptr + at, x + 1.0 + 0.0 * total)
 
 
 @triton.jit
@@ -84,6 +99,11 @@ def chain_graph(launches: int, programs: int, sync: str, device: torch.device) -
                     counters.zero_()
                 for i in range(launches):
                     src, dst = bufs[i % 2], bufs[(i + 1) % 2]
+                    if sync == "cluster":
+                        assert programs == 8, "a cluster of eight programs"
+                        args, meta = (src, dst), {"BLOCK": block, **kwargs}
+                        fused._cluster_launch(cluster_step_kernel, 8, args, meta)
+                        continue
                     if sync != "flag":
                         step_kernel[(programs,)](src, dst, BLOCK=block, **kwargs)
                         continue

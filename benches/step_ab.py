@@ -54,7 +54,14 @@ gate/up start before its wait) and ``no-early`` (no kernel doing so; gpu155 had 
 the small kernels started the next early by default), ``kv-ask-*`` and ``no-kv-ask``
 (the attention's keys and values asked of the L2 before the wait, or not:
 fused.KV_ASK, "rope" by default since gpu176) and ``rows-every-step``
-(decode.ROWS_EVERY_STEP: the three ops the thirty-second session made lazy). The thirty-first
+(decode.ROWS_EVERY_STEP: the three ops the thirty-second session made lazy) and
+``no-cluster-norm`` (the ranked sum's own launch before the norm's, as before the
+thirty-third session: fused.CLUSTER_NORM), ``cluster-norm-w*`` (that cluster's programs
+on 1, 2 or 8 warps, 4 by default), ``cluster-norm-late1`` and ``-late2`` (q/k/v's
+programs started once the cluster has the ranks' rows, or has exchanged its sums of
+squares: fused.CLUSTER_NORM_LATE), ``no-cluster-route`` (the router's top-k in its own
+launch after its product's: fused.CLUSTER_ROUTE) and ``no-cluster-folds`` (neither
+cluster). The thirty-first
 session's ``gu-guess`` and ``guess`` (gate/up reading guessed experts' rows before its
 wait) and the thirty-second's ``embed-op`` (the token's embedding by a torch op, while
 the first norm read it: gpu177) were taken out with the code.
@@ -228,6 +235,13 @@ CONFIGS: dict[str, dict[str, Any]] = {
     },
     # the RoPE rows and the mask made at every step's start, used or not (as before)
     "rows-every-step": {"decode.ROWS_EVERY_STEP": True},
+    # the MoE block's ranked sum in its own launch, then the next norm's (no cluster)
+    "no-cluster-norm": {"fused.CLUSTER_NORM": 0},
+    # the router's top-k in its own launch after its product's (no cluster), and both
+    "no-cluster-route": {"fused.CLUSTER_ROUTE": 0},
+    "no-cluster-folds": {"fused.CLUSTER_NORM": 0, "fused.CLUSTER_ROUTE": 0},
+    **{f"cluster-norm-w{w}": {"fused.CLUSTER_NORM_WARPS": w} for w in (1, 2, 8)},
+    **{f"cluster-norm-late{k}": {"fused.CLUSTER_NORM_LATE": k} for k in (1, 2)},
     **{
         f"route-{name}-w{w}": {"fused.ROUTE_RANKS": mode, "fused.ROUTE_RANK_WARPS": w}
         for name, mode in (("count", 1), ("sort", 2))
@@ -403,11 +417,11 @@ def timeline(
     spans: list[tuple[str, float, float]], replays: int, layer: int
 ) -> list[dict[str, Any]]:
     """The kernels of decoder layer ``layer`` (from its input norm, the layer-th
-    ``rms_norm_kernel`` of a replay, to the next one; with ``norm-launch`` the
-    post-attention norms count too), each as its start and end in us after the layer's
-    first kernel starts, and what it adds to the stream (its end less the later of its
-    start and the latest end before it), averaged over the replays. Every replay must
-    launch the same kernels."""
+    ``rms_norm_kernel`` or ``ranked_norm_kernel`` of a replay, to the next one; with
+    ``norm-launch`` the post-attention norms count too), each as its start and end in
+    us after the layer's first kernel starts, and what it adds to the stream (its end
+    less the later of its start and the latest end before it), averaged over the
+    replays. Every replay must launch the same kernels."""
     ordered = sorted(spans, key=lambda s: (s[1], s[2]))
     per, extra = divmod(len(ordered), replays)
     pattern = [s[0] for s in ordered[:per]]
@@ -415,7 +429,8 @@ def timeline(
         [s[0] for s in ordered[r * per : (r + 1) * per]] != pattern for r in range(replays)
     ):
         raise SystemExit(f"--timeline: the {replays} replays did not launch the same kernels")
-    norms = [i for i, name in enumerate(pattern) if name.startswith("rms_norm_kernel")]
+    starts = ("rms_norm_kernel", "ranked_norm_kernel")  # the second with fused.CLUSTER_NORM
+    norms = [i for i, name in enumerate(pattern) if name.startswith(starts)]
     if layer + 1 >= len(norms):
         raise SystemExit(f"--timeline {layer}: the step has {len(norms) - 1} layers")
     first, stop = norms[layer], norms[layer + 1]

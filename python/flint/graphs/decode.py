@@ -24,6 +24,7 @@ every layer on one GPU, every expert resident (docs/cuda-graphs.md lists the fam
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
@@ -38,6 +39,7 @@ from flint.graphs.moe_kernel import (
     dependent_launch,
     eighths_buffer,
     moe_experts,
+    moe_pair_outputs,
     on_device,
     slab_unsupported,
     stacked_pool,
@@ -87,6 +89,19 @@ TOKENS_TO_HOST = True
 # before the thirty-second session): True for an A/B in benches. Off, ``StepRows``
 # makes them where a path first takes them.
 ROWS_EVERY_STEP = False
+
+
+@dataclass(frozen=True)
+class Ranked:
+    """A MoE block's output not yet summed: each rank's expert output [K, H] fp32 and
+    the routing weights [1, K], which the next norm's launch adds in rank order
+    (``fused.ranked_add_rms_norm``)."""
+
+    rows: torch.Tensor
+    weights: torch.Tensor
+
+
+Delta = torch.Tensor | Ranked | None  # a layer's MLP output, not yet added to the residual
 
 
 class StepRows:
@@ -402,7 +417,7 @@ class GraphDecoder:
         model = self.model
         rows = StepRows(self, span)
         x = model.embed.index_select(0, self.token)  # [1, H]
-        delta: torch.Tensor | None = None  # the last MLP's output, not yet added to x
+        delta: Delta = None  # the last MLP's output, not yet added to x
         with dependent_launch():  # one stream, kernel after kernel: moe_kernel.PDL
             for layer in model.layers:
                 x, delta = self._layer(layer, x, delta, rows)
@@ -411,7 +426,7 @@ class GraphDecoder:
                 parts, host = self.argmax_parts, self.host_tokens
                 fused.argmax(self.logits[0], self.token, parts, host, self.position)
 
-    def _head(self, x: torch.Tensor, delta: torch.Tensor | None = None) -> None:
+    def _head(self, x: torch.Tensor, delta: Delta = None) -> None:
         """The final norm and LM head of x (+ delta) [1, H] into ``logits``."""
         model = self.model
         eps = model.config.rms_norm_eps
@@ -439,12 +454,14 @@ class GraphDecoder:
         return norm(x, w, eps)
 
     def _add_norm(
-        self, norm: Norm, x: torch.Tensor, delta: torch.Tensor | None, w: torch.Tensor, eps: float
+        self, norm: Norm, x: torch.Tensor, delta: Delta, w: torch.Tensor, eps: float
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The residual x + delta (x when no delta) and its norm, in one kernel where
-        the norm is fused."""
+        the norm is fused (a ``Ranked`` delta's sum too)."""
         if delta is None:
             return x, self._norm(norm, x, w, eps)
+        if isinstance(delta, Ranked):
+            return fused.ranked_add_rms_norm(x, delta.rows, delta.weights, w, eps, self.norm_fp32)
         if self.fused_norm:
             return fused.add_rms_norm(x, delta, w, eps, self.norm_fp32)
         total = x + delta
@@ -478,11 +495,12 @@ class GraphDecoder:
         self,
         layer: DecoderLayer,
         x: torch.Tensor,
-        delta: torch.Tensor | None,
+        delta: Delta,
         rows: StepRows,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    ) -> tuple[torch.Tensor, torch.Tensor | Ranked]:
         """The layer on its input x + delta: (the residual after attention, the MLP's
-        output), whose sum is the layer's output (added by the next norm's kernel)."""
+        output), whose sum is the layer's output (added by the next norm's kernel; a
+        MoE block's ranks summed there too, where ``fused.ranked_norm_fits``)."""
         x, xs = self._add_norm(layer.norm, x, delta, layer.input_norm, layer.eps)
         eighths = self.eighths.get(layer.index)
         mlp = layer.mlp
@@ -491,6 +509,9 @@ class GraphDecoder:
             return h, mlp(self._norm(layer.norm, h, layer.post_norm, layer.eps))
         normed, ids, weights = self._moe_input(layer, mlp, h, eighths)
         pool = self.pools[layer.index]
+        if mlp.shared is None and self.fused_norm and fused.ranked_norm_fits(h.device):
+            per_rank = moe_pair_outputs(normed, ids, pool, self.scratch, eighths)
+            return h, Ranked(per_rank, weights)
         out = moe_experts(normed, ids, weights, pool, self.scratch, self.moe_out, eighths)
         if mlp.shared is not None:
             out = out + mlp._shared(normed)
@@ -519,6 +540,13 @@ class GraphDecoder:
         norm [1, H], also into ``eighths`` when given; the router's ids and weights)."""
         fold = NORM_IN_ROUTER and self.fused_norm and self.fused_router
         if fold and self._fits(h, mlp.router) and h.shape[1] <= fused.NORM_LINEAR_COLS:
+            if fused.norm_route_fits(h.device, *mlp.router.shape):
+                cfg = self.model.config
+                dtype = torch.float32 if cfg.router_weights_fp32 else h.dtype
+                return fused.norm_route(
+                    h, layer.post_norm, layer.eps, mlp.router, self.norm_fp32, eighths,
+                    cfg.top_k, cfg.norm_topk_prob, dtype,
+                )  # fmt: skip
             logits, normed = fused.norm_linear(
                 h, layer.post_norm, layer.eps, mlp.router, self.norm_fp32, eighths
             )

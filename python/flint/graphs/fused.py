@@ -9,6 +9,9 @@ squares, the router's softmax, and the product with the router's rows where
 
 from __future__ import annotations
 
+import functools
+from typing import Any
+
 import torch
 
 from flint.graphs.moe_kernel import _DTYPES, ahead, on_device, pdl
@@ -20,7 +23,9 @@ from flint.graphs.triton_kernels import (
     head_rope_kernel,
     linear_kernel,
     norm_linear_kernel,
+    norm_route_kernel,
     qkv_rope_kernel,
+    ranked_norm_kernel,
     rms_norm_kernel,
     route_kernel,
     triton,
@@ -113,6 +118,95 @@ def add_rms_norm(
             ADD=True, **NORM_LAUNCH, **ahead("norm", x.device), **pdl(x.device, "norm"),
         )  # fmt: skip
     return total, out
+
+
+# The MoE block's ranked sum made by the next norm's launch (``ranked_add_rms_norm``):
+# eight programs launched as one thread-block cluster, each summing the ranks of an
+# eighth of the columns and adding the residual, which add their partial sums of squares
+# through each other's shared memory (``_cluster_sum``) and norm their columns. One
+# launch a layer fewer, without one program reading all eight ranks (a one-program fold
+# was slower: docs/benchmarks.md, gpu101). Hopper and later; 0: the ranked sum's own
+# launch, then the norm's (an A/B in benches).
+CLUSTER_NORM = 8
+CLUSTER_NORM_WARPS = 4
+# When the cluster's programs let the next kernel's start (``ranked_norm_kernel``'s
+# ``LATE``): 0 at their wait, 1 once the ranks' rows are in, 2 once the sums of squares
+# are exchanged (an A/B in benches).
+CLUSTER_NORM_LATE = 0
+
+
+def ranked_norm_fits(device: torch.device) -> bool:
+    """Whether the step leaves a MoE block's ranked sum to the next norm's launch
+    (``ranked_add_rms_norm``), with ``CLUSTER_NORM`` on: on a GPU that launches
+    thread-block clusters (Hopper and later), or in the CPU interpreter (one program:
+    the tests of the fold)."""
+    if not CLUSTER_NORM:
+        return False
+    return device.type == "cpu" or (device.type == "cuda" and _clusters(device))
+
+
+def _clusters(device: torch.device) -> bool:
+    index = torch.cuda.current_device() if device.index is None else device.index
+    return _capability(index) >= 9
+
+
+@functools.cache
+def _capability(index: int) -> int:
+    return int(torch.cuda.get_device_capability(index)[0])
+
+
+def ranked_add_rms_norm(
+    x: torch.Tensor,  # [1, H] the residual
+    rows: torch.Tensor,  # [K, H] fp32: each rank's expert output (``moe_pair_outputs``)
+    weights: torch.Tensor,  # [1, K] the routing weights
+    norm_weight: torch.Tensor,
+    eps: float,
+    weight_in_fp32: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``add_rms_norm(x, delta, ...)`` where delta is the MoE block's output, the ranks'
+    rows times their weights added in rank order (``moe_kernel.ranked_sum``'s bits), in
+    one launch: (x + delta, its norm). The norm's sum of squares adds eight partial
+    sums on a GPU (``CLUSTER_NORM``), the row's ``tl.sum`` on the CPU."""
+    tokens, n = x.shape
+    top_k = weights.shape[1]
+    assert tokens == 1 and rows.shape == (top_k, n) and rows.is_contiguous()
+    x, weights = x.contiguous(), weights.contiguous()
+    total, out = torch.empty_like(x), torch.empty_like(x)
+    cpu = x.device.type == "cpu"
+    cluster = 1 if cpu else 8
+    args = (rows, weights, x, total, norm_weight, out, n, eps)
+    meta: dict[str, Any] = dict(
+        TOPK=top_k, BS=_block(-(-n // cluster)), W32=weight_in_fp32, CLUSTER=cluster,
+        num_warps=CLUSTER_NORM_WARPS, **ahead("norm", x.device), **pdl(x.device, "norm"),
+        LATE=CLUSTER_NORM_LATE,
+    )  # fmt: skip
+    with on_device(x.device):
+        if cpu:
+            ranked_norm_kernel[(1,)](*args, **meta)
+        else:
+            _cluster_launch(ranked_norm_kernel, cluster, args, meta)
+    return total, out
+
+
+def _cluster_launch(kernel: Any, ctas: int, args: tuple[Any, ...], meta: dict[str, Any]) -> None:
+    """``kernel`` launched as one thread-block cluster of ``ctas`` programs (program ids
+    0..ctas-1). Triton's own clusters (``num_ctas``) spread each tensor over the
+    cluster's programs and fail to compile reductions, so the kernel is compiled for
+    one program as usual and only its launch changes: Triton's launcher makes
+    ``grid * num_ctas`` programs in clusters of ``num_ctas`` from the compiled
+    kernel's packed metadata, which is set here. The kernel is compiled for cluster
+    launches only (the caller's kernel is launched no other way)."""
+    compiled = kernel.warmup(*args, grid=(1,), **meta)
+    _as_cluster(compiled, ctas)
+    kernel[(1,)](*args, **meta)
+
+
+def _as_cluster(compiled: Any, ctas: int) -> None:
+    """The compiled kernel's launches made clusters of ``ctas`` (its packed metadata is
+    (warps, ctas, shared memory) in Triton 3's CUDA launcher)."""
+    warps, now, shared = compiled.packed_metadata
+    assert now in (1, ctas), compiled.packed_metadata
+    compiled.packed_metadata = (warps, ctas, shared)
 
 
 # (rows per program, columns per step, warps) of the one-token matrix-vector kernel by
@@ -238,6 +332,70 @@ def norm_linear(
             **ahead("norm", h.device), **pdl(h.device, "norm_linear"),
         )  # fmt: skip
     return out, normed
+
+
+# The router's top-k made by its product's launch (``norm_route``): eight programs in
+# one thread-block cluster make the logits, program 0 picks after the cluster's barrier.
+# One launch a MoE layer fewer, without the last-program count that made such folds
+# slower (docs/cuda-graphs.md). Hopper and later, the one-pass router without a chain
+# (``ROUTE_RANKS``); 0: the top-k's own launch (an A/B in benches).
+CLUSTER_ROUTE = 8
+CLUSTER_ROUTE_REGS = 32768  # the most weights a program holds (rows x columns, padded)
+
+
+def norm_route_fits(device: torch.device, experts: int, cols: int) -> bool:
+    """Whether ``norm_route`` takes a router of ``experts`` rows of ``cols``: on the CPU
+    (the interpreter, one program) or a GPU that launches clusters, with
+    ``CLUSTER_ROUTE`` on and the one-pass router ranking its picks, eight programs each
+    holding at most ``CLUSTER_ROUTE_REGS`` weights."""
+    if not CLUSTER_ROUTE or not (ROUTE_ONE_PASS and ROUTE_RANK_WARPS > 0 and ROUTE_RANKS):
+        return False
+    if device.type == "cpu":
+        return True
+    fits = _block(-(-experts // 8)) * _block(cols) <= CLUSTER_ROUTE_REGS
+    return device.type == "cuda" and _clusters(device) and fits
+
+
+def norm_route(
+    h: torch.Tensor,  # [1, K] in the model dtype
+    norm_weight: torch.Tensor,  # [K]
+    eps: float,
+    weight: torch.Tensor,  # [E, K] the router's rows, in h's dtype
+    weight_in_fp32: bool,
+    eighths: torch.Tensor | None,
+    top_k: int,
+    normalize: bool,
+    dtype: torch.dtype,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(normed, ids [1, K] int64, weights [1, K] in ``dtype``): ``norm_linear`` then
+    ``route`` in one launch. The logits' and the softmax's sums follow this kernel's
+    layout, so they may differ from the two launches' within a rounding."""
+    experts, cols = weight.shape
+    assert h.shape == (1, cols) and weight.dtype == h.dtype and weight.stride(1) == 1
+    h = h.contiguous()
+    normed = torch.empty_like(h)
+    logits = torch.empty(experts, dtype=torch.float32, device=h.device)
+    ids = torch.empty(1, top_k, dtype=torch.int64, device=h.device)
+    weights = torch.empty(1, top_k, dtype=dtype, device=h.device)
+    e_stride = 0 if eighths is None else eighths.shape[1] // 8
+    cpu = h.device.type == "cpu"
+    cluster = 1 if cpu else 8
+    args = (
+        h, weight, weight.stride(0), norm_weight, logits, normed,
+        h if eighths is None else eighths, e_stride, ids, weights, experts, cols, eps,
+    )  # fmt: skip
+    meta: dict[str, Any] = dict(
+        ROUND=_DTYPES[h.dtype], BN=_block(-(-experts // cluster)), BLOCK=_block(cols),
+        W32=weight_in_fp32, EIGHTHS=eighths is not None, TOPK=top_k, NORM=normalize,
+        EB=_block(experts), KP=_block(top_k), RANKS=ROUTE_RANKS, CLUSTER=cluster,
+        num_warps=NORM_LINEAR_WARPS, **ahead("norm", h.device), **pdl(h.device, "norm_linear"),
+    )  # fmt: skip
+    with on_device(h.device):
+        if cpu:
+            norm_route_kernel[(1,)](*args, **meta)
+        else:
+            _cluster_launch(norm_route_kernel, cluster, args, meta)
+    return normed, ids, weights
 
 
 def head_rope(

@@ -432,6 +432,23 @@ def _launch(
     return _ranked_sum(per_rank, weights, out)
 
 
+def moe_pair_outputs(
+    x: torch.Tensor,  # [T, H] in the model dtype
+    ids: torch.Tensor,  # [T, K] int64, router-rank order
+    pool: ExpertPool,
+    scratch: tuple[torch.Tensor, torch.Tensor],  # [T*K, I], [T*K, H] f32
+    x_eighths: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``moe_experts`` without its ranked sum: each (token, rank) pair's expert output
+    [T*K, H] fp32 (in ``scratch``), for a caller that adds them itself
+    (``fused.ranked_add_rms_norm``)."""
+    assert triton is not None, "check available() first"
+    hidden, per_rank = scratch
+    with on_device(x.device):
+        _pair_outputs(x.contiguous(), ids.contiguous(), pool, hidden, per_rank, x_eighths)
+    return per_rank
+
+
 def _pair_outputs(
     x: torch.Tensor,  # [T, H] in the model dtype
     ids: torch.Tensor,  # [T, K] int64 pool slots
