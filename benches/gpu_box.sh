@@ -2725,8 +2725,26 @@ gpu181() {
     --processes 2 2>&1 | grep -E '"config"|rror|failed'
 }
 
+gpu182() {
+  # The cluster norm alone (the router's fold was 196 us slower in gpu181 and is taken
+  # out): the step with it, without it, and with q/k/v's programs started once the
+  # cluster has the ranks' rows (late1) or has exchanged (late2), alone in two processes
+  # each; then R0 with it, without it and late1, alternating.
+  synth30 q30
+  echo "== step q30"
+  timeout 300 python3 benches/step_ab.py "$DATA/q30.ftw" \
+    --configs base,no-cluster-norm,cluster-norm-late1,cluster-norm-late2 \
+    --processes 2 2>&1 | grep -E '"config"|rror|failed'
+  for args in "" "--no-cluster-norm" "--cluster-norm-late 1"; do
+    echo "== R0 q30 ${args:-defaults}"
+    timeout 80 python3 benches/graph_decode.py "$DATA/q30.ftw" --tokens 128 --reps 2 --modes on \
+      $args 2>&1 | grep -E "tg_tok|_sd|roofline|copy_gb|replay_us|greedy_us|Error"
+  done
+}
+
 case $what in
   install) install ;;
+  gpu182) install; gpu182 ;;
   gpu181) install; gpu181 ;;
   gpu180) install; gpu180 ;;
   gpu179) install; gpu179 ;;

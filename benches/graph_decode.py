@@ -5,7 +5,7 @@ Usage: python benches/graph_decode.py MODEL [--tokens 128] [--prompt 64] [--reps
        [--modes on,eager,off] [--profile] [--between] [--torch-dense]
        [--torch-attention] [--no-ahead] [--no-pdl] [--early] [--qkv-after]
        [--early-kernels NAMES] [--kv-ask rope|attention|none] [--rows-every-step]
-       [--tokens-copied] [--no-cluster-norm] [--no-cluster-route]
+       [--tokens-copied] [--no-cluster-norm] [--cluster-norm-late 1|2]
 
 Each mode loads the model once (resident, cuda:0) and decodes ``--tokens`` greedy
 tokens after a ``--prompt``-token prompt, ``--reps`` times after a warm-up run (which
@@ -280,17 +280,19 @@ def main() -> None:
         "of both in one cluster launch (the A/B of flint.graphs.fused.CLUSTER_NORM)",
     )
     parser.add_argument(
-        "--no-cluster-route",
-        action="store_true",
-        help="each router's top-k in its own launch after its product's, instead of both in "
-        "one cluster launch (the A/B of flint.graphs.fused.CLUSTER_ROUTE)",
+        "--cluster-norm-late",
+        type=int,
+        choices=(1, 2),
+        help="the cluster norm lets the next kernel's programs start once it has the ranks' "
+        "rows (1) or has exchanged its sums of squares (2), not at its wait (the A/B of "
+        "flint.graphs.fused.CLUSTER_NORM_LATE)",
     )
     args = parser.parse_args()
     fused.QKV_AFTER_WAIT = args.qkv_after
     if args.no_cluster_norm:
         fused.CLUSTER_NORM = 0
-    if args.no_cluster_route:
-        fused.CLUSTER_ROUTE = 0
+    if args.cluster_norm_late:
+        fused.CLUSTER_NORM_LATE = args.cluster_norm_late
     if args.kv_ask:
         fused.KV_ASK = "" if args.kv_ask == "none" else args.kv_ask
     decode.ROWS_EVERY_STEP = args.rows_every_step
@@ -330,7 +332,7 @@ def main() -> None:
     result["rows_every_step"] = decode.ROWS_EVERY_STEP
     result["tokens_to_host"] = decode.TOKENS_TO_HOST
     result["cluster_norm"] = fused.CLUSTER_NORM
-    result["cluster_route"] = fused.CLUSTER_ROUTE
+    result["cluster_norm_late"] = fused.CLUSTER_NORM_LATE
     result["copy_gb_s"] = round(copy_rate(device) / 1e9, 1)
     ids: list[int] = []
     step_tokens: dict[str, list[int]] = {}  # "on" and "eager": the same step, the same tokens

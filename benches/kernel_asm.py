@@ -199,7 +199,6 @@ def launches(scheme: str) -> list[tuple[str, Any]]:
     nw = torch.randn(HIDDEN).bfloat16()
     e8 = mk._eighths_empty(1, HIDDEN, cpu)
     out.append(("norm + router", lambda: fused.norm_linear(x, nw, 1e-6, router, eighths=e8)))
-    out.append(("norm + route", lambda: _norm_route(x, nw, router, e8)))
     out.append(("norm eighths", lambda: fused.rms_norm(x, nw, 1e-6, eighths=e8)))
     out.append(("add norm", lambda: fused.add_rms_norm(x, x, nw, 1e-6)))
     heads, kv, dim, ctx = 32, 4, 128, 256
@@ -282,24 +281,6 @@ def _ranked_norm(rows: torch.Tensor, w: torch.Tensor, x: torch.Tensor, nw: torch
     ranked_norm_kernel[(1,)](
         rows, w, x, total, nw, out, HIDDEN, 1e-6, TOPK=TOP_K, BS=HIDDEN // 8, W32=False,
         CLUSTER=8, num_warps=fused.CLUSTER_NORM_WARPS, **mk.ahead("norm", x.device),
-    )  # fmt: skip
-
-
-def _norm_route(x: torch.Tensor, nw: torch.Tensor, router: torch.Tensor, e8: torch.Tensor) -> None:
-    """``fused.norm_route``'s kernel as a GPU launches it, one program of a cluster of
-    eight (on CPU tensors the wrapper takes the interpreter's one program)."""
-    from flint.graphs import fused
-    from flint.graphs import moe_kernel as mk
-    from flint.graphs.triton_kernels import norm_route_kernel
-
-    experts, cols = router.shape
-    ids, weights = torch.empty(1, TOP_K, dtype=torch.int64), torch.empty(1, TOP_K).bfloat16()
-    norm_route_kernel[(1,)](
-        x, router, router.stride(0), nw, torch.empty(experts), torch.empty_like(x), e8,
-        e8.shape[1] // 8, ids, weights, experts, cols, 1e-6, ROUND=mk._DTYPES[torch.bfloat16],
-        BN=experts // 8, BLOCK=cols, W32=False, EIGHTHS=True, TOPK=TOP_K, NORM=True,
-        EB=experts, KP=TOP_K, RANKS=fused.ROUTE_RANKS, CLUSTER=8,
-        num_warps=fused.NORM_LINEAR_WARPS, **mk.ahead("norm", x.device),
     )  # fmt: skip
 
 

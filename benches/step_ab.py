@@ -53,18 +53,18 @@ reductions on one warp, as before), ``early-route`` (the router's top-k letting
 gate/up start before its wait) and ``no-early`` (no kernel doing so; gpu155 had it while
 the small kernels started the next early by default), ``kv-ask-*`` and ``no-kv-ask``
 (the attention's keys and values asked of the L2 before the wait, or not:
-fused.KV_ASK, "rope" by default since gpu176) and ``rows-every-step``
-(decode.ROWS_EVERY_STEP: the three ops the thirty-second session made lazy) and
+fused.KV_ASK, "rope" by default since gpu176), ``rows-every-step``
+(decode.ROWS_EVERY_STEP: the three ops the thirty-second session made lazy),
 ``no-cluster-norm`` (the ranked sum's own launch before the norm's, as before the
 thirty-third session: fused.CLUSTER_NORM), ``cluster-norm-w*`` (that cluster's programs
 on 1, 2 or 8 warps, 4 by default), ``cluster-norm-late1`` and ``-late2`` (q/k/v's
 programs started once the cluster has the ranks' rows, or has exchanged its sums of
-squares: fused.CLUSTER_NORM_LATE), ``no-cluster-route`` (the router's top-k in its own
-launch after its product's: fused.CLUSTER_ROUTE) and ``no-cluster-folds`` (neither
-cluster). The thirty-first
+squares: fused.CLUSTER_NORM_LATE). The thirty-first
 session's ``gu-guess`` and ``guess`` (gate/up reading guessed experts' rows before its
-wait) and the thirty-second's ``embed-op`` (the token's embedding by a torch op, while
-the first norm read it: gpu177) were taken out with the code.
+wait), the thirty-second's ``embed-op`` (the token's embedding by a torch op, while
+the first norm read it: gpu177) and the thirty-third's ``no-cluster-route`` and
+``no-cluster-folds`` (the router's top-k made by its product's launch in a cluster,
+undone: gpu181) were taken out with the code.
 ``--profile
 CONFIG[,CONFIG]`` then prints each kernel's time per step, and its share of the stream's time
 (under dependent launch, kernels overlap: a kernel's share is its end less the later
@@ -237,9 +237,6 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "rows-every-step": {"decode.ROWS_EVERY_STEP": True},
     # the MoE block's ranked sum in its own launch, then the next norm's (no cluster)
     "no-cluster-norm": {"fused.CLUSTER_NORM": 0},
-    # the router's top-k in its own launch after its product's (no cluster), and both
-    "no-cluster-route": {"fused.CLUSTER_ROUTE": 0},
-    "no-cluster-folds": {"fused.CLUSTER_NORM": 0, "fused.CLUSTER_ROUTE": 0},
     **{f"cluster-norm-w{w}": {"fused.CLUSTER_NORM_WARPS": w} for w in (1, 2, 8)},
     **{f"cluster-norm-late{k}": {"fused.CLUSTER_NORM_LATE": k} for k in (1, 2)},
     **{

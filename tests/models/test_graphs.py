@@ -494,13 +494,12 @@ def test_the_ranked_sum_in_a_cluster_norm_on_cuda(cols: int) -> None:
 
 
 @pytest.mark.interpreter
-def test_the_step_with_the_cluster_folds_keeps_the_bits(
+def test_the_step_with_the_ranked_sum_in_the_norm_keeps_the_bits(
     tiny_ftw: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``fused.CLUSTER_NORM`` and ``CLUSTER_ROUTE``: the step leaving each MoE block's
-    ranked sum to the next norm's launch, and its router's top-k to the router's
-    product (one program each in the interpreter), decodes the same tokens and logits
-    as with their own launches."""
+    """``fused.CLUSTER_NORM``: the step leaving each MoE block's ranked sum to the next
+    norm's launch (one program in the interpreter) decodes the same tokens and logits
+    as with the ranked sum's own launch."""
     prompt = [(11 * i + 5) % 300 + 2 for i in range(6)]
     folds = []
     fold = fused.ranked_add_rms_norm
@@ -510,12 +509,9 @@ def test_the_step_with_the_cluster_folds_keeps_the_bits(
         return fold(*args)  # type: ignore[arg-type]
 
     monkeypatch.setattr(fused, "ranked_add_rms_norm", counted)
-    route = fused.norm_route
-    monkeypatch.setattr(fused, "norm_route", lambda *a: (folds.append(1), route(*a))[1])
     runs, launches = {}, {}
     for on in (8, 0):
         monkeypatch.setattr(fused, "CLUSTER_NORM", on)
-        monkeypatch.setattr(fused, "CLUSTER_ROUTE", on)
         folds.clear()
         with _uncaptured_step(tiny_ftw["qwen3_moe"]) as llm:
             runs[on] = _decode(llm.model, prompt, 4)
@@ -526,78 +522,22 @@ def test_the_step_with_the_cluster_folds_keeps_the_bits(
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("fold", ["CLUSTER_NORM", "CLUSTER_ROUTE"])
-def test_the_step_with_a_cluster_fold_follows_the_launches_it_folds(
-    fold: str, tiny_ftw: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+def test_the_step_with_the_ranked_sum_in_a_cluster_norm_follows_the_two_launches(
+    tiny_ftw: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """On a GPU, captured: the same greedy tokens over 40 steps with each cluster fold
-    as without it, but for a flipped near-tie (``assert_follows``: the norms' sums of
-    squares, the router's softmax, add in another order)."""
+    """On a GPU, captured: the same greedy tokens over 40 steps as with the ranked
+    sum's own launch, but for a flipped near-tie (``assert_follows``: the norms' sums
+    of squares add in another order)."""
     if not fused.ranked_norm_fits(torch.device("cuda", 0)):
         pytest.skip("thread-block clusters need Hopper or later")
     prompt = [(11 * i + 5) % 300 + 2 for i in range(24)]
     runs = {}
     for on in (8, 0):
-        monkeypatch.setattr(fused, fold, on)
+        monkeypatch.setattr(fused, "CLUSTER_NORM", on)
         path = tiny_ftw["qwen3_moe"]
         with flint.LLM(path, device="cuda:0", context_length=128, graphs="on") as llm:
             runs[on] = _decode(llm.model, prompt, 40)
     assert_follows(runs[8][0], runs[8][1], runs[0][0], runs[0][1], min_same=8)
-
-
-def _norm_route_case(experts: int, cols: int, device: str) -> tuple[torch.Tensor, ...]:
-    """h, a norm weight and a router's rows (bf16) of ``experts`` x ``cols``."""
-    torch.manual_seed(experts + cols)
-    h, nw = torch.randn(1, cols).bfloat16(), torch.randn(cols).bfloat16()
-    return h.to(device), nw.to(device), torch.randn(experts, cols).bfloat16().to(device)
-
-
-NORM_ROUTE_CASES = [(128, 2048, 8, True, False), (60, 200, 4, False, True), (8, 64, 2, True, True)]
-
-
-@pytest.mark.interpreter
-@pytest.mark.parametrize(("experts", "cols", "top_k", "normalize", "fp32"), NORM_ROUTE_CASES)
-def test_the_routers_top_k_in_its_products_launch(
-    experts: int, cols: int, top_k: int, normalize: bool, fp32: bool
-) -> None:
-    """``fused.norm_route`` (one program in the interpreter) gives the bits of
-    ``norm_linear`` then ``route``: the norm and its eighths, the ids, the weights."""
-    h, nw, router = _norm_route_case(experts, cols, "cpu")
-    dtype = torch.float32 if fp32 else torch.bfloat16
-    e8 = moe_kernel._eighths_empty(1, cols, h.device).fill_(float("nan"))
-    normed, ids, weights = fused.norm_route(h, nw, 1e-6, router, fp32, e8, top_k, normalize, dtype)
-    want_e8 = moe_kernel._eighths_empty(1, cols, h.device).fill_(float("nan"))
-    logits, want = fused.norm_linear(h, nw, 1e-6, router, fp32, want_e8)
-    want_ids, want_weights = fused.route(logits, top_k, normalize, dtype)
-    assert torch.equal(normed.view(torch.int16), want.view(torch.int16))
-    assert torch.equal(e8.isnan(), want_e8.isnan())
-    assert torch.equal(e8[~e8.isnan()], want_e8[~want_e8.isnan()])
-    assert torch.equal(ids, want_ids)
-    assert torch.equal(weights, want_weights)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize(("experts", "cols", "top_k", "normalize", "fp32"), NORM_ROUTE_CASES)
-def test_the_routers_top_k_in_a_cluster_on_cuda(
-    experts: int, cols: int, top_k: int, normalize: bool, fp32: bool
-) -> None:
-    """On a GPU, eight programs of one cluster make the logits and program 0 picks
-    after the cluster's barrier: the norm bit for bit as ``norm_linear``'s, the same
-    ids, the weights within a rounding of ``route``'s (its softmax on other warps), the
-    same bits every launch."""
-    if not fused.norm_route_fits(torch.device("cuda", 0), experts, cols):
-        pytest.skip("thread-block clusters need Hopper or later")
-    h, nw, router = _norm_route_case(experts, cols, "cuda")
-    dtype = torch.float32 if fp32 else torch.bfloat16
-    got = fused.norm_route(h, nw, 1e-6, router, fp32, None, top_k, normalize, dtype)
-    logits, want = fused.norm_linear(h, nw, 1e-6, router, fp32)
-    want_ids, want_weights = fused.route(logits, top_k, normalize, dtype)
-    assert torch.equal(got[0].view(torch.int16), want.view(torch.int16))
-    assert torch.equal(got[1], want_ids)
-    assert torch.allclose(got[2].float(), want_weights.float(), rtol=2**-7, atol=0)
-    for _ in range(3):
-        again = fused.norm_route(h, nw, 1e-6, router, fp32, None, top_k, normalize, dtype)
-        assert torch.equal(again[1], got[1]) and torch.equal(again[2], got[2])
 
 
 @pytest.mark.interpreter

@@ -23,7 +23,6 @@ from flint.graphs.triton_kernels import (
     head_rope_kernel,
     linear_kernel,
     norm_linear_kernel,
-    norm_route_kernel,
     qkv_rope_kernel,
     ranked_norm_kernel,
     rms_norm_kernel,
@@ -332,70 +331,6 @@ def norm_linear(
             **ahead("norm", h.device), **pdl(h.device, "norm_linear"),
         )  # fmt: skip
     return out, normed
-
-
-# The router's top-k made by its product's launch (``norm_route``): eight programs in
-# one thread-block cluster make the logits, program 0 picks after the cluster's barrier.
-# One launch a MoE layer fewer, without the last-program count that made such folds
-# slower (docs/cuda-graphs.md). Hopper and later, the one-pass router without a chain
-# (``ROUTE_RANKS``); 0: the top-k's own launch (an A/B in benches).
-CLUSTER_ROUTE = 8
-CLUSTER_ROUTE_REGS = 32768  # the most weights a program holds (rows x columns, padded)
-
-
-def norm_route_fits(device: torch.device, experts: int, cols: int) -> bool:
-    """Whether ``norm_route`` takes a router of ``experts`` rows of ``cols``: on the CPU
-    (the interpreter, one program) or a GPU that launches clusters, with
-    ``CLUSTER_ROUTE`` on and the one-pass router ranking its picks, eight programs each
-    holding at most ``CLUSTER_ROUTE_REGS`` weights."""
-    if not CLUSTER_ROUTE or not (ROUTE_ONE_PASS and ROUTE_RANK_WARPS > 0 and ROUTE_RANKS):
-        return False
-    if device.type == "cpu":
-        return True
-    fits = _block(-(-experts // 8)) * _block(cols) <= CLUSTER_ROUTE_REGS
-    return device.type == "cuda" and _clusters(device) and fits
-
-
-def norm_route(
-    h: torch.Tensor,  # [1, K] in the model dtype
-    norm_weight: torch.Tensor,  # [K]
-    eps: float,
-    weight: torch.Tensor,  # [E, K] the router's rows, in h's dtype
-    weight_in_fp32: bool,
-    eighths: torch.Tensor | None,
-    top_k: int,
-    normalize: bool,
-    dtype: torch.dtype,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(normed, ids [1, K] int64, weights [1, K] in ``dtype``): ``norm_linear`` then
-    ``route`` in one launch. The logits' and the softmax's sums follow this kernel's
-    layout, so they may differ from the two launches' within a rounding."""
-    experts, cols = weight.shape
-    assert h.shape == (1, cols) and weight.dtype == h.dtype and weight.stride(1) == 1
-    h = h.contiguous()
-    normed = torch.empty_like(h)
-    logits = torch.empty(experts, dtype=torch.float32, device=h.device)
-    ids = torch.empty(1, top_k, dtype=torch.int64, device=h.device)
-    weights = torch.empty(1, top_k, dtype=dtype, device=h.device)
-    e_stride = 0 if eighths is None else eighths.shape[1] // 8
-    cpu = h.device.type == "cpu"
-    cluster = 1 if cpu else 8
-    args = (
-        h, weight, weight.stride(0), norm_weight, logits, normed,
-        h if eighths is None else eighths, e_stride, ids, weights, experts, cols, eps,
-    )  # fmt: skip
-    meta: dict[str, Any] = dict(
-        ROUND=_DTYPES[h.dtype], BN=_block(-(-experts // cluster)), BLOCK=_block(cols),
-        W32=weight_in_fp32, EIGHTHS=eighths is not None, TOPK=top_k, NORM=normalize,
-        EB=_block(experts), KP=_block(top_k), RANKS=ROUTE_RANKS, CLUSTER=cluster,
-        num_warps=NORM_LINEAR_WARPS, **ahead("norm", h.device), **pdl(h.device, "norm_linear"),
-    )  # fmt: skip
-    with on_device(h.device):
-        if cpu:
-            norm_route_kernel[(1,)](*args, **meta)
-        else:
-            _cluster_launch(norm_route_kernel, cluster, args, meta)
-    return normed, ids, weights
 
 
 def head_rope(

@@ -27,7 +27,6 @@ __all__ = [
     "head_rope_kernel",
     "linear_kernel",
     "norm_linear_kernel",
-    "norm_route_kernel",
     "qkv_rope_kernel",
     "ranked_norm_kernel",
     "rms_norm_kernel",
@@ -402,108 +401,14 @@ if triton is not None:
         w = tl.load(w_at, mask=row_ok[:, None] & ok[None, :], other=0.0)
         nw = _read_if(nw_ptr, cols, ok, AHEAD)
         _await_inputs(GDC)
-        acc = _normed_rows(h_ptr, w, nw, nw_ptr, normed_ptr, e_ptr, e_stride, cols, ok, n_cols,
-                           eps, ROUND, W32, EIGHTHS, AHEAD)  # fmt: skip
-        tl.store(out_ptr + rows, acc.to(out_ptr.dtype.element_ty), mask=row_ok)
-
-    @triton.jit
-    def _normed_rows(
-        h_ptr, w, nw, nw_ptr, normed_ptr, e_ptr, e_stride, cols, ok, n_cols, eps,
-        ROUND: tl.constexpr, W32: tl.constexpr, EIGHTHS: tl.constexpr, AHEAD: tl.constexpr,
-    ):  # fmt: skip
-        """``norm_linear_kernel`` after its wait: h's norm (program 0 writes it) and the
-        rows w [BN, BLOCK] dotted with it, rounded to ``ROUND`` (fp32 values)."""
         x = tl.load(h_ptr + cols, mask=ok, other=0.0).to(tl.float32)
         out_type = normed_ptr.dtype.element_ty
         squares = tl.sum(x * x, axis=0)
         y = _rms_normed(x, squares, nw, nw_ptr, cols, ok, n_cols, eps, W32, out_type, AHEAD)
         if tl.program_id(0) == 0:
             _store_normed(y, normed_ptr, cols, ok, e_ptr, e_stride, EIGHTHS)
-        return _round(tl.sum(w.to(tl.float32) * y[None, :], axis=1), ROUND)
-
-    @triton.jit
-    def norm_route_kernel(
-        h_ptr,
-        w_ptr,
-        w_row,
-        nw_ptr,
-        logits_ptr,
-        normed_ptr,
-        e_ptr,
-        e_stride,
-        ids_ptr,
-        rw_ptr,
-        n_rows,
-        n_cols,
-        eps,
-        ROUND: tl.constexpr,
-        BN: tl.constexpr,
-        BLOCK: tl.constexpr,
-        W32: tl.constexpr,
-        EIGHTHS: tl.constexpr,
-        TOPK: tl.constexpr,
-        NORM: tl.constexpr,
-        EB: tl.constexpr,
-        KP: tl.constexpr,
-        RANKS: tl.constexpr,
-        CLUSTER: tl.constexpr,
-        AHEAD: tl.constexpr = False,
-        GDC: tl.constexpr = False,
-    ):
-        """``norm_linear_kernel`` on the router's rows, then ``route_kernel``'s picks
-        (``_rank_picks``), in one launch. Program c makes the logits of rows [c * BN, +
-        BN) into ``logits_ptr`` [E] (fp32 scratch, each rounded to ``ROUND``); program
-        0 then reads all E (``EB`` lanes) and writes the ids and weights. ``CLUSTER``
-        8: eight programs launched as one thread-block cluster, whose barrier (release,
-        acquire) makes every program's logits visible to program 0, which reads them
-        through the L2 (``_read_l2``); 1: one program of every row (the CPU
-        interpreter's form)."""
-        rows = tl.program_id(0) * BN + tl.arange(0, BN)
-        row_ok = rows < n_rows
-        cols = tl.arange(0, BLOCK)
-        ok = cols < n_cols
-        w_at = w_ptr + rows[:, None] * w_row + cols[None, :]
-        w = tl.load(w_at, mask=row_ok[:, None] & ok[None, :], other=0.0)
-        nw = _read_if(nw_ptr, cols, ok, AHEAD)
-        _await_inputs(GDC)
-        acc = _normed_rows(h_ptr, w, nw, nw_ptr, normed_ptr, e_ptr, e_stride, cols, ok, n_cols,
-                           eps, ROUND, W32, EIGHTHS, AHEAD)  # fmt: skip
-        tl.store(logits_ptr + rows, acc, mask=row_ok)
-        e = tl.arange(0, EB)
-        e_ok = e < n_rows
-        if CLUSTER > 1:
-            _cluster_barrier()
-            if tl.program_id(0) == 0:
-                logits = tl.where(e_ok, _read_l2(logits_ptr + tl.where(e_ok, e, 0)), float("-inf"))
-                p, e = _softmax_lanes(logits, e, e_ok)
-                _rank_picks(p, e, ids_ptr, rw_ptr, TOPK, NORM, KP, EB, RANKS)
-        else:
-            p, e = _router_softmax(logits_ptr, n_rows, EB)
-            _rank_picks(p, e, ids_ptr, rw_ptr, TOPK, NORM, KP, EB, RANKS)
-
-    @triton.jit
-    def _cluster_barrier():
-        """Every thread of a thread-block cluster's programs waits here for all of
-        them (release, acquire: each program's earlier stores, to global memory too,
-        are visible to every program after it). CUDA sm_90 and later (inline PTX)."""
-        return tl.inline_asm_elementwise(
-            "{ barrier.cluster.arrive.release.aligned; barrier.cluster.wait.acquire.aligned;"
-            " mov.u32 $0, $1; }",
-            "=r,r",
-            [tl.program_id(0)],
-            dtype=tl.int32,
-            is_pure=False,
-            pack=1,
-        )
-
-    @triton.jit
-    def _read_l2(ptrs):
-        """fp32 values at ``ptrs`` read from the L2 (``ld.global.cg``), in inline PTX, so
-        that the compiler keeps them after ``_cluster_barrier`` (both have side effects
-        and stay in program order). CUDA only."""
-        return tl.inline_asm_elementwise(
-            "ld.global.cg.f32 $0, [$1];", "=f,l", [ptrs], dtype=tl.float32, is_pure=False, pack=1
-        )
+        acc = _round(tl.sum(w.to(tl.float32) * y[None, :], axis=1), ROUND)
+        tl.store(out_ptr + rows, acc.to(out_ptr.dtype.element_ty), mask=row_ok)
 
     @triton.jit
     def _head_rope(
@@ -762,37 +667,9 @@ if triton is not None:
         e = tl.arange(0, BLOCK)
         ok = e < n
         logits = tl.load(logits_ptr + e, mask=ok, other=float("-inf")).to(tl.float32)
-        return _softmax_lanes(logits, e, ok)
-
-    @triton.jit
-    def _softmax_lanes(logits, e, ok):
-        """``_router_softmax`` of logits [BLOCK] already read (-inf past n)."""
         p = tl.exp(logits - tl.max(logits, axis=0))
         p = p / tl.sum(p, axis=0)
         return tl.where(ok, p, -1.0), e
-
-    @triton.jit
-    def _rank_picks(
-        p, e, ids_ptr, w_ptr, TOPK: tl.constexpr, NORM: tl.constexpr, KP: tl.constexpr,
-        BLOCK: tl.constexpr, RANKS: tl.constexpr,
-    ):  # fmt: skip
-        """``route_kernel``'s picks without a chain (``RANKS`` 1 or 2) from the
-        probabilities p [BLOCK] of lanes e: the top-k ids into ``ids_ptr`` and their
-        weights (renormalised with ``NORM``, the sum added in pick order) into
-        ``w_ptr``, in its dtype."""
-        k = tl.arange(0, KP)
-        if RANKS == 2:
-            picks, best = _sorted_picks(p, e, KP, BLOCK)
-        else:
-            picks, best = _ranked_picks(p, e, k)
-        total = 0.0
-        for i in tl.static_range(TOPK):  # in pick order, as the picks come below
-            total += tl.sum(tl.where(k == i, best, 0.0), axis=0)
-        if NORM:
-            best = best / total
-        w_type = w_ptr.dtype.element_ty
-        tl.store(ids_ptr + k, picks.to(tl.int64), mask=k < TOPK)
-        tl.store(w_ptr + k, _round(best, w_type).to(w_type), mask=k < TOPK)
 
     @triton.jit
     def _ranked_picks(p, e, k):
@@ -850,8 +727,18 @@ if triton is not None:
         p, e = _router_softmax(logits_ptr + token * n, n, BLOCK)
         w_type = w_ptr.dtype.element_ty
         if ONE_PASS and RANKS:
-            at = token * TOPK
-            _rank_picks(p, e, ids_ptr + at, w_ptr + at, TOPK, NORM, KP, BLOCK, RANKS)
+            k = tl.arange(0, KP)
+            if RANKS == 2:
+                picks, best = _sorted_picks(p, e, KP, BLOCK)
+            else:
+                picks, best = _ranked_picks(p, e, k)
+            total = 0.0
+            for i in tl.static_range(TOPK):  # in pick order, as the picks come below
+                total += tl.sum(tl.where(k == i, best, 0.0), axis=0)
+            if NORM:
+                best = best / total
+            tl.store(ids_ptr + token * TOPK + k, picks.to(tl.int64), mask=k < TOPK)
+            tl.store(w_ptr + token * TOPK + k, _round(best, w_type).to(w_type), mask=k < TOPK)
         elif ONE_PASS:
             k = tl.arange(0, KP)
             picks = tl.zeros([KP], dtype=tl.int32)
