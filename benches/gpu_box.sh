@@ -2742,8 +2742,25 @@ gpu182() {
   done
 }
 
+gpu183() {
+  # The GPU tests on the session's last wheel (the ranked sum in the norm's cluster,
+  # q/k/v started once the cluster has the ranks' rows: fused.CLUSTER_NORM_LATE 1),
+  # then R0 with it and with q/k/v started at the cluster's wait (late0).
+  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
+  echo "== GPU tests"; timeout 240 python3 -m pytest tests -q -p no:cacheprovider --tb=short -rf \
+    -m gpu --ignore=tests/server --ignore=tests/chat 2>&1 \
+    | grep -E "passed|failed|FAILED|Error|assert" | head -20
+  synth30 q30
+  for args in "" "--cluster-norm-late 0"; do
+    echo "== R0 q30 ${args:-defaults}"
+    timeout 80 python3 benches/graph_decode.py "$DATA/q30.ftw" --tokens 128 --reps 2 --modes on \
+      $args 2>&1 | grep -E "tg_tok|_sd|roofline|copy_gb|replay_us|greedy_us|Error"
+  done
+}
+
 case $what in
   install) install ;;
+  gpu183) install; gpu183 ;;
   gpu182) install; gpu182 ;;
   gpu181) install; gpu181 ;;
   gpu180) install; gpu180 ;;

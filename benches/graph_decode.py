@@ -5,7 +5,7 @@ Usage: python benches/graph_decode.py MODEL [--tokens 128] [--prompt 64] [--reps
        [--modes on,eager,off] [--profile] [--between] [--torch-dense]
        [--torch-attention] [--no-ahead] [--no-pdl] [--early] [--qkv-after]
        [--early-kernels NAMES] [--kv-ask rope|attention|none] [--rows-every-step]
-       [--tokens-copied] [--no-cluster-norm] [--cluster-norm-late 1|2]
+       [--tokens-copied] [--no-cluster-norm] [--cluster-norm-late 0|1|2]
 
 Each mode loads the model once (resident, cuda:0) and decodes ``--tokens`` greedy
 tokens after a ``--prompt``-token prompt, ``--reps`` times after a warm-up run (which
@@ -282,16 +282,16 @@ def main() -> None:
     parser.add_argument(
         "--cluster-norm-late",
         type=int,
-        choices=(1, 2),
-        help="the cluster norm lets the next kernel's programs start once it has the ranks' "
-        "rows (1) or has exchanged its sums of squares (2), not at its wait (the A/B of "
-        "flint.graphs.fused.CLUSTER_NORM_LATE)",
+        choices=(0, 1, 2),
+        help="the cluster norm lets the next kernel's programs start at its wait (0), once it "
+        "has the ranks' rows (1, the default) or once it has exchanged its sums of squares "
+        "(2): the A/B of flint.graphs.fused.CLUSTER_NORM_LATE",
     )
     args = parser.parse_args()
     fused.QKV_AFTER_WAIT = args.qkv_after
     if args.no_cluster_norm:
         fused.CLUSTER_NORM = 0
-    if args.cluster_norm_late:
+    if args.cluster_norm_late is not None:
         fused.CLUSTER_NORM_LATE = args.cluster_norm_late
     if args.kv_ask:
         fused.KV_ASK = "" if args.kv_ask == "none" else args.kv_ask

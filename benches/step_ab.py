@@ -57,9 +57,10 @@ fused.KV_ASK, "rope" by default since gpu176), ``rows-every-step``
 (decode.ROWS_EVERY_STEP: the three ops the thirty-second session made lazy),
 ``no-cluster-norm`` (the ranked sum's own launch before the norm's, as before the
 thirty-third session: fused.CLUSTER_NORM), ``cluster-norm-w*`` (that cluster's programs
-on 1, 2 or 8 warps, 4 by default), ``cluster-norm-late1`` and ``-late2`` (q/k/v's
-programs started once the cluster has the ranks' rows, or has exchanged its sums of
-squares: fused.CLUSTER_NORM_LATE). The thirty-first
+on 1, 2 or 8 warps, 4 by default), ``cluster-norm-late0``, ``-late1`` and ``-late2``
+(q/k/v's programs started at the cluster's wait, once it has the ranks' rows, or once
+it has exchanged its sums of squares: fused.CLUSTER_NORM_LATE, 1 by default since
+gpu182). The thirty-first
 session's ``gu-guess`` and ``guess`` (gate/up reading guessed experts' rows before its
 wait), the thirty-second's ``embed-op`` (the token's embedding by a torch op, while
 the first norm read it: gpu177) and the thirty-third's ``no-cluster-route`` and
@@ -238,7 +239,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
     # the MoE block's ranked sum in its own launch, then the next norm's (no cluster)
     "no-cluster-norm": {"fused.CLUSTER_NORM": 0},
     **{f"cluster-norm-w{w}": {"fused.CLUSTER_NORM_WARPS": w} for w in (1, 2, 8)},
-    **{f"cluster-norm-late{k}": {"fused.CLUSTER_NORM_LATE": k} for k in (1, 2)},
+    **{f"cluster-norm-late{k}": {"fused.CLUSTER_NORM_LATE": k} for k in (0, 1, 2)},
     **{
         f"route-{name}-w{w}": {"fused.ROUTE_RANKS": mode, "fused.ROUTE_RANK_WARPS": w}
         for name, mode in (("count", 1), ("sort", 2))

@@ -125,13 +125,19 @@ def add_rms_norm(
 # through each other's shared memory (``_cluster_sum``) and norm their columns. One
 # launch a layer fewer, without one program reading all eight ranks (a one-program fold
 # was slower: docs/benchmarks.md, gpu101). Hopper and later; 0: the ranked sum's own
-# launch, then the norm's (an A/B in benches).
+# launch, then the norm's (an A/B in benches). On q30 the step took 1,745.0 us with it
+# against 1,745.8 without, and 1,736.2 with the next kernel started late (below;
+# gpu182). The router's top-k made the same way by its product's launch was 196 us a
+# step slower (gpu181) and was taken out.
 CLUSTER_NORM = 8
 CLUSTER_NORM_WARPS = 4
 # When the cluster's programs let the next kernel's start (``ranked_norm_kernel``'s
 # ``LATE``): 0 at their wait, 1 once the ranks' rows are in, 2 once the sums of squares
-# are exchanged (an A/B in benches).
-CLUSTER_NORM_LATE = 0
+# are exchanged. q/k/v's programs read their weights before their wait, and those reads
+# slowed the cluster's own: on q30 (gpu182, alone in two processes each) 1,736.2 us a
+# step with 1, 1,745.0 with 0, 1,752.8 with 2 (1,745.8 without the cluster); R0 583.5
+# tok/s with 1, 580.7 with 0, 578.2 without.
+CLUSTER_NORM_LATE = 1
 
 
 def ranked_norm_fits(device: torch.device) -> bool:
