@@ -472,6 +472,20 @@ def test_the_ranked_sum_in_the_norms_launch(cols: int) -> None:
             assert torch.equal(g.view(torch.int16), w.view(torch.int16))
 
 
+def test_a_cluster_launch_sets_the_packed_metadata_or_refuses() -> None:
+    """``fused._as_cluster`` turns a kernel compiled for one program into clusters of
+    eight through Triton's packed (warps, ctas, shared memory); a launcher that packs
+    anything else is refused, not launched with one program."""
+    compiled = SimpleNamespace(packed_metadata=(4, 1, 1056))
+    fused._as_cluster(compiled, 8)
+    assert compiled.packed_metadata == (4, 8, 1056)
+    fused._as_cluster(compiled, 8)  # again: the kernel is cached patched
+    assert compiled.packed_metadata == (4, 8, 1056)
+    for packed in ((4, 1, 1056, 1, 1, 1), (4, 2, 1056)):
+        with pytest.raises(RuntimeError, match="packs"):
+            fused._as_cluster(SimpleNamespace(packed_metadata=packed), 8)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("cols", [64, 2048, 2880, 7168])
 def test_the_ranked_sum_in_a_cluster_norm_on_cuda(cols: int) -> None:

@@ -10,6 +10,7 @@ squares, the router's softmax, and the product with the router's rows where
 from __future__ import annotations
 
 import functools
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -152,7 +153,25 @@ def ranked_norm_fits(device: torch.device) -> bool:
 
 def _clusters(device: torch.device) -> bool:
     index = torch.cuda.current_device() if device.index is None else device.index
-    return _capability(index) >= 9
+    return _capability(index) >= 9 and _launcher_makes_clusters()
+
+
+@functools.cache
+def _launcher_makes_clusters() -> bool:
+    """Whether Triton's CUDA launcher takes the packed metadata ``_as_cluster`` sets:
+    (warps, programs a cluster, shared memory), launching grid x programs-a-cluster
+    programs in clusters (Triton 3.6 and 3.9 do; older launchers packed cluster
+    dimensions of their own, and their kernels launch as before)."""
+    try:
+        from triton.backends.nvidia.compiler import CUDABackend
+    except ImportError:  # pragma: no cover - depends on the environment
+        return False
+    probe = SimpleNamespace(num_warps=4, num_ctas=8, shared=0, cluster_dims=(1, 1, 1))
+    try:
+        packed = CUDABackend.pack_metadata(None, probe)  # uses no state of its own
+    except (AttributeError, TypeError):
+        return False
+    return tuple(packed) == (4, 8, 0)
 
 
 @functools.cache
@@ -209,9 +228,10 @@ def _cluster_launch(kernel: Any, ctas: int, args: tuple[Any, ...], meta: dict[st
 def _as_cluster(compiled: Any, ctas: int) -> None:
     """The compiled kernel's launches made clusters of ``ctas`` (its packed metadata is
     (warps, ctas, shared memory) in Triton 3's CUDA launcher)."""
-    warps, now, shared = compiled.packed_metadata
-    assert now in (1, ctas), compiled.packed_metadata
-    compiled.packed_metadata = (warps, ctas, shared)
+    packed = tuple(compiled.packed_metadata)
+    if len(packed) != 3 or packed[1] not in (1, ctas):
+        raise RuntimeError(f"Triton's launcher packs {packed}, not (warps, ctas, shared)")
+    compiled.packed_metadata = (packed[0], ctas, packed[2])
 
 
 # (rows per program, columns per step, warps) of the one-token matrix-vector kernel by
