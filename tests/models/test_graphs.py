@@ -1175,7 +1175,7 @@ def test_gate_up_never_lets_down_start_early(monkeypatch: pytest.MonkeyPatch) ->
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("early", ["none", "route", "small", "all"])
+@pytest.mark.parametrize("early", ["none", "route", "small", "all", "late"])
 @pytest.mark.parametrize("family", COVERED)
 def test_dependent_launch_gives_the_serial_launchs_bits(
     family: str, early: str, tiny_ftw: dict[str, Path], monkeypatch: pytest.MonkeyPatch
@@ -1185,13 +1185,17 @@ def test_dependent_launch_gives_the_serial_launchs_bits(
     same bits over 40 tokens (a kernel reading its input before the one before has
     written it would show here). ``early``: which kernels let the next one start before
     their own wait (``moe_kernel.EARLY``): none (the default), the router's top-k, the
-    small ones, or all but gate/up."""
+    small ones, or all but gate/up; "late": gate/up and the cluster norm letting the
+    next start only late (``moe_kernel.GATE_UP_LATE``, ``fused.CLUSTER_NORM_LATE`` 2)."""
     names = {
         "route": frozenset({"route"}),
         "small": moe_kernel.SMALL_KERNELS,
         "all": moe_kernel.EARLY_NAMES,
     }
     monkeypatch.setattr(moe_kernel, "EARLY", names.get(early, frozenset()))
+    if early == "late":
+        monkeypatch.setattr(moe_kernel, "GATE_UP_LATE", True)
+        monkeypatch.setattr(fused, "CLUSTER_NORM_LATE", 2)
     if not moe_kernel._pdl_capable(0):
         pytest.skip("programmatic dependent launch needs Hopper or later and Triton's gdc")
     with moe_kernel.dependent_launch():
