@@ -290,7 +290,7 @@ def main() -> None:
     args = parser.parse_args()
     fused.QKV_AFTER_WAIT = args.qkv_after
     if args.no_cluster_norm:
-        fused.CLUSTER_NORM = 0
+        fused.CLUSTER_NORM = False
     if args.cluster_norm_late is not None:
         fused.CLUSTER_NORM_LATE = args.cluster_norm_late
     if args.kv_ask:

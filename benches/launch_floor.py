@@ -31,7 +31,7 @@ import triton
 import triton.language as tl
 
 from flint.graphs import fused, moe_kernel
-from flint.graphs.triton_kernels import _await_inputs, _cluster_sum
+from flint.graphs.triton_kernels import _await_inputs, _cluster_arrive, _cluster_sum
 from step_ab import timed  # benches/ is the script's own folder
 
 
@@ -47,6 +47,7 @@ def step_kernel(src_ptr, dst_ptr, BLOCK: tl.constexpr, GDC: tl.constexpr = False
 def cluster_step_kernel(src_ptr, dst_ptr, BLOCK: tl.constexpr, GDC: tl.constexpr = False):
     """``step_kernel`` whose eight programs, one cluster, first add their blocks' sums
     through each other's shared memory (added back as 0 * sum: the same values)."""
+    _cluster_arrive()
     _await_inputs(GDC)
     at = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     x = tl.load(src_ptr + at)

@@ -240,7 +240,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
     # the RoPE rows and the mask made at every step's start, used or not (as before)
     "rows-every-step": {"decode.ROWS_EVERY_STEP": True},
     # the MoE block's ranked sum in its own launch, then the next norm's (no cluster)
-    "no-cluster-norm": {"fused.CLUSTER_NORM": 0},
+    "no-cluster-norm": {"fused.CLUSTER_NORM": False},
     **{f"cluster-norm-w{w}": {"fused.CLUSTER_NORM_WARPS": w} for w in (1, 2, 8)},
     **{f"cluster-norm-late{k}": {"fused.CLUSTER_NORM_LATE": k} for k in (0, 1, 2)},
     **{

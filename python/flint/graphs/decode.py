@@ -91,7 +91,7 @@ TOKENS_TO_HOST = True
 ROWS_EVERY_STEP = False
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Ranked:
     """A MoE block's output not yet summed: each rank's expert output [K, H] fp32 and
     the routing weights [1, K], which the next norm's launch adds in rank order
@@ -497,7 +497,7 @@ class GraphDecoder:
         x: torch.Tensor,
         delta: Delta,
         rows: StepRows,
-    ) -> tuple[torch.Tensor, torch.Tensor | Ranked]:
+    ) -> tuple[torch.Tensor, Delta]:
         """The layer on its input x + delta: (the residual after attention, the MLP's
         output), whose sum is the layer's output (added by the next norm's kernel; a
         MoE block's ranks summed there too, where ``fused.ranked_norm_fits``)."""

@@ -5,11 +5,15 @@ seven, RoPE five per tensor); in a graph each launch still costs a few microseco
 GPU time, so the step fuses them. Each follows its torch counterpart's ops and
 roundings to the model dtype; only the order of a sum's adds differs (a row's sum of
 squares, the router's softmax, and the product with the router's rows where
-``norm_linear`` makes the norm and that product in one launch)."""
+``norm_linear`` makes the norm and that product in one launch). On Hopper the MoE
+block's ranked sum and the next norm are one launch of a thread-block cluster
+(``ranked_add_rms_norm``), whose programs add their sums of squares through each
+other's shared memory."""
 
 from __future__ import annotations
 
 import functools
+import threading
 from types import SimpleNamespace
 from typing import Any
 
@@ -125,35 +129,38 @@ def add_rms_norm(
 # eighth of the columns and adding the residual, which add their partial sums of squares
 # through each other's shared memory (``_cluster_sum``) and norm their columns. One
 # launch a layer fewer, without one program reading all eight ranks (a one-program fold
-# was slower: docs/benchmarks.md, gpu101). Hopper and later; 0: the ranked sum's own
+# was slower: docs/benchmarks.md, gpu101). Hopper and later; False: the ranked sum's own
 # launch, then the norm's (an A/B in benches). On q30 the step took 1,745.0 us with it
 # against 1,745.8 without, and 1,736.2 with the next kernel started late (below;
 # gpu182). The router's top-k made the same way by its product's launch was 196 us a
 # step slower (gpu181) and was taken out.
-CLUSTER_NORM = 8
-CLUSTER_NORM_WARPS = 4
+CLUSTER_NORM = True
+CLUSTER_PROGRAMS = 8  # programs a cluster: ``_cluster_sum`` adds eight parts
+CLUSTER_NORM_WARPS = 4  # Triton's default; other counts not measured
 # When the cluster's programs let the next kernel's start (``ranked_norm_kernel``'s
 # ``LATE``): 0 at their wait, 1 once the ranks' rows are in, 2 once the sums of squares
-# are exchanged. q/k/v's programs read their weights before their wait, and those reads
-# slowed the cluster's own: on q30 (gpu182, alone in two processes each) 1,736.2 us a
-# step with 1, 1,745.0 with 0, 1,752.8 with 2 (1,745.8 without the cluster); R0 583.5
-# tok/s with 1, 580.7 with 0, 578.2 without.
+# are exchanged. q/k/v's programs read their weights before their wait; by inference
+# (no timeline was taken with 1), those reads slowed the cluster's own. On q30 (gpu182,
+# alone in two processes each) 1,736.2 us a step with 1, 1,745.0 with 0, 1,752.8 with 2
+# (1,745.8 without the cluster); R0 583.5 tok/s with 1, 580.7 with 0, 578.2 without.
 CLUSTER_NORM_LATE = 1
+_cluster_lock = threading.Lock()
 
 
 def ranked_norm_fits(device: torch.device) -> bool:
     """Whether the step leaves a MoE block's ranked sum to the next norm's launch
     (``ranked_add_rms_norm``), with ``CLUSTER_NORM`` on: on a GPU that launches
-    thread-block clusters (Hopper and later), or in the CPU interpreter (one program:
-    the tests of the fold)."""
+    thread-block clusters (Hopper and later, a launcher ``_as_cluster`` can set), or in
+    the CPU interpreter (one program: the tests of the fold)."""
     if not CLUSTER_NORM:
         return False
-    return device.type == "cpu" or (device.type == "cuda" and _clusters(device))
+    return device.type == "cpu" or (device.type == "cuda" and _launches_clusters(device))
 
 
-def _clusters(device: torch.device) -> bool:
+def _launches_clusters(device: torch.device) -> bool:
     index = torch.cuda.current_device() if device.index is None else device.index
-    return _capability(index) >= 9 and _launcher_makes_clusters()
+    nvidia = torch.version.hip is None  # ROCm reports its GPUs as 9.x too
+    return nvidia and _capability(index) >= 9 and _launcher_makes_clusters()
 
 
 @functools.cache
@@ -190,14 +197,14 @@ def ranked_add_rms_norm(
     """``add_rms_norm(x, delta, ...)`` where delta is the MoE block's output, the ranks'
     rows times their weights added in rank order (``moe_kernel.ranked_sum``'s bits), in
     one launch: (x + delta, its norm). The norm's sum of squares adds eight partial
-    sums on a GPU (``CLUSTER_NORM``), the row's ``tl.sum`` on the CPU."""
+    sums on a GPU (``CLUSTER_PROGRAMS``), the row's ``tl.sum`` on the CPU."""
     tokens, n = x.shape
     top_k = weights.shape[1]
     assert tokens == 1 and rows.shape == (top_k, n) and rows.is_contiguous()
     x, weights = x.contiguous(), weights.contiguous()
     total, out = torch.empty_like(x), torch.empty_like(x)
     cpu = x.device.type == "cpu"
-    cluster = 1 if cpu else 8
+    cluster = 1 if cpu else CLUSTER_PROGRAMS
     args = (rows, weights, x, total, norm_weight, out, n, eps)
     meta: dict[str, Any] = dict(
         TOPK=top_k, BS=_block(-(-n // cluster)), W32=weight_in_fp32, CLUSTER=cluster,
@@ -218,19 +225,32 @@ def _cluster_launch(kernel: Any, ctas: int, args: tuple[Any, ...], meta: dict[st
     cluster's programs and fail to compile reductions, so the kernel is compiled for
     one program as usual and only its launch changes: Triton's launcher makes
     ``grid * num_ctas`` programs in clusters of ``num_ctas`` from the compiled
-    kernel's packed metadata, which is set here. The kernel is compiled for cluster
-    launches only (the caller's kernel is launched no other way)."""
-    compiled = kernel.warmup(*args, grid=(1,), **meta)
-    _as_cluster(compiled, ctas)
-    kernel[(1,)](*args, **meta)
+    kernel's packed metadata, which is set here. The kernel must be launched no other
+    way (its cached compiled form is set for clusters). Under a lock, so that no other
+    thread compiles the same kernel again between the setting and the launch; the
+    launch must be of the object set."""
+    with _cluster_lock:
+        compiled = kernel.warmup(*args, grid=(1,), **meta)
+        if hasattr(compiled, "result"):  # compiled in the background
+            compiled = compiled.result()
+        _as_cluster(compiled, ctas)
+        launched = kernel[(1,)](*args, **meta)
+    if launched is not compiled:
+        raise RuntimeError("the cluster kernel launched is not the one set for clusters")
 
 
 def _as_cluster(compiled: Any, ctas: int) -> None:
-    """The compiled kernel's launches made clusters of ``ctas`` (its packed metadata is
-    (warps, ctas, shared memory) in Triton 3's CUDA launcher)."""
+    """The compiled kernel's launches made clusters of ``ctas``: its packed metadata
+    (warps, ctas, shared memory), as Triton's launcher takes it where
+    ``_launcher_makes_clusters``. The launcher sizes its scratch buffers for one
+    program a cluster, so a kernel that has any is refused."""
     packed = tuple(compiled.packed_metadata)
     if len(packed) != 3 or packed[1] not in (1, ctas):
         raise RuntimeError(f"Triton's launcher packs {packed}, not (warps, ctas, shared)")
+    metadata = getattr(compiled, "metadata", None)
+    for scratch in ("global_scratch_size", "profile_scratch_size"):
+        if getattr(metadata, scratch, 0):
+            raise RuntimeError(f"a cluster kernel with {scratch} {getattr(metadata, scratch)}")
     compiled.packed_metadata = (packed[0], ctas, packed[2])
 
 

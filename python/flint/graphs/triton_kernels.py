@@ -12,6 +12,8 @@ except ImportError:  # pragma: no cover - depends on the environment
 
 __all__ = [
     "_await_inputs",
+    "_cluster_arrive",
+    "_cluster_sum",
     "_eighth_exp",
     "_eighths_index",
     "_l2_ask",
@@ -253,15 +255,19 @@ if triton is not None:
     def _cluster_sum(part):
         """The sum of ``part`` (an fp32 scalar, one per program) over the eight programs
         of a thread-block cluster, added in cluster rank order, so every program gets
-        the same bits. Threads 0-7 of each program write its part into program t's
-        shared memory (``mapa``, ``st.shared::cluster``), a cluster barrier (release,
-        acquire) makes them visible, then each program adds the eight in its own shared
-        memory. No program touches another's memory after the barrier, so none can
-        exit while another still writes to it. Launched as one cluster of eight
-        (``fused._cluster_launch``); CUDA sm_90 and later only (inline PTX)."""
+        the same bits. Each program must have called ``_cluster_arrive`` first: its wait
+        here makes sure every program of the cluster has started before any writes into
+        another's shared memory (the CUDA programming guide's rule for distributed
+        shared memory). Threads 0-7 of each program then write its part into program
+        t's shared memory (``mapa``, ``st.shared::cluster``), a cluster barrier
+        (release, acquire) makes them visible, and each program adds the eight in its
+        own shared memory. No program touches another's memory after that barrier, so
+        none can exit while another still writes to it. Launched as one cluster of
+        eight (``fused._cluster_launch``); CUDA sm_90 and later only (inline PTX)."""
         return tl.inline_asm_elementwise(
             "{ .shared .align 16 .f32 parts[8]; .reg .u32 t, r, a, b; .reg .pred p;"
             " .reg .f32 s0, s1, s2, s3, s4, s5, s6, s7;"
+            " barrier.cluster.wait.aligned;"
             " mov.u32 t, %tid.x; mov.u32 r, %cluster_ctarank; mov.u32 a, parts;"
             " mad.lo.u32 b, r, 4, a; setp.lt.u32 p, t, 8;"
             " @p mapa.shared::cluster.u32 b, b, t; @p st.shared::cluster.f32 [b], $1;"
@@ -277,8 +283,22 @@ if triton is not None:
         )
 
     @triton.jit
+    def _cluster_arrive():
+        """This thread's arrival at the cluster barrier that ``_cluster_sum`` first waits
+        on (relaxed: it orders no memory), as the program starts, so that the wait
+        there costs nothing once every program of the cluster is running."""
+        return tl.inline_asm_elementwise(
+            "{ barrier.cluster.arrive.relaxed.aligned; mov.u32 $0, $1; }",
+            "=r,r",
+            [tl.program_id(0)],
+            dtype=tl.int32,
+            is_pure=False,
+            pack=1,
+        )
+
+    @triton.jit
     def ranked_norm_kernel(
-        y_ptr,
+        rows_ptr,
         rw_ptr,
         x_ptr,
         sum_ptr,
@@ -295,7 +315,7 @@ if triton is not None:
         LATE: tl.constexpr = 0,
     ):
         """One token's MoE output and the next norm in one launch: ``ranked_sum_kernel``
-        (the K ranks' rows y [K, n] fp32 times their weights, added in rank order in
+        (the K ranks' rows [K, n] fp32 times their weights, added in rank order in
         fp32, cast once), then ``rms_norm_kernel`` with ``ADD`` on the residual x plus
         that sum (the same ops, so the same bits but for the sum of squares' order).
         Program c takes columns [c * BS, + BS). ``CLUSTER`` 8: eight programs launched
@@ -305,6 +325,8 @@ if triton is not None:
         ``fused.CLUSTER_NORM_LATE``): the next kernel's programs start once the ranks'
         rows are in (1) or once the sums of squares are exchanged (2), not at the wait
         (0): they read their weights meanwhile, which slows this kernel's reads."""
+        if CLUSTER > 1:
+            _cluster_arrive()
         cols = tl.program_id(0) * BS + tl.arange(0, BS)
         ok = cols < n
         w = _read_if(w_ptr, cols, ok, AHEAD)  # the weight ahead of the wait
@@ -315,8 +337,8 @@ if triton is not None:
         out_type = out_ptr.dtype.element_ty
         total = tl.zeros([BS], dtype=tl.float32)
         for rank in tl.static_range(TOPK):
-            y = tl.load(y_ptr + rank * n + cols, mask=ok, other=0.0)
-            total = total + y * tl.load(rw_ptr + rank).to(tl.float32)
+            row = tl.load(rows_ptr + rank * n + cols, mask=ok, other=0.0)
+            total = total + row * tl.load(rw_ptr + rank).to(tl.float32)
         delta = _round(total, out_type)
         x = tl.load(x_ptr + cols, mask=ok, other=0.0).to(tl.float32)
         x = _round(x + delta, out_type)
@@ -328,8 +350,8 @@ if triton is not None:
         if LATE == 2 and GDC == True:  # noqa: E712
             tl.extra.cuda.gdc_launch_dependents()
         tl.store(sum_ptr + cols, x.to(out_type), mask=ok)
-        y = _rms_normed(x, squares, w, w_ptr, cols, ok, n, eps, W32, out_type, AHEAD)
-        tl.store(out_ptr + cols, y.to(out_type), mask=ok)
+        normed = _rms_normed(x, squares, w, w_ptr, cols, ok, n, eps, W32, out_type, AHEAD)
+        tl.store(out_ptr + cols, normed.to(out_type), mask=ok)
 
     @triton.jit
     def _rms_normed(
