@@ -25,6 +25,7 @@ if triton is not None:
         _eighth_exp,
         _eighths_index,
         _round,
+        _start_next,
         _times_2_to,
         _w_steps,
         _w_tile,
@@ -345,10 +346,7 @@ if triton is not None:
         ``GDC`` True; ``moe_kernel.GATE_UP_LATE``): down's programs, which read their
         rows before their wait, start once the program's own rows are in and dotted,
         not at its wait."""
-        if LATE and GDC == True:  # noqa: E712 - a compile-time test
-            tl.extra.cuda.gdc_wait()
-        else:
-            _await_inputs(GDC)
+        _await_inputs(GDC, LATE)
         pair = tl.program_id(0)
         token = pair // TOPK
         expert = tl.load(ids_ptr + pair).to(tl.int64)
@@ -377,8 +375,8 @@ if triton is not None:
                 u_ptr + expert * u_we, us_ptr + expert * us_e, u_wr, us_r, x, x_stride, rows,
                 row_ok, hid, SCHEME, GROUP, BN, BK, EVEN, WORDS,
             )  # fmt: skip
-        if LATE and GDC == True:  # noqa: E712
-            tl.extra.cuda.gdc_launch_dependents()
+        if LATE:
+            _start_next(GDC)
         out_type: tl.constexpr = OUT
         gate = _round(gate, out_type)  # F.linear's output dtype
         up = _round(up, out_type)

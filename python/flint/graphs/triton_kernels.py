@@ -18,6 +18,7 @@ __all__ = [
     "_eighths_index",
     "_l2_ask",
     "_round",
+    "_start_next",
     "_times_2_to",
     "_w_steps",
     "_w_tile",
@@ -51,7 +52,7 @@ if triton is not None:
             return x.to(OUT).to(tl.float32)
 
     @triton.jit
-    def _await_inputs(GDC: tl.constexpr):
+    def _await_inputs(GDC: tl.constexpr, LATE: tl.constexpr = False):
         """Programmatic dependent launch (``GDC``; Hopper and later, launched with
         ``launch_pdl``): the kernel's programs may start while the kernel before it in
         the stream still runs; here they wait until it has finished and its writes are
@@ -71,12 +72,25 @@ if triton is not None:
         this wait, once this kernel's programs have all started. The kernels before may
         then still run, back to the nearest one not in EARLY, so the next kernel may read
         before its own wait only what was written before the replay or before that one.
-        Each kernel still waits, so the order of the stores stays transitive."""
+        Each kernel still waits, so the order of the stores stays transitive.
+
+        ``LATE`` (with ``GDC`` True): the wait only; the kernel lets the next one's
+        programs start later itself, with ``_start_next`` (once its own reads are in,
+        so that the next kernel's reads ahead of its wait do not slow them)."""
         if GDC == 2:
             tl.extra.cuda.gdc_launch_dependents()
             tl.extra.cuda.gdc_wait()
         elif GDC:
             tl.extra.cuda.gdc_wait()
+            if not LATE:
+                tl.extra.cuda.gdc_launch_dependents()
+
+    @triton.jit
+    def _start_next(GDC: tl.constexpr):
+        """The next kernel's programs may start from here: the late point of a kernel
+        whose ``_await_inputs`` had ``LATE`` (nothing where ``GDC`` is off, or 2, whose
+        wait let them start already)."""
+        if GDC and GDC != 2:
             tl.extra.cuda.gdc_launch_dependents()
 
     @triton.jit
@@ -330,10 +344,7 @@ if triton is not None:
         cols = tl.program_id(0) * BS + tl.arange(0, BS)
         ok = cols < n
         w = _read_if(w_ptr, cols, ok, AHEAD)  # the weight ahead of the wait
-        if LATE and GDC == True:  # noqa: E712 - a compile-time test
-            tl.extra.cuda.gdc_wait()
-        else:
-            _await_inputs(GDC)
+        _await_inputs(GDC, LATE > 0)
         out_type = out_ptr.dtype.element_ty
         total = tl.zeros([BS], dtype=tl.float32)
         for rank in tl.static_range(TOPK):
@@ -342,13 +353,13 @@ if triton is not None:
         delta = _round(total, out_type)
         x = tl.load(x_ptr + cols, mask=ok, other=0.0).to(tl.float32)
         x = _round(x + delta, out_type)
-        if LATE == 1 and GDC == True:  # noqa: E712
-            tl.extra.cuda.gdc_launch_dependents()
+        if LATE == 1:
+            _start_next(GDC)
         squares = tl.sum(x * x, axis=0)
         if CLUSTER > 1:  # the store below after the barrier, whose release need not wait for it
             squares = _cluster_sum(squares)
-        if LATE == 2 and GDC == True:  # noqa: E712
-            tl.extra.cuda.gdc_launch_dependents()
+        if LATE == 2:
+            _start_next(GDC)
         tl.store(sum_ptr + cols, x.to(out_type), mask=ok)
         normed = _rms_normed(x, squares, w, w_ptr, cols, ok, n, eps, W32, out_type, AHEAD)
         tl.store(out_ptr + cols, normed.to(out_type), mask=ok)
