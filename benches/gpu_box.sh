@@ -2759,17 +2759,18 @@ gpu183() {
 }
 
 gpu184() {
-  # Not run yet (written as the thirty-third session's device time ran out): the GPU
-  # tests on the cluster norm with its barrier before the exchange (e96fe08), then on
-  # q30 the step with it, without the cluster, and gate/up letting down start once its
-  # rows are in (gu-late, moe_kernel.GATE_UP_LATE), alone in two processes each.
+  # The GPU tests on the cluster norm with its barrier before the exchange (e96fe08, not
+  # yet run on a GPU), then on q30 the step with the defaults, with gate/up letting
+  # down start once its rows are in (gu-late, moe_kernel.GATE_UP_LATE) and with the
+  # attention letting o start once its keys and values are in (attn-late,
+  # fused.ATTENTION_LATE), alone in two processes each.
   [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
   echo "== GPU tests"; timeout 240 python3 -m pytest tests -q -p no:cacheprovider --tb=short -rf \
     -m gpu --ignore=tests/server --ignore=tests/chat 2>&1 \
     | grep -E "passed|failed|FAILED|Error|assert" | head -20
   synth30 q30
   echo "== step q30"
-  timeout 220 python3 benches/step_ab.py "$DATA/q30.ftw" --configs base,no-cluster-norm,gu-late \
+  timeout 250 python3 benches/step_ab.py "$DATA/q30.ftw" --configs base,gu-late,attn-late \
     --processes 2 2>&1 | grep -E '"config"|rror|failed'
 }
 

@@ -61,7 +61,8 @@ on 1, 2 or 8 warps, 4 by default), ``cluster-norm-late0``, ``-late1`` and ``-lat
 (q/k/v's programs started at the cluster's wait, once it has the ranks' rows, or once
 it has exchanged its sums of squares: fused.CLUSTER_NORM_LATE, 1 by default since
 gpu182), ``gu-late`` (down's programs started once gate/up's rows are in:
-moe_kernel.GATE_UP_LATE). The thirty-first
+moe_kernel.GATE_UP_LATE), ``attn-late`` (o's programs started once the attention's
+keys and values are in: fused.ATTENTION_LATE). The thirty-first
 session's ``gu-guess`` and ``guess`` (gate/up reading guessed experts' rows before its
 wait), the thirty-second's ``embed-op`` (the token's embedding by a torch op, while
 the first norm read it: gpu177) and the thirty-third's ``no-cluster-route`` and
@@ -192,6 +193,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "gu-b8-k2048-w4": {"WORDS_GATE_UP_BLOCK": (8, 2048, 4)},
     # down's programs started once gate/up's rows are in, not at its wait
     "gu-late": {"GATE_UP_LATE": True},
+    # o's programs started once the attention's keys and values are in, not at its wait
+    "attn-late": {"fused.ATTENTION_LATE": True},
     "down-b32": {"WORDS_DOWN_BLOCK": (32, 256, 4)},
     # kernels letting the next start before their wait (moe_kernel.EARLY, off by
     # default): the small ones, all but gate/up, the products and down, the small ones

@@ -434,6 +434,12 @@ def qkv_rope(
 ATTENTION_CHUNK = 256  # cache positions per program of decode_attention (a split)
 ATTENTION_BLOCK = 64  # positions per step within one
 ATTENTION_LAUNCH: dict[str, int] = {}  # num_warps / num_stages when set (an A/B; Triton's defaults)
+# The attention letting the output projection's programs start once its keys and values
+# are in and multiplied (``decode_attention_kernel``'s ``LATE``), not at its wait: o
+# reads its first tile before its wait, and those reads share the memory with the
+# attention's (the cluster norm's late start of q/k/v, ``CLUSTER_NORM_LATE``, saved 8.8
+# us a step). Not measured yet; True for an A/B in benches.
+ATTENTION_LATE = False
 Parts = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 
@@ -470,13 +476,14 @@ def decode_attention(
     assert splits <= m.shape[0] and keys.stride(2) == 1 and values.stride(2) == 1
     read_ahead = ahead("attention", q.device)
     ask = {"ASK": True} if KV_ASK == "attention" and read_ahead and pdl(q.device) else {}
+    late = {"LATE": True} if ATTENTION_LATE and pdl(q.device) else {}
     with on_device(q.device):
         decode_attention_kernel[(kv_heads, splits)](
             q, keys, values, position, out, m, total, acc, keys.stride(0), keys.stride(1),
             values.stride(0), values.stride(1), heads, dim, dim**-0.5, GROUP=group,
             GP=max(16, _block(group)), DP=max(16, _block(dim)), BS=ATTENTION_BLOCK,
             CHUNK=ATTENTION_CHUNK, SPLIT=splits > 1, F32=q.device.type == "cpu",
-            **ATTENTION_LAUNCH, **read_ahead, **pdl(q.device, "attention"), **ask,
+            **ATTENTION_LAUNCH, **read_ahead, **pdl(q.device, "attention"), **ask, **late,
         )  # fmt: skip
         if splits > 1:
             attention_combine_kernel[(heads,)](
