@@ -9,10 +9,11 @@ kernel's programs poll that counter, acquire, until every program has added).
 ``cluster`` (eight programs only): dependent launch of one thread-block cluster of
 eight, whose programs add one partial sum each through each other's shared memory
 (``_cluster_sum``, ``fused.CLUSTER_NORM``'s exchange) before their stores: a launch
-with that exchange against ``pdl`` at eight programs without it.
+with that exchange against ``pdl`` at eight programs without it; ``cluster-async`` the
+same through asynchronous stores and a transaction barrier (``fused.CLUSTER_ASYNC``).
 
 Usage: python benches/launch_floor.py [--launches 100,500] [--programs 1,132,1024]
-       [--syncs serial,pdl,flag,cluster]
+       [--syncs serial,pdl,flag,cluster,cluster-async]
 
 The graph decode step of the 30B-A3B geometry is ~530 launches a token (docs/benchmarks.md):
 the microseconds per launch here, times 530, is the part of a token no kernel's bytes
@@ -44,14 +45,17 @@ def step_kernel(src_ptr, dst_ptr, BLOCK: tl.constexpr, GDC: tl.constexpr = False
 
 
 @triton.jit
-def cluster_step_kernel(src_ptr, dst_ptr, BLOCK: tl.constexpr, GDC: tl.constexpr = False):
+def cluster_step_kernel(
+    src_ptr, dst_ptr, BLOCK: tl.constexpr, ASYNC: tl.constexpr = False, GDC: tl.constexpr = False
+):
     """``step_kernel`` whose eight programs, one cluster, first add their blocks' sums
-    through each other's shared memory (added back as 0 * sum: the same values)."""
-    _cluster_arrive()
+    through each other's shared memory (added back as 0 * sum: the same values);
+    ``ASYNC``: through asynchronous stores (``_cluster_sum``)."""
+    xchg = _cluster_arrive(ASYNC)
     _await_inputs(GDC)
     at = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     x = tl.load(src_ptr + at)
-    total = _cluster_sum(tl.sum(x, axis=0))
+    total = _cluster_sum(tl.sum(x, axis=0), xchg, ASYNC)
     tl.store(dst_ptr + at, x + 1.0 + 0.0 * total)
 
 
@@ -100,9 +104,10 @@ def chain_graph(launches: int, programs: int, sync: str, device: torch.device) -
                     counters.zero_()
                 for i in range(launches):
                     src, dst = bufs[i % 2], bufs[(i + 1) % 2]
-                    if sync == "cluster":
+                    if sync.startswith("cluster"):
                         assert programs == 8, "a cluster of eight programs"
-                        args, meta = (src, dst), {"BLOCK": block, **kwargs}
+                        meta = {"BLOCK": block, "ASYNC": sync == "cluster-async", **kwargs}
+                        args = (src, dst)
                         fused._cluster_launch(cluster_step_kernel, 8, args, meta)
                         continue
                     if sync != "flag":

@@ -62,7 +62,9 @@ on 1, 2 or 8 warps, 4 by default), ``cluster-norm-late0``, ``-late1`` and ``-lat
 it has exchanged its sums of squares: fused.CLUSTER_NORM_LATE, 1 by default since
 gpu182), ``gu-late`` (down's programs started once gate/up's rows are in:
 moe_kernel.GATE_UP_LATE), ``attn-late`` (o's programs started once the attention's
-keys and values are in: fused.ATTENTION_LATE). The thirty-first
+keys and values are in: fused.ATTENTION_LATE), ``cluster-async`` (the cluster norm's
+sums of squares exchanged through asynchronous stores and a transaction barrier:
+fused.CLUSTER_ASYNC). The thirty-first
 session's ``gu-guess`` and ``guess`` (gate/up reading guessed experts' rows before its
 wait), the thirty-second's ``embed-op`` (the token's embedding by a torch op, while
 the first norm read it: gpu177) and the thirty-third's ``no-cluster-route`` and
@@ -246,6 +248,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "no-cluster-norm": {"fused.CLUSTER_NORM": False},
     **{f"cluster-norm-w{w}": {"fused.CLUSTER_NORM_WARPS": w} for w in (1, 2, 8)},
     **{f"cluster-norm-late{k}": {"fused.CLUSTER_NORM_LATE": k} for k in (0, 1, 2)},
+    # that cluster's sums of squares exchanged through asynchronous stores
+    "cluster-async": {"fused.CLUSTER_ASYNC": True},
     **{
         f"route-{name}-w{w}": {"fused.ROUTE_RANKS": mode, "fused.ROUTE_RANK_WARPS": w}
         for name, mode in (("count", 1), ("sort", 2))

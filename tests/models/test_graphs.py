@@ -488,24 +488,32 @@ def test_a_cluster_launch_sets_the_packed_metadata_or_refuses() -> None:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("cols", [64, 2048, 2880, 7168])
-def test_the_ranked_sum_in_a_cluster_norm_on_cuda(cols: int) -> None:
+def test_the_ranked_sum_in_a_cluster_norm_on_cuda(
+    cols: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """On a GPU the fold is a cluster of eight programs, each an eighth of the columns,
     which add their sums of squares in rank order: the residual sum bit for bit as the
     two launches make it, the norm within two bf16 roundings of theirs (only the order
     of the squares' sum differs; the norm is rounded, then its product with the
-    weight), the same bits every launch."""
+    weight), the same bits every launch, and the same bits whether the sums are
+    exchanged through plain or asynchronous stores (``fused.CLUSTER_ASYNC``)."""
     if not fused.ranked_norm_fits(torch.device("cuda", 0)):
         pytest.skip("thread-block clusters need Hopper or later")
     rows, weights, x, nw = _ranked_norm_case(cols, "cuda")
     delta = moe_kernel.ranked_sum(rows, weights, torch.bfloat16)
     for w32 in (False, True):
-        total, normed = fused.ranked_add_rms_norm(x, rows, weights, nw, 1e-6, w32)
-        want_total, want = fused.add_rms_norm(x, delta, nw, 1e-6, w32)
-        assert torch.equal(total.view(torch.int16), want_total.view(torch.int16))
-        step = want.float().abs() * 2**-6  # a bf16 rounding of the norm, then of w * it
-        assert ((normed.float() - want.float()).abs() <= step).all()
-        again = fused.ranked_add_rms_norm(x, rows, weights, nw, 1e-6, w32)[1]
-        assert torch.equal(again.view(torch.int16), normed.view(torch.int16))
+        made = {}
+        for exchange in (False, True):
+            monkeypatch.setattr(fused, "CLUSTER_ASYNC", exchange)
+            total, normed = fused.ranked_add_rms_norm(x, rows, weights, nw, 1e-6, w32)
+            want_total, want = fused.add_rms_norm(x, delta, nw, 1e-6, w32)
+            assert torch.equal(total.view(torch.int16), want_total.view(torch.int16))
+            step = want.float().abs() * 2**-6  # a bf16 rounding of the norm, then of w * it
+            assert ((normed.float() - want.float()).abs() <= step).all()
+            again = fused.ranked_add_rms_norm(x, rows, weights, nw, 1e-6, w32)[1]
+            assert torch.equal(again.view(torch.int16), normed.view(torch.int16))
+            made[exchange] = normed
+        assert torch.equal(made[True].view(torch.int16), made[False].view(torch.int16))
 
 
 @pytest.mark.interpreter
@@ -1188,7 +1196,8 @@ def test_dependent_launch_gives_the_serial_launchs_bits(
     their own wait (``moe_kernel.EARLY``): none (the default), the router's top-k, the
     small ones, or all but gate/up; "late": gate/up, the cluster norm and the attention
     letting the next start only late (``moe_kernel.GATE_UP_LATE``,
-    ``fused.CLUSTER_NORM_LATE`` 2, ``fused.ATTENTION_LATE``)."""
+    ``fused.CLUSTER_NORM_LATE`` 2, ``fused.ATTENTION_LATE``), the cluster's sums
+    exchanged through asynchronous stores (``fused.CLUSTER_ASYNC``)."""
     names = {
         "route": frozenset({"route"}),
         "small": moe_kernel.SMALL_KERNELS,
@@ -1199,6 +1208,7 @@ def test_dependent_launch_gives_the_serial_launchs_bits(
         monkeypatch.setattr(moe_kernel, "GATE_UP_LATE", True)
         monkeypatch.setattr(fused, "CLUSTER_NORM_LATE", 2)
         monkeypatch.setattr(fused, "ATTENTION_LATE", True)
+        monkeypatch.setattr(fused, "CLUSTER_ASYNC", True)
     if not moe_kernel._pdl_capable(0):
         pytest.skip("programmatic dependent launch needs Hopper or later and Triton's gdc")
     with moe_kernel.dependent_launch():

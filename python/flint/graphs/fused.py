@@ -144,6 +144,12 @@ CLUSTER_NORM_WARPS = 4  # Triton's default; other counts not measured
 # alone in two processes each) 1,736.2 us a step with 1, 1,745.0 with 0, 1,752.8 with 2
 # (1,745.8 without the cluster); R0 583.5 tok/s with 1, 580.7 with 0, 578.2 without.
 CLUSTER_NORM_LATE = 1
+# How that cluster's programs exchange their sums of squares (``_cluster_sum``): False,
+# plain stores into each other's shared memory made visible by a cluster barrier
+# (release, acquire; its release compiles to a fence over the whole GPU's memory that
+# waits for the thread's earlier stores); True, asynchronous stores counted off each
+# receiver's transaction barrier, on which only the receiver waits. Not measured yet.
+CLUSTER_ASYNC = False
 _cluster_lock = threading.Lock()
 
 
@@ -209,7 +215,7 @@ def ranked_add_rms_norm(
     meta: dict[str, Any] = dict(
         TOPK=top_k, BS=_block(-(-n // cluster)), W32=weight_in_fp32, CLUSTER=cluster,
         num_warps=CLUSTER_NORM_WARPS, **ahead("norm", x.device), **pdl(x.device, "norm"),
-        LATE=CLUSTER_NORM_LATE,
+        LATE=CLUSTER_NORM_LATE, ASYNC=CLUSTER_ASYNC,
     )  # fmt: skip
     with on_device(x.device):
         if cpu:

@@ -266,43 +266,90 @@ if triton is not None:
         _store_normed(y, out_ptr + row * n, cols, ok, e_ptr + row * 8 * e_stride, e_stride, EIGHTHS)
 
     @triton.jit
-    def _cluster_sum(part):
+    def _cluster_sum(part, at, ASYNC: tl.constexpr = False):
         """The sum of ``part`` (an fp32 scalar, one per program) over the eight programs
         of a thread-block cluster, added in cluster rank order, so every program gets
-        the same bits. Each program must have called ``_cluster_arrive`` first: its wait
-        here makes sure every program of the cluster has started before any writes into
-        another's shared memory (the CUDA programming guide's rule for distributed
-        shared memory). Threads 0-7 of each program then write its part into program
-        t's shared memory (``mapa``, ``st.shared::cluster``), a cluster barrier
-        (release, acquire) makes them visible, and each program adds the eight in its
-        own shared memory. No program touches another's memory after that barrier, so
-        none can exit while another still writes to it. Launched as one cluster of
-        eight (``fused._cluster_launch``); CUDA sm_90 and later only (inline PTX)."""
+        the same bits. ``at``: what this program's ``_cluster_arrive(ASYNC)`` returned,
+        called first. Its wait here makes sure every program of the cluster has started
+        (and, with ``ASYNC``, set up its barrier) before any writes into another's
+        shared memory (the CUDA programming guide's rule for distributed shared memory).
+        Threads 0-7 of each program then write its part into program t's shared memory
+        (``mapa``), each program adds the eight in its own shared memory once all have
+        arrived, and no program touches another's memory after that, so none can exit
+        while another still writes to it. How the parts arrive: ``ASYNC`` False, plain
+        stores (``st.shared::cluster``) made visible by a second cluster barrier
+        (release, acquire: the release waits for every earlier store of the thread);
+        True, asynchronous stores (``st.async``) that count their bytes off the
+        receiving program's transaction barrier (``mbarrier``), on which it waits alone.
+        Launched as one cluster of eight (``fused._cluster_launch``); CUDA sm_90 and
+        later only (inline PTX)."""
+        if ASYNC:
+            return tl.inline_asm_elementwise(
+                "{ .reg .u32 t, r, p0, b, rb, rbar; .reg .pred p, done;"
+                " .reg .f32 s0, s1, s2, s3, s4, s5, s6, s7;"
+                " barrier.cluster.wait.aligned;"
+                " mov.u32 t, %tid.x; mov.u32 r, %cluster_ctarank; add.u32 p0, $2, 16;"
+                " mad.lo.u32 b, r, 4, p0; setp.lt.u32 p, t, 8;"
+                " @p mapa.shared::cluster.u32 rb, b, t; @p mapa.shared::cluster.u32 rbar, $2, t;"
+                " @p st.async.shared::cluster.mbarrier::complete_tx::bytes.f32 [rb], $1, [rbar];"
+                " WAIT_PARTS:"
+                " mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [$2], 0;"
+                " @!done bra WAIT_PARTS;"
+                " ld.shared.v4.f32 {s0, s1, s2, s3}, [p0];"
+                " ld.shared.v4.f32 {s4, s5, s6, s7}, [p0+16];"
+                " add.f32 s0, s0, s1; add.f32 s0, s0, s2; add.f32 s0, s0, s3; add.f32 s0, s0, s4;"
+                " add.f32 s0, s0, s5; add.f32 s0, s0, s6; add.f32 $0, s0, s7; }",
+                "=f,f,r",
+                [part, at],
+                dtype=tl.float32,
+                is_pure=False,
+                pack=1,
+            )
         return tl.inline_asm_elementwise(
-            "{ .shared .align 16 .f32 parts[8]; .reg .u32 t, r, a, b; .reg .pred p;"
+            "{ .reg .u32 t, r, b; .reg .pred p;"
             " .reg .f32 s0, s1, s2, s3, s4, s5, s6, s7;"
             " barrier.cluster.wait.aligned;"
-            " mov.u32 t, %tid.x; mov.u32 r, %cluster_ctarank; mov.u32 a, parts;"
-            " mad.lo.u32 b, r, 4, a; setp.lt.u32 p, t, 8;"
+            " mov.u32 t, %tid.x; mov.u32 r, %cluster_ctarank;"
+            " mad.lo.u32 b, r, 4, $2; setp.lt.u32 p, t, 8;"
             " @p mapa.shared::cluster.u32 b, b, t; @p st.shared::cluster.f32 [b], $1;"
             " barrier.cluster.arrive.release.aligned; barrier.cluster.wait.acquire.aligned;"
-            " ld.shared.v4.f32 {s0, s1, s2, s3}, [a]; ld.shared.v4.f32 {s4, s5, s6, s7}, [a+16];"
+            " ld.shared.v4.f32 {s0, s1, s2, s3}, [$2]; ld.shared.v4.f32 {s4, s5, s6, s7}, [$2+16];"
             " add.f32 s0, s0, s1; add.f32 s0, s0, s2; add.f32 s0, s0, s3; add.f32 s0, s0, s4;"
             " add.f32 s0, s0, s5; add.f32 s0, s0, s6; add.f32 $0, s0, s7; }",
-            "=f,f",
-            [part],
+            "=f,f,r",
+            [part, at],
             dtype=tl.float32,
             is_pure=False,
             pack=1,
         )
 
     @triton.jit
-    def _cluster_arrive():
+    def _cluster_arrive(ASYNC: tl.constexpr = False):
         """This thread's arrival at the cluster barrier that ``_cluster_sum`` first waits
-        on (relaxed: it orders no memory), as the program starts, so that the wait
-        there costs nothing once every program of the cluster is running."""
+        on, as the program starts, so that the wait there costs nothing once every
+        program of the cluster is running. Returns the shared-memory address of the
+        program's exchange area for ``_cluster_sum``: eight fp32 parts (``ASYNC``
+        False), or a transaction barrier and the parts at +16 (True: thread 0 sets the
+        barrier up to complete once 32 bytes have arrived, and makes that visible to
+        the cluster with the arrival, ``fence.mbarrier_init``; otherwise the arrival is
+        relaxed, ordering no memory)."""
+        if ASYNC:
+            return tl.inline_asm_elementwise(
+                "{ .shared .align 16 .b8 xchg[48]; .reg .u32 a, t; .reg .pred p; .reg .b64 s;"
+                " mov.u32 a, xchg; mov.u32 t, %tid.x; setp.eq.u32 p, t, 0;"
+                " @p mbarrier.init.shared::cta.b64 [a], 1;"
+                " @p mbarrier.arrive.expect_tx.shared::cta.b64 s, [a], 32;"
+                " @p fence.mbarrier_init.release.cluster;"
+                " barrier.cluster.arrive.relaxed.aligned; mov.u32 $0, a; }",
+                "=r,r",
+                [tl.program_id(0)],
+                dtype=tl.int32,
+                is_pure=False,
+                pack=1,
+            )
         return tl.inline_asm_elementwise(
-            "{ barrier.cluster.arrive.relaxed.aligned; mov.u32 $0, $1; }",
+            "{ .shared .align 16 .f32 parts[8]; barrier.cluster.arrive.relaxed.aligned;"
+            " mov.u32 $0, parts; }",
             "=r,r",
             [tl.program_id(0)],
             dtype=tl.int32,
@@ -327,6 +374,7 @@ if triton is not None:
         AHEAD: tl.constexpr = False,
         GDC: tl.constexpr = False,
         LATE: tl.constexpr = 0,
+        ASYNC: tl.constexpr = False,
     ):
         """One token's MoE output and the next norm in one launch: ``ranked_sum_kernel``
         (the K ranks' rows [K, n] fp32 times their weights, added in rank order in
@@ -338,9 +386,12 @@ if triton is not None:
         form, ``tl.sum``'s order as ``rms_norm_kernel``'s. ``LATE`` (with ``GDC`` True,
         ``fused.CLUSTER_NORM_LATE``): the next kernel's programs start once the ranks'
         rows are in (1) or once the sums of squares are exchanged (2), not at the wait
-        (0): they read their weights meanwhile, which slows this kernel's reads."""
+        (0): they read their weights meanwhile, which slows this kernel's reads.
+        ``ASYNC``: the exchange through asynchronous stores (``_cluster_sum``;
+        ``fused.CLUSTER_ASYNC``)."""
+        xchg = 0
         if CLUSTER > 1:
-            _cluster_arrive()
+            xchg = _cluster_arrive(ASYNC)
         cols = tl.program_id(0) * BS + tl.arange(0, BS)
         ok = cols < n
         w = _read_if(w_ptr, cols, ok, AHEAD)  # the weight ahead of the wait
@@ -357,7 +408,7 @@ if triton is not None:
             _start_next(GDC)
         squares = tl.sum(x * x, axis=0)
         if CLUSTER > 1:  # the store below after the barrier, whose release need not wait for it
-            squares = _cluster_sum(squares)
+            squares = _cluster_sum(squares, xchg, ASYNC)
         if LATE == 2:
             _start_next(GDC)
         tl.store(sum_ptr + cols, x.to(out_type), mask=ok)
