@@ -2759,19 +2759,20 @@ gpu183() {
 }
 
 gpu184() {
-  # The GPU tests on the cluster norm with its barrier before the exchange (e96fe08, not
-  # yet run on a GPU), then on q30 the step with the defaults, with gate/up letting
-  # down start once its rows are in (gu-late, moe_kernel.GATE_UP_LATE) and with the
-  # attention letting o start once its keys and values are in (attn-late,
-  # fused.ATTENTION_LATE), alone in two processes each.
-  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
-  echo "== GPU tests"; timeout 240 python3 -m pytest tests -q -p no:cacheprovider --tb=short -rf \
-    -m gpu --ignore=tests/server --ignore=tests/chat 2>&1 \
-    | grep -E "passed|failed|FAILED|Error|assert" | head -20
+  # Three switches off by default, each letting a kernel's latency-bound part run with
+  # less beside it: on q30 the step with the defaults, with gate/up letting down start
+  # once its rows are in (gu-late, moe_kernel.GATE_UP_LATE), the attention letting o
+  # start once its keys and values are in (attn-late, fused.ATTENTION_LATE) and the
+  # cluster norm's sums of squares exchanged through asynchronous stores (cluster-async,
+  # fused.CLUSTER_ASYNC), alone in two processes each; before it, a chain of cluster
+  # launches with either exchange against plain dependent launches of eight programs.
+  echo "== launch floor"
+  timeout 60 python3 benches/launch_floor.py --programs 8 --launches 100,500 \
+    --syncs pdl,cluster,cluster-async 2>&1 | grep -E 'programs|rror'
   synth30 q30
   echo "== step q30"
-  timeout 250 python3 benches/step_ab.py "$DATA/q30.ftw" --configs base,gu-late,attn-late \
-    --processes 2 2>&1 | grep -E '"config"|rror|failed'
+  timeout 400 python3 benches/step_ab.py "$DATA/q30.ftw" \
+    --configs base,gu-late,attn-late,cluster-async --processes 2 2>&1 | grep -E '"config"|rror|failed'
 }
 
 case $what in
