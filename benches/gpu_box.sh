@@ -2775,8 +2775,30 @@ gpu184() {
     --configs base,gu-late,attn-late,cluster-async --processes 2 2>&1 | grep -E '"config"|rror|failed'
 }
 
+gpu185() {
+  # The GPU tests with the cluster norm's asynchronous exchange on by default
+  # (fused.CLUSTER_ASYNC; gu-late and attn-late taken out after gpu184), rows learnt
+  # after the wait by ordinary loads against one bulk copy a program (bulk_reads.py,
+  # new), then R0 on q30 with the defaults and with the barrier exchange, alternating.
+  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
+  echo "== GPU tests"; timeout 240 python3 -m pytest tests -q -p no:cacheprovider --tb=short -rf \
+    -m gpu --ignore=tests/server --ignore=tests/chat 2>&1 \
+    | grep -E "passed|failed|FAILED|Error|assert" | head -20
+  echo "== bulk reads"
+  for w in 2 4; do
+    timeout 60 python3 benches/bulk_reads.py --warps $w 2>&1 | grep -E 'mode|rror' | tail -4
+  done
+  synth30 q30
+  for args in "" "--cluster-barrier" "" "--cluster-barrier"; do
+    echo "== R0 q30 ${args:-defaults}"
+    timeout 80 python3 benches/graph_decode.py "$DATA/q30.ftw" --tokens 128 --reps 2 --modes on \
+      $args 2>&1 | grep -E "tg_tok|_sd|roofline|copy_gb|replay_us|greedy_us|Error"
+  done
+}
+
 case $what in
   install) install ;;
+  gpu185) install; gpu185 ;;
   gpu184) install; gpu184 ;;
   gpu183) install; gpu183 ;;
   gpu182) install; gpu182 ;;

@@ -6,7 +6,7 @@ Usage: python benches/graph_decode.py MODEL [--tokens 128] [--prompt 64] [--reps
        [--torch-attention] [--no-ahead] [--no-pdl] [--early] [--qkv-after]
        [--early-kernels NAMES] [--kv-ask rope|attention|none] [--rows-every-step]
        [--tokens-copied] [--no-cluster-norm] [--cluster-norm-late 0|1|2]
-       [--gate-up-late] [--attention-late] [--cluster-async]
+       [--cluster-barrier]
 
 Each mode loads the model once (resident, cuda:0) and decodes ``--tokens`` greedy
 tokens after a ``--prompt``-token prompt, ``--reps`` times after a warm-up run (which
@@ -289,28 +289,16 @@ def main() -> None:
         "(2): the A/B of flint.graphs.fused.CLUSTER_NORM_LATE",
     )
     parser.add_argument(
-        "--gate-up-late",
+        "--cluster-barrier",
         action="store_true",
-        help="gate/up lets down's programs start once its rows are in, not at its wait (the "
-        "A/B of flint.graphs.moe_kernel.GATE_UP_LATE)",
-    )
-    parser.add_argument(
-        "--attention-late",
-        action="store_true",
-        help="the attention lets o's programs start once its keys and values are in, not at "
-        "its wait (the A/B of flint.graphs.fused.ATTENTION_LATE)",
-    )
-    parser.add_argument(
-        "--cluster-async",
-        action="store_true",
-        help="the cluster norm's sums of squares exchanged through asynchronous stores and "
-        "a transaction barrier (the A/B of flint.graphs.fused.CLUSTER_ASYNC)",
+        help="the cluster norm's sums of squares exchanged through plain stores and a "
+        "cluster barrier, not asynchronous stores and a transaction barrier (the A/B of "
+        "flint.graphs.fused.CLUSTER_ASYNC)",
     )
     args = parser.parse_args()
     fused.QKV_AFTER_WAIT = args.qkv_after
-    moe_kernel.GATE_UP_LATE = moe_kernel.GATE_UP_LATE or args.gate_up_late
-    fused.ATTENTION_LATE = fused.ATTENTION_LATE or args.attention_late
-    fused.CLUSTER_ASYNC = fused.CLUSTER_ASYNC or args.cluster_async
+    if args.cluster_barrier:
+        fused.CLUSTER_ASYNC = False
     if args.no_cluster_norm:
         fused.CLUSTER_NORM = False
     if args.cluster_norm_late is not None:
@@ -355,11 +343,7 @@ def main() -> None:
     result["tokens_to_host"] = decode.TOKENS_TO_HOST
     result["cluster_norm"] = fused.CLUSTER_NORM
     result["cluster_norm_late"] = fused.CLUSTER_NORM_LATE
-    result["late"] = {
-        "gate_up": moe_kernel.GATE_UP_LATE,
-        "attention": fused.ATTENTION_LATE,
-        "cluster_async": fused.CLUSTER_ASYNC,
-    }
+    result["cluster_async"] = fused.CLUSTER_ASYNC
     result["copy_gb_s"] = round(copy_rate(device) / 1e9, 1)
     ids: list[int] = []
     step_tokens: dict[str, list[int]] = {}  # "on" and "eager": the same step, the same tokens

@@ -60,11 +60,11 @@ thirty-third session: fused.CLUSTER_NORM), ``cluster-norm-w*`` (that cluster's p
 on 1, 2 or 8 warps, 4 by default), ``cluster-norm-late0``, ``-late1`` and ``-late2``
 (q/k/v's programs started at the cluster's wait, once it has the ranks' rows, or once
 it has exchanged its sums of squares: fused.CLUSTER_NORM_LATE, 1 by default since
-gpu182), ``gu-late`` (down's programs started once gate/up's rows are in:
-moe_kernel.GATE_UP_LATE), ``attn-late`` (o's programs started once the attention's
-keys and values are in: fused.ATTENTION_LATE), ``cluster-async`` (the cluster norm's
-sums of squares exchanged through asynchronous stores and a transaction barrier:
-fused.CLUSTER_ASYNC). The thirty-first
+gpu182), ``cluster-barrier`` (the cluster norm's sums of squares exchanged through
+plain stores and a cluster barrier, as before gpu184: fused.CLUSTER_ASYNC). The
+thirty-fourth session's ``gu-late`` and ``attn-late`` (down's programs started once
+gate/up's rows are in, o's once the attention's keys and values are: gpu184) were
+taken out with the code. The thirty-first
 session's ``gu-guess`` and ``guess`` (gate/up reading guessed experts' rows before its
 wait), the thirty-second's ``embed-op`` (the token's embedding by a torch op, while
 the first norm read it: gpu177) and the thirty-third's ``no-cluster-route`` and
@@ -193,10 +193,6 @@ CONFIGS: dict[str, dict[str, Any]] = {
     # gu-k2048-w2 the default since the twenty-sixth session (gpu149)
     "gu-k2048-w2": {"WORDS_GATE_UP_BLOCK": (4, 2048, 2)},
     "gu-b8-k2048-w4": {"WORDS_GATE_UP_BLOCK": (8, 2048, 4)},
-    # down's programs started once gate/up's rows are in, not at its wait
-    "gu-late": {"GATE_UP_LATE": True},
-    # o's programs started once the attention's keys and values are in, not at its wait
-    "attn-late": {"fused.ATTENTION_LATE": True},
     "down-b32": {"WORDS_DOWN_BLOCK": (32, 256, 4)},
     # kernels letting the next start before their wait (moe_kernel.EARLY, off by
     # default): the small ones, all but gate/up, the products and down, the small ones
@@ -248,8 +244,9 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "no-cluster-norm": {"fused.CLUSTER_NORM": False},
     **{f"cluster-norm-w{w}": {"fused.CLUSTER_NORM_WARPS": w} for w in (1, 2, 8)},
     **{f"cluster-norm-late{k}": {"fused.CLUSTER_NORM_LATE": k} for k in (0, 1, 2)},
-    # that cluster's sums of squares exchanged through asynchronous stores
-    "cluster-async": {"fused.CLUSTER_ASYNC": True},
+    # that cluster's sums of squares exchanged through plain stores and a cluster
+    # barrier (asynchronous stores and a transaction barrier by default since gpu184)
+    "cluster-barrier": {"fused.CLUSTER_ASYNC": False},
     **{
         f"route-{name}-w{w}": {"fused.ROUTE_RANKS": mode, "fused.ROUTE_RANK_WARPS": w}
         for name, mode in (("count", 1), ("sort", 2))

@@ -1194,10 +1194,9 @@ def test_dependent_launch_gives_the_serial_launchs_bits(
     same bits over 40 tokens (a kernel reading its input before the one before has
     written it would show here). ``early``: which kernels let the next one start before
     their own wait (``moe_kernel.EARLY``): none (the default), the router's top-k, the
-    small ones, or all but gate/up; "late": gate/up, the cluster norm and the attention
-    letting the next start only late (``moe_kernel.GATE_UP_LATE``,
-    ``fused.CLUSTER_NORM_LATE`` 2, ``fused.ATTENTION_LATE``), the cluster's sums
-    exchanged through asynchronous stores (``fused.CLUSTER_ASYNC``)."""
+    small ones, or all but gate/up; "late": the cluster norm letting the next start only
+    once it has exchanged its sums of squares (``fused.CLUSTER_NORM_LATE`` 2), through
+    plain stores and a cluster barrier (``fused.CLUSTER_ASYNC`` False)."""
     names = {
         "route": frozenset({"route"}),
         "small": moe_kernel.SMALL_KERNELS,
@@ -1205,10 +1204,8 @@ def test_dependent_launch_gives_the_serial_launchs_bits(
     }
     monkeypatch.setattr(moe_kernel, "EARLY", names.get(early, frozenset()))
     if early == "late":
-        monkeypatch.setattr(moe_kernel, "GATE_UP_LATE", True)
         monkeypatch.setattr(fused, "CLUSTER_NORM_LATE", 2)
-        monkeypatch.setattr(fused, "ATTENTION_LATE", True)
-        monkeypatch.setattr(fused, "CLUSTER_ASYNC", True)
+        monkeypatch.setattr(fused, "CLUSTER_ASYNC", False)
     if not moe_kernel._pdl_capable(0):
         pytest.skip("programmatic dependent launch needs Hopper or later and Triton's gdc")
     with moe_kernel.dependent_launch():

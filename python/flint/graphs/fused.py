@@ -144,12 +144,16 @@ CLUSTER_NORM_WARPS = 4  # Triton's default; other counts not measured
 # alone in two processes each) 1,736.2 us a step with 1, 1,745.0 with 0, 1,752.8 with 2
 # (1,745.8 without the cluster); R0 583.5 tok/s with 1, 580.7 with 0, 578.2 without.
 CLUSTER_NORM_LATE = 1
-# How that cluster's programs exchange their sums of squares (``_cluster_sum``): False,
-# plain stores into each other's shared memory made visible by a cluster barrier
-# (release, acquire; its release compiles to a fence over the whole GPU's memory that
-# waits for the thread's earlier stores); True, asynchronous stores counted off each
-# receiver's transaction barrier, on which only the receiver waits. Not measured yet.
-CLUSTER_ASYNC = False
+# How that cluster's programs exchange their sums of squares (``_cluster_sum``): True,
+# asynchronous stores counted off each receiver's transaction barrier, on which only
+# the receiver waits; False, plain stores into each other's shared memory made visible
+# by a cluster barrier (release, acquire; its release compiles to a fence over the
+# whole GPU's memory, ``MEMBAR.ALL.GPU``, that waits for the thread's earlier stores).
+# A chain of cluster launches (benches/launch_floor.py, gpu184): 0.92 us a launch with
+# True against 1.16-1.19 with False (0.62-0.63 for eight programs without a cluster).
+# On q30 the step took 1,724.0 us with True against 1,737.9 (gpu184, alone in two
+# processes each).
+CLUSTER_ASYNC = True
 _cluster_lock = threading.Lock()
 
 
@@ -440,12 +444,10 @@ def qkv_rope(
 ATTENTION_CHUNK = 256  # cache positions per program of decode_attention (a split)
 ATTENTION_BLOCK = 64  # positions per step within one
 ATTENTION_LAUNCH: dict[str, int] = {}  # num_warps / num_stages when set (an A/B; Triton's defaults)
-# The attention letting the output projection's programs start once its keys and values
-# are in and multiplied (``decode_attention_kernel``'s ``LATE``), not at its wait: o
-# reads its first tile before its wait, and those reads share the memory with the
-# attention's (the cluster norm's late start of q/k/v, ``CLUSTER_NORM_LATE``, saved 8.8
-# us a step). Not measured yet; True for an A/B in benches.
-ATTENTION_LATE = False
+# The attention letting o's programs start only once its keys and values are in and
+# multiplied, not at its wait (o reads its first tile before its wait), as the cluster
+# norm starts q/k/v late: measured slower and taken out, 1,779.5 us a step on q30
+# against 1,737.9 (gpu184, alone in two processes each).
 Parts = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 
@@ -482,14 +484,13 @@ def decode_attention(
     assert splits <= m.shape[0] and keys.stride(2) == 1 and values.stride(2) == 1
     read_ahead = ahead("attention", q.device)
     ask = {"ASK": True} if KV_ASK == "attention" and read_ahead and pdl(q.device) else {}
-    late = {"LATE": True} if ATTENTION_LATE and pdl(q.device) else {}
     with on_device(q.device):
         decode_attention_kernel[(kv_heads, splits)](
             q, keys, values, position, out, m, total, acc, keys.stride(0), keys.stride(1),
             values.stride(0), values.stride(1), heads, dim, dim**-0.5, GROUP=group,
             GP=max(16, _block(group)), DP=max(16, _block(dim)), BS=ATTENTION_BLOCK,
             CHUNK=ATTENTION_CHUNK, SPLIT=splits > 1, F32=q.device.type == "cpu",
-            **ATTENTION_LAUNCH, **read_ahead, **pdl(q.device, "attention"), **ask, **late,
+            **ATTENTION_LAUNCH, **read_ahead, **pdl(q.device, "attention"), **ask,
         )  # fmt: skip
         if splits > 1:
             attention_combine_kernel[(heads,)](

@@ -321,11 +321,11 @@ WORDS_DOWN_BLOCK = (16, 256, 4)
 # 1,657.0, the loop of (4, 512, 4) 1,691.5 (gpu119, docs/benchmarks.md).
 WHOLE_GATE_UP = True
 # gate/up letting down's programs start once its own rows are in and dotted, instead of
-# at its wait (``gate_up_kernel``'s ``LATE``): down reads its whole rows before its wait,
-# and those reads share the memory with gate/up's. The same as the cluster norm's late
-# start of q/k/v (``fused.CLUSTER_NORM_LATE``, 8.8 us a step on q30, gpu182); not
-# measured for gate/up yet. True for an A/B in benches.
-GATE_UP_LATE = False
+# at its wait (down reads its whole rows before its wait, and those reads share the
+# memory with gate/up's), as the cluster norm starts q/k/v late
+# (``fused.CLUSTER_NORM_LATE``): measured slower and taken out, 1,813.2 us a step on q30
+# against 1,737.9 (gpu184, alone in two processes each). Down's rows read before its
+# wait save more than they cost gate/up.
 # gate/up reading guessed experts' rows before its wait (the guess checked after it,
 # so the same bits) was built and measured slower, even with every guess right: on
 # the H200, 30B-A3B with 8 experts a layer, 1,825.9 us a step against 1,740.7 (gpu173;
@@ -492,7 +492,7 @@ def _pair_outputs(
         i_dim, xs, hs, pool.alpha, pool.limit, OUT=_DTYPES[x.dtype], TOPK=top_k,
         SCHEME=code, GROUP=group, BN=bn, BK=bk, HAS_BIAS=has_bias,
         ACT=pool.act, EVEN=_even(h_dim, bk), WORDS=words, WHOLE=whole,
-        num_warps=warps, **pdl(x.device, "gate_up"), LATE=GATE_UP_LATE,
+        num_warps=warps, **pdl(x.device, "gate_up"),
     )  # fmt: skip
     bn, bk, warps = down_block
     bk = _cols(bk, group)

@@ -25,7 +25,6 @@ if triton is not None:
         _eighth_exp,
         _eighths_index,
         _round,
-        _start_next,
         _times_2_to,
         _w_steps,
         _w_tile,
@@ -335,18 +334,14 @@ if triton is not None:
         WORDS: tl.constexpr = False,
         WHOLE: tl.constexpr = 0,
         GDC: tl.constexpr = False,
-        LATE: tl.constexpr = False,
     ):
         """h[pair, rows] = act(gate(x) (+ bias), up(x) (+ bias)) for one (token, rank)
         pair (``_activate``), each op rounded to ``OUT``. With ``WORDS`` (int4): x and h
         in the eighths layout (rows of ``x_stride`` and ``h_stride``), h as ``down``
         reads it. ``WHOLE`` (int4 words whose rows are 1 to 4 tiles, ``WHOLE`` of them):
         every tile of the program's gate and up rows loaded at once, then dotted in
-        ``_rows_dot2``'s order (one memory round trip, not one per tile). ``LATE`` (with
-        ``GDC`` True; ``moe_kernel.GATE_UP_LATE``): down's programs, which read their
-        rows before their wait, start once the program's own rows are in and dotted,
-        not at its wait."""
-        _await_inputs(GDC, LATE)
+        ``_rows_dot2``'s order (one memory round trip, not one per tile)."""
+        _await_inputs(GDC)
         pair = tl.program_id(0)
         token = pair // TOPK
         expert = tl.load(ids_ptr + pair).to(tl.int64)
@@ -375,8 +370,6 @@ if triton is not None:
                 u_ptr + expert * u_we, us_ptr + expert * us_e, u_wr, us_r, x, x_stride, rows,
                 row_ok, hid, SCHEME, GROUP, BN, BK, EVEN, WORDS,
             )  # fmt: skip
-        if LATE:
-            _start_next(GDC)
         out_type: tl.constexpr = OUT
         gate = _round(gate, out_type)  # F.linear's output dtype
         up = _round(up, out_type)

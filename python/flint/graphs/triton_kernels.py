@@ -640,7 +640,6 @@ if triton is not None:
         AHEAD: tl.constexpr = False,
         GDC: tl.constexpr = False,
         ASK: tl.constexpr = False,
-        LATE: tl.constexpr = False,
     ):
         """One query token's attention for the ``GROUP`` query heads of key/value head
         ``program_id(0)`` over cache positions [split * CHUNK, + CHUNK) up to the token's
@@ -653,10 +652,7 @@ if triton is not None:
         ``AHEAD``: the position read before ``_await_inputs``, so that the loop's first
         loads of keys and values are issued as soon as the wait ends. ``ASK`` (with
         ``AHEAD``; ``fused.KV_ASK``): the L2 asked there for the chunk's earlier keys and
-        values (every row but the token's). ``LATE`` (with ``GDC`` True;
-        ``fused.ATTENTION_LATE``): the next kernel's programs start once this program's
-        keys and values are in and multiplied, not at its wait (the output projection
-        reads its first tile before its wait, which shares the memory with these reads)."""
+        values (every row but the token's)."""
         kv = tl.program_id(0)
         split = tl.program_id(1)
         g = tl.arange(0, GP)
@@ -670,7 +666,7 @@ if triton is not None:
                 rows = tl.maximum(tl.minimum(first + CHUNK, pos) - first, 0)
                 _ask_rows(k_ptr, kv * k_head + first * k_pos, rows * k_pos)
                 _ask_rows(v_ptr, kv * v_head + first * v_pos, rows * v_pos)
-        _await_inputs(GDC, LATE)
+        _await_inputs(GDC)
         head = kv * GROUP + g
         q_at = q_ptr + head[:, None] * dim + d[None, :]
         q = tl.load(q_at, mask=g_ok[:, None] & d_ok[None, :], other=0.0)
@@ -705,8 +701,6 @@ if triton is not None:
                 pv = tl.dot(p.to(v.dtype), v)
             acc = acc * alpha[:, None] + pv
             m = m_new
-        if LATE:
-            _start_next(GDC)
         out_mask = g_ok[:, None] & d_ok[None, :]
         if SPLIT:
             at = split * heads + head
