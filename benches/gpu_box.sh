@@ -2796,8 +2796,24 @@ gpu185() {
   done
 }
 
+gpu186() {
+  # The GPU tests again (gpu185's lacked shared/templates, carried now), then rows learnt
+  # after the wait read by ordinary loads or by a tensor descriptor's copy (Triton's
+  # own), and the hand-written bulk copy alone in its process (it faulted in gpu185).
+  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
+  echo "== GPU tests"; timeout 260 python3 -m pytest tests -q -p no:cacheprovider --tb=short -rf \
+    -m gpu --ignore=tests/server --ignore=tests/chat 2>&1 \
+    | grep -E "passed|failed|FAILED|Error|assert" | tail -25
+  echo "== bulk reads"
+  for w in 2 4; do
+    timeout 60 python3 benches/bulk_reads.py --warps $w --modes ldg,tma 2>&1 | grep -E 'mode|rror' | tail -4
+  done
+  timeout 60 python3 benches/bulk_reads.py --modes bulk 2>&1 | grep -E 'mode|rror' | tail -3
+}
+
 case $what in
   install) install ;;
+  gpu186) install; gpu186 ;;
   gpu185) install; gpu185 ;;
   gpu184) install; gpu184 ;;
   gpu183) install; gpu183 ;;
