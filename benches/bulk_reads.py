@@ -11,7 +11,7 @@ as one block of a tensor descriptor (Triton's own use of the copy engine, a [8, 
 box of the pool seen as [chunks, 8, 256]).
 
 Usage: python benches/bulk_reads.py [--programs 1536] [--chunk 8192] [--launches 50]
-       [--modes ldg,bulk,tma] [--warps 2]
+       [--modes ldg,bulk,tma] [--warps 2] [--pool-gib 4] [--no-pdl]
 
 Rows: mode, programs, chunk bytes, microseconds a launch (median of 5 rounds of 20
 replays), the launch's bytes over that time, and whether its sums are right (against
@@ -103,7 +103,7 @@ def read_kernel(
 
 
 def chain_graph(
-    pool: torch.Tensor, launches: int, programs: int, mode: str, warps: int
+    pool: torch.Tensor, launches: int, programs: int, mode: str, warps: int, dependent: bool
 ) -> tuple[torch.cuda.CUDAGraph, list[torch.Tensor]]:
     """A graph of ``launches`` reads, each at its own random chunks, each depending on
     the one before's output; returns it and the launches' outputs."""
@@ -125,7 +125,7 @@ def chain_graph(
 
     def run() -> None:
         with moe_kernel.dependent_launch():
-            kwargs = moe_kernel.pdl(device)
+            kwargs = moe_kernel.pdl(device) if dependent else {}
             for i in range(launches):
                 read_kernel[(programs,)](
                     pool, idx[i], outs[i], zero, outs[i + 1], WORDS=CHUNK_WORDS,
@@ -148,12 +148,18 @@ def main() -> None:
     parser.add_argument("--modes", default="ldg,bulk,tma")
     parser.add_argument("--warps", type=int, default=2)
     parser.add_argument("--pool-gib", type=float, default=4.0)
+    parser.add_argument(
+        "--no-pdl", action="store_true", help="launches one after the other, no dependent launch"
+    )
     args = parser.parse_args()
     device = torch.device("cuda", 0)
     words = int(args.pool_gib * 2**30) // 4
     pool = torch.randint(-(2**20), 2**20, (words,), dtype=torch.int32, device=device)
     modes = args.modes.split(",")
-    graphs = {m: chain_graph(pool, args.launches, args.programs, m, args.warps) for m in modes}
+    graphs = {
+        m: chain_graph(pool, args.launches, args.programs, m, args.warps, not args.no_pdl)
+        for m in modes
+    }
     times: dict[str, list[float]] = {m: [] for m in modes}
     for _ in range(5):
         for mode, (graph, _) in graphs.items():

@@ -2811,8 +2811,27 @@ gpu186() {
   timeout 60 python3 benches/bulk_reads.py --modes bulk 2>&1 | grep -E 'mode|rror' | tail -3
 }
 
+gpu187() {
+  # The cluster norm's next-kernel start (late0/1/2) again with the asynchronous
+  # exchange, alone in two processes each; then where bulk_reads' copies fault
+  # (gpu185-186): each mode in its own process, with and without dependent launch, a
+  # 1 GiB pool.
+  synth30 q30
+  echo "== step q30"
+  timeout 240 python3 benches/step_ab.py "$DATA/q30.ftw" \
+    --configs base,cluster-norm-late0,cluster-norm-late2 --processes 2 2>&1 | grep -E '"config"|rror|failed'
+  echo "== bulk reads"
+  for m in ldg tma bulk; do
+    for p in "" "--no-pdl"; do
+      echo "-- $m $p"
+      timeout 40 python3 benches/bulk_reads.py --modes $m --pool-gib 1 $p 2>&1 | grep -E 'mode|Error|line [0-9]' | tail -4
+    done
+  done
+}
+
 case $what in
   install) install ;;
+  gpu187) install; gpu187 ;;
   gpu186) install; gpu186 ;;
   gpu185) install; gpu185 ;;
   gpu184) install; gpu184 ;;
