@@ -2775,6 +2775,8 @@ gpu184() {
     --configs base,gu-late,attn-late,cluster-async --processes 2 2>&1 | grep -E '"config"|rror|failed'
 }
 
+# gpu185-187 ran benches/bulk_reads.py, taken out after gpu187 (its bulk and descriptor
+# copies faulted or summed wrong; 644cc75 has it).
 gpu185() {
   # The GPU tests with the cluster norm's asynchronous exchange on by default
   # (fused.CLUSTER_ASYNC; gu-late and attn-late taken out after gpu184), rows learnt
@@ -2829,8 +2831,26 @@ gpu187() {
   done
 }
 
+gpu188() {
+  # q/k/v started at the cluster norm's wait (fused.CLUSTER_NORM_LATE 0, the default now:
+  # faster than 1 in gpu187's step A/B with the asynchronous exchange): the cluster and
+  # dependent-launch GPU tests, then R0 on q30 with the defaults and with late1,
+  # alternating.
+  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
+  echo "== GPU tests (cluster, dependent launch)"
+  timeout 110 python3 -m pytest tests/models/test_graphs.py -q -p no:cacheprovider --tb=short -rf \
+    -m gpu -k "cluster or dependent_launch" 2>&1 | grep -E "passed|failed|FAILED|Error|assert" | tail -8
+  synth30 q30
+  for args in "" "--cluster-norm-late 1" "" "--cluster-norm-late 1"; do
+    echo "== R0 q30 ${args:-defaults}"
+    timeout 62 python3 benches/graph_decode.py "$DATA/q30.ftw" --tokens 128 --reps 2 --modes on \
+      $args 2>&1 | grep -E "tg_tok|_sd|roofline|copy_gb|replay_us|greedy_us|Error"
+  done
+}
+
 case $what in
   install) install ;;
+  gpu188) install; gpu188 ;;
   gpu187) install; gpu187 ;;
   gpu186) install; gpu186 ;;
   gpu185) install; gpu185 ;;

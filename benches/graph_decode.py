@@ -284,8 +284,8 @@ def main() -> None:
         "--cluster-norm-late",
         type=int,
         choices=(0, 1, 2),
-        help="the cluster norm lets the next kernel's programs start at its wait (0), once it "
-        "has the ranks' rows (1, the default) or once it has exchanged its sums of squares "
+        help="the cluster norm lets the next kernel's programs start at its wait (0, the "
+        "default), once it has the ranks' rows (1) or once it has exchanged its sums of squares "
         "(2): the A/B of flint.graphs.fused.CLUSTER_NORM_LATE",
     )
     parser.add_argument(

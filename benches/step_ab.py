@@ -59,9 +59,10 @@ fused.KV_ASK, "rope" by default since gpu176), ``rows-every-step``
 thirty-third session: fused.CLUSTER_NORM), ``cluster-norm-w*`` (that cluster's programs
 on 1, 2 or 8 warps, 4 by default), ``cluster-norm-late0``, ``-late1`` and ``-late2``
 (q/k/v's programs started at the cluster's wait, once it has the ranks' rows, or once
-it has exchanged its sums of squares: fused.CLUSTER_NORM_LATE, 1 by default since
-gpu182), ``cluster-barrier`` (the cluster norm's sums of squares exchanged through
-plain stores and a cluster barrier, as before gpu184: fused.CLUSTER_ASYNC). The
+it has exchanged its sums of squares: fused.CLUSTER_NORM_LATE, 1 by default from
+gpu182, 0 again since gpu187), ``cluster-barrier`` (the cluster norm's sums of squares
+exchanged through plain stores and a cluster barrier, as before gpu184:
+fused.CLUSTER_ASYNC). The
 thirty-fourth session's ``gu-late`` and ``attn-late`` (down's programs started once
 gate/up's rows are in, o's once the attention's keys and values are: gpu184) were
 taken out with the code. The thirty-first

@@ -143,7 +143,9 @@ CLUSTER_NORM_WARPS = 4  # Triton's default; other counts not measured
 # (no timeline was taken with 1), those reads slowed the cluster's own. On q30 (gpu182,
 # alone in two processes each) 1,736.2 us a step with 1, 1,745.0 with 0, 1,752.8 with 2
 # (1,745.8 without the cluster); R0 583.5 tok/s with 1, 580.7 with 0, 578.2 without.
-CLUSTER_NORM_LATE = 1
+# With the asynchronous exchange (``CLUSTER_ASYNC``) the order flips: 1,715.2 us with
+# 0, 1,723.8 with 1, 1,745.5 with 2 (gpu187), so 0 since the thirty-fourth session.
+CLUSTER_NORM_LATE = 0
 # How that cluster's programs exchange their sums of squares (``_cluster_sum``): True,
 # asynchronous stores counted off each receiver's transaction barrier, on which only
 # the receiver waits; False, plain stores into each other's shared memory made visible
