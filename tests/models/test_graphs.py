@@ -1184,7 +1184,9 @@ def test_gate_up_never_lets_down_start_early(monkeypatch: pytest.MonkeyPatch) ->
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("early", ["none", "route", "small", "all", "late"])
+@pytest.mark.parametrize(
+    "early", ["none", "route", "small", "all", "late1-async", "late1-barrier", "late2-async"]
+)
 @pytest.mark.parametrize("family", COVERED)
 def test_dependent_launch_gives_the_serial_launchs_bits(
     family: str, early: str, tiny_ftw: dict[str, Path], monkeypatch: pytest.MonkeyPatch
@@ -1194,18 +1196,21 @@ def test_dependent_launch_gives_the_serial_launchs_bits(
     same bits over 40 tokens (a kernel reading its input before the one before has
     written it would show here). ``early``: which kernels let the next one start before
     their own wait (``moe_kernel.EARLY``): none (the default), the router's top-k, the
-    small ones, or all but gate/up; "late": the cluster norm letting the next start only
-    once it has exchanged its sums of squares (``fused.CLUSTER_NORM_LATE`` 2), through
-    plain stores and a cluster barrier (``fused.CLUSTER_ASYNC`` False)."""
+    small ones, or all but gate/up; "lateN-EXCHANGE": the cluster norm letting the next
+    start once it has the ranks' rows (1) or has exchanged its sums of squares (2)
+    instead of at its wait (``fused.CLUSTER_NORM_LATE``), the sums exchanged through
+    asynchronous stores or plain stores and a cluster barrier (``fused.CLUSTER_ASYNC``;
+    the defaults are 0 and asynchronous)."""
     names = {
         "route": frozenset({"route"}),
         "small": moe_kernel.SMALL_KERNELS,
         "all": moe_kernel.EARLY_NAMES,
     }
     monkeypatch.setattr(moe_kernel, "EARLY", names.get(early, frozenset()))
-    if early == "late":
-        monkeypatch.setattr(fused, "CLUSTER_NORM_LATE", 2)
-        monkeypatch.setattr(fused, "CLUSTER_ASYNC", False)
+    if early.startswith("late"):
+        late, exchange = early.removeprefix("late").split("-")
+        monkeypatch.setattr(fused, "CLUSTER_NORM_LATE", int(late))
+        monkeypatch.setattr(fused, "CLUSTER_ASYNC", exchange == "async")
     if not moe_kernel._pdl_capable(0):
         pytest.skip("programmatic dependent launch needs Hopper or later and Triton's gdc")
     with moe_kernel.dependent_launch():

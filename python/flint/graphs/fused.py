@@ -131,9 +131,9 @@ def add_rms_norm(
 # launch a layer fewer, without one program reading all eight ranks (a one-program fold
 # was slower: docs/benchmarks.md, gpu101). Hopper and later; False: the ranked sum's own
 # launch, then the norm's (an A/B in benches). On q30 the step took 1,745.0 us with it
-# against 1,745.8 without, and 1,736.2 with the next kernel started late (below;
-# gpu182). The router's top-k made the same way by its product's launch was 196 us a
-# step slower (gpu181) and was taken out.
+# against 1,745.8 without, and 1,736.2 with the next kernel started late (gpu182;
+# ``CLUSTER_NORM_LATE`` below). The router's top-k made the same way by its product's
+# launch was 196 us a step slower (gpu181) and was taken out.
 CLUSTER_NORM = True
 CLUSTER_PROGRAMS = 8  # programs a cluster: ``_cluster_sum`` adds eight parts
 CLUSTER_NORM_WARPS = 4  # Triton's default; other counts not measured

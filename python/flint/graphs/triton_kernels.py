@@ -384,11 +384,12 @@ if triton is not None:
         as one thread-block cluster, which add their rows' partial sums of squares in
         rank order (``_cluster_sum``); 1: one program (BS >= n), the CPU interpreter's
         form, ``tl.sum``'s order as ``rms_norm_kernel``'s. ``LATE`` (with ``GDC`` True,
-        ``fused.CLUSTER_NORM_LATE``): the next kernel's programs start once the ranks'
-        rows are in (1) or once the sums of squares are exchanged (2), not at the wait
-        (0): they read their weights meanwhile, which slows this kernel's reads.
+        ``fused.CLUSTER_NORM_LATE``): the next kernel's programs start at the wait (0),
+        once the ranks' rows are in (1) or once the sums of squares are exchanged (2):
+        they read their weights before their own wait, beside this kernel's reads.
         ``ASYNC``: the exchange through asynchronous stores (``_cluster_sum``;
         ``fused.CLUSTER_ASYNC``)."""
+        tl.static_assert(CLUSTER == 1 or CLUSTER == 8, "_cluster_sum adds eight parts")
         xchg = 0
         if CLUSTER > 1:
             xchg = _cluster_arrive(ASYNC)
