@@ -107,8 +107,7 @@ def chain_graph(launches: int, programs: int, sync: str, device: torch.device) -
                     if sync.startswith("cluster"):
                         assert programs == 8, "a cluster of eight programs"
                         meta = {"BLOCK": block, "ASYNC": sync == "cluster-async", **kwargs}
-                        args = (src, dst)
-                        fused._cluster_launch(cluster_step_kernel, 8, args, meta)
+                        fused._cluster_launch(cluster_step_kernel, 8, (src, dst), meta)
                         continue
                     if sync != "flag":
                         step_kernel[(programs,)](src, dst, BLOCK=block, **kwargs)

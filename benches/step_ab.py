@@ -62,10 +62,9 @@ on 1, 2 or 8 warps, 4 by default), ``cluster-norm-late0``, ``-late1`` and ``-lat
 it has exchanged its sums of squares: fused.CLUSTER_NORM_LATE, 1 by default from
 gpu182, 0 again since gpu187), ``cluster-barrier`` (the cluster norm's sums of squares
 exchanged through plain stores and a cluster barrier, as before gpu184:
-fused.CLUSTER_ASYNC). The
-thirty-fourth session's ``gu-late`` and ``attn-late`` (down's programs started once
-gate/up's rows are in, o's once the attention's keys and values are: gpu184) were
-taken out with the code. The thirty-first
+fused.CLUSTER_ASYNC). The thirty-fourth session's ``gu-late`` and ``attn-late``
+(down's programs started once gate/up's rows are in, o's once the attention's keys and
+values are: gpu184) were taken out with the code. The thirty-first
 session's ``gu-guess`` and ``guess`` (gate/up reading guessed experts' rows before its
 wait), the thirty-second's ``embed-op`` (the token's embedding by a torch op, while
 the first norm read it: gpu177) and the thirty-third's ``no-cluster-route`` and
