@@ -2848,8 +2848,26 @@ gpu188() {
   done
 }
 
+gpu189() {
+  # The router's top-k made by its product's launch again (fused.CLUSTER_ROUTE 16 on
+  # four warps by default now; the logits sent into program 0's shared memory by
+  # asynchronous stores): the cluster, router and dependent-launch GPU tests (the
+  # latter with 4fbfdce's late1/late2 parameters, not run on a GPU before), then the
+  # step alone in two processes each: the defaults, the top-k's own launch, 16 programs
+  # on eight warps.
+  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
+  echo "== GPU tests (cluster, router, dependent launch)"
+  timeout 150 python3 -m pytest tests/models/test_graphs.py -q -p no:cacheprovider --tb=short -rf \
+    -m gpu -k "cluster or routers_top_k or dependent_launch" 2>&1 | grep -E "passed|failed|FAILED|Error|assert" | tail -12
+  synth30 q30
+  echo "== step q30"
+  timeout 230 python3 benches/step_ab.py "$DATA/q30.ftw" \
+    --configs base,no-cluster-route,cluster-route16-w8 --processes 2 2>&1 | grep -E '"config"|rror|failed'
+}
+
 case $what in
   install) install ;;
+  gpu189) install; gpu189 ;;
   gpu188) install; gpu188 ;;
   gpu187) install; gpu187 ;;
   gpu186) install; gpu186 ;;

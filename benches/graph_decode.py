@@ -6,7 +6,7 @@ Usage: python benches/graph_decode.py MODEL [--tokens 128] [--prompt 64] [--reps
        [--torch-attention] [--no-ahead] [--no-pdl] [--early] [--qkv-after]
        [--early-kernels NAMES] [--kv-ask rope|attention|none] [--rows-every-step]
        [--tokens-copied] [--no-cluster-norm] [--cluster-norm-late 0|1|2]
-       [--cluster-barrier]
+       [--cluster-barrier] [--cluster-route 0|8|16]
 
 Each mode loads the model once (resident, cuda:0) and decodes ``--tokens`` greedy
 tokens after a ``--prompt``-token prompt, ``--reps`` times after a warm-up run (which
@@ -295,8 +295,18 @@ def main() -> None:
         "cluster barrier, not asynchronous stores and a transaction barrier (the A/B of "
         "flint.graphs.fused.CLUSTER_ASYNC)",
     )
+    parser.add_argument(
+        "--cluster-route",
+        type=int,
+        choices=(0, 8, 16),
+        help="the router's top-k made by its product's launch in one cluster of 8 or 16 "
+        "programs (16 by default), or in its own launch (0): the A/B of "
+        "flint.graphs.fused.CLUSTER_ROUTE",
+    )
     args = parser.parse_args()
     fused.QKV_AFTER_WAIT = args.qkv_after
+    if args.cluster_route is not None:
+        fused.CLUSTER_ROUTE = args.cluster_route
     if args.cluster_barrier:
         fused.CLUSTER_ASYNC = False
     if args.no_cluster_norm:
@@ -344,6 +354,7 @@ def main() -> None:
     result["cluster_norm"] = fused.CLUSTER_NORM
     result["cluster_norm_late"] = fused.CLUSTER_NORM_LATE
     result["cluster_async"] = fused.CLUSTER_ASYNC
+    result["cluster_route"] = fused.CLUSTER_ROUTE
     result["copy_gb_s"] = round(copy_rate(device) / 1e9, 1)
     ids: list[int] = []
     step_tokens: dict[str, list[int]] = {}  # "on" and "eager": the same step, the same tokens

@@ -62,14 +62,16 @@ on 1, 2 or 8 warps, 4 by default), ``cluster-norm-late0``, ``-late1`` and ``-lat
 it has exchanged its sums of squares: fused.CLUSTER_NORM_LATE, 1 by default from
 gpu182, 0 again since gpu187), ``cluster-barrier`` (the cluster norm's sums of squares
 exchanged through plain stores and a cluster barrier, as before gpu184:
-fused.CLUSTER_ASYNC). The thirty-fourth session's ``gu-late`` and ``attn-late``
+fused.CLUSTER_ASYNC), ``no-cluster-route`` (the router's top-k in its own launch after
+its product's, as before the thirty-fifth session: fused.CLUSTER_ROUTE) and
+``cluster-route{8,16}-w{4,8}`` (that cluster's programs and warps; 16 and 4 by
+default). The thirty-fourth session's ``gu-late`` and ``attn-late``
 (down's programs started once gate/up's rows are in, o's once the attention's keys and
 values are: gpu184) were taken out with the code. The thirty-first
 session's ``gu-guess`` and ``guess`` (gate/up reading guessed experts' rows before its
 wait), the thirty-second's ``embed-op`` (the token's embedding by a torch op, while
-the first norm read it: gpu177) and the thirty-third's ``no-cluster-route`` and
-``no-cluster-folds`` (the router's top-k made by its product's launch in a cluster,
-undone: gpu181) were taken out with the code.
+the first norm read it: gpu177) and the thirty-third's ``no-cluster-folds`` were taken
+out with the code.
 ``--profile
 CONFIG[,CONFIG]`` then prints each kernel's time per step, and its share of the stream's time
 (under dependent launch, kernels overlap: a kernel's share is its end less the later
@@ -247,6 +249,13 @@ CONFIGS: dict[str, dict[str, Any]] = {
     # that cluster's sums of squares exchanged through plain stores and a cluster
     # barrier (asynchronous stores and a transaction barrier by default since gpu184)
     "cluster-barrier": {"fused.CLUSTER_ASYNC": False},
+    # the router's top-k in its own launch, or its cluster's programs and warps
+    "no-cluster-route": {"fused.CLUSTER_ROUTE": 0},
+    **{
+        f"cluster-route{c}-w{w}": {"fused.CLUSTER_ROUTE": c, "fused.CLUSTER_ROUTE_WARPS": w}
+        for c in (8, 16)
+        for w in (4, 8)
+    },
     **{
         f"route-{name}-w{w}": {"fused.ROUTE_RANKS": mode, "fused.ROUTE_RANK_WARPS": w}
         for name, mode in (("count", 1), ("sort", 2))

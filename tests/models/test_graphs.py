@@ -516,25 +516,35 @@ def test_the_ranked_sum_in_a_cluster_norm_on_cuda(
         assert torch.equal(made[True].view(torch.int16), made[False].view(torch.int16))
 
 
+# Each cluster fold: its switch, its value when on, the fused call it makes
+CLUSTER_FOLDS = {
+    "CLUSTER_NORM": (True, "ranked_add_rms_norm"),
+    "CLUSTER_ROUTE": (16, "norm_route"),
+}
+
+
 @pytest.mark.interpreter
-def test_the_step_with_the_ranked_sum_in_the_norm_keeps_the_bits(
-    tiny_ftw: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("fold", list(CLUSTER_FOLDS))
+def test_the_step_with_a_cluster_fold_keeps_the_bits(
+    fold: str, tiny_ftw: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``fused.CLUSTER_NORM``: the step leaving each MoE block's ranked sum to the next
-    norm's launch (one program in the interpreter) decodes the same tokens and logits
-    as with the ranked sum's own launch."""
+    norm's launch, ``CLUSTER_ROUTE``: its router's top-k to its product's (one program
+    in the interpreter each), decodes the same tokens and logits as with the launches
+    they fold."""
     prompt = [(11 * i + 5) % 300 + 2 for i in range(6)]
+    on_value, name = CLUSTER_FOLDS[fold]
     folds = []
-    fold = fused.ranked_add_rms_norm
+    call = getattr(fused, name)
 
-    def counted(*args: object) -> tuple[torch.Tensor, torch.Tensor]:
+    def counted(*args: object) -> tuple[torch.Tensor, ...]:
         folds.append(1)
-        return fold(*args)  # type: ignore[arg-type]
+        return call(*args)  # type: ignore[no-any-return]
 
-    monkeypatch.setattr(fused, "ranked_add_rms_norm", counted)
+    monkeypatch.setattr(fused, name, counted)
     runs, launches = {}, {}
     for on in (True, False):
-        monkeypatch.setattr(fused, "CLUSTER_NORM", on)
+        monkeypatch.setattr(fused, fold, on_value if on else 0)
         folds.clear()
         with _uncaptured_step(tiny_ftw["qwen3_moe"]) as llm:
             runs[on] = _decode(llm.model, prompt, 4)
@@ -545,22 +555,89 @@ def test_the_step_with_the_ranked_sum_in_the_norm_keeps_the_bits(
 
 
 @pytest.mark.gpu
-def test_the_step_with_the_ranked_sum_in_a_cluster_norm_follows_the_two_launches(
-    tiny_ftw: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("fold", list(CLUSTER_FOLDS))
+def test_the_step_with_a_cluster_fold_follows_the_launches_it_folds(
+    fold: str, tiny_ftw: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """On a GPU, captured: the same greedy tokens over 40 steps as with the ranked
-    sum's own launch, but for a flipped near-tie (``assert_follows``: the norms' sums
-    of squares add in another order)."""
+    """On a GPU, captured: the same greedy tokens over 40 steps with each cluster fold
+    as without it, but for a flipped near-tie (``assert_follows``: the norm's sums of
+    squares, the router's softmax, add in another order)."""
     if not fused.ranked_norm_fits(torch.device("cuda", 0)):
         pytest.skip("thread-block clusters need Hopper or later")
     prompt = [(11 * i + 5) % 300 + 2 for i in range(24)]
+    on_value = CLUSTER_FOLDS[fold][0]
     runs = {}
     for on in (True, False):
-        monkeypatch.setattr(fused, "CLUSTER_NORM", on)
+        monkeypatch.setattr(fused, fold, on_value if on else 0)
         path = tiny_ftw["qwen3_moe"]
         with flint.LLM(path, device="cuda:0", context_length=128, graphs="on") as llm:
             runs[on] = _decode(llm.model, prompt, 40)
     assert_follows(runs[True][0], runs[True][1], runs[False][0], runs[False][1], min_same=8)
+
+
+def _norm_route_case(experts: int, cols: int, device: str) -> tuple[torch.Tensor, ...]:
+    """h, a norm weight and a router's rows (bf16) of ``experts`` x ``cols``."""
+    torch.manual_seed(experts + cols)
+    h, nw = torch.randn(1, cols).bfloat16(), torch.randn(cols).bfloat16()
+    return h.to(device), nw.to(device), torch.randn(experts, cols).bfloat16().to(device)
+
+
+NORM_ROUTE_CASES = [(128, 2048, 8, True, False), (60, 200, 4, False, True), (8, 64, 2, True, True)]
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize(("experts", "cols", "top_k", "normalize", "fp32"), NORM_ROUTE_CASES)
+def test_the_routers_top_k_in_its_products_launch(
+    experts: int, cols: int, top_k: int, normalize: bool, fp32: bool
+) -> None:
+    """``fused.norm_route`` (one program in the interpreter) gives the bits of
+    ``norm_linear`` then ``route``: the norm and its eighths, the ids, the weights."""
+    h, nw, router = _norm_route_case(experts, cols, "cpu")
+    dtype = torch.float32 if fp32 else torch.bfloat16
+    e8 = moe_kernel._eighths_empty(1, cols, h.device).fill_(float("nan"))
+    normed, ids, weights = fused.norm_route(h, nw, 1e-6, router, fp32, e8, top_k, normalize, dtype)
+    want_e8 = moe_kernel._eighths_empty(1, cols, h.device).fill_(float("nan"))
+    logits, want = fused.norm_linear(h, nw, 1e-6, router, fp32, want_e8)
+    want_ids, want_weights = fused.route(logits, top_k, normalize, dtype)
+    assert torch.equal(normed.view(torch.int16), want.view(torch.int16))
+    assert torch.equal(e8.isnan(), want_e8.isnan())
+    assert torch.equal(e8[~e8.isnan()], want_e8[~want_e8.isnan()])
+    assert torch.equal(ids, want_ids)
+    assert torch.equal(weights, want_weights)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cluster,warps", [(16, 4), (8, 8), (16, 8)])
+@pytest.mark.parametrize(("experts", "cols", "top_k", "normalize", "fp32"), NORM_ROUTE_CASES)
+def test_the_routers_top_k_in_a_cluster_on_cuda(
+    experts: int,
+    cols: int,
+    top_k: int,
+    normalize: bool,
+    fp32: bool,
+    cluster: int,
+    warps: int,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On a GPU, the programs of one cluster make the logits and send them to program
+    0, which picks: the norm bit for bit as ``norm_linear``'s, the same ids, the
+    weights within a rounding of ``route``'s (its softmax on other warps), the same
+    bits every launch."""
+    monkeypatch.setattr(fused, "CLUSTER_ROUTE", cluster)
+    monkeypatch.setattr(fused, "CLUSTER_ROUTE_WARPS", warps)
+    if not fused.norm_route_fits(torch.device("cuda", 0), experts, cols):
+        pytest.skip("thread-block clusters need Hopper or later")
+    h, nw, router = _norm_route_case(experts, cols, "cuda")
+    dtype = torch.float32 if fp32 else torch.bfloat16
+    got = fused.norm_route(h, nw, 1e-6, router, fp32, None, top_k, normalize, dtype)
+    logits, want = fused.norm_linear(h, nw, 1e-6, router, fp32)
+    want_ids, want_weights = fused.route(logits, top_k, normalize, dtype)
+    assert torch.equal(got[0].view(torch.int16), want.view(torch.int16))
+    assert torch.equal(got[1], want_ids)
+    assert torch.allclose(got[2].float(), want_weights.float(), rtol=2**-7, atol=0)
+    for _ in range(3):
+        again = fused.norm_route(h, nw, 1e-6, router, fp32, None, top_k, normalize, dtype)
+        assert torch.equal(again[1], got[1]) and torch.equal(again[2], got[2])
 
 
 @pytest.mark.interpreter
@@ -933,6 +1010,7 @@ def test_slab_experts_step_follows_torch_kernels(
         # int4: the experts' input in the word kernels' layout, written by the norm
         assert bool(decoder.eighths) == (quant == "int4")
         folds: list[int] = []  # the post-attention norm made in the router's launch
+        monkeypatch.setattr(fused, "CLUSTER_ROUTE", 0)  # its product's own (not the top-k's)
         norm_linear = fused.norm_linear
         monkeypatch.setattr(
             fused, "norm_linear", lambda *a, **k: folds.append(1) or norm_linear(*a, **k)

@@ -540,6 +540,13 @@ class GraphDecoder:
         norm [1, H], also into ``eighths`` when given; the router's ids and weights)."""
         fold = NORM_IN_ROUTER and self.fused_norm and self.fused_router
         if fold and self._fits(h, mlp.router) and h.shape[1] <= fused.NORM_LINEAR_COLS:
+            if fused.norm_route_fits(h.device, *mlp.router.shape):
+                cfg = self.model.config
+                dtype = torch.float32 if cfg.router_weights_fp32 else h.dtype
+                return fused.norm_route(
+                    h, layer.post_norm, layer.eps, mlp.router, self.norm_fp32, eighths,
+                    cfg.top_k, cfg.norm_topk_prob, dtype,
+                )  # fmt: skip
             logits, normed = fused.norm_linear(
                 h, layer.post_norm, layer.eps, mlp.router, self.norm_fp32, eighths
             )

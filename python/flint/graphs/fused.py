@@ -28,6 +28,7 @@ from flint.graphs.triton_kernels import (
     head_rope_kernel,
     linear_kernel,
     norm_linear_kernel,
+    norm_route_kernel,
     qkv_rope_kernel,
     ranked_norm_kernel,
     rms_norm_kernel,
@@ -389,6 +390,76 @@ def norm_linear(
             **ahead("norm", h.device), **pdl(h.device, "norm_linear"),
         )  # fmt: skip
     return out, normed
+
+
+# The router's top-k made by its product's launch (``norm_route``): the programs of one
+# thread-block cluster make the logits and send them into program 0's shared memory by
+# asynchronous stores (``_route_gather``), and program 0 picks. One launch a MoE layer
+# fewer. The thirty-third session's form (eight programs of 16 rows on four warps, 255
+# registers a thread, the logits through global memory and a cluster barrier) was 196
+# us a step slower on q30 (gpu181): by inference, programs that large could not start
+# beside o's and read their rows after it. Programs a cluster (8 or 16; 16 is beyond
+# the portable size, which Triton's launcher allows on Hopper), and warps a program;
+# 0: the top-k's own launch.
+CLUSTER_ROUTE = 16
+CLUSTER_ROUTE_WARPS = 4
+CLUSTER_ROUTE_REGS = 16384  # the most weights a program holds (rows x columns, padded)
+
+
+def norm_route_fits(device: torch.device, experts: int, cols: int) -> bool:
+    """Whether ``norm_route`` takes a router of ``experts`` rows of ``cols``: in the CPU
+    interpreter (one program) or on a GPU that launches clusters, with ``CLUSTER_ROUTE``
+    on and the one-pass router ranking its picks, each program holding at most
+    ``CLUSTER_ROUTE_REGS`` weights, at most 256 experts (the exchange area's)."""
+    if not CLUSTER_ROUTE or not (ROUTE_ONE_PASS and ROUTE_RANK_WARPS > 0 and ROUTE_RANKS):
+        return False
+    if device.type == "cpu":
+        return True
+    rows = -(-experts // CLUSTER_ROUTE)
+    fits = experts <= 256 and rows <= 32 and _block(rows) * _block(cols) <= CLUSTER_ROUTE_REGS
+    return device.type == "cuda" and _launches_clusters(device) and fits
+
+
+def norm_route(
+    h: torch.Tensor,  # [1, K] in the model dtype
+    norm_weight: torch.Tensor,  # [K]
+    eps: float,
+    weight: torch.Tensor,  # [E, K] the router's rows, in h's dtype
+    weight_in_fp32: bool,
+    eighths: torch.Tensor | None,
+    top_k: int,
+    normalize: bool,
+    dtype: torch.dtype,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(normed, ids [1, K] int64, weights [1, K] in ``dtype``): ``norm_linear`` then
+    ``route`` in one launch (``norm_route_fits``). The same logits and picks; the
+    softmax's sums follow program 0's warps, so the weights may differ from the two
+    launches' within a rounding on a GPU (the same bits in the interpreter)."""
+    experts, cols = weight.shape
+    assert h.shape == (1, cols) and weight.dtype == h.dtype and weight.stride(1) == 1
+    h = h.contiguous()
+    normed = torch.empty_like(h)
+    ids = torch.empty(1, top_k, dtype=torch.int64, device=h.device)
+    weights = torch.empty(1, top_k, dtype=dtype, device=h.device)
+    e_stride = 0 if eighths is None else eighths.shape[1] // 8
+    cpu = h.device.type == "cpu"
+    cluster = 1 if cpu else CLUSTER_ROUTE
+    args = (
+        h, weight, weight.stride(0), norm_weight, normed, h if eighths is None else eighths,
+        e_stride, ids, weights, experts, cols, eps,
+    )  # fmt: skip
+    meta: dict[str, Any] = dict(
+        ROUND=_DTYPES[h.dtype], BN=_block(-(-experts // cluster)), BLOCK=_block(cols),
+        W32=weight_in_fp32, EIGHTHS=eighths is not None, TOPK=top_k, NORM=normalize,
+        EB=_block(experts), KP=_block(top_k), RANKS=ROUTE_RANKS, CLUSTER=cluster,
+        num_warps=CLUSTER_ROUTE_WARPS, **ahead("norm", h.device), **pdl(h.device, "norm_linear"),
+    )  # fmt: skip
+    with on_device(h.device):
+        if cpu:
+            norm_route_kernel[(1,)](*args, **meta)
+        else:
+            _cluster_launch(norm_route_kernel, cluster, args, meta)
+    return normed, ids, weights
 
 
 def head_rope(

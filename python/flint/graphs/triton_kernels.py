@@ -30,6 +30,7 @@ __all__ = [
     "head_rope_kernel",
     "linear_kernel",
     "norm_linear_kernel",
+    "norm_route_kernel",
     "qkv_rope_kernel",
     "ranked_norm_kernel",
     "rms_norm_kernel",
@@ -486,14 +487,167 @@ if triton is not None:
         w = tl.load(w_at, mask=row_ok[:, None] & ok[None, :], other=0.0)
         nw = _read_if(nw_ptr, cols, ok, AHEAD)
         _await_inputs(GDC)
+        acc = _normed_rows(h_ptr, w, nw, nw_ptr, normed_ptr, e_ptr, e_stride, cols, ok, n_cols,
+                           eps, ROUND, W32, EIGHTHS, AHEAD)  # fmt: skip
+        tl.store(out_ptr + rows, acc.to(out_ptr.dtype.element_ty), mask=row_ok)
+
+    @triton.jit
+    def _normed_rows(
+        h_ptr, w, nw, nw_ptr, normed_ptr, e_ptr, e_stride, cols, ok, n_cols, eps,
+        ROUND: tl.constexpr, W32: tl.constexpr, EIGHTHS: tl.constexpr, AHEAD: tl.constexpr,
+    ):  # fmt: skip
+        """``norm_linear_kernel`` after its wait: h's norm (program 0 writes it) and the
+        rows w [BN, BLOCK] dotted with it, rounded to ``ROUND`` (fp32 values)."""
         x = tl.load(h_ptr + cols, mask=ok, other=0.0).to(tl.float32)
         out_type = normed_ptr.dtype.element_ty
         squares = tl.sum(x * x, axis=0)
         y = _rms_normed(x, squares, nw, nw_ptr, cols, ok, n_cols, eps, W32, out_type, AHEAD)
         if tl.program_id(0) == 0:
             _store_normed(y, normed_ptr, cols, ok, e_ptr, e_stride, EIGHTHS)
-        acc = _round(tl.sum(w.to(tl.float32) * y[None, :], axis=1), ROUND)
-        tl.store(out_ptr + rows, acc.to(out_ptr.dtype.element_ty), mask=row_ok)
+        return _round(tl.sum(w.to(tl.float32) * y[None, :], axis=1), ROUND)
+
+    @triton.jit
+    def norm_route_kernel(
+        h_ptr,
+        w_ptr,
+        w_row,
+        nw_ptr,
+        normed_ptr,
+        e_ptr,
+        e_stride,
+        ids_ptr,
+        rw_ptr,
+        n_rows,
+        n_cols,
+        eps,
+        ROUND: tl.constexpr,
+        BN: tl.constexpr,
+        BLOCK: tl.constexpr,
+        W32: tl.constexpr,
+        EIGHTHS: tl.constexpr,
+        TOPK: tl.constexpr,
+        NORM: tl.constexpr,
+        EB: tl.constexpr,
+        KP: tl.constexpr,
+        RANKS: tl.constexpr,
+        CLUSTER: tl.constexpr,
+        AHEAD: tl.constexpr = False,
+        GDC: tl.constexpr = False,
+    ):
+        """``norm_linear_kernel`` on the router's rows, then ``route_kernel``'s picks
+        (``_rank_picks``), in one launch. Program c makes the logits of rows [c * BN, +
+        BN). ``CLUSTER`` 8 or 16: the programs of one thread-block cluster send their
+        logits into program 0's shared memory (``_route_gather``), which picks once
+        all n_rows have arrived; 1: one program of every row (BN >= n_rows: the CPU
+        interpreter's form)."""
+        xchg = 0
+        if CLUSTER > 1:
+            xchg = _route_arrive(n_rows)
+        rows = tl.program_id(0) * BN + tl.arange(0, BN)
+        row_ok = rows < n_rows
+        cols = tl.arange(0, BLOCK)
+        ok = cols < n_cols
+        w_at = w_ptr + rows[:, None] * w_row + cols[None, :]
+        w = tl.load(w_at, mask=row_ok[:, None] & ok[None, :], other=0.0)
+        nw = _read_if(nw_ptr, cols, ok, AHEAD)
+        _await_inputs(GDC)
+        acc = _normed_rows(h_ptr, w, nw, nw_ptr, normed_ptr, e_ptr, e_stride, cols, ok, n_cols,
+                           eps, ROUND, W32, EIGHTHS, AHEAD)  # fmt: skip
+        if CLUSTER > 1:
+            tl.static_assert(BN <= 32 and EB <= 256, "_route_arrive's area: 32 rows, 256 logits")
+            _route_stage(acc, tl.arange(0, BN), xchg)  # both have side effects: in order
+            _route_gather(xchg, n_rows, BN)
+            if tl.program_id(0) == 0:
+                e = tl.arange(0, EB)
+                e_ok = e < n_rows
+                logits = tl.where(e_ok, _route_logit(e, xchg), float("-inf"))
+                p, e = _softmax_lanes(logits, e, e_ok)
+                _rank_picks(p, e, ids_ptr, rw_ptr, TOPK, NORM, KP, EB, RANKS)
+        else:
+            tl.static_assert(BN == EB, "one program: every row")
+            p, e = _softmax_lanes(tl.where(row_ok, acc, float("-inf")), rows, row_ok)
+            _rank_picks(p, e, ids_ptr, rw_ptr, TOPK, NORM, KP, EB, RANKS)
+
+    # The router's exchange area in each program's shared memory (bytes): a transaction
+    # barrier at 0, the cluster's logits (at most 256) at 16, this program's (at most 32)
+    # staged at 1040.
+    @triton.jit
+    def _route_arrive(n_rows):
+        """As the program starts: thread 0 sets up the program's transaction barrier to
+        complete once ``n_rows`` fp32 logits (4 bytes each) have arrived (only program
+        0's is waited on) and makes that visible to the cluster; every thread then
+        arrives at the cluster barrier (relaxed) that ``_route_gather`` waits on. Returns
+        the exchange area's shared-memory address. CUDA sm_90 and later (inline PTX)."""
+        return tl.inline_asm_elementwise(
+            "{ .shared .align 16 .b8 xroute[1168]; .reg .u32 a, t, n; .reg .pred p; .reg .b64 s;"
+            " mov.u32 a, xroute; mov.u32 t, %tid.x; setp.eq.u32 p, t, 0; shl.b32 n, $1, 2;"
+            " @p mbarrier.init.shared::cta.b64 [a], 1;"
+            " @p mbarrier.arrive.expect_tx.shared::cta.b64 s, [a], n;"
+            " @p fence.mbarrier_init.release.cluster;"
+            " barrier.cluster.arrive.relaxed.aligned; mov.u32 $0, a; }",
+            "=r,r",
+            [n_rows],
+            dtype=tl.int32,
+            is_pure=False,
+            pack=1,
+        )
+
+    @triton.jit
+    def _route_stage(acc, r, at):
+        """This program's logits acc [BN] staged in its own exchange area (element r at
+        +1040 + 4r; threads holding the same element store the same value)."""
+        return tl.inline_asm_elementwise(
+            "{ .reg .u32 a; mad.lo.u32 a, $2, 4, $3; st.shared.f32 [a+1040], $1; mov.u32 $0, 0; }",
+            "=r,f,r,r",
+            [acc, r, at],
+            dtype=tl.int32,
+            is_pure=False,
+            pack=1,
+        )
+
+    @triton.jit
+    def _route_gather(at, n_rows, BN: tl.constexpr):
+        """Every program's staged logits sent into program 0's exchange area, in row
+        order. After a barrier of the program's threads (the staged values visible to
+        all), and the cluster barrier's wait (every program started, program 0's
+        transaction barrier set up: the rule for distributed shared memory), thread t <
+        BN sends logit t (row rank * BN + t, if below ``n_rows``) by an asynchronous
+        store that counts its 4 bytes off program 0's barrier; program 0 then waits on
+        that barrier alone (acquire) until all n_rows have arrived. The other programs
+        touch no shared memory after their sends and may exit; program 0 stays until its
+        own has arrived."""
+        return tl.inline_asm_elementwise(
+            "{ .reg .u32 t, r, row, src, dst, bar, r0; .reg .pred p, zero, done; .reg .f32 v;"
+            " bar.sync 0; barrier.cluster.wait.aligned; mov.u32 r0, 0;"
+            " mov.u32 t, %tid.x; mov.u32 r, %cluster_ctarank; mad.lo.u32 row, r, $3, t;"
+            " setp.lt.u32 p, t, $3; setp.lt.and.u32 p, row, $2, p;"
+            " mad.lo.u32 src, t, 4, $1; mad.lo.u32 dst, row, 4, $1; add.u32 dst, dst, 16;"
+            " @p ld.shared.f32 v, [src+1040];"
+            " @p mapa.shared::cluster.u32 dst, dst, r0; @p mapa.shared::cluster.u32 bar, $1, r0;"
+            " @p st.async.shared::cluster.mbarrier::complete_tx::bytes.f32 [dst], v, [bar];"
+            " setp.eq.u32 zero, r, 0; @!zero bra GATHERED;"
+            " WAIT_LOGITS:"
+            " mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [$1], 0;"
+            " @!done bra WAIT_LOGITS;"
+            " GATHERED: mov.u32 $0, 0; }",
+            "=r,r,r,r",
+            [at, n_rows, n_rows * 0 + BN],
+            dtype=tl.int32,
+            is_pure=False,
+            pack=1,
+        )
+
+    @triton.jit
+    def _route_logit(e, at):
+        """Program 0's gathered logit of row e (after ``_route_gather``'s wait)."""
+        return tl.inline_asm_elementwise(
+            "{ .reg .u32 a; mad.lo.u32 a, $1, 4, $2; ld.shared.f32 $0, [a+16]; }",
+            "=f,r,r",
+            [e, at],
+            dtype=tl.float32,
+            is_pure=False,
+            pack=1,
+        )
 
     @triton.jit
     def _head_rope(
@@ -752,9 +906,37 @@ if triton is not None:
         e = tl.arange(0, BLOCK)
         ok = e < n
         logits = tl.load(logits_ptr + e, mask=ok, other=float("-inf")).to(tl.float32)
+        return _softmax_lanes(logits, e, ok)
+
+    @triton.jit
+    def _softmax_lanes(logits, e, ok):
+        """``_router_softmax`` of logits [BLOCK] already read (-inf past n)."""
         p = tl.exp(logits - tl.max(logits, axis=0))
         p = p / tl.sum(p, axis=0)
         return tl.where(ok, p, -1.0), e
+
+    @triton.jit
+    def _rank_picks(
+        p, e, ids_ptr, w_ptr, TOPK: tl.constexpr, NORM: tl.constexpr, KP: tl.constexpr,
+        BLOCK: tl.constexpr, RANKS: tl.constexpr,
+    ):  # fmt: skip
+        """``route_kernel``'s picks without a chain (``RANKS`` 1 or 2) from the
+        probabilities p [BLOCK] of lanes e: the top-k ids into ``ids_ptr`` and their
+        weights (renormalised with ``NORM``, the sum added in pick order) into
+        ``w_ptr``, in its dtype."""
+        k = tl.arange(0, KP)
+        if RANKS == 2:
+            picks, best = _sorted_picks(p, e, KP, BLOCK)
+        else:
+            picks, best = _ranked_picks(p, e, k)
+        total = 0.0
+        for i in tl.static_range(TOPK):  # in pick order, as the picks come below
+            total += tl.sum(tl.where(k == i, best, 0.0), axis=0)
+        if NORM:
+            best = best / total
+        w_type = w_ptr.dtype.element_ty
+        tl.store(ids_ptr + k, picks.to(tl.int64), mask=k < TOPK)
+        tl.store(w_ptr + k, _round(best, w_type).to(w_type), mask=k < TOPK)
 
     @triton.jit
     def _ranked_picks(p, e, k):
@@ -812,18 +994,8 @@ if triton is not None:
         p, e = _router_softmax(logits_ptr + token * n, n, BLOCK)
         w_type = w_ptr.dtype.element_ty
         if ONE_PASS and RANKS:
-            k = tl.arange(0, KP)
-            if RANKS == 2:
-                picks, best = _sorted_picks(p, e, KP, BLOCK)
-            else:
-                picks, best = _ranked_picks(p, e, k)
-            total = 0.0
-            for i in tl.static_range(TOPK):  # in pick order, as the picks come below
-                total += tl.sum(tl.where(k == i, best, 0.0), axis=0)
-            if NORM:
-                best = best / total
-            tl.store(ids_ptr + token * TOPK + k, picks.to(tl.int64), mask=k < TOPK)
-            tl.store(w_ptr + token * TOPK + k, _round(best, w_type).to(w_type), mask=k < TOPK)
+            at = token * TOPK
+            _rank_picks(p, e, ids_ptr + at, w_ptr + at, TOPK, NORM, KP, BLOCK, RANKS)
         elif ONE_PASS:
             k = tl.arange(0, KP)
             picks = tl.zeros([KP], dtype=tl.int32)
