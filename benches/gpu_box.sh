@@ -2865,8 +2865,24 @@ gpu189() {
     --configs base,no-cluster-route,cluster-route16-w8 --processes 2 2>&1 | grep -E '"config"|rror|failed'
 }
 
+gpu190() {
+  # The router's cluster fold off again (gpu189: 11.7 us a step slower): every GPU test,
+  # then R0 on q30 with the defaults and with the fold (16 programs), alternating.
+  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
+  echo "== GPU tests"
+  timeout 260 python3 -m pytest tests -m gpu --ignore=tests/server --ignore=tests/chat -q \
+    -p no:cacheprovider --tb=short -rf 2>&1 | grep -E "passed|failed|FAILED|Error" | tail -12
+  synth30 q30
+  for args in "" "--cluster-route 16" "" "--cluster-route 16"; do
+    echo "== R0 q30 ${args:-defaults}"
+    timeout 62 python3 benches/graph_decode.py "$DATA/q30.ftw" --tokens 128 --reps 2 --modes on \
+      $args 2>&1 | grep -E "tg_tok|_sd|roofline|copy_gb|replay_us|greedy_us|Error"
+  done
+}
+
 case $what in
   install) install ;;
+  gpu190) install; gpu190 ;;
   gpu189) install; gpu189 ;;
   gpu188) install; gpu188 ;;
   gpu187) install; gpu187 ;;

@@ -300,7 +300,7 @@ def main() -> None:
         type=int,
         choices=(0, 8, 16),
         help="the router's top-k made by its product's launch in one cluster of 8 or 16 "
-        "programs (16 by default), or in its own launch (0): the A/B of "
+        "programs, or in its own launch (0, the default): the A/B of "
         "flint.graphs.fused.CLUSTER_ROUTE",
     )
     args = parser.parse_args()

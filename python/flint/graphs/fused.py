@@ -400,8 +400,12 @@ def norm_linear(
 # us a step slower on q30 (gpu181): by inference, programs that large could not start
 # beside o's and read their rows after it. Programs a cluster (8 or 16; 16 is beyond
 # the portable size, which Triton's launcher allows on Hopper), and warps a program;
-# 0: the top-k's own launch.
-CLUSTER_ROUTE = 16
+# 0: the top-k's own launch. This form (16 programs of 8 rows, 128 registers a thread
+# on four warps, compiled) is right on the GPU but still slower on q30: 1,726.4 us a
+# step against 1,714.7 with the top-k's own launch, 1,728.3 on eight warps (gpu189,
+# alone in two processes each). Off: an A/B (docs/benchmarks.md, "Thirty-fifth
+# session").
+CLUSTER_ROUTE = 0
 CLUSTER_ROUTE_WARPS = 4
 CLUSTER_ROUTE_REGS = 16384  # the most weights a program holds (rows x columns, padded)
 
