@@ -2850,8 +2850,8 @@ gpu188() {
 
 gpu189() {
   # The router's top-k made by its product's launch again (fused.CLUSTER_ROUTE 16 on
-  # four warps by default now; the logits sent into program 0's shared memory by
-  # asynchronous stores): the cluster, router and dependent-launch GPU tests (the
+  # four warps by default at 1a696b3, off since; the logits sent into program 0's
+  # shared memory by asynchronous stores): the cluster, router and dependent-launch GPU tests (the
   # latter with 4fbfdce's late1/late2 parameters, not run on a GPU before), then the
   # step alone in two processes each: the defaults, the top-k's own launch, 16 programs
   # on eight warps.

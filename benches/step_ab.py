@@ -63,7 +63,7 @@ it has exchanged its sums of squares: fused.CLUSTER_NORM_LATE, 1 by default from
 gpu182, 0 again since gpu187), ``cluster-barrier`` (the cluster norm's sums of squares
 exchanged through plain stores and a cluster barrier, as before gpu184:
 fused.CLUSTER_ASYNC), ``no-cluster-route`` (the router's top-k in its own launch after
-its product's, as before the thirty-fifth session: fused.CLUSTER_ROUTE) and
+its product's: fused.CLUSTER_ROUTE, = base since 3e35be6) and
 ``cluster-route{8,16}-w{4,8}`` (the router's top-k made by its product's launch, in
 one cluster of 8 or 16 programs on 4 or 8 warps: off by default, slower in gpu189).
 The thirty-fourth session's ``gu-late`` and ``attn-late``
@@ -251,7 +251,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
     # barrier (asynchronous stores and a transaction barrier by default since gpu184)
     "cluster-barrier": {"fused.CLUSTER_ASYNC": False},
     # the router's top-k in its own launch, or its cluster's programs and warps
-    "no-cluster-route": {"fused.CLUSTER_ROUTE": 0},  # the default since gpu189
+    "no-cluster-route": {"fused.CLUSTER_ROUTE": 0},  # = base since 3e35be6 (after gpu189)
     **{
         f"cluster-route{c}-w{w}": {"fused.CLUSTER_ROUTE": c, "fused.CLUSTER_ROUTE_WARPS": w}
         for c in (8, 16)

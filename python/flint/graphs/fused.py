@@ -447,6 +447,7 @@ def norm_route(
     weights = torch.empty(1, top_k, dtype=dtype, device=h.device)
     e_stride = 0 if eighths is None else eighths.shape[1] // 8
     cpu = h.device.type == "cpu"
+    assert cpu or CLUSTER_ROUTE in (8, 16), "norm_route_fits first"
     cluster = 1 if cpu else CLUSTER_ROUTE
     args = (
         h, weight, weight.stride(0), norm_weight, normed, h if eighths is None else eighths,
