@@ -2880,8 +2880,31 @@ gpu190() {
   done
 }
 
+gpu191() {
+  # q/k/v's norm and RoPE made by the attention's launch, one program a query head
+  # (fused.HEAD_ATTENTION, on by default in this wheel): the step alone in two processes
+  # each against the two launches, two of that launch's shapes once each, one R0 pair,
+  # then the GPU tests of the captured step.
+  [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
+  synth30 q30
+  echo "== step q30"
+  timeout 170 python3 benches/step_ab.py "$DATA/q30.ftw" \
+    --configs base,no-head-attention --processes 2 2>&1 | grep -E '"config"|rror|failed'
+  timeout 90 python3 benches/step_ab.py "$DATA/q30.ftw" \
+    --configs head-attn-w8-b64,head-attn-w4-b128 --processes 1 2>&1 | grep -E '"config"|rror|failed'
+  for args in "" "--no-head-attention"; do
+    echo "== R0 q30 ${args:-defaults}"
+    timeout 62 python3 benches/graph_decode.py "$DATA/q30.ftw" --tokens 128 --reps 2 --modes on \
+      $args 2>&1 | grep -E "tg_tok|_sd|roofline|copy_gb|replay_us|greedy_us|Error"
+  done
+  echo "== GPU tests (graphs)"
+  timeout 130 python3 -m pytest tests/models/test_graphs.py -q -p no:cacheprovider --tb=short -rf \
+    -m gpu 2>&1 | grep -E "passed|failed|FAILED|Error|assert" | tail -12
+}
+
 case $what in
   install) install ;;
+  gpu191) install; gpu191 ;;
   gpu190) install; gpu190 ;;
   gpu189) install; gpu189 ;;
   gpu188) install; gpu188 ;;

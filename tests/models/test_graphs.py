@@ -759,6 +759,97 @@ def test_fused_attention_follows_sdpa(
         assert torch.equal(g, w)
 
 
+def _rope_attention_twice(
+    heads: int,
+    kv_heads: int,
+    dim: int,
+    rot: int,
+    norm: bool,
+    position: int,
+    span: int,
+    device: torch.device,
+) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """``fused.rope_attention`` and ``qkv_rope`` + ``decode_attention`` on the same
+    random projection and cache: (its out, keys, values; theirs)."""
+    torch.manual_seed(position + dim)
+    ctx, eps, at = 800, 1e-6, torch.tensor([position], device=device)
+    y = torch.randn((heads + 2 * kv_heads) * dim, device=device).bfloat16()
+    q_norm, k_norm = (torch.randn(dim, device=device).bfloat16() if norm else None for _ in "qk")
+    cos, sin = (torch.randn(ctx, rot, device=device).bfloat16() for _ in "cs")
+    cache = torch.randn(2, kv_heads, ctx, dim, device=device).bfloat16()
+    parts = fused.attention_parts(heads, dim, ctx, device)
+    got = [torch.full((1, heads * dim), float("nan"), device=device).bfloat16(), *cache.clone()]
+    fused.rope_attention(y, q_norm, k_norm, cos, sin, at, got[1], got[2], eps, span, got[0], parts)
+    want = [torch.full_like(got[0], float("nan")), *cache.clone()]
+    q = torch.empty(heads, 1, dim, device=device).bfloat16()
+    fused.qkv_rope(y, q_norm, k_norm, cos, sin, at, q, want[1], want[2], eps)
+    fused.decode_attention(q, want[1], want[2], at, span, want[0], parts)
+    return got, want
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize(
+    "heads,kv_heads,dim,rot,norm,position,span",
+    [
+        (8, 2, 32, 32, True, 5, 256),
+        (8, 2, 32, 16, False, 300, 512),
+        (4, 4, 24, 24, True, 511, 512),
+        (6, 2, 16, 0, True, 700, 768),
+        (4, 1, 48, 32, False, 0, 256),
+    ],
+)
+def test_rope_attention_follows_the_two_launches(
+    heads: int, kv_heads: int, dim: int, rot: int, norm: bool, position: int, span: int
+) -> None:
+    """``fused.rope_attention`` (one program per query head) writes the cache row that
+    ``qkv_rope`` writes, bit for bit, leaves every other row alone, and gives
+    ``decode_attention``'s output within rounding (its own summation order): q/k norms
+    or none, full, partial and no rotation, GQA and head dims that are not powers of
+    two, one chunk of positions or several merged, position 0."""
+    got, want = _rope_attention_twice(
+        heads, kv_heads, dim, rot, norm, position, span, torch.device("cpu")
+    )
+    assert torch.equal(got[1], want[1]) and torch.equal(got[2], want[2])
+    err = (got[0].float() - want[0].float()).abs().max()
+    assert err <= 1e-2 * want[0].float().abs().max(), err
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("warps,block", [(8, 128), (4, 64), (2, 32), (16, 256)])
+@pytest.mark.parametrize(
+    "heads,kv_heads,dim,rot,norm,position,span",
+    [
+        (32, 4, 128, 128, True, 150, 256),
+        (32, 4, 128, 64, True, 700, 768),
+        (16, 2, 96, 0, False, 9, 256),
+    ],
+)
+def test_rope_attention_on_cuda(
+    heads: int,
+    kv_heads: int,
+    dim: int,
+    rot: int,
+    norm: bool,
+    position: int,
+    span: int,
+    warps: int,
+    block: int,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``test_rope_attention_follows_the_two_launches`` on a GPU, at the 30B-A3B's heads
+    among others and at each warp count and block the benches try: the cache row bit
+    for bit, the output within rounding, the same bits every launch."""
+    monkeypatch.setattr(fused, "HEAD_ATTENTION_LAUNCH", {"num_warps": warps})
+    monkeypatch.setattr(fused, "HEAD_ATTENTION_BLOCK", block)
+    cuda = torch.device("cuda", 0)
+    got, want = _rope_attention_twice(heads, kv_heads, dim, rot, norm, position, span, cuda)
+    assert torch.equal(got[1], want[1]) and torch.equal(got[2], want[2])
+    err = (got[0].float() - want[0].float()).abs().max()
+    assert err <= 1e-2 * want[0].float().abs().max(), err
+    again, _ = _rope_attention_twice(heads, kv_heads, dim, rot, norm, position, span, cuda)
+    assert all(torch.equal(a, g) for a, g in zip(again, got, strict=True))
+
+
 def test_dependent_launch_only_inside_its_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
     """Programmatic dependent launch is asked for only inside ``dependent_launch`` (the
     resident step), on CUDA, with ``PDL`` on; a nested block leaves it on."""
