@@ -79,7 +79,8 @@ ROPE_LAUNCH: dict[str, int] = {"num_warps": 1}
 # key and value programs of ``qkv_rope``, the first ``ATTENTION_CHUNK`` rows of their
 # head), "attention" (each program its chunk's), or "" (none). The 30B-A3B step alone
 # in two processes (gpu176): 1,745.8 us with "rope", 1,748.0 with "attention", 1,753.8
-# without; with bf16 o's whole rows also read ahead, 1,808.2.
+# without; with bf16 o's whole rows also read ahead, 1,808.2. With ``HEAD_ATTENTION``
+# (one launch for both) either asks in that launch, by each group's first query head.
 KV_ASK = "rope"
 
 
