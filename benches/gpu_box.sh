@@ -2884,7 +2884,9 @@ gpu191() {
   # q/k/v's norm and RoPE made by the attention's launch, one program a query head
   # (fused.HEAD_ATTENTION, on by default in this wheel): the step alone in two processes
   # each against the two launches, two of that launch's shapes once each, one R0 pair,
-  # then the GPU tests of the captured step.
+  # then the GPU tests of the captured step. Slower (docs/benchmarks.md, "Thirty-sixth
+  # session"): the launch, its tests and its configs were taken out by the revert of
+  # 699207f and 4193960, so this runs only on a checkout of 4193960.
   [ -e ../shared ] || ln -s "$PWD/.device/shared" ../shared
   synth30 q30
   echo "== step q30"

@@ -6,7 +6,7 @@ Usage: python benches/graph_decode.py MODEL [--tokens 128] [--prompt 64] [--reps
        [--torch-attention] [--no-ahead] [--no-pdl] [--early] [--qkv-after]
        [--early-kernels NAMES] [--kv-ask rope|attention|none] [--rows-every-step]
        [--tokens-copied] [--no-cluster-norm] [--cluster-norm-late 0|1|2]
-       [--cluster-barrier] [--cluster-route 0|8|16] [--no-head-attention]
+       [--cluster-barrier] [--cluster-route 0|8|16]
 
 Each mode loads the model once (resident, cuda:0) and decodes ``--tokens`` greedy
 tokens after a ``--prompt``-token prompt, ``--reps`` times after a warm-up run (which
@@ -303,16 +303,8 @@ def main() -> None:
         "programs, or in its own launch (0, the default): the A/B of "
         "flint.graphs.fused.CLUSTER_ROUTE",
     )
-    parser.add_argument(
-        "--no-head-attention",
-        action="store_true",
-        help="q/k/v's norm and RoPE in their own launch before the attention's, not made "
-        "by the attention's programs (the A/B of flint.graphs.fused.HEAD_ATTENTION)",
-    )
     args = parser.parse_args()
     fused.QKV_AFTER_WAIT = args.qkv_after
-    if args.no_head_attention:
-        fused.HEAD_ATTENTION = False
     if args.cluster_route is not None:
         fused.CLUSTER_ROUTE = args.cluster_route
     if args.cluster_barrier:
@@ -363,7 +355,6 @@ def main() -> None:
     result["cluster_norm_late"] = fused.CLUSTER_NORM_LATE
     result["cluster_async"] = fused.CLUSTER_ASYNC
     result["cluster_route"] = fused.CLUSTER_ROUTE
-    result["head_attention"] = fused.HEAD_ATTENTION
     result["copy_gb_s"] = round(copy_rate(device) / 1e9, 1)
     ids: list[int] = []
     step_tokens: dict[str, list[int]] = {}  # "on" and "eager": the same step, the same tokens

@@ -65,11 +65,7 @@ exchanged through plain stores and a cluster barrier, as before gpu184:
 fused.CLUSTER_ASYNC), ``no-cluster-route`` (the router's top-k in its own launch after
 its product's: fused.CLUSTER_ROUTE, = base since 3e35be6) and
 ``cluster-route{8,16}-w{4,8}`` (the router's top-k made by its product's launch, in
-one cluster of 8 or 16 programs on 4 or 8 warps: off by default, slower in gpu189),
-``no-head-attention`` (q/k/v's norm and RoPE in their own launch before the
-attention's: fused.HEAD_ATTENTION) and ``head-attn-w{2,4,8,16}-b{32,...,256}`` (the
-attention's launch that makes them, one program a query head: its warps and positions a
-step).
+one cluster of 8 or 16 programs on 4 or 8 warps: off by default, slower in gpu189).
 The thirty-fourth session's ``gu-late`` and ``attn-late``
 (down's programs started once gate/up's rows are in, o's once the attention's keys and
 values are: gpu184) were taken out with the code. The thirty-first
@@ -265,18 +261,6 @@ CONFIGS: dict[str, dict[str, Any]] = {
         f"route-{name}-w{w}": {"fused.ROUTE_RANKS": mode, "fused.ROUTE_RANK_WARPS": w}
         for name, mode in (("count", 1), ("sort", 2))
         for w in (1, 2, 4, 8)
-    },
-    # q/k/v's norm and RoPE in their own launch before the attention's (one program a
-    # key/value head), not in the attention's launch (one a query head, the default);
-    # that launch's warps and positions a step
-    "no-head-attention": {"fused.HEAD_ATTENTION": False},
-    **{
-        f"head-attn-w{w}-b{b}": {
-            "fused.HEAD_ATTENTION_LAUNCH": {"num_warps": w},
-            "fused.HEAD_ATTENTION_BLOCK": b,
-        }
-        for w in (2, 4, 8, 16)
-        for b in (32, 64, 128, 256)
     },
 }
 

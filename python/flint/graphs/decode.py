@@ -583,18 +583,10 @@ class GraphDecoder:
         assert isinstance(attn, Attention)
         cfg, cache, span = attn.cfg, self.model.cache, rows.span
         fused_qkv = self.fused_attention
+        q = self._project_fused(attn, x) if fused_qkv else self._project(attn, x, rows)
         keys, values = cache.keys[attn.layer], cache.values[attn.layer]  # [Nkv, ctx, D]
         o8 = self._stored(attn.layer, 1)
-        sdpa = self.fused_sdpa and not isinstance(attn, SinkAttention)
-        if sdpa and fused_qkv and fused.HEAD_ATTENTION:
-            y = self._linear(x, *self.qkv[attn.layer], int8=self._stored(attn.layer, 0))[0]
-            out = fused.rope_attention(
-                y, attn.q_norm, attn.k_norm, self.cos_table, self.sin_table, self.position,
-                keys, values, cfg.rms_norm_eps, span, self.attn_out, self.attn_parts,
-            )  # fmt: skip
-            return self._linear(out, attn.o_w, attn.o_b, residual, h, o8)
-        q = self._project_fused(attn, x) if fused_qkv else self._project(attn, x, rows)
-        if sdpa:
+        if self.fused_sdpa and not isinstance(attn, SinkAttention):
             out = fused.decode_attention(
                 q, keys, values, self.position, span, self.attn_out, self.attn_parts
             )

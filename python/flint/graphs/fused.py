@@ -32,7 +32,6 @@ from flint.graphs.triton_kernels import (
     qkv_rope_kernel,
     ranked_norm_kernel,
     rms_norm_kernel,
-    rope_attention_kernel,
     route_kernel,
     triton,
 )
@@ -79,8 +78,7 @@ ROPE_LAUNCH: dict[str, int] = {"num_warps": 1}
 # key and value programs of ``qkv_rope``, the first ``ATTENTION_CHUNK`` rows of their
 # head), "attention" (each program its chunk's), or "" (none). The 30B-A3B step alone
 # in two processes (gpu176): 1,745.8 us with "rope", 1,748.0 with "attention", 1,753.8
-# without; with bf16 o's whole rows also read ahead, 1,808.2. With ``HEAD_ATTENTION``
-# (one launch for both) either asks in that launch, by each group's first query head.
+# without; with bf16 o's whole rows also read ahead, 1,808.2.
 KV_ASK = "rope"
 
 
@@ -575,64 +573,6 @@ def decode_attention(
         if splits > 1:
             attention_combine_kernel[(heads,)](
                 m, total, acc, out, heads, dim, splits, DP=_block(dim), **pdl(q.device, "attention")
-            )
-    return out
-
-
-# q/k/v's norm and RoPE made by the attention's launch (``rope_attention``), one
-# program per query head, in place of ``qkv_rope`` then ``decode_attention`` (one
-# program per key/value head): one launch fewer a layer. The twenty-sixth session's
-# fold (four programs, each making its group's heads) was 71 us a step slower; here each
-# program makes only its own query head and its group's key and value, in parallel.
-# False: the two launches (an A/B in benches). Its shape: 128 positions a step on eight
-# warps, whose keys and values ptxas loads at once (16 128-bit loads a thread, then the
-# sums; 144 registers); on four warps, or 64 positions, it interleaves the loads with the
-# sums, several round trips a step (compiled for sm_90 with Triton 3.9 on the CPU box).
-HEAD_ATTENTION = True
-HEAD_ATTENTION_LAUNCH: dict[str, int] = {"num_warps": 8}
-HEAD_ATTENTION_BLOCK = 128  # positions a step (a power of two dividing ATTENTION_CHUNK)
-
-
-def rope_attention(
-    y: torch.Tensor,  # [(Nq + 2 Nkv) * D], one token's stacked projection
-    q_norm: torch.Tensor | None,  # [D] per-head RMSNorm weights (both or neither)
-    k_norm: torch.Tensor | None,
-    cos: torch.Tensor,  # [S, R] tables
-    sin: torch.Tensor,
-    position: torch.Tensor,  # [1] int64
-    keys: torch.Tensor,  # [Nkv, ctx, D], the layer's cache
-    values: torch.Tensor,
-    eps: float,
-    span: int,  # as ``decode_attention``'s
-    out: torch.Tensor,  # [1, Nq * D]
-    parts: Parts,  # attention_parts(...)
-) -> torch.Tensor:
-    """``qkv_rope`` then ``decode_attention`` in one launch (``rope_attention_kernel``;
-    a second merges the chunks when the span has more than one): the key and value
-    written into the cache row at ``position`` as qkv_rope writes them, the attention's
-    output (in its own summation order) into ``out``."""
-    kv_heads, _, dim = keys.shape
-    heads = out.shape[1] // dim
-    assert (q_norm is None) == (k_norm is None) and y.shape[-1] == (heads + 2 * kv_heads) * dim
-    assert keys.stride(2) == 1 and values.stride(2) == 1
-    splits = -(-span // ATTENTION_CHUNK)
-    m, total, acc = parts
-    assert splits <= m.shape[0]
-    read_ahead = ahead("attention", y.device)
-    ask = {"ASK": True} if KV_ASK and read_ahead and pdl(y.device) else {}
-    with on_device(y.device):
-        rope_attention_kernel[(heads, splits)](
-            y, y if q_norm is None else q_norm, y if k_norm is None else k_norm, cos, sin,
-            position, keys, values, out, m, total, acc, keys.stride(0), keys.stride(1),
-            values.stride(0), values.stride(1), heads, kv_heads, dim, eps, dim**-0.5,
-            GROUP=heads // kv_heads, NORM=q_norm is not None, ROT=cos.shape[-1],
-            DP=max(16, _block(dim)), BS=HEAD_ATTENTION_BLOCK, CHUNK=ATTENTION_CHUNK,
-            SPLIT=splits > 1, **HEAD_ATTENTION_LAUNCH, **read_ahead,
-            **pdl(y.device, "attention"), **ask,
-        )  # fmt: skip
-        if splits > 1:
-            attention_combine_kernel[(heads,)](
-                m, total, acc, out, heads, dim, splits, DP=_block(dim), **pdl(y.device, "attention")
             )
     return out
 

@@ -34,7 +34,6 @@ __all__ = [
     "qkv_rope_kernel",
     "ranked_norm_kernel",
     "rms_norm_kernel",
-    "rope_attention_kernel",
     "route_kernel",
     "triton",
 ]
@@ -668,29 +667,8 @@ if triton is not None:
         ``ROT`` dims at ``pos`` (the rest pass through), written at ``out_ptr``:
         ``rms_norm`` and ``apply_rope``'s ops and roundings."""
         d = tl.arange(0, BLOCK)
-        out_type = out_ptr.dtype.element_ty
-        x = _rotated_head(y_ptr, w_ptr, cos_ptr, sin_ptr, pos, dim, eps, out_type, NORM, ROT, BLOCK)
-        tl.store(out_ptr + d, x.to(out_type), mask=d < dim)
-
-    @triton.jit
-    def _rotated_head(
-        y_ptr,
-        w_ptr,
-        cos_ptr,
-        sin_ptr,
-        pos,
-        dim,
-        eps,
-        OUT: tl.constexpr,
-        NORM: tl.constexpr,
-        ROT: tl.constexpr,
-        BLOCK: tl.constexpr,
-    ):
-        """``_head_rope``'s values [BLOCK] before its store: fp32 holding ``OUT``'s
-        (0 past dim)."""
-        d = tl.arange(0, BLOCK)
         ok = d < dim
-        out_type: tl.constexpr = OUT
+        out_type = out_ptr.dtype.element_ty
         x = tl.load(y_ptr + d, mask=ok, other=0.0).to(tl.float32)
         inv = 1.0
         if NORM:
@@ -710,7 +688,7 @@ if triton is not None:
             rotated = tl.where(d < half, -px, px)
             y = _round(_round(x * cos, out_type) + _round(rotated * sin, out_type), out_type)
             x = tl.where(rot, y, x)
-        return x
+        tl.store(out_ptr + d, x.to(out_type), mask=ok)
 
     @triton.jit
     def head_rope_kernel(
@@ -888,113 +866,6 @@ if triton is not None:
             out_type = o_ptr.dtype.element_ty
             out = acc / total[:, None]
             tl.store(o_ptr + head[:, None] * dim + d[None, :], out.to(out_type), mask=out_mask)
-
-    @triton.jit
-    def rope_attention_kernel(
-        y_ptr,
-        qn_ptr,
-        kn_ptr,
-        cos_ptr,
-        sin_ptr,
-        pos_ptr,
-        k_ptr,
-        v_ptr,
-        o_ptr,
-        m_ptr,
-        l_ptr,
-        acc_ptr,
-        k_head,
-        k_pos,
-        v_head,
-        v_pos,
-        heads,
-        kv_heads,
-        dim,
-        eps,
-        scale,
-        GROUP: tl.constexpr,
-        NORM: tl.constexpr,
-        ROT: tl.constexpr,
-        DP: tl.constexpr,
-        BS: tl.constexpr,
-        CHUNK: tl.constexpr,
-        SPLIT: tl.constexpr,
-        AHEAD: tl.constexpr = False,
-        GDC: tl.constexpr = False,
-        ASK: tl.constexpr = False,
-    ):
-        """``qkv_rope_kernel`` and ``decode_attention_kernel`` in one launch, one program
-        per query head (``program_id(0)``) and chunk of positions: the program makes its
-        query head and its key/value head's new key and value from the stacked q/k/v
-        projection at ``y_ptr`` itself (``_rotated_head``: the same values qkv_rope
-        writes), so no program waits on another's. The first query head of each
-        key/value group whose chunk holds the position writes that key and value into
-        the cache row; the loop reads the cache's earlier rows and takes the position's
-        own from registers. Scores and the product with the values in fp32 on one row
-        at a time (probabilities rounded to the cache's dtype first, as
-        ``decode_attention_kernel``'s tile products take them); ``SPLIT`` and the
-        outputs as there. ``AHEAD``: the position read before ``_await_inputs``;
-        ``ASK`` (with it) the L2 asked there, by each group's first head, for the
-        chunk's earlier keys and values."""
-        head = tl.program_id(0)
-        split = tl.program_id(1)
-        kv = head // GROUP
-        first = head % GROUP == 0
-        d = tl.arange(0, DP)
-        d_ok = d < dim
-        start = split * CHUNK
-        if AHEAD:
-            pos = tl.load(pos_ptr).to(tl.int32)
-            if ASK:  # by the group's first head only (no rows: nothing asked)
-                rows = tl.maximum(tl.minimum(start + CHUNK, pos) - start, 0)
-                rows = tl.where(first, rows, 0)
-                _ask_rows(k_ptr, kv * k_head + start * k_pos, rows * k_pos)
-                _ask_rows(v_ptr, kv * v_head + start * v_pos, rows * v_pos)
-        _await_inputs(GDC)
-        if not AHEAD:
-            pos = tl.load(pos_ptr).to(tl.int32)
-        out_type = k_ptr.dtype.element_ty
-        q = _rotated_head(
-            y_ptr + head * dim, qn_ptr, cos_ptr, sin_ptr, pos, dim, eps, out_type, NORM, ROT, DP
-        )
-        k_new = _rotated_head(
-            y_ptr + (heads + kv) * dim, kn_ptr, cos_ptr, sin_ptr, pos, dim, eps, out_type, NORM,
-            ROT, DP,
-        )  # fmt: skip
-        v_at = y_ptr + (heads + kv_heads + kv) * dim + d
-        v_new = tl.load(v_at, mask=d_ok, other=0.0).to(tl.float32)
-        if first & (pos >= start) & (pos < start + CHUNK):
-            tl.store(k_ptr + kv * k_head + pos * k_pos + d, k_new.to(out_type), mask=d_ok)
-            tl.store(v_ptr + kv * v_head + pos * v_pos + d, v_new.to(out_type), mask=d_ok)
-        m = float("-inf")
-        total = 0.0
-        acc = tl.zeros([DP], dtype=tl.float32)
-        end = tl.minimum(start + CHUNK, pos + 1)
-        for s0 in range(start, end, BS):
-            s = s0 + tl.arange(0, BS)
-            ok = s < end
-            old = (s < pos)[:, None] & d_ok[None, :]
-            new = (s == pos)[:, None]
-            k = tl.load(k_ptr + kv * k_head + s[:, None] * k_pos + d[None, :], mask=old, other=0.0)
-            v = tl.load(v_ptr + kv * v_head + s[:, None] * v_pos + d[None, :], mask=old, other=0.0)
-            k = tl.where(new, k_new[None, :], k.to(tl.float32))
-            scores = tl.sum(k * q[None, :], axis=1) * scale  # [BS]
-            scores = tl.where(ok, scores, float("-inf"))
-            m_new = tl.maximum(m, tl.max(scores, axis=0))
-            alpha = tl.exp(m - m_new)
-            p = tl.exp(scores - m_new)
-            total = total * alpha + tl.sum(p, axis=0)
-            v = tl.where(new, v_new[None, :], v.to(tl.float32))
-            acc = acc * alpha + tl.sum(_round(p, out_type)[:, None] * v, axis=0)
-            m = m_new
-        if SPLIT:
-            at = split * heads + head
-            tl.store(m_ptr + at, m)
-            tl.store(l_ptr + at, total)
-            tl.store(acc_ptr + at * dim + d, acc, mask=d_ok)
-        else:
-            o_type = o_ptr.dtype.element_ty
-            tl.store(o_ptr + head * dim + d, (acc / total).to(o_type), mask=d_ok)
 
     @triton.jit
     def attention_combine_kernel(
