@@ -71,7 +71,8 @@ def test_quantized_models_on_the_gpu_follow_dequant(
 
 @pytest.mark.slow
 @pytest.mark.skipif(
-    not any(TINY_CODE_MOE.glob("*.safetensors")), reason="needs ../shared/models/tiny-code-moe"
+    not any(TINY_CODE_MOE.glob("*.safetensors")),
+    reason="needs ../shared/models/tiny-code-moe's weights (*.safetensors)",
 )
 def test_tiny_code_moe_quality_on_the_gpu(tmp_path: Path) -> None:
     files = {}

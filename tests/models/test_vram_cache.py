@@ -219,7 +219,8 @@ def test_cuda_cpu_and_gpu_experts_in_parallel_stay_within_tolerance(
 
 @pytest.mark.gpu
 @pytest.mark.skipif(
-    not any(TINY_CODE_MOE.glob("*.safetensors")), reason="needs ../shared/models/tiny-code-moe"
+    not any(TINY_CODE_MOE.glob("*.safetensors")),
+    reason="needs ../shared/models/tiny-code-moe's weights (*.safetensors)",
 )
 def test_cuda_cpu_and_gpu_experts_keep_the_trained_models_greedy_tokens(tmp_path: Path) -> None:
     """tiny-code-moe streamed with a 1-slot VRAM cache, the other experts on the CPU:
